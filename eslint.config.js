@@ -1,0 +1,47 @@
+// @ts-check
+const tseslint = require('typescript-eslint');
+const importX = require('eslint-plugin-import-x');
+const { builtinModules } = require('node:module');
+
+module.exports = tseslint.config(
+  { ignores: ['node_modules/', 'dist/', 'data/', '.tools/', 'coverage/', 'bin/', '*.config.js'] },
+  ...tseslint.configs.recommendedTypeChecked,
+  {
+    languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: __dirname } },
+    plugins: { 'import-x': importX },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/consistent-type-imports': ['error', { fixStyle: 'inline-type-imports' }],
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_' }],
+      '@typescript-eslint/restrict-template-expressions': ['error', { allowNumber: true, allowBoolean: true, allowNullish: true }],
+      'import-x/no-cycle': 'error',
+    },
+  },
+  {
+    // Workflow code runs in Temporal's deterministic sandbox: no Node built-ins, no I/O, no activities'
+    // implementations (types only).
+    files: ['src/workflows/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          paths: [...builtinModules, ...builtinModules.map((m) => `node:${m}`)].map((name) => ({
+            name,
+            message: 'Workflow code runs in the Temporal sandbox: Node built-ins are not available there.',
+          })),
+          patterns: [
+            { group: ['**/activities', '**/activities/*'], allowTypeImports: true, message: 'Import activities as types only.' },
+            { group: ['**/snapshots', '**/snapshots/*', '**/runtimes', '**/runtimes/*', '**/client', '**/client/*'], message: 'Workflow code may import only @temporalio/workflow, src/api and src/domain.' },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    files: ['test/**/*.ts', 'bench/**/*.ts'],
+    rules: {
+      '@typescript-eslint/no-non-null-assertion': 'off',
+      '@typescript-eslint/unbound-method': 'off',
+    },
+  },
+);

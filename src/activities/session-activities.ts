@@ -1,0 +1,261 @@
+import { setTimeout as delay } from 'node:timers/promises';
+import { ApplicationFailure, Context, log } from '@temporalio/activity';
+import type { RuntimeInstanceRef } from '../api/messages';
+import { ERROR_CODES } from '../domain/error-codes';
+import type { CheckpointRef, CheckpointTrigger, RuntimeKind, RuntimeSpec } from '../domain/schemas';
+import type { ExitInfo, RuntimeInstanceInfo, SessionRuntime } from '../runtimes/session-runtime';
+import { RuntimeFailedError, RuntimeNotFoundError } from '../runtimes/session-runtime';
+import { SnapshotError, SnapshotIncompatibleError, SnapshotNotFoundError } from '../snapshots/errors';
+import type { CheckpointManifest, SnapshotStore } from '../snapshots/snapshot-store';
+
+export type RuntimeRegistry = Partial<Record<RuntimeKind, SessionRuntime>>;
+
+export interface ActivityDeps {
+  store: SnapshotStore;
+  runtimes: RuntimeRegistry;
+  /** This worker's own task queue: activities that touch a runtime instance run where it lives. */
+  hostTaskQueue: string;
+  /** How often a long-running watch reports liveness. */
+  watchHeartbeatMs?: number;
+  /** How long one watch round lasts before it returns `{ exited: false }` and the workflow watches again. */
+  watchRoundMs?: number;
+}
+
+export interface StartRuntimeInput {
+  sessionId: string;
+  instanceId: string;
+  spec: RuntimeSpec;
+}
+
+export interface CaptureInput {
+  sessionId: string;
+  instance: RuntimeInstanceRef;
+  checkpointId: string;
+  sequence: number;
+  parentId: string | null;
+  trigger: CheckpointTrigger;
+  label?: string;
+}
+
+export interface RestoreInput extends StartRuntimeInput {
+  checkpointId: string;
+}
+
+export interface InstanceInput {
+  instance: RuntimeInstanceRef;
+  graceMs?: number;
+}
+
+export type WatchResult = { exited: true; exit: ExitInfo } | { exited: false };
+
+/**
+ * Builds the activities with their dependencies. Activities do all the I/O of a session: they capture a
+ * runtime's state into the snapshot store, restore it, and start or stop the runtime. Permanent failures are
+ * raised as non-retryable ApplicationFailures with a type from ERROR_CODES; anything else is thrown as is and
+ * retried by the workflow's retry policy.
+ */
+export function createActivities(deps: ActivityDeps) {
+  const runtimeFor = (kind: RuntimeKind): SessionRuntime => {
+    const runtime = deps.runtimes[kind];
+    if (!runtime) {
+      throw ApplicationFailure.nonRetryable(`this worker has no "${kind}" runtime`, ERROR_CODES.RuntimeFailed);
+    }
+    return runtime;
+  };
+
+  return {
+    /** Runs on the shared queue; whichever worker picks it up becomes the session's host. */
+    async placeSession(): Promise<{ hostTaskQueue: string }> {
+      return { hostTaskQueue: deps.hostTaskQueue };
+    },
+
+    async startRuntime(input: StartRuntimeInput): Promise<RuntimeInstanceRef> {
+      const runtime = runtimeFor(input.spec.kind);
+      // A retried start whose first attempt got through must not start a second process.
+      const existing = runtime.describe(input.instanceId);
+      if (existing) return toRef(existing, deps.hostTaskQueue);
+      try {
+        return toRef(await runtime.start(input), deps.hostTaskQueue);
+      } catch (err) {
+        throw toFailure(err);
+      }
+    },
+
+    async captureCheckpoint(input: CaptureInput): Promise<CheckpointRef> {
+      const runtime = runtimeFor(input.instance.kind);
+      // Idempotent: a retry after the manifest was published returns the checkpoint that exists.
+      const published = await readManifestIfExists(deps.store, input.sessionId, input.checkpointId);
+      if (published) return toCheckpointRef(published);
+      const ctx = Context.current();
+      try {
+        const state = await runtime.capture(input.instance.instanceId);
+        const manifest = await deps.store.write(
+          {
+            checkpointId: input.checkpointId,
+            sessionId: input.sessionId,
+            sequence: input.sequence,
+            parentId: input.parentId,
+            runtime: { kind: runtime.kind, version: runtime.version },
+            trigger: input.trigger,
+            label: input.label,
+          },
+          state,
+          { onProgress: (bytesDone) => ctx.heartbeat({ phase: 'capture', bytesDone }), signal: ctx.cancellationSignal },
+        );
+        log.info('checkpoint written', { checkpointId: manifest.checkpointId, size: manifest.size });
+        return toCheckpointRef(manifest);
+      } catch (err) {
+        throw toFailure(err);
+      }
+    },
+
+    /**
+     * Loads a checkpoint, checks its format and runtime versions, and restores it into a fresh instance that
+     * starts only once every byte has verified. Nothing of the old instance is touched.
+     */
+    async restoreCheckpoint(input: RestoreInput): Promise<RuntimeInstanceRef> {
+      const runtime = runtimeFor(input.spec.kind);
+      const existing = runtime.describe(input.instanceId);
+      if (existing) return toRef(existing, deps.hostTaskQueue);
+      const ctx = Context.current();
+      try {
+        const manifest = await deps.store.readManifest(input.sessionId, input.checkpointId);
+        if (manifest.runtime.kind !== runtime.kind || !runtime.canRestore(manifest.runtime.version)) {
+          throw new SnapshotIncompatibleError(
+            `checkpoint ${input.checkpointId} was captured by runtime ${manifest.runtime.kind} ${manifest.runtime.version}; ` +
+              `this worker runs ${runtime.kind} ${runtime.version}`,
+            input.sessionId,
+            input.checkpointId,
+          );
+        }
+        const { stream } = await deps.store.open(input.sessionId, input.checkpointId, {
+          onProgress: (bytesDone) => ctx.heartbeat({ phase: 'restore', bytesDone, bytesTotal: manifest.size }),
+          signal: ctx.cancellationSignal,
+        });
+        const info = await runtime.restore({ ...input, state: stream });
+        log.info('checkpoint restored', { checkpointId: input.checkpointId, instanceId: info.instanceId });
+        return toRef(info, deps.hostTaskQueue);
+      } catch (err) {
+        throw toFailure(err);
+      }
+    },
+
+    async stopRuntime(input: InstanceInput): Promise<ExitInfo> {
+      const runtime = runtimeFor(input.instance.kind);
+      try {
+        return await runtime.stop(input.instance.instanceId, { graceMs: input.graceMs });
+      } catch (err) {
+        // Already gone (e.g. the worker restarted): it is stopped, which is what was asked.
+        if (err instanceof RuntimeNotFoundError) return { exitCode: null, signal: null, requested: true };
+        throw toFailure(err);
+      }
+    },
+
+    /** Frees what a stopped instance left on its host (its working directory). */
+    async disposeRuntime(input: InstanceInput): Promise<void> {
+      await runtimeFor(input.instance.kind).dispose(input.instance.instanceId);
+    },
+
+    /**
+     * Waits, heartbeating, until the instance exits or the round ends. A worker that dies stops heartbeating,
+     * so the workflow learns of a lost host from the heartbeat timeout.
+     */
+    async watchRuntime(input: InstanceInput): Promise<WatchResult> {
+      const runtime = runtimeFor(input.instance.kind);
+      const ctx = Context.current();
+      const heartbeatMs = deps.watchHeartbeatMs ?? 5_000;
+      const roundEnds = Date.now() + (deps.watchRoundMs ?? 60 * 60_000);
+      const stopWaiting = new AbortController();
+      const exited = runtime.waitForExit(input.instance.instanceId, stopWaiting.signal).then(
+        (exit) => ({ exited: true as const, exit }),
+        (err: unknown) => ({ error: err }),
+      );
+      try {
+        for (;;) {
+          ctx.heartbeat();
+          const outcome = await Promise.race([exited, delay(heartbeatMs, null, { signal: ctx.cancellationSignal })]);
+          if (outcome && 'error' in outcome) {
+            if (outcome.error instanceof RuntimeNotFoundError) {
+              throw ApplicationFailure.nonRetryable(outcome.error.message, ERROR_CODES.RuntimeLost);
+            }
+            throw outcome.error;
+          }
+          if (outcome) return outcome;
+          if (Date.now() >= roundEnds) return { exited: false };
+        }
+      } finally {
+        stopWaiting.abort();
+      }
+    },
+
+    async verifyCheckpoint(input: { sessionId: string; checkpointId: string }): Promise<CheckpointRef> {
+      try {
+        return toCheckpointRef(await deps.store.verify(input.sessionId, input.checkpointId));
+      } catch (err) {
+        throw toFailure(err);
+      }
+    },
+
+    async deleteCheckpoint(input: { sessionId: string; checkpointId: string }): Promise<void> {
+      await deps.store.delete(input.sessionId, input.checkpointId);
+    },
+  };
+}
+
+export type SessionActivities = ReturnType<typeof createActivities>;
+
+async function readManifestIfExists(store: SnapshotStore, sessionId: string, checkpointId: string) {
+  try {
+    return await store.readManifest(sessionId, checkpointId);
+  } catch (err) {
+    if (err instanceof SnapshotNotFoundError) return undefined;
+    throw toFailure(err);
+  }
+}
+
+/** Typed, permanent errors become non-retryable failures; everything else stays retryable. */
+function toFailure(err: unknown): unknown {
+  if (err instanceof ApplicationFailure) return err;
+  if (err instanceof SnapshotError) {
+    return ApplicationFailure.create({ message: err.message, type: err.code, nonRetryable: true, cause: err });
+  }
+  if (err instanceof RuntimeFailedError) {
+    return ApplicationFailure.create({ message: err.message, type: ERROR_CODES.RuntimeFailed, nonRetryable: true });
+  }
+  if (err instanceof RuntimeNotFoundError) {
+    return ApplicationFailure.create({ message: err.message, type: ERROR_CODES.RuntimeLost, nonRetryable: true });
+  }
+  if (err instanceof Error && err.name === 'ArchiveRejectedError') {
+    // The archive itself is malformed or hostile: no retry can make it restorable.
+    return ApplicationFailure.create({ message: err.message, type: ERROR_CODES.SnapshotCorrupt, nonRetryable: true });
+  }
+  return err;
+}
+
+function toRef(info: RuntimeInstanceInfo, hostTaskQueue: string): RuntimeInstanceRef {
+  return {
+    instanceId: info.instanceId,
+    kind: info.kind,
+    hostTaskQueue,
+    location: info.location,
+    pid: info.pid,
+    startedAt: info.startedAt,
+  };
+}
+
+function toCheckpointRef(m: CheckpointManifest): CheckpointRef {
+  return {
+    checkpointId: m.checkpointId,
+    sessionId: m.sessionId,
+    sequence: m.sequence,
+    parentId: m.parentId,
+    trigger: m.trigger,
+    label: m.label,
+    runtimeKind: m.runtime.kind,
+    runtimeVersion: m.runtime.version,
+    formatVersion: m.formatVersion,
+    size: m.size,
+    digest: m.digest,
+    createdAt: m.createdAt,
+  };
+}

@@ -1,0 +1,16 @@
+import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/common';
+
+/**
+ * Custom search attributes the session workflow upserts, so operators can filter sessions in the Web UI
+ * (`SessionState = "paused"`). They must be registered on the namespace before a worker runs:
+ * `temporal operator search-attribute create --name SessionState --type Keyword` (the embedded dev server
+ * and docker-compose do this). Never put secrets here: search attributes are not encrypted.
+ */
+export const sessionStateKey = defineSearchAttributeKey('SessionState', SearchAttributeType.KEYWORD);
+export const sessionRuntimeKey = defineSearchAttributeKey('SessionRuntime', SearchAttributeType.KEYWORD);
+
+/** Name → type, as the `temporal` CLI spells them. */
+export const SEARCH_ATTRIBUTES = {
+  SessionState: 'Keyword',
+  SessionRuntime: 'Keyword',
+} as const;

@@ -1,0 +1,213 @@
+import { Client, Connection } from '@temporalio/client';
+import type { TimelineEntry } from '../api/messages';
+import { SessionClient, SessionError, type SessionHandle } from '../client';
+import { ConfigError, loadConfig } from '../config';
+import { connectionOptions } from '../temporal-connection';
+
+const USAGE = `usage: durable-sessions <command> [options]
+
+commands:
+  start <session-id> [--memory] [--file PATH=TEXT]... [--env NAME=VALUE]... [--description TEXT] -- <command...>
+  checkpoint <session-id> [--label TEXT] [--key IDEMPOTENCY-KEY]
+  pause <session-id> [--reason TEXT] [--key IDEMPOTENCY-KEY]
+  resume <session-id> [--checkpoint CHECKPOINT-ID] [--key IDEMPOTENCY-KEY]
+  stop <session-id> [--no-checkpoint] [--reason TEXT] [--key IDEMPOTENCY-KEY]
+  status <session-id>
+  timeline <session-id>
+  list [--phase PHASE]
+
+options:
+  --json   print the result as JSON
+Connects to TEMPORAL_ADDRESS (default 127.0.0.1:7233, the embedded server of "npm start").`;
+
+class UsageError extends Error {}
+
+interface Parsed {
+  command: string;
+  positional: string[];
+  rest: string[];
+  flags: Map<string, string[]>;
+}
+
+const BOOLEAN_FLAGS = new Set(['json', 'memory', 'no-checkpoint', 'help']);
+
+function parseArgs(argv: string[]): Parsed {
+  const [command = 'help', ...args] = argv;
+  const positional: string[] = [];
+  const flags = new Map<string, string[]>();
+  let rest: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    if (arg === '--') {
+      rest = args.slice(i + 1);
+      break;
+    }
+    if (arg.startsWith('--')) {
+      const name = arg.slice(2);
+      if (BOOLEAN_FLAGS.has(name)) {
+        flags.set(name, ['true']);
+        continue;
+      }
+      const value = args[++i];
+      if (value === undefined) throw new UsageError(`--${name} needs a value`);
+      flags.set(name, [...(flags.get(name) ?? []), value]);
+    } else {
+      positional.push(arg);
+    }
+  }
+  return { command, positional, rest, flags };
+}
+
+function one(p: Parsed, name: string): string | undefined {
+  return p.flags.get(name)?.at(-1);
+}
+
+function pairs(p: Parsed, name: string): Record<string, string> | undefined {
+  const values = p.flags.get(name);
+  if (!values) return undefined;
+  return Object.fromEntries(
+    values.map((v) => {
+      const eq = v.indexOf('=');
+      if (eq <= 0) throw new UsageError(`--${name} expects NAME=VALUE, got ${v}`);
+      return [v.slice(0, eq), v.slice(eq + 1)];
+    }),
+  );
+}
+
+function sessionArg(p: Parsed): string {
+  const id = p.positional[0];
+  if (!id) throw new UsageError(`${p.command} needs a session id`);
+  return id;
+}
+
+export async function run(argv: string[], out: (line: string) => void = console.log): Promise<number> {
+  const p = parseArgs(argv);
+  if (p.command === 'help' || p.flags.has('help')) {
+    out(USAGE);
+    return 0;
+  }
+  const json = p.flags.has('json');
+  const config = loadConfig();
+  const connection = await Connection.connect(await connectionOptions(config, config.temporal.address ?? '127.0.0.1:7233'));
+  try {
+    const sessions = new SessionClient({
+      client: new Client({ connection, namespace: config.temporal.namespace }),
+      taskQueue: config.taskQueue,
+    });
+    const result = await dispatch(p, sessions);
+    out(json ? JSON.stringify(result, null, 2) : render(p.command, result));
+    return 0;
+  } finally {
+    await connection.close();
+  }
+}
+
+async function dispatch(p: Parsed, sessions: SessionClient): Promise<unknown> {
+  const handle = (): SessionHandle => sessions.get(sessionArg(p));
+  switch (p.command) {
+    case 'start': {
+      const sessionId = sessionArg(p);
+      const runtime = p.flags.has('memory')
+        ? { kind: 'memory' as const, initialState: p.rest.join(' ') || undefined }
+        : { kind: 'workspace' as const, command: p.rest, env: pairs(p, 'env'), files: pairs(p, 'file') };
+      const session = await sessions.start({ sessionId, runtime, description: one(p, 'description') });
+      return { sessionId: session.sessionId, workflowId: session.workflow.workflowId };
+    }
+    case 'checkpoint':
+      return handle().checkpoint({ label: one(p, 'label'), idempotencyKey: one(p, 'key') });
+    case 'pause':
+      return handle().pause({ reason: one(p, 'reason'), idempotencyKey: one(p, 'key') });
+    case 'resume':
+      return handle().resume({ checkpointId: one(p, 'checkpoint'), idempotencyKey: one(p, 'key') });
+    case 'stop':
+      return handle().stop({
+        checkpoint: !p.flags.has('no-checkpoint'),
+        reason: one(p, 'reason'),
+        idempotencyKey: one(p, 'key'),
+      });
+    case 'status':
+      return handle().status();
+    case 'timeline':
+      return handle().timeline();
+    case 'list':
+      return sessions.list({ phase: one(p, 'phase') });
+    default:
+      throw new UsageError(`unknown command: ${p.command}`);
+  }
+}
+
+function render(command: string, result: unknown): string {
+  const r = result as Record<string, unknown>;
+  switch (command) {
+    case 'start':
+      return `started session ${r.sessionId} (workflow ${r.workflowId})`;
+    case 'checkpoint':
+    case 'pause':
+      return `${command === 'pause' ? 'paused; ' : ''}checkpoint ${r.checkpointId} (#${r.sequence}, ${r.size} bytes, ${r.digest})`;
+    case 'resume': {
+      const restored = r.restoredFrom as { checkpointId: string };
+      const runtime = r.runtime as { instanceId: string; location: string };
+      const fallback = (r.fallbackFrom as { checkpointId: string; reason: string }[] | undefined) ?? [];
+      return [
+        `resumed from checkpoint ${restored.checkpointId} as ${runtime.instanceId} (${runtime.location})`,
+        ...fallback.map((f) => `  skipped ${f.checkpointId}: ${f.reason}`),
+      ].join('\n');
+    }
+    case 'stop': {
+      const final = r.finalCheckpoint as { checkpointId: string } | null;
+      return `stopped${final ? `; final checkpoint ${final.checkpointId}` : ''}`;
+    }
+    case 'status':
+      return Object.entries(r)
+        .map(([k, v]) => `${k.padEnd(20)}${v === null ? '-' : typeof v === 'object' ? JSON.stringify(v) : String(v)}`)
+        .join('\n');
+    case 'timeline':
+      return (result as TimelineEntry[]).map(renderEntry).join('\n') || '(empty)';
+    case 'list':
+      return (
+        (result as { sessionId: string; phase?: string; workflowStatus: string; startedAt: Date }[])
+          .map((s) => `${s.sessionId.padEnd(32)}${(s.phase ?? '?').padEnd(14)}${s.workflowStatus.padEnd(12)}${new Date(s.startedAt).toISOString()}`)
+          .join('\n') || '(no sessions)'
+      );
+    default:
+      return JSON.stringify(result);
+  }
+}
+
+function renderEntry(e: TimelineEntry): string {
+  switch (e.kind) {
+    case 'checkpoint': {
+      const c = e.checkpoint;
+      const label = c.label ? ` "${c.label}"` : '';
+      return `${e.at}  checkpoint #${c.sequence} ${c.checkpointId} ← ${c.parentId ?? '(root)'}  ${c.trigger}${label}  ${c.size} B`;
+    }
+    case 'restored':
+      return `${e.at}  restored   ${e.checkpointId} as ${e.instanceId} (${e.cause})`;
+    case 'fallback':
+      return `${e.at}  fallback   ${e.fromCheckpointId} → ${e.toCheckpointId ?? '(none)'}: ${e.reason}`;
+    case 'runtime-exited':
+      return `${e.at}  exited     code ${e.exitCode ?? '-'} signal ${e.signal ?? '-'}`;
+    case 'runtime-lost':
+      return `${e.at}  lost       ${e.instanceId}: ${e.reason}`;
+  }
+}
+
+/** Runs the CLI and returns the process exit code: 0 done, 1 refused or failed (typed), 2 usage. */
+export async function cliMain(argv: string[]): Promise<number> {
+  try {
+    return await run(argv);
+  } catch (err) {
+    if (err instanceof UsageError) {
+      console.error(`error: ${err.message}\n\n${USAGE}`);
+      return 2;
+    }
+    if (err instanceof SessionError) console.error(`error: ${err.code}: ${err.message}`);
+    else if (err instanceof ConfigError) console.error(err.message);
+    else console.error(`error: ${err instanceof Error ? err.message : String(err)}`);
+    return 1;
+  }
+}
+
+if (require.main === module) {
+  void cliMain(process.argv.slice(2)).then((code) => process.exit(code));
+}

@@ -1,0 +1,243 @@
+import {
+  ApplicationFailure,
+  WorkflowExecutionAlreadyStartedError,
+  WorkflowFailedError,
+  WorkflowNotFoundError,
+  WorkflowUpdateFailedError,
+  type Client,
+  type WorkflowHandle,
+} from '@temporalio/client';
+import type { z } from 'zod';
+import {
+  checkpointSignal,
+  checkpointUpdate,
+  DEFAULT_TASK_QUEUE,
+  pauseSignal,
+  pauseUpdate,
+  resumeSignal,
+  resumeUpdate,
+  sessionWorkflowId,
+  statusQuery,
+  stopSignal,
+  stopUpdate,
+  timelineQuery,
+  type ResumeResult,
+  type SessionStatus,
+  type StopResult,
+  type TimelineEntry,
+} from '../api/messages';
+import { sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
+import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
+import {
+  CheckpointInput,
+  PauseInput,
+  ResumeInput,
+  SessionId,
+  StartSessionInput,
+  StopInput,
+  type CheckpointRef,
+} from '../domain/schemas';
+import {
+  InvalidInputError,
+  InvalidTransitionError,
+  SessionAlreadyExistsError,
+  SessionError,
+  SessionNotFoundError,
+  sessionErrorFor,
+} from './errors';
+
+export interface SessionClientOptions {
+  /** A connected Temporal client (its data converter, namespace and connection are used as they are). */
+  client: Client;
+  taskQueue?: string;
+}
+
+export interface SessionSummary {
+  sessionId: string;
+  phase: string | undefined;
+  runtimeKind: string | undefined;
+  workflowStatus: string;
+  startedAt: Date;
+}
+
+/**
+ * Starts and steers sessions. Inputs are checked with the same schemas the workflow uses, so bad input is
+ * refused before anything is sent; failures come back as typed SessionErrors.
+ *
+ * @example
+ * const sessions = new SessionClient({ client });
+ * const session = await sessions.start({ sessionId: 'build-42', runtime: { kind: 'workspace', command: ['npm', 'run', 'dev'] } });
+ * const checkpoint = await session.pause({ reason: 'nightly' });
+ * await session.resume();
+ */
+export class SessionClient {
+  readonly taskQueue: string;
+
+  constructor(private readonly options: SessionClientOptions) {
+    this.taskQueue = options.taskQueue ?? DEFAULT_TASK_QUEUE;
+  }
+
+  /** Starts a new session. Throws SessionAlreadyExistsError if the id is or was in use. */
+  async start(spec: StartSessionInput): Promise<SessionHandle> {
+    const input = parseInput(StartSessionInput, spec, typeof spec?.sessionId === 'string' ? spec.sessionId : '');
+    const workflowId = sessionWorkflowId(input.sessionId);
+    try {
+      const handle = await this.options.client.workflow.start('sessionWorkflow', {
+        workflowId,
+        taskQueue: this.taskQueue,
+        args: [{ spec: input }],
+        workflowIdReusePolicy: 'REJECT_DUPLICATE',
+        workflowIdConflictPolicy: 'FAIL',
+        typedSearchAttributes: [
+          { key: sessionStateKey, value: 'starting' },
+          { key: sessionRuntimeKey, value: input.runtime.kind },
+        ],
+        staticSummary: `session ${input.sessionId} (${input.runtime.kind})`,
+        staticDetails: input.description,
+      });
+      return new SessionHandle(input.sessionId, handle);
+    } catch (err) {
+      if (err instanceof WorkflowExecutionAlreadyStartedError) {
+        throw new SessionAlreadyExistsError(`session ${input.sessionId} already exists`, input.sessionId, { cause: err });
+      }
+      throw err;
+    }
+  }
+
+  /** A handle to an existing session. Nothing is sent until it is used. */
+  get(sessionId: string): SessionHandle {
+    const id = parseInput(SessionId, sessionId, String(sessionId));
+    return new SessionHandle(id, this.options.client.workflow.getHandle(sessionWorkflowId(id)));
+  }
+
+  /** Sessions on this client's task queue, newest first (from Temporal's visibility store). */
+  async list(filter: { phase?: string; limit?: number } = {}): Promise<SessionSummary[]> {
+    const clauses = [`WorkflowType = 'sessionWorkflow'`, `TaskQueue = '${this.taskQueue}'`];
+    if (filter.phase) clauses.push(`SessionState = '${filter.phase.replace(/'/g, '')}'`);
+    const out: SessionSummary[] = [];
+    for await (const wf of this.options.client.workflow.list({ query: clauses.join(' AND ') })) {
+      out.push({
+        sessionId: wf.workflowId.replace(/^session-/, ''),
+        phase: wf.typedSearchAttributes.get(sessionStateKey),
+        runtimeKind: wf.typedSearchAttributes.get(sessionRuntimeKey),
+        workflowStatus: wf.status.name,
+        startedAt: wf.startTime,
+      });
+      if (filter.limit && out.length >= filter.limit) break;
+    }
+    return out;
+  }
+}
+
+/** Controls and views of one session. Every control takes an optional idempotency key. */
+export class SessionHandle {
+  constructor(
+    readonly sessionId: string,
+    readonly workflow: WorkflowHandle,
+  ) {}
+
+  /** Captures the running session; returns the new checkpoint's reference. */
+  checkpoint(input: CheckpointInput = {}): Promise<CheckpointRef> {
+    const args = parseInput(CheckpointInput, input, this.sessionId);
+    return this.update(() => this.workflow.executeUpdate(checkpointUpdate, { args: [args], updateId: args.idempotencyKey }));
+  }
+
+  /** Checkpoints, then stops the runtime to free its compute; returns the checkpoint. */
+  pause(input: PauseInput = {}): Promise<CheckpointRef> {
+    const args = parseInput(PauseInput, input, this.sessionId);
+    return this.update(() => this.workflow.executeUpdate(pauseUpdate, { args: [args], updateId: args.idempotencyKey }));
+  }
+
+  /** Restores the newest (or the given) checkpoint that verifies, possibly on another machine. */
+  resume(input: ResumeInput = {}): Promise<ResumeResult> {
+    const args = parseInput(ResumeInput, input, this.sessionId);
+    return this.update(() => this.workflow.executeUpdate(resumeUpdate, { args: [args], updateId: args.idempotencyKey }));
+  }
+
+  /** Ends the session, with a final checkpoint of a running session unless `checkpoint: false`. */
+  stop(input: StopInput = {}): Promise<StopResult> {
+    const args = parseInput(StopInput, input, this.sessionId);
+    return this.update(() => this.workflow.executeUpdate(stopUpdate, { args: [args], updateId: args.idempotencyKey }));
+  }
+
+  /** Fire-and-forget controls: no result; a control that cannot run shows in `status().lastRejectedSignal`. */
+  async signal(control: 'checkpoint' | 'pause' | 'resume' | 'stop', input: Record<string, unknown> = {}): Promise<void> {
+    const send = async () => {
+      switch (control) {
+        case 'checkpoint':
+          return this.workflow.signal(checkpointSignal, parseInput(CheckpointInput, input, this.sessionId));
+        case 'pause':
+          return this.workflow.signal(pauseSignal, parseInput(PauseInput, input, this.sessionId));
+        case 'resume':
+          return this.workflow.signal(resumeSignal, parseInput(ResumeInput, input, this.sessionId));
+        case 'stop':
+          return this.workflow.signal(stopSignal, parseInput(StopInput, input, this.sessionId));
+      }
+    };
+    await this.call(send);
+  }
+
+  status(): Promise<SessionStatus> {
+    return this.call(() => this.workflow.query(statusQuery));
+  }
+
+  timeline(): Promise<TimelineEntry[]> {
+    return this.call(() => this.workflow.query(timelineQuery));
+  }
+
+  /** Waits for the session to end: its stop result, or a typed error if it failed. */
+  result(): Promise<StopResult> {
+    return this.call(() => this.workflow.result() as Promise<StopResult>);
+  }
+
+  private async update<T>(fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      if (isClosedWorkflowError(err)) {
+        throw new InvalidTransitionError(`session ${this.sessionId} has ended: no control can change it`, this.sessionId, {
+          cause: err,
+        });
+      }
+      throw toSessionError(err, this.sessionId);
+    }
+  }
+
+  private async call<T>(fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      throw toSessionError(err, this.sessionId);
+    }
+  }
+}
+
+function parseInput<T>(schema: z.ZodType<T>, raw: unknown, sessionId: string): T {
+  const result = schema.safeParse(raw);
+  if (!result.success) {
+    const summary = result.error.issues.map((i) => `${i.path.join('.') || 'input'}: ${i.message}`).join('; ');
+    throw new InvalidInputError(`invalid input: ${summary}`, sessionId, result.error.issues);
+  }
+  return result.data;
+}
+
+/** Walks the cause chain to the first failure of ours and turns it into the matching SessionError. */
+export function toSessionError(err: unknown, sessionId: string): unknown {
+  if (err instanceof SessionError) return err;
+  if (err instanceof WorkflowNotFoundError) {
+    return new SessionNotFoundError(`session ${sessionId} does not exist`, sessionId, { cause: err });
+  }
+  for (let cause: unknown = err; cause instanceof Error; cause = cause.cause) {
+    if (cause instanceof ApplicationFailure && isErrorCode(cause.type)) {
+      return sessionErrorFor(cause.type, cause.message, sessionId, err, cause.details?.[0]);
+    }
+  }
+  if (err instanceof WorkflowUpdateFailedError || err instanceof WorkflowFailedError) {
+    return new SessionError(ERROR_CODES.RuntimeFailed, err.message, sessionId, { cause: err });
+  }
+  return err;
+}
+
+function isClosedWorkflowError(err: unknown): boolean {
+  return err instanceof Error && /workflow execution already completed/i.test(err.message);
+}

@@ -1,0 +1,131 @@
+import os from 'node:os';
+import path from 'node:path';
+import { z } from 'zod';
+
+const bool = z
+  .enum(['true', 'false', '1', '0', 'yes', 'no'], { message: 'expected true or false' })
+  .transform((v) => v === 'true' || v === '1' || v === 'yes');
+
+const port = z.coerce
+  .number({ message: 'expected a port number' })
+  .int('expected a port number')
+  .min(1, 'expected a port number from 1 to 65535')
+  .max(65535, 'expected a port number from 1 to 65535');
+
+const duration = z.coerce.number({ message: 'expected milliseconds' }).int().min(0, 'expected milliseconds ≥ 0');
+
+/**
+ * Every setting of the worker and of `npm start`, read from the environment by this one schema.
+ * The keys are the variable names: the README's configuration table and docker-compose.yml use them.
+ */
+export const EnvConfig = z.object({
+  /** host:port of a Temporal frontend. Unset: `npm start` runs the embedded dev server. */
+  TEMPORAL_ADDRESS: z
+    .string()
+    .regex(/^[^\s:]+:\d{1,5}$/, 'expected host:port, e.g. localhost:7233')
+    .optional(),
+  TEMPORAL_NAMESPACE: z.string().min(1).default('default'),
+  /** API key for Temporal Cloud or a server with API-key auth; implies TLS. */
+  TEMPORAL_API_KEY: z.string().min(1).optional(),
+  TEMPORAL_TLS: bool.optional(),
+  TEMPORAL_TLS_CERT_PATH: z.string().min(1).optional(),
+  TEMPORAL_TLS_KEY_PATH: z.string().min(1).optional(),
+  TEMPORAL_TLS_CA_PATH: z.string().min(1).optional(),
+  TEMPORAL_TLS_SERVER_NAME: z.string().min(1).optional(),
+  /** Shared task queue: workflows and activities any worker can run. */
+  DS_TASK_QUEUE: z
+    .string()
+    .regex(/^[A-Za-z0-9._-]{1,200}$/, 'expected letters, digits, ".", "_" or "-"')
+    .default('durable-sessions'),
+  /** This worker's identity; its host-specific task queue is `<DS_TASK_QUEUE>@<DS_WORKER_ID>`. */
+  DS_WORKER_ID: z
+    .string()
+    .regex(/^[A-Za-z0-9._-]{1,100}$/, 'expected letters, digits, ".", "_" or "-"')
+    .optional(),
+  /** Root for everything kept on disk by default. */
+  DS_DATA_DIR: z.string().min(1).default('data'),
+  /** Filesystem snapshot store (share it between workers that restore each other's sessions). */
+  DS_SNAPSHOT_DIR: z.string().min(1).optional(),
+  /** Where workspace runtimes keep their working directories on this host. */
+  DS_WORKSPACE_DIR: z.string().min(1).optional(),
+  /** Grace period between SIGTERM and SIGKILL when a workspace process is stopped. */
+  DS_STOP_GRACE_MS: duration.default(10_000),
+  /** Embedded dev server (only when TEMPORAL_ADDRESS is unset). */
+  DS_DEV_SERVER_PORT: port.default(7233),
+  DS_DEV_UI_PORT: port.default(8233),
+  DS_DEV_SERVER_IP: z.string().min(1).default('127.0.0.1'),
+  DS_TEMPORAL_BIN: z.string().min(1).optional(),
+  LOG_LEVEL: z.enum(['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR']).default('INFO'),
+});
+export type EnvConfig = z.infer<typeof EnvConfig>;
+
+/** Resolved configuration: defaults filled in, paths absolute. */
+export interface Config {
+  temporal: {
+    address?: string;
+    namespace: string;
+    apiKey?: string;
+    tls?: { certPath?: string; keyPath?: string; caPath?: string; serverName?: string };
+  };
+  taskQueue: string;
+  workerId: string;
+  hostTaskQueue: string;
+  dataDir: string;
+  snapshotDir: string;
+  workspaceDir: string;
+  stopGraceMs: number;
+  devServer: { port: number; uiPort: number; ip: string; temporalBin?: string };
+  logLevel: EnvConfig['LOG_LEVEL'];
+}
+
+/** Thrown when an environment variable has a value the schema refuses. The message names each variable. */
+export class ConfigError extends Error {
+  constructor(readonly issues: z.core.$ZodIssue[]) {
+    super(
+      'invalid configuration:\n' +
+        issues.map((i) => `  ${i.path.join('.') || '(environment)'}: ${i.message}`).join('\n'),
+    );
+    this.name = 'ConfigError';
+  }
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  // Empty strings mean "unset", as in most shells and compose files.
+  const present = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  const parsed = EnvConfig.safeParse(present);
+  if (!parsed.success) throw new ConfigError(parsed.error.issues);
+  const e = parsed.data;
+  const dataDir = path.resolve(e.DS_DATA_DIR);
+  const workerId = e.DS_WORKER_ID ?? `${os.hostname().replace(/[^A-Za-z0-9._-]/g, '-')}-${process.pid}`;
+  const wantsTls =
+    e.TEMPORAL_TLS ?? (e.TEMPORAL_API_KEY !== undefined || e.TEMPORAL_TLS_CERT_PATH !== undefined);
+  return {
+    temporal: {
+      address: e.TEMPORAL_ADDRESS,
+      namespace: e.TEMPORAL_NAMESPACE,
+      apiKey: e.TEMPORAL_API_KEY,
+      tls: wantsTls
+        ? {
+            certPath: e.TEMPORAL_TLS_CERT_PATH,
+            keyPath: e.TEMPORAL_TLS_KEY_PATH,
+            caPath: e.TEMPORAL_TLS_CA_PATH,
+            serverName: e.TEMPORAL_TLS_SERVER_NAME,
+          }
+        : undefined,
+    },
+    taskQueue: e.DS_TASK_QUEUE,
+    workerId,
+    hostTaskQueue: `${e.DS_TASK_QUEUE}@${workerId}`,
+    dataDir,
+    snapshotDir: path.resolve(e.DS_SNAPSHOT_DIR ?? path.join(dataDir, 'snapshots')),
+    workspaceDir: path.resolve(e.DS_WORKSPACE_DIR ?? path.join(dataDir, 'workspaces')),
+    stopGraceMs: e.DS_STOP_GRACE_MS,
+    devServer: {
+      port: e.DS_DEV_SERVER_PORT,
+      uiPort: e.DS_DEV_UI_PORT,
+      ip: e.DS_DEV_SERVER_IP,
+      temporalBin: e.DS_TEMPORAL_BIN,
+    },
+    logLevel: e.LOG_LEVEL,
+  };
+}

@@ -1,0 +1,119 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { Connection } from '@temporalio/client';
+import { SEARCH_ATTRIBUTES } from './api/search-attributes';
+
+/** Where scripts/install-temporal.sh puts the Temporal CLI. */
+export const DEFAULT_TEMPORAL_BIN = path.resolve(__dirname, '..', '.tools', 'venv', 'bin', 'temporal');
+
+export interface DevServerOptions {
+  temporalBin?: string;
+  ip?: string;
+  port: number;
+  /** Web UI port; `null` runs headless. */
+  uiPort: number | null;
+  /** SQLite file for persistence across restarts; omitted: in memory. */
+  dbFilename?: string;
+  namespace?: string;
+  /** Where the server's own output goes. */
+  logFile?: string;
+  startTimeoutMs?: number;
+}
+
+export interface DevServer {
+  address: string;
+  uiUrl: string | null;
+  process: ChildProcess;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts the real Temporal dev server (`temporal server start-dev`) with this project's search attributes
+ * registered, and resolves once its frontend accepts connections.
+ */
+export async function startDevServer(options: DevServerOptions): Promise<DevServer> {
+  const bin = options.temporalBin ?? DEFAULT_TEMPORAL_BIN;
+  if (!fs.existsSync(bin)) {
+    throw new Error(`the Temporal CLI is not installed at ${bin}: run "npm run setup" (scripts/install-temporal.sh)`);
+  }
+  const ip = options.ip ?? '127.0.0.1';
+  const args = ['server', 'start-dev', '--ip', ip, '--port', String(options.port), '--log-level', 'warn'];
+  args.push('--namespace', options.namespace ?? 'default');
+  if (options.uiPort === null) args.push('--headless');
+  else args.push('--ui-port', String(options.uiPort));
+  if (options.dbFilename) {
+    fs.mkdirSync(path.dirname(options.dbFilename), { recursive: true });
+    args.push('--db-filename', options.dbFilename);
+  }
+  for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) args.push('--search-attribute', `${name}=${type}`);
+
+  const out = options.logFile ? fs.openSync(options.logFile, 'a') : 'ignore';
+  const child = spawn(bin, args, { stdio: ['ignore', out, out] });
+  const address = `${ip}:${options.port}`;
+  const exited = new Promise<never>((_, reject) =>
+    child.once('exit', (code, signal) =>
+      reject(new Error(`temporal server exited early (code ${code}, signal ${signal}); see ${options.logFile ?? 'its output'}`)),
+    ),
+  );
+  exited.catch(() => undefined);
+  const timeoutMs = options.startTimeoutMs ?? 60_000;
+  try {
+    await Promise.race([waitUntilServing(address, options.namespace ?? 'default', timeoutMs), exited]);
+  } catch (err) {
+    await stopProcess(child);
+    throw err;
+  }
+  return {
+    address,
+    uiUrl: options.uiPort === null ? null : `http://${ip}:${options.uiPort}`,
+    process: child,
+    stop: () => stopProcess(child),
+  };
+}
+
+/** Ready means the namespace answers, not merely that the port is open. */
+async function waitUntilServing(address: string, namespace: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const connection = await Connection.connect({ address, connectTimeout: 2_000 });
+      try {
+        await connection.workflowService.describeNamespace({ namespace });
+        return;
+      } finally {
+        await connection.close();
+      }
+    } catch (err) {
+      lastError = err;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+  throw new Error(`temporal server at ${address} was not ready within ${timeoutMs} ms: ${String(lastError)}`);
+}
+
+function stopProcess(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    const kill = setTimeout(() => child.kill('SIGKILL'), 10_000);
+    child.once('exit', () => {
+      clearTimeout(kill);
+      resolve();
+    });
+    child.kill('SIGTERM');
+  });
+}
+
+/** A free TCP port on loopback (for tests and for running several dev servers side by side). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}

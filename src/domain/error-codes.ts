@@ -1,0 +1,39 @@
+/**
+ * The closed set of failure `type` strings that cross the wire (ApplicationFailure.type).
+ * Workflow, activities and clients all speak these; they are a public API: never rename one.
+ */
+export const ERROR_CODES = {
+  /** The input failed schema validation; `details` carries the zod issues. */
+  InvalidInput: 'InvalidInput',
+  /** The control is not legal in the session's current state. */
+  InvalidTransition: 'InvalidTransition',
+  /** No session with that id exists. */
+  SessionNotFound: 'SessionNotFound',
+  /** A session with that id exists already (or existed). */
+  SessionAlreadyExists: 'SessionAlreadyExists',
+  /** The checkpoint's objects are not in the snapshot store. */
+  SnapshotNotFound: 'SnapshotNotFound',
+  /** The checkpoint's bytes do not match its manifest (digest, size, structure). */
+  SnapshotCorrupt: 'SnapshotCorrupt',
+  /** The checkpoint was written by a format or runtime version this worker cannot restore. */
+  SnapshotIncompatible: 'SnapshotIncompatible',
+  /** The runtime could not be started, captured or stopped for a reason retries will not fix. */
+  RuntimeFailed: 'RuntimeFailed',
+  /** The runtime instance is gone (its host restarted or was lost). */
+  RuntimeLost: 'RuntimeLost',
+  /** No checkpoint of the session could be restored. */
+  RestoreFailed: 'RestoreFailed',
+} as const;
+
+export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES];
+
+/** Failure types an activity raises that no retry can fix: restore falls back instead of retrying. */
+export const PERMANENT_SNAPSHOT_ERRORS: readonly ErrorCode[] = [
+  ERROR_CODES.SnapshotNotFound,
+  ERROR_CODES.SnapshotCorrupt,
+  ERROR_CODES.SnapshotIncompatible,
+];
+
+export function isErrorCode(value: unknown): value is ErrorCode {
+  return typeof value === 'string' && Object.values(ERROR_CODES).includes(value as ErrorCode);
+}

@@ -1,0 +1,3 @@
+export * from './error-codes';
+export * from './schemas';
+export * from './session-state';

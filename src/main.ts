@@ -1,0 +1,39 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { ConfigError, loadConfig } from './config';
+import { startDevServer, type DevServer } from './dev-server';
+import { runWorker } from './worker';
+
+/**
+ * `npm start`: with TEMPORAL_ADDRESS set, a worker for that server; without it, the embedded default —
+ * a Temporal dev server persisting to SQLite under the data folder, its Web UI, and a worker.
+ */
+async function main(): Promise<void> {
+  const config = loadConfig();
+  let server: DevServer | undefined;
+  if (!config.temporal.address) {
+    fs.mkdirSync(config.dataDir, { recursive: true });
+    server = await startDevServer({
+      temporalBin: config.devServer.temporalBin,
+      ip: config.devServer.ip,
+      port: config.devServer.port,
+      uiPort: config.devServer.uiPort,
+      namespace: config.temporal.namespace,
+      dbFilename: path.join(config.dataDir, 'temporal.db'),
+      logFile: path.join(config.dataDir, 'temporal.log'),
+    });
+    console.log(`Temporal server  ${server.address} (SQLite: ${path.join(config.dataDir, 'temporal.db')})`);
+    console.log(`Temporal Web UI  ${server.uiUrl}`);
+    console.log(`Snapshots        ${config.snapshotDir}`);
+  }
+  try {
+    await runWorker(config, server?.address ?? config.temporal.address);
+  } finally {
+    await server?.stop();
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err instanceof ConfigError ? err.message : err instanceof Error ? (err.stack ?? err.message) : err);
+  process.exit(1);
+});

@@ -1,0 +1,79 @@
+import type { Readable } from 'node:stream';
+import type { RuntimeSpec } from '../domain/schemas';
+
+/** How a runtime instance ended. `requested` is true when `stop` caused it. */
+export interface ExitInfo {
+  exitCode: number | null;
+  signal: string | null;
+  requested: boolean;
+}
+
+/** What `describe` reports of a live instance (shown in status and the Web UI). */
+export interface RuntimeInstanceInfo {
+  instanceId: string;
+  sessionId: string;
+  kind: RuntimeSpec['kind'];
+  version: string;
+  /** Where it lives: a directory for `workspace`, 'memory' for the in-process runtime. */
+  location: string;
+  pid?: number;
+  startedAt: string;
+  running: boolean;
+}
+
+export interface StartRequest<S extends RuntimeSpec = RuntimeSpec> {
+  sessionId: string;
+  /** Unique per start or restore; a restored session gets a new instance (a fresh directory). */
+  instanceId: string;
+  spec: S;
+}
+
+export interface RestoreRequest<S extends RuntimeSpec = RuntimeSpec> extends StartRequest<S> {
+  /**
+   * The captured state. The stream fails (before 'end') if the bytes do not verify: the runtime must
+   * then clean up what it extracted, start nothing, and reject with the stream's error unchanged.
+   */
+  state: Readable;
+}
+
+/**
+ * One kind of runtime a session can live in. An implementation manages many instances in this worker
+ * process, keyed by instance id.
+ */
+export interface SessionRuntime<S extends RuntimeSpec = RuntimeSpec> {
+  readonly kind: S['kind'];
+  /** Recorded in every checkpoint; restore refuses state captured by an incompatible version. */
+  readonly version: string;
+  /** Whether this runtime can restore state captured by `version`. */
+  canRestore(version: string): boolean;
+  start(request: StartRequest<S>): Promise<RuntimeInstanceInfo>;
+  restore(request: RestoreRequest<S>): Promise<RuntimeInstanceInfo>;
+  /**
+   * A consistent point-in-time stream of the instance's state. The instance may be frozen while the
+   * stream is read; it resumes when the stream ends, errors or is destroyed.
+   */
+  capture(instanceId: string): Promise<Readable>;
+  /** Stops the instance (gracefully, then forcibly after the grace period) and frees its compute. */
+  stop(instanceId: string, options?: { graceMs?: number }): Promise<ExitInfo>;
+  /** Resolves when the instance ends, however it ends. Rejects with RuntimeNotFoundError for an unknown id. */
+  waitForExit(instanceId: string, signal?: AbortSignal): Promise<ExitInfo>;
+  describe(instanceId: string): RuntimeInstanceInfo | undefined;
+  /** Removes what a stopped instance left on this host (its directory). */
+  dispose(instanceId: string): Promise<void>;
+}
+
+/** Thrown when an instance id is not known to this worker (it was never here, or the worker restarted). */
+export class RuntimeNotFoundError extends Error {
+  constructor(readonly instanceId: string) {
+    super(`runtime instance ${instanceId} is not running on this worker`);
+    this.name = 'RuntimeNotFoundError';
+  }
+}
+
+/** Thrown when a runtime cannot do what was asked for a reason a retry will not fix (bad command, …). */
+export class RuntimeFailedError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'RuntimeFailedError';
+  }
+}

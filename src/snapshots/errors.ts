@@ -1,0 +1,30 @@
+import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
+
+/** Base of the snapshot store's typed errors. `code` is the wire failure type the activities raise. */
+export abstract class SnapshotError extends Error {
+  abstract readonly code: ErrorCode;
+  constructor(
+    message: string,
+    readonly sessionId: string,
+    readonly checkpointId: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** Thrown when a checkpoint's manifest or data object does not exist in the store. */
+export class SnapshotNotFoundError extends SnapshotError {
+  readonly code = ERROR_CODES.SnapshotNotFound;
+}
+
+/** Thrown when a checkpoint's bytes do not match its manifest (digest, size) or the manifest is unreadable. */
+export class SnapshotCorruptError extends SnapshotError {
+  readonly code = ERROR_CODES.SnapshotCorrupt;
+}
+
+/** Thrown when a checkpoint was written in a format or by a runtime version this reader cannot restore. */
+export class SnapshotIncompatibleError extends SnapshotError {
+  readonly code = ERROR_CODES.SnapshotIncompatible;
+}

@@ -1,0 +1,62 @@
+import type { Readable } from 'node:stream';
+
+/** The format this code writes. Readers accept every version in SUPPORTED_FORMAT_VERSIONS. */
+export const FORMAT_VERSION = 1;
+export const SUPPORTED_FORMAT_VERSIONS: readonly number[] = [1];
+
+/**
+ * The immutable description of one checkpoint, written after its data object is durable. A checkpoint
+ * exists for readers exactly when its manifest does.
+ */
+export interface CheckpointManifest {
+  formatVersion: number;
+  checkpointId: string;
+  sessionId: string;
+  sequence: number;
+  parentId: string | null;
+  runtime: { kind: string; version: string };
+  /** Bytes of the state stream. */
+  size: number;
+  /** `sha256:<hex>` of the state stream. */
+  digest: string;
+  /** ISO-8601. */
+  createdAt: string;
+  label?: string;
+  trigger: 'manual' | 'pause' | 'stop';
+}
+
+export type NewCheckpoint = Omit<CheckpointManifest, 'formatVersion' | 'size' | 'digest' | 'createdAt'>;
+
+export interface StoreProgress {
+  /** Called with the bytes written or read so far. Throttling is the caller's business. */
+  onProgress?: (bytesDone: number) => void;
+  signal?: AbortSignal;
+}
+
+export interface SnapshotStore {
+  /**
+   * Streams `data` into the store and then publishes the manifest. Memory does not grow with the state's
+   * size. If `data` errors, or `signal` aborts, nothing becomes visible. Writing a checkpoint id that exists
+   * already is an error (checkpoints are immutable).
+   */
+  write(checkpoint: NewCheckpoint, data: Readable, options?: StoreProgress): Promise<CheckpointManifest>;
+
+  /** Reads and checks a manifest (schema, format version). Throws SnapshotNotFound/Corrupt/IncompatibleError. */
+  readManifest(sessionId: string, checkpointId: string): Promise<CheckpointManifest>;
+
+  /**
+   * Opens the checkpoint's state for reading after checking its manifest. The stream verifies size and
+   * digest as it goes and fails with SnapshotCorruptError *before* it ends if they do not match, so a
+   * consumer that waits for 'end' never accepts bad bytes.
+   */
+  open(sessionId: string, checkpointId: string, options?: StoreProgress): Promise<{ manifest: CheckpointManifest; stream: Readable }>;
+
+  /** Reads the whole object and checks it against its manifest; returns the manifest if it verifies. */
+  verify(sessionId: string, checkpointId: string): Promise<CheckpointManifest>;
+
+  /** Manifests of a session's checkpoints, in sequence order. Unreadable manifests are skipped. */
+  list(sessionId: string): Promise<CheckpointManifest[]>;
+
+  /** Removes a checkpoint (manifest first, so it disappears atomically for readers). Missing is not an error. */
+  delete(sessionId: string, checkpointId: string): Promise<void>;
+}

@@ -1,0 +1,655 @@
+import {
+  ActivityFailure,
+  allHandlersFinished,
+  ApplicationFailure,
+  CancellationScope,
+  condition,
+  continueAsNew,
+  isCancellation,
+  log,
+  proxyActivities,
+  setCurrentDetails,
+  setHandler,
+  upsertSearchAttributes,
+  uuid4,
+  workflowInfo,
+  type ActivityOptions,
+} from '@temporalio/workflow';
+import type { SessionActivities, WatchResult } from '../activities';
+import {
+  checkpointSignal,
+  checkpointUpdate,
+  pauseSignal,
+  pauseUpdate,
+  resumeSignal,
+  resumeUpdate,
+  statusQuery,
+  stopSignal,
+  stopUpdate,
+  timelineQuery,
+  type FailureInfo,
+  type ResumeResult,
+  type RuntimeInstanceRef,
+  type SessionStatus,
+  type SessionWorkflowInput,
+  type StopResult,
+  type TimelineEntry,
+} from '../api/messages';
+import { sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
+import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS, type ErrorCode } from '../domain/error-codes';
+import {
+  CheckpointInput,
+  PauseInput,
+  ResumeInput,
+  StartSessionInput,
+  StopInput,
+  type CheckpointRef,
+  type CheckpointTrigger,
+} from '../domain/schemas';
+import {
+  isFinal,
+  planControl,
+  transition,
+  type Control,
+  type Phase,
+  type SessionEvent,
+  type StablePhase,
+} from '../domain/session-state';
+import type { z } from 'zod';
+
+/** Transient I/O (store unavailable, disk hiccup) is retried with backoff; typed permanent errors are not. */
+const IO_RETRY: ActivityOptions['retry'] = {
+  initialInterval: '1s',
+  backoffCoefficient: 2,
+  maximumInterval: '30s',
+  maximumAttempts: 10,
+  nonRetryableErrorTypes: [...PERMANENT_SNAPSHOT_ERRORS, ERROR_CODES.RuntimeFailed, ERROR_CODES.RuntimeLost],
+};
+
+const shared = proxyActivities<SessionActivities>({
+  startToCloseTimeout: '1 minute',
+  retry: IO_RETRY,
+});
+
+/**
+ * Activities that touch a runtime instance run on the task queue of the worker host it lives on.
+ * scheduleToStartTimeout makes a host that has gone away show up as a failure instead of a wait forever.
+ */
+function onHost(hostTaskQueue: string) {
+  return proxyActivities<SessionActivities>({
+    taskQueue: hostTaskQueue,
+    startToCloseTimeout: '2 hours',
+    scheduleToStartTimeout: '1 minute',
+    heartbeatTimeout: '1 minute',
+    retry: IO_RETRY,
+  });
+}
+
+function watcherOn(hostTaskQueue: string) {
+  return proxyActivities<SessionActivities>({
+    taskQueue: hostTaskQueue,
+    startToCloseTimeout: '2 hours',
+    scheduleToStartTimeout: '1 minute',
+    heartbeatTimeout: '30s',
+    retry: { maximumAttempts: 2, nonRetryableErrorTypes: [ERROR_CODES.RuntimeLost, ERROR_CODES.RuntimeFailed] },
+  });
+}
+
+/** Idempotency results kept (and carried across continue-as-new) per session. */
+const MAX_REMEMBERED_RESULTS = 200;
+
+interface RememberedResult {
+  key: string;
+  control: Control;
+  result: unknown;
+}
+
+/** Everything a run hands to the next one at continue-as-new. */
+interface SessionState {
+  spec: StartSessionInput;
+  phase: Phase;
+  runtime: RuntimeInstanceRef | null;
+  head: CheckpointRef | null;
+  checkpoints: CheckpointRef[];
+  timeline: TimelineEntry[];
+  nextSequence: number;
+  failure: FailureInfo | null;
+  lastRestore: SessionStatus['lastRestore'];
+  lastRejectedSignal: SessionStatus['lastRejectedSignal'];
+  results: RememberedResult[];
+  startedAt: string;
+  updatedAt: string;
+}
+
+/**
+ * One workflow per session: it owns the session's lifecycle. Handlers only validate and enqueue; controls
+ * run one at a time, in the order they were accepted, through `serial`.
+ */
+export async function sessionWorkflow(input: SessionWorkflowInput): Promise<StopResult> {
+  const state: SessionState = (input.carried as SessionState | undefined) ?? initialState(input.spec);
+  const sessionId = state.spec.sessionId;
+
+  // ---- serial execution of operations -------------------------------------------------------------
+  let tail: Promise<unknown> = Promise.resolve();
+  let queued = 0; // operations accepted and not finished (controls and internal events)
+  let pendingControls = 0;
+  let projected: StablePhase = stableOr(state.phase, 'running');
+  const inFlight = new Map<string, Promise<unknown>>();
+  let watchScope: CancellationScope | null = null;
+
+  function serial<T>(op: () => Promise<T>): Promise<T> {
+    queued++;
+    const run = tail.then(op);
+    tail = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    return run.finally(() => {
+      queued--;
+      // Once nothing is queued, the projection is simply where the session is.
+      if (queued === 0) projected = stableOr(state.phase, projected);
+    });
+  }
+
+  // ---- state changes ------------------------------------------------------------------------------
+  function apply(event: SessionEvent): void {
+    const result = transition(state.phase, event);
+    if (!result.ok) throw invalidTransition(result.reason);
+    state.phase = result.phase;
+    if (result.phase === 'failed') {
+      state.failure = { type: ERROR_CODES.RuntimeFailed, message: result.failureReason ?? 'failed', at: now() };
+    }
+    touch();
+  }
+
+  function fail(type: ErrorCode, message: string): void {
+    if (isFinal(state.phase)) return;
+    state.phase = 'failed';
+    state.failure = { type, message, at: now() };
+    touch();
+  }
+
+  function touch(): void {
+    state.updatedAt = now();
+    upsertSearchAttributes([
+      { key: sessionStateKey, value: state.phase },
+      { key: sessionRuntimeKey, value: state.spec.runtime.kind },
+    ]);
+    setCurrentDetails(describe());
+  }
+
+  function record(entry: TimelineEntry): void {
+    state.timeline.push(entry);
+  }
+
+  // ---- validators and handlers ---------------------------------------------------------------------
+  /**
+   * Synchronous by design: an async validator's rejection is ignored by the SDK. A rejected update leaves
+   * no trace in history and changes nothing.
+   */
+  function validate<S extends z.ZodType<{ idempotencyKey?: string }>>(control: Control, schema: S, raw: unknown): void {
+    const input = parse(schema, raw);
+    const key = input.idempotencyKey;
+    if (key !== undefined) {
+      const prior = state.results.find((r) => r.key === key);
+      if (prior && prior.control !== control) {
+        throw failure(ERROR_CODES.InvalidInput, `idempotency key "${key}" was already used for ${prior.control}`);
+      }
+      if (prior || inFlight.has(key)) return; // a repeat: the handler answers with the first result
+    }
+    const plan = planControl(projected, control);
+    if (!plan.ok) throw invalidTransition(plan.reason);
+    if (control === 'resume') checkResumeTarget((input as ResumeInput).checkpointId);
+  }
+
+  function checkResumeTarget(checkpointId: string | undefined): void {
+    if (checkpointId !== undefined && !state.checkpoints.some((c) => c.checkpointId === checkpointId)) {
+      throw failure(ERROR_CODES.SnapshotNotFound, `session ${sessionId} has no checkpoint ${checkpointId}`);
+    }
+  }
+
+  /** Accepts a validated control: dedupes by key, advances the projection, and queues the work. */
+  function accept<I extends { idempotencyKey?: string }, R>(control: Control, input: I, run: (i: I) => Promise<R>): Promise<R> {
+    const key = input.idempotencyKey;
+    if (key !== undefined) {
+      const prior = state.results.find((r) => r.key === key);
+      if (prior) return Promise.resolve(prior.result as R);
+      const running = inFlight.get(key);
+      if (running) return running as Promise<R>;
+    }
+    const plan = planControl(projected, control);
+    if (!plan.ok) return Promise.reject(invalidTransition(plan.reason));
+    projected = plan.projected;
+    pendingControls++;
+    const result = serial(() => run(input)).finally(() => {
+      pendingControls--;
+      if (key !== undefined) inFlight.delete(key);
+    });
+    if (key !== undefined) {
+      inFlight.set(key, result);
+      result.then(
+        (value) => remember(key, control, value),
+        () => undefined, // a failed control is not remembered: the caller may retry it with the same key
+      );
+    }
+    return result;
+  }
+
+  function remember(key: string, control: Control, result: unknown): void {
+    state.results.push({ key, control, result });
+    if (state.results.length > MAX_REMEMBERED_RESULTS) state.results.shift();
+  }
+
+  /** Signals have no caller to answer: a control that cannot run is recorded in status instead. */
+  function fromSignal<I extends { idempotencyKey?: string }>(
+    signal: string,
+    control: Control,
+    schema: z.ZodType<I>,
+    run: (i: I) => Promise<unknown>,
+  ) {
+    return (raw: I): void => {
+      try {
+        validate(control, schema, raw);
+        accept(control, parse(schema, raw), run).catch((err: unknown) => rejectSignal(signal, err));
+      } catch (err) {
+        rejectSignal(signal, err);
+      }
+    };
+  }
+
+  function rejectSignal(signal: string, err: unknown): void {
+    const reason = err instanceof Error ? err.message : String(err);
+    log.warn('signal rejected', { signal, reason });
+    state.lastRejectedSignal = { signal, reason, at: now() };
+  }
+
+  setHandler(checkpointUpdate, (i) => accept('checkpoint', parse(CheckpointInput, i), doCheckpoint), {
+    validator: (i) => validate('checkpoint', CheckpointInput, i),
+    description: 'Capture the running session into a new checkpoint; returns its reference.',
+  });
+  setHandler(pauseUpdate, (i) => accept('pause', parse(PauseInput, i), doPause), {
+    validator: (i) => validate('pause', PauseInput, i),
+    description: 'Checkpoint the session, then stop its runtime to free compute; returns the checkpoint.',
+  });
+  setHandler(resumeUpdate, (i) => accept('resume', parse(ResumeInput, i), doResume), {
+    validator: (i) => validate('resume', ResumeInput, i),
+    description: 'Restore a paused session from its newest (or the given) checkpoint that verifies.',
+  });
+  setHandler(stopUpdate, (i) => accept('stop', parse(StopInput, i), doStop), {
+    validator: (i) => validate('stop', StopInput, i),
+    description: 'Stop the session for good, with a final checkpoint of a running session by default.',
+  });
+  setHandler(checkpointSignal, fromSignal('requestCheckpoint', 'checkpoint', CheckpointInput, doCheckpoint), {
+    description: 'Fire-and-forget checkpoint.',
+  });
+  setHandler(pauseSignal, fromSignal('requestPause', 'pause', PauseInput, doPause), {
+    description: 'Fire-and-forget pause.',
+  });
+  setHandler(resumeSignal, fromSignal('requestResume', 'resume', ResumeInput, doResume), {
+    description: 'Fire-and-forget resume.',
+  });
+  setHandler(stopSignal, fromSignal('requestStop', 'stop', StopInput, doStop), {
+    description: 'Fire-and-forget stop.',
+  });
+  setHandler(statusQuery, () => status(), { description: 'Current phase, runtime, head checkpoint and failure.' });
+  setHandler(timelineQuery, () => state.timeline, {
+    description: 'Checkpoints, restores, fallbacks and runtime events, oldest first.',
+  });
+
+  // ---- operations ----------------------------------------------------------------------------------
+  async function doStart(): Promise<void> {
+    try {
+      const { hostTaskQueue } = await shared.placeSession();
+      const runtime = await onHost(hostTaskQueue).startRuntime({
+        sessionId,
+        instanceId: newInstanceId(),
+        spec: state.spec.runtime,
+      });
+      state.runtime = runtime;
+      apply({ type: 'started' });
+      watch(runtime);
+    } catch (err) {
+      fail(typeOf(err) ?? ERROR_CODES.RuntimeFailed, `the runtime could not be started: ${messageOf(err)}`);
+    }
+  }
+
+  async function doCheckpoint(input: CheckpointInput): Promise<CheckpointRef> {
+    apply({ type: 'checkpointRequested' });
+    try {
+      const ref = await capture('manual', input.label);
+      apply({ type: 'checkpointSucceeded' });
+      return ref;
+    } catch (err) {
+      apply({ type: 'checkpointFailed' });
+      throw asFailure(err, 'checkpoint failed');
+    }
+  }
+
+  async function doPause(_input: PauseInput): Promise<CheckpointRef> {
+    apply({ type: 'pauseRequested' });
+    let ref: CheckpointRef;
+    try {
+      ref = await capture('pause');
+    } catch (err) {
+      // The state is not durable, so the runtime keeps running: pausing must never lose work.
+      apply({ type: 'pauseFailed' });
+      throw asFailure(err, 'pause failed: the checkpoint could not be written, the session keeps running');
+    }
+    await stopRuntime();
+    apply({ type: 'pauseSucceeded' });
+    return ref;
+  }
+
+  async function doResume(input: ResumeInput): Promise<ResumeResult> {
+    apply({ type: 'resumeRequested' });
+    const target = input.checkpointId
+      ? state.checkpoints.find((c) => c.checkpointId === input.checkpointId)
+      : state.head;
+    if (!target) {
+      fail(ERROR_CODES.RestoreFailed, 'the session has no checkpoint to resume from');
+      throw failure(ERROR_CODES.RestoreFailed, 'the session has no checkpoint to resume from');
+    }
+    const outcome = await restoreWithFallback(target, 'resume');
+    if (!outcome.ok) {
+      if (!outcome.permanent) apply({ type: 'resumeFailed' });
+      throw failure(ERROR_CODES.RestoreFailed, outcome.reason);
+    }
+    apply({ type: 'resumeSucceeded' });
+    return outcome.result;
+  }
+
+  async function doStop(input: StopInput): Promise<StopResult> {
+    const wasRunning = state.phase === 'running';
+    apply({ type: 'stopRequested' });
+    let finalCheckpoint: CheckpointRef | null = null;
+    if (wasRunning) {
+      if (input.checkpoint !== false) {
+        try {
+          finalCheckpoint = await capture('stop');
+        } catch (err) {
+          // Stopping without the final state would lose work the caller asked to keep.
+          apply({ type: 'stopFailed' });
+          throw asFailure(err, 'stop failed: the final checkpoint could not be written, the session keeps running');
+        }
+      }
+      await stopRuntime();
+    }
+    apply({ type: 'stopSucceeded' });
+    return { phase: 'completed', finalCheckpoint };
+  }
+
+  async function capture(trigger: CheckpointTrigger, label?: string): Promise<CheckpointRef> {
+    const runtime = requireRuntime();
+    const sequence = state.nextSequence;
+    const ref = await onHost(runtime.hostTaskQueue).captureCheckpoint({
+      sessionId,
+      instance: runtime,
+      checkpointId: `${String(sequence).padStart(6, '0')}-${uuid4().slice(0, 8)}`,
+      sequence,
+      parentId: state.head?.checkpointId ?? null,
+      trigger,
+      label,
+    });
+    state.nextSequence = sequence + 1;
+    state.checkpoints.push(ref);
+    state.head = ref;
+    record({ kind: 'checkpoint', at: now(), checkpoint: ref });
+    touch();
+    return ref;
+  }
+
+  /**
+   * Called only once the state is durable in a checkpoint, so a host that cannot be reached to stop the
+   * runtime loses nothing: the instance is recorded as lost and the session moves on.
+   */
+  async function stopRuntime(): Promise<void> {
+    const runtime = requireRuntime();
+    cancelWatch();
+    const host = onHost(runtime.hostTaskQueue);
+    try {
+      await host.stopRuntime({ instance: runtime });
+      await host.disposeRuntime({ instance: runtime });
+    } catch (err) {
+      record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason: messageOf(err) });
+      log.warn('runtime could not be stopped; its state is checkpointed', { instanceId: runtime.instanceId });
+    }
+    state.runtime = null;
+  }
+
+  function cancelWatch(): void {
+    watchScope?.cancel();
+    watchScope = null;
+  }
+
+  /**
+   * Restores `target`, or else the newest older checkpoint that verifies. Transient errors were already
+   * retried by the activity's retry policy; what reaches here is permanent for that checkpoint.
+   */
+  async function restoreWithFallback(
+    target: CheckpointRef,
+    cause: 'resume' | 'recovery',
+  ): Promise<{ ok: true; result: ResumeResult } | { ok: false; permanent: boolean; reason: string }> {
+    const candidates = [target, ...olderThan(target)];
+    const skipped: { checkpointId: string; reason: string }[] = [];
+    for (const candidate of candidates) {
+      try {
+        const { hostTaskQueue } = await shared.placeSession();
+        const runtime = await onHost(hostTaskQueue).restoreCheckpoint({
+          sessionId,
+          checkpointId: candidate.checkpointId,
+          instanceId: newInstanceId(),
+          spec: state.spec.runtime,
+        });
+        state.runtime = runtime;
+        state.head = candidate;
+        state.lastRestore = { checkpointId: candidate.checkpointId, at: now(), fallbackFrom: skipped.map((s) => s.checkpointId) };
+        record({ kind: 'restored', at: now(), checkpointId: candidate.checkpointId, instanceId: runtime.instanceId, cause });
+        watch(runtime);
+        return {
+          ok: true,
+          result: { restoredFrom: candidate, runtime, ...(skipped.length ? { fallbackFrom: skipped } : {}) },
+        };
+      } catch (err) {
+        const type = typeOf(err);
+        if (!type || !PERMANENT_SNAPSHOT_ERRORS.includes(type)) {
+          // Not a property of this checkpoint (retries exhausted, no host): an older one would not help.
+          const reason = `restore of checkpoint ${candidate.checkpointId} failed: ${messageOf(err)}`;
+          return { ok: false, permanent: false, reason };
+        }
+        const reason = `${type}: ${messageOf(err)}`;
+        skipped.push({ checkpointId: candidate.checkpointId, reason });
+        const next = candidates[candidates.indexOf(candidate) + 1];
+        record({ kind: 'fallback', at: now(), fromCheckpointId: candidate.checkpointId, toCheckpointId: next?.checkpointId ?? null, reason });
+        log.warn('checkpoint cannot be restored, falling back', { checkpointId: candidate.checkpointId, reason });
+      }
+    }
+    const reason =
+      `no checkpoint of session ${sessionId} could be restored: ` +
+      skipped.map((s) => `${s.checkpointId} (${s.reason})`).join('; ');
+    fail(ERROR_CODES.RestoreFailed, reason);
+    return { ok: false, permanent: true, reason };
+  }
+
+  function olderThan(target: CheckpointRef): CheckpointRef[] {
+    return state.checkpoints.filter((c) => c.sequence < target.sequence).sort((a, b) => b.sequence - a.sequence);
+  }
+
+  // ---- watching the runtime ------------------------------------------------------------------------
+  /** Learns of exits nobody asked for and of lost hosts, in bounded rounds of a long-polling activity. */
+  function watch(runtime: RuntimeInstanceRef): void {
+    const scope = new CancellationScope();
+    watchScope = scope;
+    const watcher = watcherOn(runtime.hostTaskQueue);
+    const round = (): Promise<WatchResult> =>
+      scope.run(() => watcher.watchRuntime({ instance: runtime })).then((r) => (r.exited ? r : round()));
+    round().then(
+      (result) => {
+        if (result.exited && !result.exit.requested) {
+          void serial(async () => onRuntimeExited(runtime, result.exit.exitCode, result.exit.signal));
+        }
+      },
+      (err: unknown) => {
+        if (isCancellation(err) || scope.consideredCancelled) return;
+        void serial(() => onRuntimeLost(runtime, messageOf(err)));
+      },
+    );
+  }
+
+  function onRuntimeExited(runtime: RuntimeInstanceRef, exitCode: number | null, signal: string | null): void {
+    if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
+    record({ kind: 'runtime-exited', at: now(), exitCode, signal });
+    state.runtime = null;
+    apply({ type: 'runtimeExited', exitCode, signal });
+  }
+
+  async function onRuntimeLost(runtime: RuntimeInstanceRef, reason: string): Promise<void> {
+    if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
+    record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason });
+    state.runtime = null;
+    if (!state.head) {
+      fail(ERROR_CODES.RuntimeLost, `the runtime was lost and the session has no checkpoint: ${reason}`);
+      return;
+    }
+    // The host is gone: bring the session back from its newest checkpoint, wherever a worker can run it.
+    apply({ type: 'runtimeLost' });
+    const outcome = await restoreWithFallback(state.head, 'recovery');
+    if (outcome.ok) apply({ type: 'resumeSucceeded' });
+    else if (!outcome.permanent) apply({ type: 'resumeFailed' });
+  }
+
+  // ---- helpers -------------------------------------------------------------------------------------
+  function requireRuntime(): RuntimeInstanceRef {
+    if (!state.runtime) throw failure(ERROR_CODES.RuntimeLost, `session ${sessionId} has no running runtime`);
+    return state.runtime;
+  }
+
+  function newInstanceId(): string {
+    return `${sessionId}-${uuid4().slice(0, 8)}`;
+  }
+
+  function status(): SessionStatus {
+    return {
+      sessionId,
+      phase: state.phase,
+      runtimeKind: state.spec.runtime.kind,
+      runtime: state.runtime,
+      head: state.head,
+      checkpointCount: state.checkpoints.length,
+      pendingControls,
+      failure: state.failure,
+      lastRestore: state.lastRestore,
+      lastRejectedSignal: state.lastRejectedSignal,
+      startedAt: state.startedAt,
+      updatedAt: state.updatedAt,
+    };
+  }
+
+  /** Markdown shown as "current details" in the Web UI. */
+  function describe(): string {
+    const lines = [`**${state.phase}** · ${state.spec.runtime.kind} runtime · ${state.checkpoints.length} checkpoint(s)`];
+    if (state.head) lines.push(`head: \`${state.head.checkpointId}\` (${state.head.size} bytes, ${state.head.createdAt})`);
+    if (state.runtime) lines.push(`runtime: \`${state.runtime.instanceId}\` on \`${state.runtime.hostTaskQueue}\``);
+    if (state.failure) lines.push(`failure: ${state.failure.type}: ${state.failure.message}`);
+    return lines.join('\n\n');
+  }
+
+  // ---- main ----------------------------------------------------------------------------------------
+  if (input.carried === undefined) {
+    touch();
+    void serial(doStart);
+  } else {
+    touch();
+    if (state.runtime && state.phase === 'running') watch(state.runtime);
+  }
+
+  const shouldContinueAsNew = () => workflowInfo().continueAsNewSuggested;
+  await condition(() => queued === 0 && (isFinal(state.phase) || shouldContinueAsNew()));
+  // Let accepted updates answer their callers before this run closes.
+  await condition(() => allHandlersFinished() && queued === 0);
+
+  if (state.phase === 'failed') {
+    const f = state.failure ?? { type: ERROR_CODES.RuntimeFailed, message: 'failed', at: now() };
+    throw ApplicationFailure.create({ type: f.type, message: f.message, nonRetryable: true });
+  }
+  if (state.phase === 'completed') {
+    const last = state.checkpoints[state.checkpoints.length - 1];
+    return { phase: 'completed', finalCheckpoint: last?.trigger === 'stop' ? last : null };
+  }
+  cancelWatch();
+  return continueAsNew<typeof sessionWorkflow>({ spec: state.spec, carried: state });
+}
+
+function initialState(rawSpec: StartSessionInput): SessionState {
+  const spec = parse(StartSessionInput, rawSpec);
+  const at = now();
+  return {
+    spec,
+    phase: 'starting',
+    runtime: null,
+    head: null,
+    checkpoints: [],
+    timeline: [],
+    nextSequence: 1,
+    failure: null,
+    lastRestore: null,
+    lastRejectedSignal: null,
+    results: [],
+    startedAt: at,
+    updatedAt: at,
+  };
+}
+
+function parse<T>(schema: z.ZodType<T>, raw: unknown): T {
+  const result = schema.safeParse(raw);
+  if (!result.success) {
+    const summary = result.error.issues.map((i) => `${i.path.join('.') || 'input'}: ${i.message}`).join('; ');
+    throw ApplicationFailure.create({
+      type: ERROR_CODES.InvalidInput,
+      message: `invalid input: ${summary}`,
+      details: [result.error.issues],
+      nonRetryable: true,
+    });
+  }
+  return result.data;
+}
+
+function failure(type: ErrorCode, message: string): ApplicationFailure {
+  return ApplicationFailure.create({ type, message, nonRetryable: true });
+}
+
+function invalidTransition(reason: string): ApplicationFailure {
+  return failure(ERROR_CODES.InvalidTransition, reason);
+}
+
+function stableOr(phase: Phase, fallback: StablePhase): StablePhase {
+  return phase === 'running' || phase === 'paused' || phase === 'completed' || phase === 'failed' ? phase : fallback;
+}
+
+/** The failure type of an activity error, if it is one of ours. */
+function typeOf(err: unknown): ErrorCode | undefined {
+  const cause = err instanceof ActivityFailure ? err.cause : err;
+  if (cause instanceof ApplicationFailure && cause.type && (Object.values(ERROR_CODES) as string[]).includes(cause.type)) {
+    return cause.type as ErrorCode;
+  }
+  return undefined;
+}
+
+function messageOf(err: unknown): string {
+  const cause = err instanceof ActivityFailure && err.cause ? err.cause : err;
+  return cause instanceof Error ? cause.message : String(cause);
+}
+
+/** Update handlers must throw ApplicationFailures (a plain Error would fail the workflow task, forever). */
+function asFailure(err: unknown, context: string): ApplicationFailure {
+  const type = typeOf(err);
+  if (err instanceof ApplicationFailure && !(err instanceof ActivityFailure)) return err;
+  return ApplicationFailure.create({
+    type: type ?? ERROR_CODES.RuntimeFailed,
+    message: `${context}: ${messageOf(err)}`,
+    nonRetryable: true,
+  });
+}
+
+function now(): string {
+  return new Date().toISOString();
+}

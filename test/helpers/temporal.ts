@@ -1,0 +1,121 @@
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
+import { NativeConnection } from '@temporalio/worker';
+import type { ActivityDeps } from '../../src/activities';
+import { SessionClient } from '../../src/client';
+import { MemoryRuntime, WorkspaceRuntime } from '../../src/runtimes';
+import { FsSnapshotStore } from '../../src/snapshots';
+import type { SnapshotStore } from '../../src/snapshots';
+import { createWorkers, type SessionWorkers } from '../../src/worker';
+
+/** A worker host (shared + host-specific queue) and a client on the run's real Temporal dev server. */
+export interface TestSystem {
+  client: Client;
+  sessions: SessionClient;
+  store: FsSnapshotStore;
+  workspace: WorkspaceRuntime;
+  memory: MemoryRuntime;
+  taskQueue: string;
+  dir: string;
+  /** Starts another worker host on the same shared queue (a second machine). */
+  addHost(options?: { store?: SnapshotStore; watchHeartbeatMs?: number }): Promise<TestHost>;
+  close(): Promise<void>;
+}
+
+export interface TestHost {
+  hostTaskQueue: string;
+  workspace: WorkspaceRuntime;
+  memory: MemoryRuntime;
+  /** Stops polling and kills this host's processes, like a machine going away. */
+  crash(): Promise<void>;
+}
+
+export async function startTestSystem(options: { store?: (real: FsSnapshotStore) => SnapshotStore } = {}): Promise<TestSystem> {
+  const address = process.env.DS_TEST_TEMPORAL_ADDRESS;
+  const bundlePath = process.env.DS_TEST_WORKFLOW_BUNDLE;
+  if (!address || !bundlePath) throw new Error('the jest global setup did not start a Temporal server');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-system-'));
+  const taskQueue = `test-${crypto.randomUUID()}`;
+  const store = new FsSnapshotStore(path.join(dir, 'snapshots'));
+  const nativeConnection = await NativeConnection.connect({ address });
+  const connection = await Connection.connect({ address });
+  const client = new Client({ connection });
+  const hosts: { workers: SessionWorkers; running: Promise<void>; workspace: WorkspaceRuntime }[] = [];
+
+  async function addHost(hostOptions: { store?: SnapshotStore; watchHeartbeatMs?: number } = {}): Promise<TestHost> {
+    const hostTaskQueue = `${taskQueue}@host-${hosts.length + 1}`;
+    const workspace = new WorkspaceRuntime({ rootDir: path.join(dir, `workspaces-${hosts.length + 1}`), defaultStopGraceMs: 2_000 });
+    const memory = new MemoryRuntime();
+    const deps: ActivityDeps = {
+      store: hostOptions.store ?? (options.store ? options.store(store) : store),
+      runtimes: { workspace, memory },
+      hostTaskQueue,
+      watchHeartbeatMs: hostOptions.watchHeartbeatMs ?? 1_000,
+    };
+    const workers = await createWorkers({
+      connection: nativeConnection,
+      namespace: 'default',
+      taskQueue,
+      hostTaskQueue,
+      deps,
+      workflowBundle: { codePath: bundlePath! },
+    });
+    const running = workers.run();
+    const entry = { workers, running, workspace };
+    hosts.push(entry);
+    return {
+      hostTaskQueue,
+      workspace,
+      memory,
+      async crash() {
+        await workspace.stopAll();
+        workers.shutdown();
+        await running;
+        hosts.splice(hosts.indexOf(entry), 1);
+      },
+    };
+  }
+
+  const first = await addHost();
+  return {
+    client,
+    sessions: new SessionClient({ client, taskQueue }),
+    store,
+    workspace: first.workspace,
+    memory: first.memory,
+    taskQueue,
+    dir,
+    addHost,
+    async close() {
+      for (const h of hosts) h.workers.shutdown();
+      await Promise.allSettled(hosts.map((h) => h.running));
+      await Promise.allSettled(hosts.map((h) => h.workspace.stopAll()));
+      await nativeConnection.close();
+      await connection.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Polls `fn` until it returns a truthy value or the deadline passes. */
+export async function eventually<T>(fn: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const value = await fn();
+      if (value) return value;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms${last ? `: ${String(last)}` : ''}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+export async function historyOf(handle: WorkflowHandle) {
+  return (await handle.fetchHistory()).events ?? [];
+}

@@ -1,0 +1,31 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { bundleWorkflowCode } from '@temporalio/worker';
+import { freePort, startDevServer, type DevServer } from '../../src/dev-server';
+
+declare global {
+  var __DEV_SERVER__: DevServer | undefined;
+  var __TEST_TMP__: string | undefined;
+}
+
+/**
+ * One real Temporal dev server for the whole run (started here rather than through the testing package,
+ * whose 5 s start-up wait flakes on slow machines), and one workflow bundle shared by every test file.
+ */
+export default async function globalSetup(): Promise<void> {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'durable-sessions-test-'));
+  const port = await freePort();
+  const server = await startDevServer({ port, uiPort: null, logFile: path.join(tmp, 'temporal.log') });
+  const bundle = await bundleWorkflowCode({
+    workflowsPath: require.resolve('../../src/workflows'),
+    logger: { trace() {}, debug() {}, info() {}, warn: console.warn, error: console.error, log() {} },
+  });
+  const bundlePath = path.join(tmp, 'workflow-bundle.js');
+  fs.writeFileSync(bundlePath, bundle.code);
+  globalThis.__DEV_SERVER__ = server;
+  globalThis.__TEST_TMP__ = tmp;
+  process.env.DS_TEST_TEMPORAL_ADDRESS = server.address;
+  process.env.DS_TEST_WORKFLOW_BUNDLE = bundlePath;
+  process.env.DS_TEST_TMP = tmp;
+}

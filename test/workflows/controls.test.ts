@@ -1,0 +1,169 @@
+import crypto from 'node:crypto';
+import { WorkflowUpdateFailedError } from '@temporalio/client';
+import { checkpointUpdate, pauseUpdate, sessionWorkflowId } from '../../src/api';
+import {
+  InvalidInputError,
+  InvalidTransitionError,
+  SessionAlreadyExistsError,
+  SessionNotFoundError,
+  SnapshotNotFoundError,
+} from '../../src/client';
+import { eventually, startTestSystem, type TestSystem } from '../helpers/temporal';
+
+let sys: TestSystem;
+beforeAll(async () => {
+  sys = await startTestSystem();
+});
+afterAll(async () => {
+  await sys?.close();
+});
+
+function newId(prefix: string) {
+  return `${prefix}-${crypto.randomUUID().slice(0, 8)}`;
+}
+
+async function runningSession(prefix: string) {
+  const sessionId = newId(prefix);
+  const session = await sys.sessions.start({ sessionId, runtime: { kind: 'memory', initialState: 'x' } });
+  await eventually(async () => (await session.status()).phase === 'running');
+  return session;
+}
+
+async function historyEvents(sessionId: string) {
+  return (await sys.client.workflow.getHandle(sessionWorkflowId(sessionId)).fetchHistory()).events ?? [];
+}
+
+describe('bad input is refused with a typed error and changes nothing', () => {
+  test('an invalid start spec starts nothing', async () => {
+    const sessionId = newId('bad');
+    const error = await sys.sessions
+      .start({ sessionId, runtime: { kind: 'workspace', command: [] } })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(InvalidInputError);
+    expect((error as InvalidInputError).issues).toEqual([
+      expect.objectContaining({ path: ['runtime', 'command'], message: 'command must name a program' }),
+    ]);
+    await expect(sys.sessions.get(sessionId).status()).rejects.toBeInstanceOf(SessionNotFoundError);
+  });
+
+  test.each(['../x', 'a/b', '', '.hidden'])('path-like session id %j is refused before anything is sent', async (id) => {
+    expect(() => sys.sessions.get(id)).toThrow(InvalidInputError);
+    await expect(sys.sessions.start({ sessionId: id, runtime: { kind: 'memory' } })).rejects.toBeInstanceOf(
+      InvalidInputError,
+    );
+  });
+
+  test('an unknown session id is SessionNotFoundError for queries and controls', async () => {
+    const ghost = sys.sessions.get(newId('ghost'));
+    await expect(ghost.status()).rejects.toBeInstanceOf(SessionNotFoundError);
+    await expect(ghost.pause()).rejects.toBeInstanceOf(SessionNotFoundError);
+  });
+
+  test('a second start with the same id is SessionAlreadyExistsError', async () => {
+    const session = await runningSession('dup');
+    await expect(sys.sessions.start({ sessionId: session.sessionId, runtime: { kind: 'memory' } })).rejects.toBeInstanceOf(
+      SessionAlreadyExistsError,
+    );
+  });
+
+  test('oversized and malformed labels are refused by the client and by the workflow validator alike', async () => {
+    const session = await runningSession('label');
+    await expect(session.checkpoint({ label: 'x'.repeat(201) })).rejects.toBeInstanceOf(InvalidInputError);
+    await expect(session.checkpoint({ label: 'two\nlines' })).rejects.toBeInstanceOf(InvalidInputError);
+
+    // A caller that skips the client (another language, the Web UI) meets the same rules in the validator.
+    const raw = sys.client.workflow.getHandle(sessionWorkflowId(session.sessionId));
+    const error = await raw.executeUpdate(checkpointUpdate, { args: [{ label: 'x'.repeat(5000) }] }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(WorkflowUpdateFailedError);
+    expect((error as WorkflowUpdateFailedError).cause).toMatchObject({ type: 'InvalidInput' });
+    const wrongType = await raw
+      .executeUpdate(pauseUpdate, { args: [{ reason: 42 } as never] })
+      .catch((e: unknown) => e);
+    expect((wrongType as WorkflowUpdateFailedError).cause).toMatchObject({ type: 'InvalidInput' });
+
+    const events = await historyEvents(session.sessionId);
+    expect(events.some((e) => e.workflowTaskFailedEventAttributes)).toBe(false);
+    expect(events.some((e) => e.workflowExecutionUpdateAcceptedEventAttributes)).toBe(false);
+    expect(await session.status()).toMatchObject({ phase: 'running', checkpointCount: 0 });
+  });
+});
+
+describe('illegal transitions are rejected by the validator and change nothing', () => {
+  test('resume while running, pause or checkpoint while paused, pause twice', async () => {
+    const session = await runningSession('illegal');
+    await expect(session.resume()).rejects.toThrow(new InvalidTransitionError('cannot resume while the session is running', session.sessionId));
+    const cp = await session.pause();
+    await expect(session.pause()).rejects.toThrow('cannot pause while the session is paused');
+    await expect(session.checkpoint()).rejects.toBeInstanceOf(InvalidTransitionError);
+    await expect(session.resume({ checkpointId: 'no-such-checkpoint' })).rejects.toBeInstanceOf(SnapshotNotFoundError);
+
+    const status = await session.status();
+    expect(status).toMatchObject({ phase: 'paused', checkpointCount: 1, head: cp });
+    const events = await historyEvents(session.sessionId);
+    expect(events.filter((e) => e.workflowExecutionUpdateAcceptedEventAttributes)).toHaveLength(1);
+    expect(events.some((e) => e.workflowTaskFailedEventAttributes)).toBe(false);
+  });
+
+  test('anything after stop is refused, while the stop runs and after the session closed', async () => {
+    const session = await runningSession('afterstop');
+    const stopping = session.stop();
+    await expect(session.checkpoint()).rejects.toBeInstanceOf(InvalidTransitionError);
+    await stopping;
+    await expect(session.pause()).rejects.toBeInstanceOf(InvalidTransitionError);
+    await expect(session.stop()).rejects.toBeInstanceOf(InvalidTransitionError);
+    expect((await session.status()).phase).toBe('completed');
+  });
+
+  test('pause then resume sent back to back run in order', async () => {
+    const session = await runningSession('order');
+    const [paused, resumed] = await Promise.all([session.pause(), session.resume()]);
+    expect(resumed.restoredFrom.checkpointId).toBe(paused.checkpointId);
+    expect((await session.status()).phase).toBe('running');
+  });
+});
+
+describe('idempotency keys', () => {
+  test('the same checkpoint sent twice with one key has one effect and one answer', async () => {
+    const session = await runningSession('idem');
+    const first = await session.checkpoint({ label: 'once', idempotencyKey: 'k-1' });
+    const again = await session.checkpoint({ label: 'once', idempotencyKey: 'k-1' });
+    expect(again).toEqual(first);
+    const concurrent = await Promise.all([
+      session.checkpoint({ idempotencyKey: 'k-2' }),
+      session.checkpoint({ idempotencyKey: 'k-2' }),
+    ]);
+    expect(concurrent[0]).toEqual(concurrent[1]);
+    expect((await session.status()).checkpointCount).toBe(2);
+  });
+
+  test('a repeated pause key answers with the first pause even though the session is now paused', async () => {
+    const session = await runningSession('idem-pause');
+    const first = await session.pause({ idempotencyKey: 'pause-1' });
+    await expect(session.pause({ idempotencyKey: 'pause-1' })).resolves.toEqual(first);
+    await expect(session.pause({ idempotencyKey: 'pause-2' })).rejects.toBeInstanceOf(InvalidTransitionError);
+  });
+
+  test('a key reused for another control is refused', async () => {
+    const session = await runningSession('idem-mix');
+    await session.checkpoint({ idempotencyKey: 'same' });
+    await expect(session.pause({ idempotencyKey: 'same' })).rejects.toBeInstanceOf(InvalidInputError);
+    expect((await session.status()).phase).toBe('running');
+  });
+});
+
+describe('signals: fire-and-forget twins', () => {
+  test('a pause signal pauses; an illegal one is recorded in status', async () => {
+    const session = await runningSession('signal');
+    await session.signal('pause', { reason: 'batch' });
+    await eventually(async () => (await session.status()).phase === 'paused');
+    await session.signal('pause');
+    const status = await eventually(async () => {
+      const s = await session.status();
+      return s.lastRejectedSignal ? s : undefined;
+    });
+    expect(status.lastRejectedSignal).toMatchObject({ signal: 'requestPause', reason: 'cannot pause while the session is paused' });
+    expect(status.checkpointCount).toBe(1);
+    await session.signal('resume');
+    await eventually(async () => (await session.status()).phase === 'running');
+  });
+});
