@@ -137,27 +137,35 @@ export class SessionHandle {
   ) {}
 
   /** Captures the running session; returns the new checkpoint's reference. */
-  checkpoint(input: CheckpointInput = {}): Promise<CheckpointRef> {
+  async checkpoint(input: CheckpointInput = {}): Promise<CheckpointRef> {
     const args = parseInput(CheckpointInput, input, this.sessionId);
-    return this.update(() => this.workflow.executeUpdate(checkpointUpdate, { args: [args], updateId: args.idempotencyKey }));
+    return this.update(() =>
+      this.workflow.executeUpdate(checkpointUpdate, { args: [args], updateId: updateIdFor('checkpoint', args.idempotencyKey) }),
+    );
   }
 
   /** Checkpoints, then stops the runtime to free its compute; returns the checkpoint. */
-  pause(input: PauseInput = {}): Promise<CheckpointRef> {
+  async pause(input: PauseInput = {}): Promise<CheckpointRef> {
     const args = parseInput(PauseInput, input, this.sessionId);
-    return this.update(() => this.workflow.executeUpdate(pauseUpdate, { args: [args], updateId: args.idempotencyKey }));
+    return this.update(() =>
+      this.workflow.executeUpdate(pauseUpdate, { args: [args], updateId: updateIdFor('pause', args.idempotencyKey) }),
+    );
   }
 
   /** Restores the newest (or the given) checkpoint that verifies, possibly on another machine. */
-  resume(input: ResumeInput = {}): Promise<ResumeResult> {
+  async resume(input: ResumeInput = {}): Promise<ResumeResult> {
     const args = parseInput(ResumeInput, input, this.sessionId);
-    return this.update(() => this.workflow.executeUpdate(resumeUpdate, { args: [args], updateId: args.idempotencyKey }));
+    return this.update(() =>
+      this.workflow.executeUpdate(resumeUpdate, { args: [args], updateId: updateIdFor('resume', args.idempotencyKey) }),
+    );
   }
 
   /** Ends the session, with a final checkpoint of a running session unless `checkpoint: false`. */
-  stop(input: StopInput = {}): Promise<StopResult> {
+  async stop(input: StopInput = {}): Promise<StopResult> {
     const args = parseInput(StopInput, input, this.sessionId);
-    return this.update(() => this.workflow.executeUpdate(stopUpdate, { args: [args], updateId: args.idempotencyKey }));
+    return this.update(() =>
+      this.workflow.executeUpdate(stopUpdate, { args: [args], updateId: updateIdFor('stop', args.idempotencyKey) }),
+    );
   }
 
   /** Fire-and-forget controls: no result; a control that cannot run shows in `status().lastRejectedSignal`. */
@@ -210,6 +218,14 @@ export class SessionHandle {
       throw toSessionError(err, this.sessionId);
     }
   }
+}
+
+/**
+ * The server deduplicates updates by id within a run whatever their name, so the control is part of the id:
+ * a key reused for another control then reaches the workflow, which refuses it.
+ */
+function updateIdFor(control: string, key: string | undefined): string | undefined {
+  return key === undefined ? undefined : `${control}:${key}`;
 }
 
 function parseInput<T>(schema: z.ZodType<T>, raw: unknown, sessionId: string): T {

@@ -47,6 +47,16 @@ export const WorkspacePath = z
 
 const MAX_SEED_BYTES = 256 * 1024;
 
+/** UTF-8 length without Buffer, which the workflow sandbox does not have. */
+function utf8Length(s: string): number {
+  let n = 0;
+  for (const ch of s) {
+    const cp = ch.codePointAt(0)!;
+    n += cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+  }
+  return n;
+}
+
 /** A working directory with a command running in it (a real child process on one worker host). */
 export const WorkspaceRuntimeSpec = z.object({
   kind: z.literal('workspace'),
@@ -58,7 +68,7 @@ export const WorkspaceRuntimeSpec = z.object({
   files: z
     .record(WorkspacePath, z.string())
     .optional()
-    .refine((files) => !files || Object.values(files).reduce((n, s) => n + Buffer.byteLength(s), 0) <= MAX_SEED_BYTES, {
+    .refine((files) => !files || Object.values(files).reduce((n, s) => n + utf8Length(s), 0) <= MAX_SEED_BYTES, {
       message: `seed files must total at most ${MAX_SEED_BYTES} bytes`,
     }),
   /** How long `stop` waits after SIGTERM before SIGKILL. */

@@ -49,7 +49,11 @@ export interface SnapshotStore {
    * digest as it goes and fails with SnapshotCorruptError *before* it ends if they do not match, so a
    * consumer that waits for 'end' never accepts bad bytes.
    */
-  open(sessionId: string, checkpointId: string, options?: StoreProgress): Promise<{ manifest: CheckpointManifest; stream: Readable }>;
+  open(
+    sessionId: string,
+    checkpointId: string,
+    options?: StoreProgress,
+  ): Promise<{ manifest: CheckpointManifest; stream: Readable }>;
 
   /** Reads the whole object and checks it against its manifest; returns the manifest if it verifies. */
   verify(sessionId: string, checkpointId: string): Promise<CheckpointManifest>;

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
-import { NativeConnection } from '@temporalio/worker';
+import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
 import type { ActivityDeps } from '../../src/activities';
 import { SessionClient } from '../../src/client';
 import { MemoryRuntime, WorkspaceRuntime } from '../../src/runtimes';
@@ -37,6 +37,7 @@ export async function startTestSystem(options: { store?: (real: FsSnapshotStore)
   const address = process.env.DS_TEST_TEMPORAL_ADDRESS;
   const bundlePath = process.env.DS_TEST_WORKFLOW_BUNDLE;
   if (!address || !bundlePath) throw new Error('the jest global setup did not start a Temporal server');
+  installQuietRuntime();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-system-'));
   const taskQueue = `test-${crypto.randomUUID()}`;
   const store = new FsSnapshotStore(path.join(dir, 'snapshots'));
@@ -98,6 +99,14 @@ export async function startTestSystem(options: { store?: (real: FsSnapshotStore)
       fs.rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+let runtimeInstalled = false;
+/** Worker logs at WARN and above only, so test output shows what matters. */
+function installQuietRuntime(): void {
+  if (runtimeInstalled) return;
+  runtimeInstalled = true;
+  Runtime.install({ logger: new DefaultLogger('WARN') });
 }
 
 /** Polls `fn` until it returns a truthy value or the deadline passes. */

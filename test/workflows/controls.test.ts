@@ -91,7 +91,9 @@ describe('bad input is refused with a typed error and changes nothing', () => {
 describe('illegal transitions are rejected by the validator and change nothing', () => {
   test('resume while running, pause or checkpoint while paused, pause twice', async () => {
     const session = await runningSession('illegal');
-    await expect(session.resume()).rejects.toThrow(new InvalidTransitionError('cannot resume while the session is running', session.sessionId));
+    const refused = await session.resume().catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(InvalidTransitionError);
+    expect(refused).toMatchObject({ message: 'cannot resume while the session is running', sessionId: session.sessionId });
     const cp = await session.pause();
     await expect(session.pause()).rejects.toThrow('cannot pause while the session is paused');
     await expect(session.checkpoint()).rejects.toBeInstanceOf(InvalidTransitionError);

@@ -1,0 +1,378 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { createWriteStream } from 'node:fs';
+import * as fs from 'node:fs/promises';
+import { basename, dirname, join, resolve } from 'node:path';
+import {
+  addAbortSignal,
+  pipeline as pipelineCallback,
+  Transform,
+  type Readable,
+  type TransformCallback,
+} from 'node:stream';
+import { finished, pipeline } from 'node:stream/promises';
+import { z } from 'zod';
+import { CheckpointId, CheckpointTrigger, Label, SessionId } from '../domain/schemas';
+import { SnapshotCorruptError, SnapshotError, SnapshotIncompatibleError, SnapshotNotFoundError } from './errors';
+import {
+  FORMAT_VERSION,
+  SUPPORTED_FORMAT_VERSIONS,
+  type CheckpointManifest,
+  type NewCheckpoint,
+  type SnapshotStore,
+  type StoreProgress,
+} from './snapshot-store';
+
+const DATA_SUFFIX = '.data';
+const MANIFEST_SUFFIX = '.manifest.json';
+/** Manifests are a few hundred bytes; anything far bigger is not one of ours and is not read into memory. */
+const MAX_MANIFEST_BYTES = 64 * 1024;
+
+const CheckpointManifestSchema = z.object({
+  formatVersion: z.number().int(),
+  checkpointId: CheckpointId,
+  sessionId: SessionId,
+  sequence: z.number().int().min(1),
+  parentId: CheckpointId.nullable(),
+  runtime: z.object({ kind: z.string().min(1), version: z.string() }),
+  size: z.number().int().min(0),
+  digest: z.string().regex(/^sha256:[0-9a-f]{64}$/),
+  createdAt: z.iso.datetime(),
+  label: Label.optional(),
+  trigger: CheckpointTrigger,
+}) satisfies z.ZodType<CheckpointManifest>;
+
+const NewCheckpointSchema = CheckpointManifestSchema.omit({
+  formatVersion: true,
+  size: true,
+  digest: true,
+  createdAt: true,
+}) satisfies z.ZodType<NewCheckpoint>;
+
+const CheckpointAddress = z.object({ sessionId: SessionId, checkpointId: CheckpointId });
+
+/** Read before the full schema, so a manifest from a newer writer is reported as incompatible, not corrupt. */
+const ManifestHeader = z.object({ formatVersion: z.number() });
+
+/**
+ * A SnapshotStore on a local (or network-mounted POSIX) file system:
+ * `<root>/<sessionId>/<checkpointId>.data` holds the state stream, `<checkpointId>.manifest.json` describes it.
+ *
+ * A checkpoint exists exactly when its manifest does. Both files are published by fsync + rename + directory
+ * fsync, data first and manifest last, so a crash at any point leaves either a complete checkpoint or
+ * nothing a reader can see (at worst an orphaned data file or temp file, which readers never look at).
+ * Ids are validated against the domain schemas before they touch a path, so they cannot escape the root.
+ */
+export class FsSnapshotStore implements SnapshotStore {
+  private readonly root: string;
+
+  constructor(rootDir: string) {
+    this.root = resolve(rootDir);
+  }
+
+  async write(checkpoint: NewCheckpoint, data: Readable, options: StoreProgress = {}): Promise<CheckpointManifest> {
+    const parsed = NewCheckpointSchema.safeParse(checkpoint);
+    if (!parsed.success) {
+      throw new TypeError(`invalid checkpoint: ${z.prettifyError(parsed.error)}`, { cause: parsed.error });
+    }
+    const { sessionId, checkpointId } = parsed.data;
+    const { signal, onProgress } = options;
+    signal?.throwIfAborted();
+    const paths = this.paths(sessionId, checkpointId);
+    await this.ensureSessionDir(paths.dir);
+    // Checked before streaming so an immutable checkpoint fails fast, and again just before each rename so a
+    // published checkpoint is not replaced. Two writers racing on one id can still interleave between check
+    // and rename; checkpoint ids are meant to have a single writer.
+    const assertAbsent = () => this.assertNoManifest(paths.manifest, sessionId, checkpointId);
+    await assertAbsent();
+
+    const meter = new MeteringTransform(onProgress);
+    await publishFile(
+      paths.data,
+      (temp) => pipeline(data, meter, createWriteStream(temp, { flags: 'wx', flush: true }), {}),
+      async () => {
+        signal?.throwIfAborted();
+        await assertAbsent();
+      },
+    );
+
+    const manifest: CheckpointManifest = {
+      formatVersion: FORMAT_VERSION,
+      ...parsed.data,
+      size: meter.bytes,
+      digest: meter.digest(),
+      createdAt: new Date().toISOString(),
+    };
+    // The manifest goes last: it is what makes the checkpoint visible, so it must only ever point at data that
+    // is already durable. If publishing it fails, the data file stays behind as an invisible orphan; it is not
+    // removed, because a failure after the rename (directory fsync) would leave a visible manifest without data.
+    await publishFile(
+      paths.manifest,
+      (temp) => fs.writeFile(temp, `${JSON.stringify(manifest, null, 2)}\n`, { flag: 'wx', flush: true }),
+      assertAbsent,
+    );
+    return manifest;
+  }
+
+  async readManifest(sessionId: string, checkpointId: string): Promise<CheckpointManifest> {
+    const paths = this.readPaths(sessionId, checkpointId);
+    let handle: fs.FileHandle;
+    try {
+      handle = await fs.open(paths.manifest, 'r');
+    } catch (error) {
+      if (hasCode(error, 'ENOENT')) {
+        throw new SnapshotNotFoundError(`${describe(sessionId, checkpointId)} does not exist`, sessionId, checkpointId);
+      }
+      throw error;
+    }
+    try {
+      const { size } = await handle.stat();
+      if (size > MAX_MANIFEST_BYTES) {
+        throw corruptError(sessionId, checkpointId, `its manifest is ${size} bytes, more than a manifest can be`);
+      }
+      return parseManifest(await handle.readFile('utf8'), sessionId, checkpointId);
+    } finally {
+      await handle.close();
+    }
+  }
+
+  async open(
+    sessionId: string,
+    checkpointId: string,
+    options: StoreProgress = {},
+  ): Promise<{ manifest: CheckpointManifest; stream: Readable }> {
+    options.signal?.throwIfAborted();
+    const manifest = await this.readManifest(sessionId, checkpointId);
+    let handle: fs.FileHandle;
+    try {
+      handle = await fs.open(this.paths(sessionId, checkpointId).data, 'r');
+    } catch (error) {
+      if (hasCode(error, 'ENOENT')) {
+        const message = `${describe(sessionId, checkpointId)} has a manifest but its data object is missing`;
+        throw new SnapshotNotFoundError(message, sessionId, checkpointId, { cause: error });
+      }
+      throw error;
+    }
+    const verifier = new VerifyingTransform(manifest, options.onProgress);
+    // The pipeline forwards read errors to `verifier` and closes the file when the consumer destroys `verifier`;
+    // every error surfaces on `verifier`, so the callback has nothing left to do.
+    pipelineCallback(handle.createReadStream(), verifier, () => {});
+    if (options.signal) addAbortSignal(options.signal, verifier);
+    return { manifest, stream: verifier };
+  }
+
+  async verify(sessionId: string, checkpointId: string): Promise<CheckpointManifest> {
+    const { manifest, stream } = await this.open(sessionId, checkpointId);
+    await finished(stream.resume());
+    return manifest;
+  }
+
+  async list(sessionId: string): Promise<CheckpointManifest[]> {
+    if (!SessionId.safeParse(sessionId).success) return [];
+    let names: string[];
+    try {
+      names = await fs.readdir(join(this.root, sessionId));
+    } catch (error) {
+      if (hasCode(error, 'ENOENT')) return [];
+      throw error;
+    }
+    const manifests: CheckpointManifest[] = [];
+    // Temp files end in `.tmp-<random>`; a stray name that merely ends like a manifest (`.x.manifest.json`)
+    // fails id validation in readManifest and is skipped like any unreadable manifest.
+    for (const name of names) {
+      if (!name.endsWith(MANIFEST_SUFFIX)) continue;
+      try {
+        manifests.push(await this.readManifest(sessionId, name.slice(0, -MANIFEST_SUFFIX.length)));
+      } catch (error) {
+        if (!(error instanceof SnapshotError)) throw error;
+      }
+    }
+    return manifests.sort((a, b) => a.sequence - b.sequence || a.checkpointId.localeCompare(b.checkpointId));
+  }
+
+  async delete(sessionId: string, checkpointId: string): Promise<void> {
+    const address = CheckpointAddress.safeParse({ sessionId, checkpointId });
+    if (!address.success) {
+      throw new TypeError(`invalid checkpoint address: ${z.prettifyError(address.error)}`, { cause: address.error });
+    }
+    const paths = this.paths(sessionId, checkpointId);
+    // Manifest first: the checkpoint disappears for readers in one step, and a crash in between leaves only an
+    // invisible data orphan, never a manifest pointing at missing data.
+    await fs.rm(paths.manifest, { force: true });
+    await fs.rm(paths.data, { force: true });
+    try {
+      await fs.rmdir(paths.dir);
+    } catch (error) {
+      if (!hasCode(error, 'ENOENT', 'ENOTEMPTY', 'EEXIST')) throw error;
+    }
+  }
+
+  /** Paths for ids that have already been validated. */
+  private paths(sessionId: string, checkpointId: string) {
+    const dir = join(this.root, sessionId);
+    return { dir, data: join(dir, checkpointId + DATA_SUFFIX), manifest: join(dir, checkpointId + MANIFEST_SUFFIX) };
+  }
+
+  /** Paths for a read: an id that fails validation cannot name a stored checkpoint, so it is simply not found. */
+  private readPaths(sessionId: string, checkpointId: string) {
+    if (!CheckpointAddress.safeParse({ sessionId, checkpointId }).success) {
+      const message = `checkpoint ${JSON.stringify(checkpointId)} of session ${JSON.stringify(sessionId)} does not exist (invalid id)`;
+      throw new SnapshotNotFoundError(message, sessionId, checkpointId);
+    }
+    return this.paths(sessionId, checkpointId);
+  }
+
+  private async ensureSessionDir(dir: string): Promise<void> {
+    const created = await fs.mkdir(dir, { recursive: true });
+    // A new directory's entry lives in its parent: fsync the parent, or a crash could lose the whole session dir.
+    if (created !== undefined) await fsyncDir(dirname(dir));
+  }
+
+  private async assertNoManifest(manifestPath: string, sessionId: string, checkpointId: string): Promise<void> {
+    try {
+      await fs.access(manifestPath);
+    } catch (error) {
+      if (hasCode(error, 'ENOENT')) return;
+      throw error;
+    }
+    throw new Error(`${describe(sessionId, checkpointId)} exists already; checkpoints are immutable`);
+  }
+}
+
+/**
+ * Publishes `path` atomically: `fill` writes (and fsyncs) a fresh temp file beside it, `beforeRename` makes its
+ * last checks, then the temp file is renamed over `path` and the directory is fsynced. On any failure before the
+ * rename the temp file is removed and nothing appears at `path`.
+ */
+async function publishFile(
+  path: string,
+  fill: (tempPath: string) => Promise<unknown>,
+  beforeRename: () => Promise<void>,
+): Promise<void> {
+  const dir = dirname(path);
+  const temp = join(dir, `.${basename(path)}.tmp-${randomBytes(8).toString('hex')}`);
+  try {
+    // `fill` must fsync the file before it resolves: renaming first could publish a name whose bytes a crash loses.
+    await fill(temp);
+    await beforeRename();
+    await fs.rename(temp, path);
+  } catch (error) {
+    await fs.rm(temp, { force: true });
+    throw error;
+  }
+  // The rename is only durable once the directory is.
+  await fsyncDir(dir);
+}
+
+async function fsyncDir(dir: string): Promise<void> {
+  const handle = await fs.open(dir, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+function parseManifest(text: string, sessionId: string, checkpointId: string): CheckpointManifest {
+  const corrupt = (problem: string, cause?: unknown) => corruptError(sessionId, checkpointId, problem, cause);
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (error) {
+    throw corrupt('its manifest is not valid JSON', error);
+  }
+  const header = ManifestHeader.safeParse(json);
+  if (header.success && !SUPPORTED_FORMAT_VERSIONS.includes(header.data.formatVersion)) {
+    const message = `checkpoint format version ${header.data.formatVersion} is not supported by this reader (supports ${SUPPORTED_FORMAT_VERSIONS.join(', ')})`;
+    throw new SnapshotIncompatibleError(message, sessionId, checkpointId);
+  }
+  const parsed = CheckpointManifestSchema.safeParse(json);
+  if (!parsed.success) throw corrupt(`its manifest is invalid: ${z.prettifyError(parsed.error)}`, parsed.error);
+  const manifest = parsed.data;
+  // A manifest copied or renamed from elsewhere would hand out another checkpoint's state under this id.
+  if (manifest.sessionId !== sessionId || manifest.checkpointId !== checkpointId) {
+    throw corrupt(`its manifest describes checkpoint ${manifest.checkpointId} of session ${manifest.sessionId}`);
+  }
+  return manifest;
+}
+
+/** Passes bytes through unchanged while counting and hashing them. */
+class MeteringTransform extends Transform {
+  bytes = 0;
+  private readonly hash = createHash('sha256');
+
+  constructor(private readonly onProgress?: (bytesDone: number) => void) {
+    super();
+  }
+
+  override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
+    this.bytes += chunk.length;
+    this.hash.update(chunk);
+    // A throwing progress callback must fail the stream, not escape as an uncaught exception.
+    try {
+      this.onProgress?.(this.bytes);
+    } catch (error) {
+      callback(error as Error);
+      return;
+    }
+    callback(null, chunk);
+  }
+
+  /** `sha256:<hex>` of everything that has passed; call once, after the stream has finished. */
+  digest(): string {
+    return `sha256:${this.hash.digest('hex')}`;
+  }
+}
+
+/**
+ * Checks the bytes against a manifest as they pass. A mismatch fails the stream with SnapshotCorruptError
+ * before 'end' (from flush), so a consumer that waits for 'end' never accepts bad state.
+ */
+class VerifyingTransform extends MeteringTransform {
+  constructor(
+    private readonly manifest: CheckpointManifest,
+    onProgress?: (bytesDone: number) => void,
+  ) {
+    super(onProgress);
+  }
+
+  override _transform(chunk: Buffer, encoding: BufferEncoding, callback: TransformCallback): void {
+    if (this.bytes + chunk.length > this.manifest.size) {
+      callback(this.corrupt(`its data is longer than the ${this.manifest.size} bytes its manifest records`));
+      return;
+    }
+    super._transform(chunk, encoding, callback);
+  }
+
+  override _flush(callback: TransformCallback): void {
+    const { size, digest } = this.manifest;
+    if (this.bytes !== size) {
+      callback(this.corrupt(`its data is ${this.bytes} bytes, its manifest records ${size}`));
+      return;
+    }
+    const actual = this.digest();
+    if (actual !== digest) {
+      callback(this.corrupt(`its data has digest ${actual}, its manifest records ${digest}`));
+      return;
+    }
+    callback();
+  }
+
+  private corrupt(problem: string): SnapshotCorruptError {
+    return corruptError(this.manifest.sessionId, this.manifest.checkpointId, problem);
+  }
+}
+
+function describe(sessionId: string, checkpointId: string): string {
+  return `checkpoint ${checkpointId} of session ${sessionId}`;
+}
+
+function corruptError(sessionId: string, checkpointId: string, problem: string, cause?: unknown): SnapshotCorruptError {
+  const message = `${describe(sessionId, checkpointId)} is corrupt: ${problem}`;
+  return new SnapshotCorruptError(message, sessionId, checkpointId, { cause });
+}
+
+/** Duck-typed: errors from Node internals may come from another realm (jest, vm), so instanceof is unreliable. */
+function hasCode(error: unknown, ...codes: string[]): boolean {
+  const code: unknown = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && codes.includes(code);
+}

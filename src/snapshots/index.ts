@@ -1,0 +1,3 @@
+export * from './errors';
+export * from './fs-snapshot-store';
+export * from './snapshot-store';

@@ -1,0 +1,472 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream, createWriteStream } from 'node:fs';
+import * as fsp from 'node:fs/promises';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { setTimeout as delay } from 'node:timers/promises';
+import { extract as tarExtract, pack as tarPack } from 'tar-stream';
+import type { WorkspaceRuntimeSpec } from '../../src/domain/schemas';
+import { ArchiveRejectedError, RuntimeFailedError, RuntimeNotFoundError, WorkspaceRuntime } from '../../src/runtimes';
+
+/** Counts up from the value in `count` (or 0), replacing the file atomically every 50 ms. */
+const COUNTER = [
+  'sh',
+  '-c',
+  'n=$(cat count 2>/dev/null || echo 0); while true; do n=$((n+1)); echo $n > count.tmp; mv count.tmp count; sleep 0.05; done',
+];
+/** Ignores SIGTERM (as does its `sleep`, which inherits the ignored disposition); `ready` once the trap is set. */
+const IGNORES_TERM = ['sh', '-c', 'trap "" TERM; touch ready; while true; do sleep 0.1; done'];
+const SESSION = 'session-1';
+
+interface TarEntry {
+  type: string;
+  mode: number;
+  mtime: Date;
+  linkname: string | null;
+  data: Buffer;
+}
+
+let tmp: string;
+let rootDir: string;
+let runtime: WorkspaceRuntime;
+let nextId = 0;
+const newId = (): string => `inst-${++nextId}`;
+const spec = (command: string[], extra: Partial<WorkspaceRuntimeSpec> = {}): WorkspaceRuntimeSpec => ({
+  kind: 'workspace',
+  command,
+  ...extra,
+});
+
+beforeAll(async () => {
+  tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'workspace-runtime-'));
+});
+
+beforeEach(() => {
+  rootDir = path.join(tmp, `root-${++nextId}`);
+  runtime = new WorkspaceRuntime({ rootDir, defaultStopGraceMs: 2_000 });
+});
+
+afterEach(async () => {
+  await runtime.stopAll();
+});
+
+afterAll(async () => {
+  await fsp.rm(tmp, { recursive: true, force: true });
+});
+
+async function collect(stream: Readable): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks);
+}
+
+async function untar(archive: Buffer): Promise<Map<string, TarEntry>> {
+  const entries = new Map<string, TarEntry>();
+  const extract = tarExtract();
+  extract.end(archive);
+  for await (const entry of extract) {
+    const chunks: Buffer[] = [];
+    for await (const chunk of entry) chunks.push(chunk as Buffer);
+    const { name, type, mode, mtime, linkname } = entry.header;
+    entries.set(name, { type, mode, mtime, linkname, data: Buffer.concat(chunks) });
+  }
+  return entries;
+}
+
+async function tarOf(
+  entries: Array<{ name: string; type?: 'file' | 'symlink' | 'directory'; linkname?: string; data?: string }>,
+): Promise<Buffer> {
+  const pack = tarPack();
+  for (const { data, ...header } of entries) pack.entry(header, data ?? '');
+  pack.finalize();
+  const chunks: Buffer[] = [];
+  for await (const chunk of pack) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks);
+}
+
+async function waitFor<T>(probe: () => T | undefined | Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error('timed out waiting');
+    await delay(20);
+  }
+}
+
+async function readCount(dir: string): Promise<number> {
+  const text = await fsp.readFile(path.join(dir, 'count'), 'utf8').catch(() => '0');
+  return Number(text.trim());
+}
+
+async function exists(file: string): Promise<boolean> {
+  return fsp.lstat(file).then(
+    () => true,
+    () => false,
+  );
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ESRCH') return false;
+    throw error;
+  }
+}
+
+async function sha256(file: string): Promise<string> {
+  const hash = createHash('sha256');
+  await pipeline(createReadStream(file), hash);
+  return hash.digest('hex');
+}
+
+describe('WorkspaceRuntime', () => {
+  test('start writes seed files, runs the command in the workspace with its env, and logs outside it', async () => {
+    const instanceId = newId();
+    const info = await runtime.start({
+      sessionId: SESSION,
+      instanceId,
+      spec: spec(['sh', '-c', 'cat sub/dir/b.txt > copy.txt; echo "$GREETING" > env.txt; echo to-the-log; sleep 30'], {
+        files: { 'a.txt': 'hello', 'sub/dir/b.txt': 'world' },
+        env: { GREETING: 'hi there' },
+      }),
+    });
+
+    const dir = path.join(rootDir, SESSION, instanceId);
+    expect(info).toMatchObject({
+      instanceId,
+      sessionId: SESSION,
+      kind: 'workspace',
+      version: '1',
+      location: dir,
+      running: true,
+    });
+    expect(isAlive(info.pid!)).toBe(true);
+    expect(await fsp.readFile(path.join(dir, 'a.txt'), 'utf8')).toBe('hello');
+    await waitFor(async () => ((await exists(path.join(dir, 'env.txt'))) ? true : undefined));
+    expect(await fsp.readFile(path.join(dir, 'copy.txt'), 'utf8')).toBe('world');
+    expect(await fsp.readFile(path.join(dir, 'env.txt'), 'utf8')).toBe('hi there\n');
+    expect(await fsp.readFile(`${dir}.log`, 'utf8')).toBe('to-the-log\n');
+    expect(runtime.describe(instanceId)).toEqual(info);
+  });
+
+  test('a counter survives capture, stop and restore into a new instance, continuing from the captured value', async () => {
+    const first = await runtime.start({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(COUNTER, { files: { 'notes.txt': 'keep me' } }),
+    });
+    await waitFor(async () => ((await readCount(first.location)) >= 3 ? true : undefined));
+
+    const archive = await collect(await runtime.capture(first.instanceId));
+    const captured = await untar(archive);
+    const capturedCount = Number(captured.get('count')!.data.toString().trim());
+    expect(capturedCount).toBeGreaterThanOrEqual(3);
+    expect(captured.get('notes.txt')!.data.toString()).toBe('keep me');
+
+    const exit = await runtime.stop(first.instanceId);
+    expect(exit).toEqual({ exitCode: null, signal: 'SIGTERM', requested: true });
+    expect(isAlive(first.pid!)).toBe(false);
+    expect(runtime.describe(first.instanceId)?.running).toBe(false);
+
+    // The files exactly as captured (a command that leaves them alone).
+    const still = await runtime.restore({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(['sleep', '30']),
+      state: Readable.from([archive]),
+    });
+    expect(await fsp.readFile(path.join(still.location, 'count'), 'utf8')).toBe(`${capturedCount}\n`);
+    const recaptured = await untar(await collect(await runtime.capture(still.instanceId)));
+    expect([...recaptured.keys()]).toEqual([...captured.keys()]);
+    for (const [name, entry] of captured) expect(recaptured.get(name)).toEqual(entry);
+
+    // The counter itself, in a fresh directory, from the same bytes.
+    const second = await runtime.restore({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(COUNTER),
+      state: Readable.from([archive]),
+    });
+    expect(second.location).not.toBe(first.location);
+    expect(second.pid).not.toBe(first.pid);
+    const seen: number[] = [];
+    await waitFor(async () => {
+      seen.push(await readCount(second.location));
+      return seen.at(-1)! >= capturedCount + 3 ? true : undefined;
+    });
+    expect(seen.every((n) => n >= capturedCount)).toBe(true);
+    expect(await fsp.readFile(path.join(second.location, 'notes.txt'), 'utf8')).toBe('keep me');
+  });
+
+  test('captures while running are consistent and the process is frozen exactly while the stream is open', async () => {
+    const info = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(COUNTER) });
+    await waitFor(async () => ((await readCount(info.location)) >= 2 ? true : undefined));
+
+    let previous = 0;
+    for (let i = 0; i < 5; i++) {
+      const entries = await untar(await collect(await runtime.capture(info.instanceId)));
+      const text = entries.get('count')!.data.toString();
+      expect(text).toMatch(/^\d+\n$/);
+      expect(Number(text)).toBeGreaterThanOrEqual(previous);
+      previous = Number(text);
+      await delay(30);
+    }
+
+    // Not read yet: the group stays stopped, so the count does not move.
+    const pending = await runtime.capture(info.instanceId);
+    const frozenAt = await readCount(info.location);
+    await delay(300);
+    expect(await readCount(info.location)).toBe(frozenAt);
+    // Two captures at once: the group resumes only when both are done.
+    const concurrent = await runtime.capture(info.instanceId);
+    await collect(pending);
+    await delay(300);
+    expect(await readCount(info.location)).toBe(frozenAt);
+    await collect(concurrent);
+    await waitFor(async () => ((await readCount(info.location)) > frozenAt ? true : undefined));
+
+    // Destroyed before it was read: resumed all the same.
+    const abandoned = await runtime.capture(info.instanceId);
+    const abandonedAt = await readCount(info.location);
+    abandoned.destroy();
+    await waitFor(async () => ((await readCount(info.location)) > abandonedAt ? true : undefined));
+  });
+
+  test('capture and restore keep directories, modes, mtimes and symlinks inside the workspace', async () => {
+    const info = await runtime.start({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(['sleep', '30'], { files: { 'bin/run.sh': '#!/bin/sh\necho run\n', 'data/x.txt': 'x' } }),
+    });
+    await fsp.chmod(path.join(info.location, 'bin/run.sh'), 0o750);
+    await fsp.chmod(path.join(info.location, 'data'), 0o555);
+    await fsp.mkdir(path.join(info.location, 'empty'));
+    await fsp.symlink('../data/x.txt', path.join(info.location, 'bin/x-link'));
+    const mtime = new Date('2020-01-02T03:04:05Z');
+    await fsp.utimes(path.join(info.location, 'data/x.txt'), mtime, mtime);
+
+    const archive = await collect(await runtime.capture(info.instanceId));
+    const entries = await untar(archive);
+    expect([...entries.keys()]).toEqual(['bin', 'bin/run.sh', 'bin/x-link', 'data', 'data/x.txt', 'empty']);
+    expect(entries.get('bin/x-link')).toMatchObject({ type: 'symlink', linkname: '../data/x.txt' });
+
+    const restored = await runtime.restore({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(['sleep', '30']),
+      state: Readable.from([archive]),
+    });
+    const at = (name: string): string => path.join(restored.location, name);
+    expect((await fsp.stat(at('bin/run.sh'))).mode & 0o777).toBe(0o750);
+    expect((await fsp.stat(at('data'))).mode & 0o777).toBe(0o555);
+    expect((await fsp.stat(at('empty'))).isDirectory()).toBe(true);
+    expect(await fsp.readlink(at('bin/x-link'))).toBe('../data/x.txt');
+    expect(await fsp.readFile(at('bin/x-link'), 'utf8')).toBe('x');
+    expect((await fsp.stat(at('data/x.txt'))).mtime).toEqual(mtime);
+    // Capture is deterministic: the same tree gives the same bytes.
+    expect(await collect(await runtime.capture(restored.instanceId))).toEqual(archive);
+    // Read-only directories do not keep dispose from removing the workspace.
+    await runtime.dispose(info.instanceId);
+    await runtime.dispose(restored.instanceId);
+    expect(await exists(info.location)).toBe(false);
+    expect(await exists(restored.location)).toBe(false);
+  });
+
+  test('capture fails on a symlink that points outside the workspace, which restore would refuse', async () => {
+    const info = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(['sleep', '30']) });
+    await fsp.symlink('/etc/hostname', path.join(info.location, 'outside'));
+    await expect(collect(await runtime.capture(info.instanceId))).rejects.toThrow(RuntimeFailedError);
+    // Resumed after the failed capture.
+    expect(runtime.describe(info.instanceId)?.running).toBe(true);
+  });
+
+  test('stop escalates to SIGKILL when the command ignores SIGTERM', async () => {
+    const info = await runtime.start({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(IGNORES_TERM),
+    });
+    await waitFor(async () => ((await exists(path.join(info.location, 'ready'))) ? true : undefined));
+    const started = Date.now();
+    const exit = await runtime.stop(info.instanceId, { graceMs: 300 });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(290);
+    expect(exit).toEqual({ exitCode: null, signal: 'SIGKILL', requested: true });
+    expect(isAlive(info.pid!)).toBe(false);
+    expect(await runtime.waitForExit(info.instanceId)).toEqual(exit);
+    expect(await runtime.stop(info.instanceId)).toEqual(exit);
+  });
+
+  test('stop uses the grace period from the spec when the call gives none', async () => {
+    const info = await runtime.start({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(IGNORES_TERM, { stopGraceMs: 200 }),
+    });
+    await waitFor(async () => ((await exists(path.join(info.location, 'ready'))) ? true : undefined));
+    const started = Date.now();
+    expect(await runtime.stop(info.instanceId)).toMatchObject({ signal: 'SIGKILL' });
+    expect(Date.now() - started).toBeLessThan(1_500);
+  });
+
+  test('a command that exits by itself is reported with its exit code, not as requested', async () => {
+    const info = await runtime.start({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(['sh', '-c', 'sleep 0.1; exit 3']),
+    });
+    const exit = await runtime.waitForExit(info.instanceId);
+    expect(exit).toEqual({ exitCode: 3, signal: null, requested: false });
+    expect(runtime.describe(info.instanceId)?.running).toBe(false);
+    expect(await runtime.stop(info.instanceId)).toEqual(exit);
+    // The files are still there to capture.
+    await expect(collect(await runtime.capture(info.instanceId))).resolves.toBeInstanceOf(Buffer);
+  });
+
+  test('waitForExit rejects with an AbortError when its signal aborts', async () => {
+    const info = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(['sleep', '30']) });
+    const controller = new AbortController();
+    const waiting = runtime.waitForExit(info.instanceId, controller.signal);
+    controller.abort();
+    await expect(waiting).rejects.toMatchObject({ name: 'AbortError' });
+    expect(runtime.describe(info.instanceId)?.running).toBe(true);
+  });
+
+  test('a program that does not exist fails with RuntimeFailedError naming it, leaving nothing behind', async () => {
+    const instanceId = newId();
+    const failure = runtime.start({ sessionId: SESSION, instanceId, spec: spec(['no-such-program-xyz', '--flag']) });
+    await expect(failure).rejects.toThrow(RuntimeFailedError);
+    await expect(failure).rejects.toThrow(/no-such-program-xyz/);
+    expect(runtime.describe(instanceId)).toBeUndefined();
+    expect(await exists(path.join(rootDir, SESSION, instanceId))).toBe(false);
+    expect(await exists(path.join(rootDir, SESSION, `${instanceId}.log`))).toBe(false);
+  });
+
+  test('start refuses ids that are not path-safe and instances that already exist', async () => {
+    await expect(runtime.start({ sessionId: '..', instanceId: newId(), spec: spec(['true']) })).rejects.toThrow(
+      RuntimeFailedError,
+    );
+    await expect(runtime.start({ sessionId: SESSION, instanceId: 'a/b', spec: spec(['true']) })).rejects.toThrow(
+      RuntimeFailedError,
+    );
+    const info = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(['sleep', '30']) });
+    await expect(
+      runtime.start({ sessionId: SESSION, instanceId: info.instanceId, spec: spec(['sleep', '30']) }),
+    ).rejects.toThrow(RuntimeFailedError);
+    expect(runtime.describe(info.instanceId)?.running).toBe(true);
+  });
+
+  test.each([
+    ['before the end of the archive', 0.5],
+    ['after every byte but before the end (a digest check)', 1],
+  ])(
+    'restore from a state stream that fails %s rejects with that error, removes the directory, starts nothing',
+    async (_, fraction) => {
+      class DigestMismatchError extends Error {}
+      const marker = path.join(tmp, `started-${newId()}`);
+      const archive = await tarOf([
+        { name: 'big.txt', data: 'x'.repeat(100_000) },
+        { name: 'small.txt', data: 'y' },
+      ]);
+      const error = new DigestMismatchError('digest mismatch');
+      const state = new Readable({ read() {} });
+      state.push(archive.subarray(0, Math.floor(archive.length * fraction)));
+      setTimeout(() => state.destroy(error), 50);
+
+      const instanceId = newId();
+      const restoring = runtime.restore({
+        sessionId: SESSION,
+        instanceId,
+        spec: spec(['sh', '-c', `touch ${marker}; sleep 30`]),
+        state,
+      });
+      await expect(restoring).rejects.toBe(error);
+      expect(runtime.describe(instanceId)).toBeUndefined();
+      expect(await exists(path.join(rootDir, SESSION, instanceId))).toBe(false);
+      await delay(200);
+      expect(await exists(marker)).toBe(false);
+    },
+  );
+
+  test.each([
+    [
+      'a ".." path',
+      [
+        { name: 'ok.txt', data: 'ok' },
+        { name: '../evil', data: 'evil' },
+      ],
+    ],
+    ['a nested ".." path', [{ name: 'sub/../../evil', data: 'evil' }]],
+    ['an absolute path', [{ name: '/tmp/evil-absolute', data: 'evil' }]],
+    ['a symlink out of the workspace', [{ name: 'link', type: 'symlink' as const, linkname: '../../evil' }]],
+    ['an absolute symlink', [{ name: 'link', type: 'symlink' as const, linkname: '/etc' }]],
+  ])('restore rejects an archive with %s and writes nothing', async (_, entries) => {
+    const instanceId = newId();
+    const restoring = runtime.restore({
+      sessionId: SESSION,
+      instanceId,
+      spec: spec(['sleep', '30']),
+      state: Readable.from([await tarOf(entries)]),
+    });
+    await expect(restoring).rejects.toThrow(ArchiveRejectedError);
+    expect(runtime.describe(instanceId)).toBeUndefined();
+    expect(await fsp.readdir(path.join(rootDir, SESSION))).toEqual([]);
+    expect(await exists(path.join(rootDir, 'evil'))).toBe(false);
+    expect(await exists('/tmp/evil-absolute')).toBe(false);
+  });
+
+  test('an unknown instance is RuntimeNotFoundError; describe and dispose accept it', async () => {
+    await expect(runtime.capture('nope')).rejects.toThrow(RuntimeNotFoundError);
+    await expect(runtime.stop('nope')).rejects.toThrow(RuntimeNotFoundError);
+    await expect(runtime.waitForExit('nope')).rejects.toThrow(RuntimeNotFoundError);
+    expect(runtime.describe('nope')).toBeUndefined();
+    await expect(runtime.dispose('nope')).resolves.toBeUndefined();
+  });
+
+  test('dispose stops a running instance and removes its directory and log', async () => {
+    const info = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(['sleep', '30']) });
+    await runtime.dispose(info.instanceId);
+    expect(isAlive(info.pid!)).toBe(false);
+    expect(await exists(info.location)).toBe(false);
+    expect(await exists(`${info.location}.log`)).toBe(false);
+    expect(runtime.describe(info.instanceId)).toBeUndefined();
+  });
+
+  test('children the command started are stopped with it', async () => {
+    const info = await runtime.start({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(['sh', '-c', 'sh -c "trap \\"\\" TERM; echo \\$\\$ > child.pid; exec sleep 30" & wait']),
+    });
+    const childPid = await waitFor(async () => {
+      const text = await fsp.readFile(path.join(info.location, 'child.pid'), 'utf8').catch(() => '');
+      return text.endsWith('\n') ? Number(text) : undefined;
+    });
+    await runtime.stop(info.instanceId, { graceMs: 5_000 });
+    // The leader died of SIGTERM at once; the child ignoring it is killed with the group, not left behind.
+    await waitFor(() => (isAlive(childPid) ? undefined : true), 2_000);
+  });
+
+  test('a ~50 MB workspace round-trips byte-exact through a streamed capture', async () => {
+    const info = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(['sleep', '60']) });
+    const big = path.join(info.location, 'big.bin');
+    function* randomChunks(): Generator<Buffer> {
+      for (let i = 0; i < 50; i++) yield randomBytes(1024 * 1024 + 7);
+    }
+    await pipeline(Readable.from(randomChunks()), createWriteStream(big));
+
+    const tarFile = path.join(tmp, `${info.instanceId}.tar`);
+    await pipeline(await runtime.capture(info.instanceId), createWriteStream(tarFile));
+    const restored = await runtime.restore({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(['sleep', '60']),
+      state: createReadStream(tarFile),
+    });
+    expect(await sha256(path.join(restored.location, 'big.bin'))).toBe(await sha256(big));
+  }, 60_000);
+});
