@@ -97,8 +97,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const e = parsed.data;
   const dataDir = path.resolve(e.DS_DATA_DIR);
   const workerId = e.DS_WORKER_ID ?? `${os.hostname().replace(/[^A-Za-z0-9._-]/g, '-')}-${process.pid}`;
-  const wantsTls =
-    e.TEMPORAL_TLS ?? (e.TEMPORAL_API_KEY !== undefined || e.TEMPORAL_TLS_CERT_PATH !== undefined);
+  const wantsTls = e.TEMPORAL_TLS ?? (e.TEMPORAL_API_KEY !== undefined || e.TEMPORAL_TLS_CERT_PATH !== undefined);
   return {
     temporal: {
       address: e.TEMPORAL_ADDRESS,

@@ -54,7 +54,11 @@ export async function startDevServer(options: DevServerOptions): Promise<DevServ
   const address = `${ip}:${options.port}`;
   const exited = new Promise<never>((_, reject) =>
     child.once('exit', (code, signal) =>
-      reject(new Error(`temporal server exited early (code ${code}, signal ${signal}); see ${options.logFile ?? 'its output'}`)),
+      reject(
+        new Error(
+          `temporal server exited early (code ${code}, signal ${signal}); see ${options.logFile ?? 'its output'}`,
+        ),
+      ),
     ),
   );
   exited.catch(() => undefined);

@@ -3,12 +3,10 @@ import { ApplicationFailure, Context, log } from '@temporalio/activity';
 import type { RuntimeInstanceRef } from '../api/messages';
 import { ERROR_CODES } from '../domain/error-codes';
 import type { CheckpointRef, CheckpointTrigger, RuntimeKind, RuntimeSpec } from '../domain/schemas';
-import type { ExitInfo, RuntimeInstanceInfo, SessionRuntime } from '../runtimes/session-runtime';
-import { RuntimeFailedError, RuntimeNotFoundError } from '../runtimes/session-runtime';
+import type { ExitInfo, RuntimeInstanceInfo, RuntimeRegistry, SessionRuntime } from '../runtimes';
+import { ArchiveRejectedError, RuntimeFailedError, RuntimeNotFoundError } from '../runtimes';
 import { SnapshotError, SnapshotIncompatibleError, SnapshotNotFoundError } from '../snapshots/errors';
 import type { CheckpointManifest, SnapshotStore } from '../snapshots/snapshot-store';
-
-export type RuntimeRegistry = Partial<Record<RuntimeKind, SessionRuntime>>;
 
 export interface ActivityDeps {
   store: SnapshotStore;
@@ -225,7 +223,7 @@ function toFailure(err: unknown): unknown {
   if (err instanceof RuntimeNotFoundError) {
     return ApplicationFailure.create({ message: err.message, type: ERROR_CODES.RuntimeLost, nonRetryable: true });
   }
-  if (err instanceof Error && err.name === 'ArchiveRejectedError') {
+  if (err instanceof ArchiveRejectedError) {
     // The archive itself is malformed or hostile: no retry can make it restorable.
     return ApplicationFailure.create({ message: err.message, type: ERROR_CODES.SnapshotCorrupt, nonRetryable: true });
   }

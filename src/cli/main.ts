@@ -88,21 +88,28 @@ export async function run(argv: string[], out: (line: string) => void = console.
   }
   const json = p.flags.has('json');
   const config = loadConfig();
-  const connection = await Connection.connect(await connectionOptions(config, config.temporal.address ?? '127.0.0.1:7233'));
+  const connection = await Connection.connect(
+    await connectionOptions(config, config.temporal.address ?? '127.0.0.1:7233'),
+  );
   try {
     const sessions = new SessionClient({
       client: new Client({ connection, namespace: config.temporal.namespace }),
       taskQueue: config.taskQueue,
     });
     const result = await dispatch(p, sessions);
-    out(json ? JSON.stringify(result, null, 2) : render(p.command, result));
+    out(json ? JSON.stringify(result.json, null, 2) : result.text);
     return 0;
   } finally {
     await connection.close();
   }
 }
 
-async function dispatch(p: Parsed, sessions: SessionClient): Promise<unknown> {
+interface Output {
+  json: unknown;
+  text: string;
+}
+
+async function dispatch(p: Parsed, sessions: SessionClient): Promise<Output> {
   const handle = (): SessionHandle => sessions.get(sessionArg(p));
   switch (p.command) {
     case 'start': {
@@ -111,66 +118,78 @@ async function dispatch(p: Parsed, sessions: SessionClient): Promise<unknown> {
         ? { kind: 'memory' as const, initialState: p.rest.join(' ') || undefined }
         : { kind: 'workspace' as const, command: p.rest, env: pairs(p, 'env'), files: pairs(p, 'file') };
       const session = await sessions.start({ sessionId, runtime, description: one(p, 'description') });
-      return { sessionId: session.sessionId, workflowId: session.workflow.workflowId };
+      const json = { sessionId: session.sessionId, workflowId: session.workflow.workflowId };
+      return { json, text: `started session ${json.sessionId} (workflow ${json.workflowId})` };
     }
     case 'checkpoint':
-      return handle().checkpoint({ label: one(p, 'label'), idempotencyKey: one(p, 'key') });
-    case 'pause':
-      return handle().pause({ reason: one(p, 'reason'), idempotencyKey: one(p, 'key') });
-    case 'resume':
-      return handle().resume({ checkpointId: one(p, 'checkpoint'), idempotencyKey: one(p, 'key') });
-    case 'stop':
-      return handle().stop({
+    case 'pause': {
+      const c =
+        p.command === 'pause'
+          ? await handle().pause({ reason: one(p, 'reason'), idempotencyKey: one(p, 'key') })
+          : await handle().checkpoint({ label: one(p, 'label'), idempotencyKey: one(p, 'key') });
+      const prefix = p.command === 'pause' ? 'paused; ' : '';
+      return { json: c, text: `${prefix}checkpoint ${c.checkpointId} (#${c.sequence}, ${c.size} bytes, ${c.digest})` };
+    }
+    case 'resume': {
+      const r = await handle().resume({ checkpointId: one(p, 'checkpoint'), idempotencyKey: one(p, 'key') });
+      const lines = [
+        `resumed from checkpoint ${r.restoredFrom.checkpointId} as ${r.runtime.instanceId} (${r.runtime.location})`,
+        ...(r.fallbackFrom ?? []).map((f) => `  skipped ${f.checkpointId}: ${f.reason}`),
+      ];
+      return { json: r, text: lines.join('\n') };
+    }
+    case 'stop': {
+      const r = await handle().stop({
         checkpoint: !p.flags.has('no-checkpoint'),
         reason: one(p, 'reason'),
         idempotencyKey: one(p, 'key'),
       });
-    case 'status':
-      return handle().status();
-    case 'timeline':
-      return handle().timeline();
-    case 'list':
-      return sessions.list({ phase: one(p, 'phase') });
+      return {
+        json: r,
+        text: `stopped${r.finalCheckpoint ? `; final checkpoint ${r.finalCheckpoint.checkpointId}` : ''}`,
+      };
+    }
+    case 'status': {
+      const s = await handle().status();
+      const rows: [string, string][] = [
+        ['session', s.sessionId],
+        ['phase', s.phase],
+        [
+          'runtime',
+          s.runtime ? `${s.runtimeKind} ${s.runtime.instanceId} on ${s.runtime.hostTaskQueue}` : s.runtimeKind,
+        ],
+        ['location', s.runtime?.location ?? '-'],
+        ['head', s.head ? `${s.head.checkpointId} (#${s.head.sequence}, ${s.head.size} bytes)` : '-'],
+        ['checkpoints', String(s.checkpointCount)],
+        ['pending controls', String(s.pendingControls)],
+        ['last restore', s.lastRestore ? `${s.lastRestore.checkpointId} at ${s.lastRestore.at}` : '-'],
+        ['failure', s.failure ? `${s.failure.type}: ${s.failure.message}` : '-'],
+        [
+          'rejected signal',
+          s.lastRejectedSignal ? `${s.lastRejectedSignal.signal}: ${s.lastRejectedSignal.reason}` : '-',
+        ],
+        ['updated', s.updatedAt],
+      ];
+      if (s.lastRestore?.fallbackFrom.length)
+        rows.splice(8, 0, ['fell back from', s.lastRestore.fallbackFrom.join(', ')]);
+      return { json: s, text: rows.map(([k, v]) => `${k.padEnd(18)}${v}`).join('\n') };
+    }
+    case 'timeline': {
+      const t = await handle().timeline();
+      return { json: t, text: t.map(renderEntry).join('\n') || '(empty)' };
+    }
+    case 'list': {
+      const list = await sessions.list({ phase: one(p, 'phase') });
+      const text = list
+        .map(
+          (s) =>
+            `${s.sessionId.padEnd(32)}${(s.phase ?? '?').padEnd(14)}${s.workflowStatus.padEnd(12)}${s.startedAt.toISOString()}`,
+        )
+        .join('\n');
+      return { json: list, text: text || '(no sessions)' };
+    }
     default:
       throw new UsageError(`unknown command: ${p.command}`);
-  }
-}
-
-function render(command: string, result: unknown): string {
-  const r = result as Record<string, unknown>;
-  switch (command) {
-    case 'start':
-      return `started session ${r.sessionId} (workflow ${r.workflowId})`;
-    case 'checkpoint':
-    case 'pause':
-      return `${command === 'pause' ? 'paused; ' : ''}checkpoint ${r.checkpointId} (#${r.sequence}, ${r.size} bytes, ${r.digest})`;
-    case 'resume': {
-      const restored = r.restoredFrom as { checkpointId: string };
-      const runtime = r.runtime as { instanceId: string; location: string };
-      const fallback = (r.fallbackFrom as { checkpointId: string; reason: string }[] | undefined) ?? [];
-      return [
-        `resumed from checkpoint ${restored.checkpointId} as ${runtime.instanceId} (${runtime.location})`,
-        ...fallback.map((f) => `  skipped ${f.checkpointId}: ${f.reason}`),
-      ].join('\n');
-    }
-    case 'stop': {
-      const final = r.finalCheckpoint as { checkpointId: string } | null;
-      return `stopped${final ? `; final checkpoint ${final.checkpointId}` : ''}`;
-    }
-    case 'status':
-      return Object.entries(r)
-        .map(([k, v]) => `${k.padEnd(20)}${v === null ? '-' : typeof v === 'object' ? JSON.stringify(v) : String(v)}`)
-        .join('\n');
-    case 'timeline':
-      return (result as TimelineEntry[]).map(renderEntry).join('\n') || '(empty)';
-    case 'list':
-      return (
-        (result as { sessionId: string; phase?: string; workflowStatus: string; startedAt: Date }[])
-          .map((s) => `${s.sessionId.padEnd(32)}${(s.phase ?? '?').padEnd(14)}${s.workflowStatus.padEnd(12)}${new Date(s.startedAt).toISOString()}`)
-          .join('\n') || '(no sessions)'
-      );
-    default:
-      return JSON.stringify(result);
   }
 }
 

@@ -77,13 +77,24 @@ export class RestoreFailedError extends SessionError {
 
 /** Thrown when the session's runtime failed to start, capture or stop, or was lost with its host. */
 export class SessionRuntimeError extends SessionError {
-  constructor(code: typeof ERROR_CODES.RuntimeFailed | typeof ERROR_CODES.RuntimeLost, message: string, sessionId: string, options?: { cause?: unknown }) {
+  constructor(
+    code: typeof ERROR_CODES.RuntimeFailed | typeof ERROR_CODES.RuntimeLost,
+    message: string,
+    sessionId: string,
+    options?: { cause?: unknown },
+  ) {
     super(code, message, sessionId, options);
   }
 }
 
 /** Builds the typed error for a wire failure type. */
-export function sessionErrorFor(code: ErrorCode, message: string, sessionId: string, cause?: unknown, details?: unknown): SessionError {
+export function sessionErrorFor(
+  code: ErrorCode,
+  message: string,
+  sessionId: string,
+  cause?: unknown,
+  details?: unknown,
+): SessionError {
   const options = { cause };
   switch (code) {
     case ERROR_CODES.InvalidInput:

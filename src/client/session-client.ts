@@ -98,7 +98,9 @@ export class SessionClient {
       return new SessionHandle(input.sessionId, handle);
     } catch (err) {
       if (err instanceof WorkflowExecutionAlreadyStartedError) {
-        throw new SessionAlreadyExistsError(`session ${input.sessionId} already exists`, input.sessionId, { cause: err });
+        throw new SessionAlreadyExistsError(`session ${input.sessionId} already exists`, input.sessionId, {
+          cause: err,
+        });
       }
       throw err;
     }
@@ -140,7 +142,10 @@ export class SessionHandle {
   async checkpoint(input: CheckpointInput = {}): Promise<CheckpointRef> {
     const args = parseInput(CheckpointInput, input, this.sessionId);
     return this.update(() =>
-      this.workflow.executeUpdate(checkpointUpdate, { args: [args], updateId: updateIdFor('checkpoint', args.idempotencyKey) }),
+      this.workflow.executeUpdate(checkpointUpdate, {
+        args: [args],
+        updateId: updateIdFor('checkpoint', args.idempotencyKey),
+      }),
     );
   }
 
@@ -169,7 +174,10 @@ export class SessionHandle {
   }
 
   /** Fire-and-forget controls: no result; a control that cannot run shows in `status().lastRejectedSignal`. */
-  async signal(control: 'checkpoint' | 'pause' | 'resume' | 'stop', input: Record<string, unknown> = {}): Promise<void> {
+  async signal(
+    control: 'checkpoint' | 'pause' | 'resume' | 'stop',
+    input: Record<string, unknown> = {},
+  ): Promise<void> {
     const send = async () => {
       switch (control) {
         case 'checkpoint':
@@ -203,9 +211,13 @@ export class SessionHandle {
       return await fn();
     } catch (err) {
       if (isClosedWorkflowError(err)) {
-        throw new InvalidTransitionError(`session ${this.sessionId} has ended: no control can change it`, this.sessionId, {
-          cause: err,
-        });
+        throw new InvalidTransitionError(
+          `session ${this.sessionId} has ended: no control can change it`,
+          this.sessionId,
+          {
+            cause: err,
+          },
+        );
       }
       throw toSessionError(err, this.sessionId);
     }

@@ -8,7 +8,10 @@ export const SessionId = z
   .string()
   .min(1, 'session id must not be empty')
   .max(128, 'session id must be at most 128 characters')
-  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'session id may only contain letters, digits, ".", "_" and "-", and must start with a letter or digit')
+  .regex(
+    /^[A-Za-z0-9][A-Za-z0-9._-]*$/,
+    'session id may only contain letters, digits, ".", "_" and "-", and must start with a letter or digit',
+  )
   .refine((s) => !s.includes('..'), 'session id must not contain ".."');
 export type SessionId = z.infer<typeof SessionId>;
 
@@ -63,7 +66,9 @@ export const WorkspaceRuntimeSpec = z.object({
   /** argv of the command, run with the workspace as its working directory. */
   command: z.array(z.string().min(1).max(4096)).min(1, 'command must name a program').max(256),
   /** Extra environment variables for the command. */
-  env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'env names must be shell identifiers'), z.string().max(32768)).optional(),
+  env: z
+    .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'env names must be shell identifiers'), z.string().max(32768))
+    .optional(),
   /** Small seed files written before the first start (total at most 256 KiB). */
   files: z
     .record(WorkspacePath, z.string())

@@ -92,7 +92,8 @@ export function transition(phase: Phase, event: SessionEvent): TransitionResult 
     return { ok: true, phase: 'failed', failureReason: `the runtime process ${how}` };
   }
   const next = TABLE[event.type]?.[phase];
-  if (next === undefined) return { ok: false, reason: `cannot ${describeEvent(event.type)} while the session is ${phase}` };
+  if (next === undefined)
+    return { ok: false, reason: `cannot ${describeEvent(event.type)} while the session is ${phase}` };
   return { ok: true, phase: next };
 }
 

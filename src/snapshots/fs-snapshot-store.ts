@@ -88,7 +88,8 @@ export class FsSnapshotStore implements SnapshotStore {
     const meter = new MeteringTransform(onProgress);
     await publishFile(
       paths.data,
-      (temp) => pipeline(data, meter, createWriteStream(temp, { flags: 'wx', flush: true }), {}),
+      // `flush: true` (Node >= 20.10) fsyncs before the stream closes, and pipeline waits for the close.
+      (temp) => pipeline(data, meter, createWriteStream(temp, { flags: 'wx', flush: true }), { signal }),
       async () => {
         signal?.throwIfAborted();
         await assertAbsent();
@@ -120,7 +121,11 @@ export class FsSnapshotStore implements SnapshotStore {
       handle = await fs.open(paths.manifest, 'r');
     } catch (error) {
       if (hasCode(error, 'ENOENT')) {
-        throw new SnapshotNotFoundError(`${describe(sessionId, checkpointId)} does not exist`, sessionId, checkpointId);
+        throw new SnapshotNotFoundError(
+          `${checkpointName(sessionId, checkpointId)} does not exist`,
+          sessionId,
+          checkpointId,
+        );
       }
       throw error;
     }
@@ -147,7 +152,7 @@ export class FsSnapshotStore implements SnapshotStore {
       handle = await fs.open(this.paths(sessionId, checkpointId).data, 'r');
     } catch (error) {
       if (hasCode(error, 'ENOENT')) {
-        const message = `${describe(sessionId, checkpointId)} has a manifest but its data object is missing`;
+        const message = `${checkpointName(sessionId, checkpointId)} has a manifest but its data object is missing`;
         throw new SnapshotNotFoundError(message, sessionId, checkpointId, { cause: error });
       }
       throw error;
@@ -234,7 +239,7 @@ export class FsSnapshotStore implements SnapshotStore {
       if (hasCode(error, 'ENOENT')) return;
       throw error;
     }
-    throw new Error(`${describe(sessionId, checkpointId)} exists already; checkpoints are immutable`);
+    throw new Error(`${checkpointName(sessionId, checkpointId)} exists already; checkpoints are immutable`);
   }
 }
 
@@ -362,12 +367,12 @@ class VerifyingTransform extends MeteringTransform {
   }
 }
 
-function describe(sessionId: string, checkpointId: string): string {
+function checkpointName(sessionId: string, checkpointId: string): string {
   return `checkpoint ${checkpointId} of session ${sessionId}`;
 }
 
 function corruptError(sessionId: string, checkpointId: string, problem: string, cause?: unknown): SnapshotCorruptError {
-  const message = `${describe(sessionId, checkpointId)} is corrupt: ${problem}`;
+  const message = `${checkpointName(sessionId, checkpointId)} is corrupt: ${problem}`;
   return new SnapshotCorruptError(message, sessionId, checkpointId, { cause });
 }
 

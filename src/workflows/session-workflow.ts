@@ -209,7 +209,11 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
   }
 
   /** Accepts a validated control: dedupes by key, advances the projection, and queues the work. */
-  function accept<I extends { idempotencyKey?: string }, R>(control: Control, input: I, run: (i: I) => Promise<R>): Promise<R> {
+  function accept<I extends { idempotencyKey?: string }, R>(
+    control: Control,
+    input: I,
+    run: (i: I) => Promise<R>,
+  ): Promise<R> {
     const key = input.idempotencyKey;
     if (key !== undefined) {
       const prior = state.results.find((r) => r.key === key);
@@ -442,8 +446,18 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
         });
         state.runtime = runtime;
         state.head = candidate;
-        state.lastRestore = { checkpointId: candidate.checkpointId, at: now(), fallbackFrom: skipped.map((s) => s.checkpointId) };
-        record({ kind: 'restored', at: now(), checkpointId: candidate.checkpointId, instanceId: runtime.instanceId, cause });
+        state.lastRestore = {
+          checkpointId: candidate.checkpointId,
+          at: now(),
+          fallbackFrom: skipped.map((s) => s.checkpointId),
+        };
+        record({
+          kind: 'restored',
+          at: now(),
+          checkpointId: candidate.checkpointId,
+          instanceId: runtime.instanceId,
+          cause,
+        });
         watch(runtime);
         return {
           ok: true,
@@ -459,7 +473,13 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
         const reason = `${type}: ${messageOf(err)}`;
         skipped.push({ checkpointId: candidate.checkpointId, reason });
         const next = candidates[candidates.indexOf(candidate) + 1];
-        record({ kind: 'fallback', at: now(), fromCheckpointId: candidate.checkpointId, toCheckpointId: next?.checkpointId ?? null, reason });
+        record({
+          kind: 'fallback',
+          at: now(),
+          fromCheckpointId: candidate.checkpointId,
+          toCheckpointId: next?.checkpointId ?? null,
+          reason,
+        });
         log.warn('checkpoint cannot be restored, falling back', { checkpointId: candidate.checkpointId, reason });
       }
     }
@@ -485,7 +505,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     round().then(
       (result) => {
         if (result.exited && !result.exit.requested) {
-          void serial(async () => onRuntimeExited(runtime, result.exit.exitCode, result.exit.signal));
+          void serial(() => onRuntimeExited(runtime, result.exit.exitCode, result.exit.signal));
         }
       },
       (err: unknown) => {
@@ -495,7 +515,11 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     );
   }
 
-  function onRuntimeExited(runtime: RuntimeInstanceRef, exitCode: number | null, signal: string | null): void {
+  async function onRuntimeExited(
+    runtime: RuntimeInstanceRef,
+    exitCode: number | null,
+    signal: string | null,
+  ): Promise<void> {
     if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
     record({ kind: 'runtime-exited', at: now(), exitCode, signal });
     state.runtime = null;
@@ -546,8 +570,11 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
 
   /** Markdown shown as "current details" in the Web UI. */
   function describe(): string {
-    const lines = [`**${state.phase}** · ${state.spec.runtime.kind} runtime · ${state.checkpoints.length} checkpoint(s)`];
-    if (state.head) lines.push(`head: \`${state.head.checkpointId}\` (${state.head.size} bytes, ${state.head.createdAt})`);
+    const lines = [
+      `**${state.phase}** · ${state.spec.runtime.kind} runtime · ${state.checkpoints.length} checkpoint(s)`,
+    ];
+    if (state.head)
+      lines.push(`head: \`${state.head.checkpointId}\` (${state.head.size} bytes, ${state.head.createdAt})`);
     if (state.runtime) lines.push(`runtime: \`${state.runtime.instanceId}\` on \`${state.runtime.hostTaskQueue}\``);
     if (state.failure) lines.push(`failure: ${state.failure.type}: ${state.failure.message}`);
     return lines.join('\n\n');
@@ -628,7 +655,11 @@ function stableOr(phase: Phase, fallback: StablePhase): StablePhase {
 /** The failure type of an activity error, if it is one of ours. */
 function typeOf(err: unknown): ErrorCode | undefined {
   const cause = err instanceof ActivityFailure ? err.cause : err;
-  if (cause instanceof ApplicationFailure && cause.type && (Object.values(ERROR_CODES) as string[]).includes(cause.type)) {
+  if (
+    cause instanceof ApplicationFailure &&
+    cause.type &&
+    (Object.values(ERROR_CODES) as string[]).includes(cause.type)
+  ) {
     return cause.type as ErrorCode;
   }
   return undefined;

@@ -53,13 +53,16 @@ describe('transition', () => {
     }
   }
 
-  test.each(PHASES.filter((p) => p !== 'completed' && p !== 'failed'))('%s + failed → failed with the reason', (phase) => {
-    expect(transition(phase, { type: 'failed', reason: 'disk gone' })).toEqual({
-      ok: true,
-      phase: 'failed',
-      failureReason: 'disk gone',
-    });
-  });
+  test.each(PHASES.filter((p) => p !== 'completed' && p !== 'failed'))(
+    '%s + failed → failed with the reason',
+    (phase) => {
+      expect(transition(phase, { type: 'failed', reason: 'disk gone' })).toEqual({
+        ok: true,
+        phase: 'failed',
+        failureReason: 'disk gone',
+      });
+    },
+  );
 
   test.each(['completed', 'failed'] as const)('a %s session cannot fail again', (phase) => {
     expect(transition(phase, { type: 'failed', reason: 'x' }).ok).toBe(false);

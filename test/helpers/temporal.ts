@@ -33,7 +33,9 @@ export interface TestHost {
   crash(): Promise<void>;
 }
 
-export async function startTestSystem(options: { store?: (real: FsSnapshotStore) => SnapshotStore } = {}): Promise<TestSystem> {
+export async function startTestSystem(
+  options: { store?: (real: FsSnapshotStore) => SnapshotStore } = {},
+): Promise<TestSystem> {
   const address = process.env.DS_TEST_TEMPORAL_ADDRESS;
   const bundlePath = process.env.DS_TEST_WORKFLOW_BUNDLE;
   if (!address || !bundlePath) throw new Error('the jest global setup did not start a Temporal server');
@@ -48,7 +50,10 @@ export async function startTestSystem(options: { store?: (real: FsSnapshotStore)
 
   async function addHost(hostOptions: { store?: SnapshotStore; watchHeartbeatMs?: number } = {}): Promise<TestHost> {
     const hostTaskQueue = `${taskQueue}@host-${hosts.length + 1}`;
-    const workspace = new WorkspaceRuntime({ rootDir: path.join(dir, `workspaces-${hosts.length + 1}`), defaultStopGraceMs: 2_000 });
+    const workspace = new WorkspaceRuntime({
+      rootDir: path.join(dir, `workspaces-${hosts.length + 1}`),
+      defaultStopGraceMs: 2_000,
+    });
     const memory = new MemoryRuntime();
     const deps: ActivityDeps = {
       store: hostOptions.store ?? (options.store ? options.store(store) : store),
@@ -110,7 +115,10 @@ function installQuietRuntime(): void {
 }
 
 /** Polls `fn` until it returns a truthy value or the deadline passes. */
-export async function eventually<T>(fn: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 20_000): Promise<T> {
+export async function eventually<T>(
+  fn: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs = 20_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
@@ -120,7 +128,8 @@ export async function eventually<T>(fn: () => Promise<T | undefined | false> | T
     } catch (err) {
       last = err;
     }
-    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms${last ? `: ${String(last)}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(`condition not met within ${timeoutMs} ms${last ? `: ${String(last)}` : ''}`);
     await new Promise((r) => setTimeout(r, 100));
   }
 }

@@ -46,12 +46,15 @@ describe('bad input is refused with a typed error and changes nothing', () => {
     await expect(sys.sessions.get(sessionId).status()).rejects.toBeInstanceOf(SessionNotFoundError);
   });
 
-  test.each(['../x', 'a/b', '', '.hidden'])('path-like session id %j is refused before anything is sent', async (id) => {
-    expect(() => sys.sessions.get(id)).toThrow(InvalidInputError);
-    await expect(sys.sessions.start({ sessionId: id, runtime: { kind: 'memory' } })).rejects.toBeInstanceOf(
-      InvalidInputError,
-    );
-  });
+  test.each(['../x', 'a/b', '', '.hidden'])(
+    'path-like session id %j is refused before anything is sent',
+    async (id) => {
+      expect(() => sys.sessions.get(id)).toThrow(InvalidInputError);
+      await expect(sys.sessions.start({ sessionId: id, runtime: { kind: 'memory' } })).rejects.toBeInstanceOf(
+        InvalidInputError,
+      );
+    },
+  );
 
   test('an unknown session id is SessionNotFoundError for queries and controls', async () => {
     const ghost = sys.sessions.get(newId('ghost'));
@@ -61,9 +64,9 @@ describe('bad input is refused with a typed error and changes nothing', () => {
 
   test('a second start with the same id is SessionAlreadyExistsError', async () => {
     const session = await runningSession('dup');
-    await expect(sys.sessions.start({ sessionId: session.sessionId, runtime: { kind: 'memory' } })).rejects.toBeInstanceOf(
-      SessionAlreadyExistsError,
-    );
+    await expect(
+      sys.sessions.start({ sessionId: session.sessionId, runtime: { kind: 'memory' } }),
+    ).rejects.toBeInstanceOf(SessionAlreadyExistsError);
   });
 
   test('oversized and malformed labels are refused by the client and by the workflow validator alike', async () => {
@@ -73,7 +76,9 @@ describe('bad input is refused with a typed error and changes nothing', () => {
 
     // A caller that skips the client (another language, the Web UI) meets the same rules in the validator.
     const raw = sys.client.workflow.getHandle(sessionWorkflowId(session.sessionId));
-    const error = await raw.executeUpdate(checkpointUpdate, { args: [{ label: 'x'.repeat(5000) }] }).catch((e: unknown) => e);
+    const error = await raw
+      .executeUpdate(checkpointUpdate, { args: [{ label: 'x'.repeat(5000) }] })
+      .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(WorkflowUpdateFailedError);
     expect((error as WorkflowUpdateFailedError).cause).toMatchObject({ type: 'InvalidInput' });
     const wrongType = await raw
@@ -93,7 +98,10 @@ describe('illegal transitions are rejected by the validator and change nothing',
     const session = await runningSession('illegal');
     const refused = await session.resume().catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(InvalidTransitionError);
-    expect(refused).toMatchObject({ message: 'cannot resume while the session is running', sessionId: session.sessionId });
+    expect(refused).toMatchObject({
+      message: 'cannot resume while the session is running',
+      sessionId: session.sessionId,
+    });
     const cp = await session.pause();
     await expect(session.pause()).rejects.toThrow('cannot pause while the session is paused');
     await expect(session.checkpoint()).rejects.toBeInstanceOf(InvalidTransitionError);
@@ -163,7 +171,10 @@ describe('signals: fire-and-forget twins', () => {
       const s = await session.status();
       return s.lastRejectedSignal ? s : undefined;
     });
-    expect(status.lastRejectedSignal).toMatchObject({ signal: 'requestPause', reason: 'cannot pause while the session is paused' });
+    expect(status.lastRejectedSignal).toMatchObject({
+      signal: 'requestPause',
+      reason: 'cannot pause while the session is paused',
+    });
     expect(status.checkpointCount).toBe(1);
     await session.signal('resume');
     await eventually(async () => (await session.status()).phase === 'running');

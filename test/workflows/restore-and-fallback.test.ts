@@ -82,7 +82,9 @@ test('a corrupted newest checkpoint falls back to the newest older one that veri
 
   const resumed = await session.resume();
   expect(resumed.restoredFrom.checkpointId).toBe(cp1.checkpointId);
-  expect(resumed.fallbackFrom).toEqual([{ checkpointId: cp2.checkpointId, reason: expect.stringMatching(/^SnapshotCorrupt: /) }]);
+  expect(resumed.fallbackFrom).toEqual([
+    { checkpointId: cp2.checkpointId, reason: expect.stringMatching(/^SnapshotCorrupt: /) },
+  ]);
   expect(await memoryStateOf(session)).toBe('v1');
 
   const status = await session.status();

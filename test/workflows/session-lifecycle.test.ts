@@ -141,7 +141,10 @@ test('a workspace process that exits by itself is recorded: code 0 completes, no
     runtime: { kind: 'workspace', command: ['sh', '-c', 'sleep 0.3; exit 3'] },
   });
   await expect(ok.result()).resolves.toEqual({ phase: 'completed', finalCheckpoint: null });
-  await expect(bad.result()).rejects.toMatchObject({ code: 'RuntimeFailed', message: 'the runtime process exited with code 3' });
+  await expect(bad.result()).rejects.toMatchObject({
+    code: 'RuntimeFailed',
+    message: 'the runtime process exited with code 3',
+  });
   const status = await bad.status();
   expect(status.phase).toBe('failed');
   expect(status.failure).toMatchObject({ type: 'RuntimeFailed', message: 'the runtime process exited with code 3' });

@@ -1,0 +1,109 @@
+/**
+ * Records the workflow histories that the replay test (test/workflows/replay.test.ts) replays against the
+ * current workflow code. Run it when a release changes what the workflow does, and commit the new files
+ * next to the old ones — never replace old ones: they stand for sessions still running on older code.
+ *
+ *   npx tsx scripts/record-histories.ts <label>
+ */
+import { execFileSync } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
+import { SessionClient } from '../src/client';
+import { DEFAULT_TEMPORAL_BIN, freePort, startDevServer } from '../src/dev-server';
+import { MemoryRuntime, WorkspaceRuntime } from '../src/runtimes';
+import { FsSnapshotStore } from '../src/snapshots';
+import { createWorkers } from '../src/worker';
+
+async function main(): Promise<void> {
+  const label = process.argv[2];
+  if (!label || !/^[a-z0-9.-]+$/.test(label)) throw new Error('usage: record-histories.ts <label, e.g. v0.1.0>');
+  Runtime.install({ logger: new DefaultLogger('WARN') });
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-record-'));
+  const server = await startDevServer({ port: await freePort(), uiPort: null });
+  const native = await NativeConnection.connect({ address: server.address });
+  const connection = await Connection.connect({ address: server.address });
+  const taskQueue = 'record';
+  const memory = new MemoryRuntime();
+  const workspace = new WorkspaceRuntime({ rootDir: path.join(dir, 'ws') });
+  const store = new FsSnapshotStore(path.join(dir, 'snapshots'));
+  const workers = await createWorkers({
+    connection: native,
+    namespace: 'default',
+    taskQueue,
+    hostTaskQueue: `${taskQueue}@host`,
+    deps: { store, runtimes: { memory, workspace }, hostTaskQueue: `${taskQueue}@host`, watchHeartbeatMs: 500 },
+  });
+  const running = workers.run();
+  const client = new Client({ connection });
+  const sessions = new SessionClient({ client, taskQueue });
+  const out = path.resolve(__dirname, '..', 'test', 'fixtures', 'histories');
+  fs.mkdirSync(out, { recursive: true });
+  try {
+    // Every control, a signal, an idempotent repeat, a rejected control and a fallback past a corrupt checkpoint.
+    const id = `replay-${crypto.randomUUID().slice(0, 8)}`;
+    const s = await sessions.start({ sessionId: id, runtime: { kind: 'memory', initialState: 'a' } });
+    await waitFor(async () => (await s.status()).phase === 'running');
+    const cp1 = await s.checkpoint({ label: 'first', idempotencyKey: 'k1' });
+    await s.checkpoint({ label: 'first', idempotencyKey: 'k1' });
+    await s.resume().catch(() => undefined);
+    const cp2 = await s.pause({ reason: 'recording' });
+    const data = path.join(dir, 'snapshots', id, `${cp2.checkpointId}.data`);
+    fs.writeFileSync(data, Buffer.from('not the bytes the manifest describes'));
+    await s.resume();
+    await s.signal('checkpoint', { label: 'by signal' });
+    await waitFor(async () => (await s.status()).checkpointCount === 3);
+    await s.stop();
+    void cp1;
+    write(server.address, out, `${label}-memory-lifecycle.json`, id);
+
+    // A workspace process that exits by itself.
+    const w = await sessions.start({
+      sessionId: `replay-exit-${crypto.randomUUID().slice(0, 8)}`,
+      runtime: { kind: 'workspace', command: ['sh', '-c', 'sleep 0.5; exit 2'] },
+    });
+    await w.result().catch(() => undefined);
+    write(server.address, out, `${label}-workspace-exit.json`, w.sessionId);
+  } finally {
+    workers.shutdown();
+    await running;
+    await workspace.stopAll();
+    await native.close();
+    await connection.close();
+    await server.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** The history as `temporal workflow show -o json` prints it: the same JSON the Web UI downloads. */
+function write(address: string, dir: string, file: string, sessionId: string): void {
+  const json = execFileSync(DEFAULT_TEMPORAL_BIN, [
+    'workflow',
+    'show',
+    '--address',
+    address,
+    '--workflow-id',
+    `session-${sessionId}`,
+    '--output',
+    'json',
+  ]);
+  fs.writeFileSync(path.join(dir, file), json);
+  const events = (JSON.parse(json.toString('utf8')) as { events: unknown[] }).events.length;
+  console.log(`wrote ${file} (${events} events)`);
+}
+
+async function waitFor(fn: () => Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    if (await fn()) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error('timed out');
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});

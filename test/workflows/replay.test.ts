@@ -1,0 +1,22 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
+import { Worker } from '@temporalio/worker';
+
+/**
+ * Sessions run for days: a worker upgrade must replay their histories exactly. Every history recorded from
+ * a released version (scripts/record-histories.ts) is replayed against the current workflow code; a change
+ * that would break running sessions fails here with a DeterminismViolationError.
+ */
+const dir = path.join(__dirname, '..', 'fixtures', 'histories');
+const files = fs.readdirSync(dir).filter((f) => f.endsWith('.json'));
+
+test('there are committed histories to replay', () => {
+  expect(files.length).toBeGreaterThanOrEqual(2);
+});
+
+test.each(files)('%s replays against the current workflow code', async (file) => {
+  const history = historyFromJSON(JSON.parse(fs.readFileSync(path.join(dir, file), 'utf8')));
+  expect(history.events?.length).toBeGreaterThan(10);
+  await Worker.runReplayHistory({ workflowBundle: { codePath: process.env.DS_TEST_WORKFLOW_BUNDLE! } }, history, file);
+});
