@@ -92,9 +92,22 @@ export const RuntimeSpec = z.discriminatedUnion('kind', [WorkspaceRuntimeSpec, M
 export type RuntimeSpec = z.infer<typeof RuntimeSpec>;
 export type RuntimeKind = RuntimeSpec['kind'];
 
+/**
+ * How quickly a lost worker host is noticed. A session's runtime lives on one host; when that host stops
+ * heartbeating (or stops polling its queue), the session is recovered from its newest checkpoint elsewhere.
+ */
+export const LivenessOptions = z.object({
+  /** The runtime watcher must heartbeat at least this often (default 30 s). */
+  heartbeatTimeoutMs: z.number().int().min(1_000).max(3_600_000).optional(),
+  /** A host must pick up work on its queue within this time (default 60 s). */
+  hostTimeoutMs: z.number().int().min(1_000).max(3_600_000).optional(),
+});
+export type LivenessOptions = z.infer<typeof LivenessOptions>;
+
 export const StartSessionInput = z.object({
   sessionId: SessionId,
   runtime: RuntimeSpec,
+  liveness: LivenessOptions.optional(),
   /** Free-form description shown in the Web UI. */
   description: z.string().max(1000).optional(),
 });

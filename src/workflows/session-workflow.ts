@@ -45,6 +45,7 @@ import {
   StopInput,
   type CheckpointRef,
   type CheckpointTrigger,
+  type LivenessOptions,
 } from '../domain/schemas';
 import {
   isFinal,
@@ -75,23 +76,25 @@ const shared = proxyActivities<SessionActivities>({
  * Activities that touch a runtime instance run on the task queue of the worker host it lives on.
  * scheduleToStartTimeout makes a host that has gone away show up as a failure instead of a wait forever.
  */
-function onHost(hostTaskQueue: string) {
+function onHost(hostTaskQueue: string, liveness: LivenessOptions = {}) {
   return proxyActivities<SessionActivities>({
     taskQueue: hostTaskQueue,
     startToCloseTimeout: '2 hours',
-    scheduleToStartTimeout: '1 minute',
+    scheduleToStartTimeout: liveness.hostTimeoutMs ?? 60_000,
     heartbeatTimeout: '1 minute',
     retry: IO_RETRY,
   });
 }
 
-function watcherOn(hostTaskQueue: string) {
+/** The watcher's heartbeat timeout is how fast a dead host is noticed. */
+function watcherOn(hostTaskQueue: string, liveness: LivenessOptions = {}) {
   return proxyActivities<SessionActivities>({
     taskQueue: hostTaskQueue,
     startToCloseTimeout: '2 hours',
-    scheduleToStartTimeout: '1 minute',
-    heartbeatTimeout: '30s',
-    retry: { maximumAttempts: 2, nonRetryableErrorTypes: [ERROR_CODES.RuntimeLost, ERROR_CODES.RuntimeFailed] },
+    scheduleToStartTimeout: liveness.hostTimeoutMs ?? 60_000,
+    heartbeatTimeout: liveness.heartbeatTimeoutMs ?? 30_000,
+    // No retries: a watcher that stops heartbeating means its host is gone or cut off, and recovery handles it.
+    retry: { maximumAttempts: 1 },
   });
 }
 
@@ -304,7 +307,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
   async function doStart(): Promise<void> {
     try {
       const { hostTaskQueue } = await shared.placeSession();
-      const runtime = await onHost(hostTaskQueue).startRuntime({
+      const runtime = await onHost(hostTaskQueue, state.spec.liveness).startRuntime({
         sessionId,
         instanceId: newInstanceId(),
         spec: state.spec.runtime,
@@ -385,7 +388,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
   async function capture(trigger: CheckpointTrigger, label?: string): Promise<CheckpointRef> {
     const runtime = requireRuntime();
     const sequence = state.nextSequence;
-    const ref = await onHost(runtime.hostTaskQueue).captureCheckpoint({
+    const ref = await onHost(runtime.hostTaskQueue, state.spec.liveness).captureCheckpoint({
       sessionId,
       instance: runtime,
       checkpointId: `${String(sequence).padStart(6, '0')}-${uuid4().slice(0, 8)}`,
@@ -409,7 +412,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
   async function stopRuntime(): Promise<void> {
     const runtime = requireRuntime();
     cancelWatch();
-    const host = onHost(runtime.hostTaskQueue);
+    const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
     try {
       await host.stopRuntime({ instance: runtime });
       await host.disposeRuntime({ instance: runtime });
@@ -438,7 +441,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     for (const candidate of candidates) {
       try {
         const { hostTaskQueue } = await shared.placeSession();
-        const runtime = await onHost(hostTaskQueue).restoreCheckpoint({
+        const runtime = await onHost(hostTaskQueue, state.spec.liveness).restoreCheckpoint({
           sessionId,
           checkpointId: candidate.checkpointId,
           instanceId: newInstanceId(),
@@ -499,14 +502,16 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
   function watch(runtime: RuntimeInstanceRef): void {
     const scope = new CancellationScope();
     watchScope = scope;
-    const watcher = watcherOn(runtime.hostTaskQueue);
+    const watcher = watcherOn(runtime.hostTaskQueue, state.spec.liveness);
     const round = (): Promise<WatchResult> =>
       scope.run(() => watcher.watchRuntime({ instance: runtime })).then((r) => (r.exited ? r : round()));
     round().then(
       (result) => {
-        if (result.exited && !result.exit.requested) {
-          void serial(() => onRuntimeExited(runtime, result.exit.exitCode, result.exit.signal));
-        }
+        if (!result.exited) return;
+        const { exitCode, signal, requested } = result.exit;
+        // Our own stops cancel the watch first; a stop nobody here asked for is the host shutting down.
+        if (requested) void serial(() => onRuntimeLost(runtime, 'the runtime was stopped by its host'));
+        else void serial(() => onRuntimeExited(runtime, exitCode, signal));
       },
       (err: unknown) => {
         if (isCancellation(err) || scope.consideredCancelled) return;
@@ -530,6 +535,13 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
     record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason });
     state.runtime = null;
+    // A host that is only cut off may still run the old instance: stop it, so that two copies of the session
+    // never run at once. A host that is really gone fails this fast (hostTimeoutMs).
+    try {
+      await onHost(runtime.hostTaskQueue, state.spec.liveness).stopRuntime({ instance: runtime });
+    } catch {
+      // Gone with its host.
+    }
     if (!state.head) {
       fail(ERROR_CODES.RuntimeLost, `the runtime was lost and the session has no checkpoint: ${reason}`);
       return;

@@ -20,6 +20,7 @@ export interface TestSystem {
   memory: MemoryRuntime;
   taskQueue: string;
   dir: string;
+  firstHost: TestHost;
   /** Starts another worker host on the same shared queue (a second machine). */
   addHost(options?: { store?: SnapshotStore; watchHeartbeatMs?: number }): Promise<TestHost>;
   close(): Promise<void>;
@@ -43,10 +44,14 @@ export async function startTestSystem(
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-system-'));
   const taskQueue = `test-${crypto.randomUUID()}`;
   const store = new FsSnapshotStore(path.join(dir, 'snapshots'));
-  const nativeConnection = await NativeConnection.connect({ address });
   const connection = await Connection.connect({ address });
   const client = new Client({ connection });
-  const hosts: { workers: SessionWorkers; running: Promise<void>; workspace: WorkspaceRuntime }[] = [];
+  const hosts: {
+    workers: SessionWorkers;
+    running: Promise<void>;
+    workspace: WorkspaceRuntime;
+    connection: NativeConnection;
+  }[] = [];
 
   async function addHost(hostOptions: { store?: SnapshotStore; watchHeartbeatMs?: number } = {}): Promise<TestHost> {
     const hostTaskQueue = `${taskQueue}@host-${hosts.length + 1}`;
@@ -61,6 +66,8 @@ export async function startTestSystem(
       hostTaskQueue,
       watchHeartbeatMs: hostOptions.watchHeartbeatMs ?? 1_000,
     };
+    // One connection per host, as separate machines have: the SDK allows one worker per queue per connection.
+    const nativeConnection = await NativeConnection.connect({ address });
     const workers = await createWorkers({
       connection: nativeConnection,
       namespace: 'default',
@@ -70,16 +77,18 @@ export async function startTestSystem(
       workflowBundle: { codePath: bundlePath! },
     });
     const running = workers.run();
-    const entry = { workers, running, workspace };
+    const entry = { workers, running, workspace, connection: nativeConnection };
     hosts.push(entry);
     return {
       hostTaskQueue,
       workspace,
       memory,
       async crash() {
-        await workspace.stopAll();
+        // Polling stops first, so nothing of this host reaches the server any more; then its processes die.
         workers.shutdown();
         await running;
+        await workspace.stopAll();
+        await nativeConnection.close();
         hosts.splice(hosts.indexOf(entry), 1);
       },
     };
@@ -92,6 +101,7 @@ export async function startTestSystem(
     store,
     workspace: first.workspace,
     memory: first.memory,
+    firstHost: first,
     taskQueue,
     dir,
     addHost,
@@ -99,7 +109,7 @@ export async function startTestSystem(
       for (const h of hosts) h.workers.shutdown();
       await Promise.allSettled(hosts.map((h) => h.running));
       await Promise.allSettled(hosts.map((h) => h.workspace.stopAll()));
-      await nativeConnection.close();
+      await Promise.allSettled(hosts.map((h) => h.connection.close()));
       await connection.close();
       fs.rmSync(dir, { recursive: true, force: true });
     },

@@ -1,0 +1,1199 @@
+/**
+ * Benchmark of checkpoint / pause / resume of a workspace session through the real system: a Temporal dev
+ * server, the project's workers (in this process), a FsSnapshotStore and a WorkspaceRuntime on a local file
+ * system, driven by the SessionClient. Physical baselines (write+fsync, read, SHA-256, tar) are measured on the
+ * same file system with the same bytes, so the engine's numbers can be read as "how far from the hardware".
+ *
+ *   npm run bench
+ *   npx tsx bench/run.ts --size-mb 100 --file-mb 5 --rounds 3
+ *
+ * Nothing here asserts on time: it prints (and writes to .bench/results.md) what it measured.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import * as fs from 'node:fs';
+import * as fsp from 'node:fs/promises';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
+import type { Readable } from 'node:stream';
+import { setTimeout as delay } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
+import * as v8 from 'node:v8';
+import * as vm from 'node:vm';
+import { Client, Connection } from '@temporalio/client';
+import { bundleWorkflowCode, DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
+import { SessionClient, type SessionHandle } from '../src/client';
+import { DEFAULT_TEMPORAL_BIN, freePort, startDevServer } from '../src/dev-server';
+import type { WorkspaceRuntimeSpec } from '../src/domain/schemas';
+import {
+  MemoryRuntime,
+  WorkspaceRuntime,
+  type ExitInfo,
+  type RestoreRequest,
+  type RuntimeInstanceInfo,
+  type WorkspaceRuntimeOptions,
+} from '../src/runtimes';
+import {
+  FsSnapshotStore,
+  type CheckpointManifest,
+  type NewCheckpoint,
+  type SnapshotStore,
+  type StoreProgress,
+} from '../src/snapshots';
+import { createWorkers } from '../src/worker';
+
+const MiB = 1024 * 1024;
+const PROJECT_DIR = path.resolve(__dirname, '..');
+const RESULTS_DIR = path.join(PROJECT_DIR, '.bench');
+const COMMAND = ['sh', '-c', 'while true; do sleep 1; done'];
+/** Seeded through the spec (at most 256 KiB); the big incompressible files are written after start. */
+const SMALL_FILES: Record<string, string> = {
+  'README.md': '# bench workspace\n\nA session seeded by bench/run.ts.\n',
+  'src/main.sh': '#!/bin/sh\nwhile true; do sleep 1; done\n',
+  'notes/todo.txt': Array.from({ length: 500 }, (_, i) => `- item ${i}: keep this across pause and resume`).join('\n'),
+};
+/** Generous: a hung operation should fail the run (and clean up), not block it forever. */
+const OP_TIMEOUT_MS = 10 * 60_000;
+
+interface Options {
+  sizeMiB: number;
+  fileMiB: number;
+  rounds: number;
+}
+
+function parseOptions(): Options {
+  const { values } = parseArgs({
+    options: {
+      'size-mb': { type: 'string', default: '100' },
+      'file-mb': { type: 'string', default: '5' },
+      rounds: { type: 'string', default: '3' },
+    },
+  });
+  const num = (name: string, raw: string | undefined, min: number): number => {
+    const n = Number(raw);
+    if (!Number.isFinite(n) || n < min) throw new Error(`--${name} must be a number >= ${min}, got ${raw}`);
+    return n;
+  };
+  return {
+    sizeMiB: num('size-mb', values['size-mb'], 1),
+    fileMiB: num('file-mb', values['file-mb'], 0.001),
+    rounds: Math.round(num('rounds', values.rounds, 1)),
+  };
+}
+
+// ---- cleanup ------------------------------------------------------------------------------------------------
+
+/** Cleanup steps, run last-registered first, each bounded in time, each failure reported but not fatal. */
+class Cleanup {
+  private readonly steps: { name: string; fn: () => Promise<unknown> }[] = [];
+  private running?: Promise<void>;
+
+  add(name: string, fn: () => Promise<unknown>): void {
+    this.steps.push({ name, fn });
+  }
+
+  run(): Promise<void> {
+    this.running ??= (async () => {
+      for (const step of this.steps.reverse()) {
+        try {
+          await withTimeout(step.fn(), 30_000, `cleanup: ${step.name}`);
+        } catch (error) {
+          console.error(`cleanup of ${step.name} failed: ${errorText(error)}`);
+        }
+      }
+    })();
+    return this.running;
+  }
+}
+
+async function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  const abort = new AbortController();
+  const timeout = delay(ms, undefined, { signal: abort.signal }).then(() => {
+    throw new Error(`${what} did not finish within ${ms} ms`);
+  });
+  timeout.catch(() => undefined);
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    abort.abort();
+  }
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? (error.stack ?? error.message) : String(error);
+}
+
+// ---- probes inside the engine (wrappers, the engine itself is untouched) -----------------------------------
+
+/** Timestamps and counters of the one operation in flight (the bench runs one at a time). */
+class Probe {
+  events = new Map<string, number>();
+  progressCalls = 0;
+  progressMs = 0;
+
+  reset(): void {
+    this.events = new Map();
+    this.progressCalls = 0;
+    this.progressMs = 0;
+  }
+
+  mark(name: string): void {
+    this.events.set(name, performance.now());
+  }
+
+  /** Wraps a store's progress callback (called once per chunk) to count calls and the time spent in them. */
+  wrapProgress(options: StoreProgress, firstByte: string): StoreProgress {
+    const inner = options.onProgress;
+    return {
+      ...options,
+      onProgress: (bytesDone) => {
+        if (this.progressCalls++ === 0) this.mark(firstByte);
+        const t = performance.now();
+        try {
+          inner?.(bytesDone);
+        } finally {
+          this.progressMs += performance.now() - t;
+        }
+      },
+    };
+  }
+}
+
+/** The real runtime, with timestamps around the calls the activities make. */
+class ProbedWorkspaceRuntime extends WorkspaceRuntime {
+  constructor(
+    options: WorkspaceRuntimeOptions,
+    private readonly probe: Probe,
+  ) {
+    super(options);
+  }
+
+  override async capture(instanceId: string): Promise<Readable> {
+    this.probe.mark('capture.call');
+    const stream = await super.capture(instanceId);
+    // capture() resolves once the process group is frozen; 'end' comes after the last packed byte was read.
+    this.probe.mark('capture.frozen');
+    stream.once('end', () => this.probe.mark('capture.packed'));
+    stream.once('close', () => this.probe.mark('capture.thawed'));
+    return stream;
+  }
+
+  override async restore(request: RestoreRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
+    this.probe.mark('restore.call');
+    const info = await super.restore(request);
+    this.probe.mark('restore.started');
+    return info;
+  }
+
+  override async stop(instanceId: string, options: { graceMs?: number } = {}): Promise<ExitInfo> {
+    this.probe.mark('stop.call');
+    try {
+      return await super.stop(instanceId, options);
+    } finally {
+      this.probe.mark('stop.done');
+    }
+  }
+
+  override async dispose(instanceId: string): Promise<void> {
+    this.probe.mark('dispose.call');
+    try {
+      await super.dispose(instanceId);
+    } finally {
+      this.probe.mark('dispose.done');
+    }
+  }
+}
+
+/** The real store, with timestamps and a count of progress callbacks (one per chunk). */
+class ProbedStore implements SnapshotStore {
+  constructor(
+    private readonly inner: SnapshotStore,
+    private readonly probe: Probe,
+  ) {}
+
+  async write(checkpoint: NewCheckpoint, data: Readable, options: StoreProgress = {}): Promise<CheckpointManifest> {
+    this.probe.mark('write.call');
+    const manifest = await this.inner.write(checkpoint, data, this.probe.wrapProgress(options, 'write.firstByte'));
+    this.probe.mark('write.done');
+    return manifest;
+  }
+
+  async open(sessionId: string, checkpointId: string, options: StoreProgress = {}) {
+    this.probe.mark('open.call');
+    const opened = await this.inner.open(sessionId, checkpointId, this.probe.wrapProgress(options, 'open.firstByte'));
+    // The verifying stream ends only after size and digest matched: every byte was read and hashed.
+    opened.stream.once('end', () => this.probe.mark('open.verified'));
+    return opened;
+  }
+
+  readManifest(sessionId: string, checkpointId: string): Promise<CheckpointManifest> {
+    return this.inner.readManifest(sessionId, checkpointId);
+  }
+
+  verify(sessionId: string, checkpointId: string): Promise<CheckpointManifest> {
+    return this.inner.verify(sessionId, checkpointId);
+  }
+
+  list(sessionId: string): Promise<CheckpointManifest[]> {
+    return this.inner.list(sessionId);
+  }
+
+  delete(sessionId: string, checkpointId: string): Promise<void> {
+    return this.inner.delete(sessionId, checkpointId);
+  }
+}
+
+// ---- memory ------------------------------------------------------------------------------------------------
+
+/** `global.gc` without --expose-gc on the command line (npm run bench passes no node flags). */
+const collectGarbage: () => void = (() => {
+  try {
+    v8.setFlagsFromString('--expose-gc');
+    const gc = vm.runInNewContext('typeof gc === "function" ? gc : undefined') as (() => void) | undefined;
+    return gc ?? (() => {});
+  } catch {
+    return () => {};
+  }
+})();
+
+interface Measured<T> {
+  result: T;
+  ms: number;
+  t0: number;
+  t1: number;
+  rssBefore: number;
+  rssPeak: number;
+  samples: number;
+  maxRssBefore: number;
+  maxRssAfter: number;
+  /** CPU time of this process (all its threads: event loop, libuv pool, Temporal core) during the call. */
+  cpuUserMs: number;
+  cpuSystemMs: number;
+  /** Event-loop delay of this process during the call, max (a blocked loop stalls every stream). */
+  loopDelayMaxMs: number;
+  machineBusyMs: number;
+  serverCpuMs: number;
+}
+
+/** CPU time (ms) of the whole machine (busy, not idle or iowait) and of the Temporal server process. */
+interface CpuTicks {
+  machineBusyMs: number;
+  serverMs: number;
+}
+
+const clockTicksPerSecond = (() => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
+/** Set once the dev server runs, so its CPU can be told apart from this process's and everyone else's. */
+let serverPid: number | undefined;
+
+function cpuTicks(): CpuTicks {
+  const toMs = (ticks: number) => (ticks * 1000) / clockTicksPerSecond;
+  let machineBusyMs = 0;
+  let serverMs = 0;
+  try {
+    // cpu  user nice system idle iowait irq softirq steal …
+    const fields = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+    machineBusyMs = toMs(fields.reduce((a, b, i) => (i === 3 || i === 4 ? a : a + b), 0));
+    if (serverPid !== undefined) {
+      const stat = fs.readFileSync(`/proc/${serverPid}/stat`, 'utf8');
+      const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      serverMs = toMs(Number(rest[11]) + Number(rest[12])); // utime, stime (fields 14 and 15)
+    }
+  } catch {
+    // not Linux: the report shows zeros
+  }
+  return { machineBusyMs, serverMs };
+}
+
+/** Times `fn` while sampling RSS every 50 ms; a GC first, so the baseline RSS is not inflated by garbage. */
+async function measure<T>(fn: () => Promise<T>): Promise<Measured<T>> {
+  collectGarbage();
+  const maxRssBefore = process.resourceUsage().maxRSS * 1024;
+  const rssBefore = process.memoryUsage().rss;
+  let rssPeak = rssBefore;
+  let samples = 0;
+  const sample = (): void => {
+    samples++;
+    rssPeak = Math.max(rssPeak, process.memoryUsage().rss);
+  };
+  const timer = setInterval(sample, 50);
+  const loop = monitorEventLoopDelay({ resolution: 10 });
+  loop.enable();
+  const cpu = process.cpuUsage();
+  const ticks = cpuTicks();
+  const t0 = performance.now();
+  try {
+    const result = await withTimeout(fn(), OP_TIMEOUT_MS, 'operation');
+    const t1 = performance.now();
+    const cpuUsed = process.cpuUsage(cpu);
+    const ticksAfter = cpuTicks();
+    sample();
+    return {
+      result,
+      ms: t1 - t0,
+      t0,
+      t1,
+      rssBefore,
+      rssPeak,
+      samples,
+      maxRssBefore,
+      maxRssAfter: process.resourceUsage().maxRSS * 1024,
+      cpuUserMs: cpuUsed.user / 1000,
+      cpuSystemMs: cpuUsed.system / 1000,
+      loopDelayMaxMs: loop.max / 1e6,
+      machineBusyMs: ticksAfter.machineBusyMs - ticks.machineBusyMs,
+      serverCpuMs: ticksAfter.serverMs - ticks.serverMs,
+    };
+  } finally {
+    clearInterval(timer);
+    loop.disable();
+  }
+}
+
+// ---- files -------------------------------------------------------------------------------------------------
+
+function dfLine(dir: string): { type: string; text: string } {
+  const text = execFileSync('df', ['-T', '-P', dir], { encoding: 'utf8' }).trim();
+  const fields = (text.split('\n')[1] ?? '').trim().split(/\s+/);
+  return { type: fields[1] ?? 'unknown', text };
+}
+
+/** os.tmpdir() unless it is memory-backed (then the numbers would say nothing about a disk): .bench/ instead. */
+function chooseTempBase(): { base: string; why: string } {
+  const tmp = os.tmpdir();
+  const { type } = dfLine(tmp);
+  if (type === 'tmpfs' || type === 'ramfs') {
+    fs.mkdirSync(RESULTS_DIR, { recursive: true });
+    return { base: RESULTS_DIR, why: `${tmp} is ${type}: using the project's .bench/ instead` };
+  }
+  return { base: tmp, why: `os.tmpdir() (${tmp}) is ${type}` };
+}
+
+/** File sizes of the big part of the workspace: `fileMiB` each, the remainder on the last one. */
+function blobSizes(options: Options): number[] {
+  const total = Math.round(options.sizeMiB * MiB);
+  const count = Math.max(1, Math.round(options.sizeMiB / options.fileMiB));
+  const each = Math.floor(total / count);
+  return Array.from({ length: count }, (_, i) => (i === count - 1 ? total - each * (count - 1) : each));
+}
+
+function blobName(i: number): string {
+  return `data/blob-${String(i).padStart(3, '0')}.bin`;
+}
+
+/** Writes the workspace's content once (random, incompressible), to be copied into each session's directory. */
+function writeSeed(dir: string, sizes: number[]): void {
+  for (const [name, content] of Object.entries(SMALL_FILES)) {
+    fs.mkdirSync(path.dirname(path.join(dir, name)), { recursive: true });
+    fs.writeFileSync(path.join(dir, name), content);
+  }
+  fs.mkdirSync(path.join(dir, 'data'), { recursive: true });
+  sizes.forEach((size, i) => {
+    const fd = fs.openSync(path.join(dir, blobName(i)), 'w');
+    try {
+      for (let done = 0; done < size;) {
+        const chunk = randomBytes(Math.min(MiB, size - done));
+        fs.writeSync(fd, chunk);
+        done += chunk.length;
+      }
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+  });
+}
+
+/** Copies the big files into a live workspace and makes them durable, so no later fsync pays for them. */
+function seedWorkspace(seedDir: string, workspaceDir: string, count: number): void {
+  fs.mkdirSync(path.join(workspaceDir, 'data'), { recursive: true });
+  for (let i = 0; i < count; i++) {
+    const target = path.join(workspaceDir, blobName(i));
+    fs.copyFileSync(path.join(seedDir, blobName(i)), target);
+    fsyncPath(target);
+  }
+  fsyncPath(path.join(workspaceDir, 'data'));
+  fsyncPath(workspaceDir);
+}
+
+function fsyncPath(p: string): void {
+  const fd = fs.openSync(p, 'r');
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+interface TreeDigest {
+  files: number;
+  bytes: number;
+  sha256: string;
+}
+
+/** One digest over the sorted tree: every directory, every file's path, size and content hash. */
+async function treeDigest(root: string): Promise<TreeDigest> {
+  const tree = createHash('sha256');
+  let files = 0;
+  let bytes = 0;
+  const walk = async (rel: string): Promise<void> => {
+    for (const name of (await fsp.readdir(path.join(root, rel))).sort()) {
+      const relPath = rel === '' ? name : `${rel}/${name}`;
+      const stats = await fsp.lstat(path.join(root, relPath));
+      if (stats.isDirectory()) {
+        tree.update(`d ${relPath}\n`);
+        await walk(relPath);
+      } else if (stats.isFile()) {
+        const hash = createHash('sha256');
+        for await (const chunk of createReadStream(path.join(root, relPath), { highWaterMark: MiB })) {
+          hash.update(chunk as Buffer);
+        }
+        tree.update(`f ${relPath} ${stats.size} ${hash.digest('hex')}\n`);
+        files++;
+        bytes += stats.size;
+      } else {
+        tree.update(`o ${relPath}\n`);
+      }
+    }
+  };
+  await walk('');
+  return { files, bytes, sha256: tree.digest('hex') };
+}
+
+function run(program: string, args: string[]): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(program, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.once('error', reject);
+    child.once('exit', (code, signal) =>
+      code === 0 ? resolve() : reject(new Error(`${program} ${args.join(' ')}: ${code ?? signal} ${stderr.trim()}`)),
+    );
+  });
+}
+
+/** State letter of /proc/<pid>/stat (R, S, T, Z, …), or undefined if there is no such process. */
+function processState(pid: number): string | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
+  } catch {
+    return undefined;
+  }
+}
+
+// ---- baselines ---------------------------------------------------------------------------------------------
+
+interface Baselines {
+  bytes: number;
+  writeMs: number[];
+  readWarmMs: number[];
+  readColdMs: number[] | null;
+  sha256Ms: number[];
+  tarCreateMs: number[];
+  tarBytes: number;
+  tarExtractMs: number[];
+}
+
+async function measureBaselines(dir: string, seedDir: string, bytes: number, rounds: number): Promise<Baselines> {
+  fs.mkdirSync(dir, { recursive: true });
+  const pool = randomBytes(8 * MiB);
+  const chunkAt = (offset: number, length: number): Buffer => {
+    const start = offset % pool.length;
+    return pool.subarray(start, Math.min(start + length, pool.length));
+  };
+  const file = path.join(dir, 'sequential.bin');
+
+  // (a) sequential write of the same byte count, 1 MiB writes, fsync before the file counts as written.
+  const writeMs: number[] = [];
+  for (let r = 0; r < rounds; r++) {
+    fs.rmSync(file, { force: true });
+    const t0 = performance.now();
+    const fd = fs.openSync(file, 'w');
+    for (let done = 0; done < bytes;) done += fs.writeSync(fd, chunkAt(done, Math.min(MiB, bytes - done)));
+    fs.fsyncSync(fd);
+    fs.closeSync(fd);
+    writeMs.push(performance.now() - t0);
+  }
+
+  // (b) sequential read of it: warm (page cache, like the engine's restore of a just-written checkpoint) and
+  // cold (O_DIRECT through dd: the device, bypassing the cache without dropping anyone else's cache).
+  const readWarmMs: number[] = [];
+  const buffer = Buffer.allocUnsafe(MiB);
+  for (let r = 0; r < rounds; r++) {
+    const t0 = performance.now();
+    const fd = fs.openSync(file, 'r');
+    while (fs.readSync(fd, buffer, 0, buffer.length, null) > 0);
+    fs.closeSync(fd);
+    readWarmMs.push(performance.now() - t0);
+  }
+  let readColdMs: number[] | null = [];
+  for (let r = 0; r < rounds && readColdMs; r++) {
+    const t0 = performance.now();
+    try {
+      await run('dd', [`if=${file}`, 'of=/dev/null', 'bs=4M', 'iflag=direct', 'status=none']);
+      readColdMs.push(performance.now() - t0);
+    } catch {
+      readColdMs = null; // no O_DIRECT on this file system
+    }
+  }
+  fs.rmSync(file, { force: true });
+
+  // (c) SHA-256 in memory, 1 MiB updates.
+  const sha256Ms: number[] = [];
+  for (let r = 0; r < rounds; r++) {
+    const t0 = performance.now();
+    const hash = createHash('sha256');
+    for (let done = 0; done < bytes;) {
+      const chunk = chunkAt(done, Math.min(MiB, bytes - done));
+      hash.update(chunk);
+      done += chunk.length;
+    }
+    hash.digest();
+    sha256Ms.push(performance.now() - t0);
+  }
+
+  // (d) a plain `tar` of the same workspace to a file, fsynced: what a straightforward copy costs; and its
+  // extraction into a fresh directory (no fsync, like the engine's restore).
+  const tarFile = path.join(dir, 'workspace.tar');
+  const tarCreateMs: number[] = [];
+  const tarExtractMs: number[] = [];
+  let tarBytes = 0;
+  for (let r = 0; r < rounds; r++) {
+    fs.rmSync(tarFile, { force: true });
+    const t0 = performance.now();
+    await run('tar', ['-cf', tarFile, '-C', seedDir, '.']);
+    fsyncPath(tarFile);
+    tarCreateMs.push(performance.now() - t0);
+    tarBytes = fs.statSync(tarFile).size;
+  }
+  for (let r = 0; r < rounds; r++) {
+    const target = path.join(dir, `extract-${r}`);
+    fs.mkdirSync(target);
+    const t0 = performance.now();
+    await run('tar', ['-xf', tarFile, '-C', target]);
+    tarExtractMs.push(performance.now() - t0);
+    fs.rmSync(target, { recursive: true, force: true });
+  }
+  fs.rmSync(tarFile, { force: true });
+  return { bytes, writeMs, readWarmMs, readColdMs, sha256Ms, tarCreateMs, tarBytes, tarExtractMs };
+}
+
+// ---- the engine --------------------------------------------------------------------------------------------
+
+type OpName = 'checkpoint' | 'pause' | 'resume' | 'checkpoint2' | 'stop';
+
+interface OpRecord {
+  op: OpName;
+  round: number;
+  ms: number;
+  bytes: number;
+  rssBefore: number;
+  rssPeak: number;
+  samples: number;
+  maxRssBefore: number;
+  maxRssAfter: number;
+  cpuUserMs: number;
+  cpuSystemMs: number;
+  loopDelayMaxMs: number;
+  machineBusyMs: number;
+  serverCpuMs: number;
+  /** Milliseconds from the client call to each probe event. */
+  at: Record<string, number>;
+  progressCalls: number;
+  progressMs: number;
+}
+
+interface RoundCheck {
+  round: number;
+  original: TreeDigest;
+  restored: TreeDigest;
+  pidAlive: boolean;
+  cwdMatches: boolean;
+  stateAfterCheckpoint: string | undefined;
+  oldPidGone: boolean;
+}
+
+async function timedOp<T>(
+  probe: Probe,
+  op: OpName,
+  round: number,
+  fn: () => Promise<T>,
+  bytesOf: (result: T) => number,
+): Promise<{ result: T; record: OpRecord }> {
+  probe.reset();
+  const m = await measure(fn);
+  const at: Record<string, number> = {};
+  for (const [name, t] of probe.events) at[name] = t - m.t0;
+  return {
+    result: m.result,
+    record: {
+      op,
+      round,
+      ms: m.ms,
+      bytes: bytesOf(m.result),
+      rssBefore: m.rssBefore,
+      rssPeak: m.rssPeak,
+      samples: m.samples,
+      maxRssBefore: m.maxRssBefore,
+      maxRssAfter: m.maxRssAfter,
+      cpuUserMs: m.cpuUserMs,
+      cpuSystemMs: m.cpuSystemMs,
+      loopDelayMaxMs: m.loopDelayMaxMs,
+      machineBusyMs: m.machineBusyMs,
+      serverCpuMs: m.serverCpuMs,
+      at,
+      progressCalls: probe.progressCalls,
+      progressMs: probe.progressMs,
+    },
+  };
+}
+
+async function waitUntilRunning(handle: SessionHandle): Promise<{ location: string; pid: number }> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const status = await handle.status();
+    if (status.phase === 'running' && status.runtime?.pid !== undefined) {
+      return { location: status.runtime.location, pid: status.runtime.pid };
+    }
+    if (status.phase === 'failed') throw new Error(`session failed to start: ${status.failure?.message}`);
+    if (Date.now() > deadline) throw new Error(`session still ${status.phase} after 60 s`);
+    await delay(50);
+  }
+}
+
+async function engineRound(
+  sessions: SessionClient,
+  probe: Probe,
+  cleanup: Cleanup,
+  seedDir: string,
+  blobCount: number,
+  snapshotsDir: string,
+  round: number,
+  runId: string,
+): Promise<{ records: OpRecord[]; check: RoundCheck }> {
+  const sessionId = `bench-${runId}-${round}`;
+  const handle = await sessions.start({
+    sessionId,
+    runtime: { kind: 'workspace', command: COMMAND, files: SMALL_FILES, stopGraceMs: 2_000 },
+    description: 'bench/run.ts',
+  });
+  let ended = false;
+  cleanup.add(`session ${sessionId}`, async () => {
+    if (!ended) await handle.stop({ checkpoint: false }).catch(() => undefined);
+  });
+  const started = await waitUntilRunning(handle);
+  seedWorkspace(seedDir, started.location, blobCount);
+  const original = await treeDigest(started.location);
+
+  const records: OpRecord[] = [];
+  const checkpoint = await timedOp(
+    probe,
+    'checkpoint',
+    round,
+    () => handle.checkpoint(),
+    (ref) => ref.size,
+  );
+  records.push(checkpoint.record);
+  // The group must have been thawed when the capture ended (S: sleeping in `sleep 1`, R: running).
+  const stateAfterCheckpoint = processState(started.pid);
+
+  const pause = await timedOp(
+    probe,
+    'pause',
+    round,
+    () => handle.pause(),
+    (ref) => ref.size,
+  );
+  records.push(pause.record);
+  const oldPidGone = processState(started.pid) === undefined;
+
+  const resume = await timedOp(
+    probe,
+    'resume',
+    round,
+    () => handle.resume(),
+    (r) => r.restoredFrom.size,
+  );
+  records.push(resume.record);
+  const { pid, location } = resume.result.runtime;
+  const state = pid === undefined ? undefined : processState(pid);
+  const pidAlive = state !== undefined && state !== 'Z' && state !== 'X';
+  let cwdMatches = false;
+  try {
+    cwdMatches = pid !== undefined && fs.readlinkSync(`/proc/${pid}/cwd`) === location;
+  } catch {
+    cwdMatches = false;
+  }
+  const restored = await treeDigest(location);
+
+  const checkpoint2 = await timedOp(
+    probe,
+    'checkpoint2',
+    round,
+    () => handle.checkpoint(),
+    (ref) => ref.size,
+  );
+  records.push(checkpoint2.record);
+
+  const stop = await timedOp(
+    probe,
+    'stop',
+    round,
+    () => handle.stop({ checkpoint: false }),
+    () => 0,
+  );
+  records.push(stop.record);
+  ended = true;
+  // Three checkpoints of the full state per round: free the disk (and its page cache) for the next round.
+  await fsp.rm(path.join(snapshotsDir, sessionId), { recursive: true, force: true });
+  return {
+    records,
+    check: { round, original, restored, pidAlive, cwdMatches, stateAfterCheckpoint, oldPidGone },
+  };
+}
+
+// ---- report ------------------------------------------------------------------------------------------------
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+const mibps = (bytes: number, ms: number): number => bytes / MiB / (ms / 1000);
+const fmtMiBps = (v: number): string => `${v.toFixed(v >= 100 ? 0 : 1)} MiB/s`;
+const fmtMs = (ms: number): string =>
+  ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(ms >= 10 ? 0 : 1)} ms`;
+const fmtMiB = (bytes: number): string => `${(bytes / MiB).toFixed(1)} MiB`;
+const fmtSigned = (bytes: number): string => `${bytes >= 0 ? '+' : '−'}${fmtMiB(Math.abs(bytes))}`;
+
+/** "median (min–max)" of durations. */
+function spread(ms: number[]): string {
+  if (ms.length === 1) return fmtMs(ms[0]!);
+  return `${fmtMs(median(ms))} (${fmtMs(Math.min(...ms))}–${fmtMs(Math.max(...ms))})`;
+}
+
+/** Throughput of the median time, with the range of times. */
+function throughput(bytes: number, ms: number[]): string {
+  return `${fmtMiBps(mibps(bytes, median(ms)))} · ${spread(ms)}`;
+}
+
+function ratio(engineMs: number, baselineMs: number): string {
+  return `${(baselineMs / engineMs).toFixed(2)}×`;
+}
+
+interface Machine {
+  cpu: string;
+  cores: number;
+  memory: string;
+  node: string;
+  kernel: string;
+  temporal: string;
+  tempRoot: string;
+  tempWhy: string;
+  df: string;
+  loadBefore: string;
+  loadAfter: string;
+}
+
+/** Median of the spans between two probe events (null: the client's call, or its return). */
+function phaseSpan(records: OpRecord[], from: string | null, to: string | null): string {
+  const spans: number[] = [];
+  for (const r of records) {
+    const start = from === null ? 0 : r.at[from];
+    const end = to === null ? r.ms : r.at[to];
+    if (start !== undefined && end !== undefined) spans.push(end - start);
+  }
+  return spans.length ? fmtMs(median(spans)) : '—';
+}
+
+function report(options: Options, machine: Machine, b: Baselines, records: OpRecord[], checks: RoundCheck[]): string {
+  const of = (op: OpName) => records.filter((r) => r.op === op);
+  const ms = (op: OpName) => of(op).map((r) => r.ms);
+  const stateBytes = median(of('checkpoint').map((r) => r.bytes));
+  const write = median(b.writeMs);
+  const readWarm = median(b.readWarmMs);
+  const sha = median(b.sha256Ms);
+  const tarC = median(b.tarCreateMs);
+  const tarX = median(b.tarExtractMs);
+  // Resume's physical floor: the slower of reading the bytes and hashing them (at the same byte count).
+  const readOrHash = Math.max(readWarm, sha);
+  const scale = (baselineMs: number, baselineBytes: number) => (baselineMs * stateBytes) / baselineBytes;
+
+  const rows: string[][] = [];
+  const row = (...cells: string[]) => rows.push(cells);
+  row('**baseline** write + fsync, one file', throughput(b.bytes, b.writeMs), '—', '—');
+  row('**baseline** read, warm (page cache)', throughput(b.bytes, b.readWarmMs), '—', '—');
+  if (b.readColdMs) row('**baseline** read, cold (O_DIRECT, dd)', throughput(b.bytes, b.readColdMs), '—', '—');
+  row('**baseline** SHA-256 in memory', throughput(b.bytes, b.sha256Ms), '—', '—');
+  row('**baseline** `tar -c` + fsync of the workspace', throughput(b.tarBytes, b.tarCreateMs), '—', '—');
+  row('**baseline** `tar -x` into a fresh dir (no fsync)', throughput(b.tarBytes, b.tarExtractMs), '—', '—');
+  for (const [op, label] of [
+    ['checkpoint', 'checkpoint() of the running session'],
+    ['checkpoint2', 'checkpoint() after resume'],
+    ['pause', 'pause() (checkpoint + stop + dispose)'],
+  ] as const) {
+    const t = ms(op);
+    row(
+      label,
+      throughput(stateBytes, t),
+      `write+fsync ${fmtMiBps(mibps(b.bytes, write))}`,
+      ratio(median(t), scale(write, b.bytes)),
+    );
+  }
+  row(
+    'checkpoint() vs plain tar',
+    spread(ms('checkpoint')),
+    `tar -c + fsync ${fmtMs(scale(tarC, b.tarBytes))}`,
+    ratio(median(ms('checkpoint')), scale(tarC, b.tarBytes)),
+  );
+  row(
+    'resume() (call → restored process running)',
+    throughput(stateBytes, ms('resume')),
+    `min(read ${fmtMiBps(mibps(b.bytes, readWarm))}, sha256 ${fmtMiBps(mibps(b.bytes, sha))})`,
+    ratio(median(ms('resume')), scale(readOrHash, b.bytes)),
+  );
+  row(
+    'resume() vs plain tar -x',
+    spread(ms('resume')),
+    `tar -x ${fmtMs(scale(tarX, b.tarBytes))}`,
+    ratio(median(ms('resume')), scale(tarX, b.tarBytes)),
+  );
+  row('stop() (no final checkpoint)', spread(ms('stop')), '—', '—');
+  for (const op of ['checkpoint', 'resume'] as const) {
+    const deltas = of(op).map((r) => r.rssPeak - r.rssBefore);
+    const maxGrowth = of(op).map((r) => r.maxRssAfter - r.maxRssBefore);
+    row(
+      `peak RSS − RSS before, during ${op}()`,
+      `${fmtSigned(median(deltas))} (${fmtSigned(Math.min(...deltas))}…${fmtSigned(Math.max(...deltas))}); ${median(of(op).map((r) => r.samples))} samples`,
+      `state ${fmtMiB(stateBytes)}`,
+      `${(median(deltas) / stateBytes).toFixed(2)} of state`,
+    );
+    row(`growth of maxRSS during ${op}()`, `${fmtSigned(Math.max(...maxGrowth))} (max over rounds)`, '—', '—');
+  }
+  const rssBefore = median(records.map((r) => r.rssBefore));
+  const ok = checks.filter(
+    (c) =>
+      c.pidAlive &&
+      c.cwdMatches &&
+      c.oldPidGone &&
+      c.stateAfterCheckpoint !== undefined &&
+      c.stateAfterCheckpoint !== 'T' &&
+      c.original.sha256 === c.restored.sha256 &&
+      c.original.bytes === c.restored.bytes,
+  );
+  const first = checks[0]!;
+  row(
+    'restore verified (pid alive, cwd, tree sha256 + size)',
+    `${ok.length}/${checks.length} rounds ok · ${first.original.files} files, ${first.original.bytes} bytes`,
+    '—',
+    '—',
+  );
+
+  const table = (header: string[], body: string[][]) =>
+    [
+      `| ${header.join(' | ')} |`,
+      `|${header.map(() => '---').join('|')}|`,
+      ...body.map((r) => `| ${r.join(' | ')} |`),
+    ].join('\n');
+
+  // Where the time goes: medians of spans between probe events, from the client's call to its return.
+  const breakdown: string[][] = [];
+  const br = (label: string, cells: string[]) => breakdown.push([label, ...cells]);
+  const cp = of('checkpoint');
+  const cp2 = of('checkpoint2');
+  const pa = of('pause');
+  const re = of('resume');
+  br('client call → capture starts (update, workflow task, activity dispatch)', [
+    phaseSpan(cp, null, 'capture.call'),
+    phaseSpan(cp2, null, 'capture.call'),
+    phaseSpan(pa, null, 'capture.call'),
+    '—',
+  ]);
+  br('freeze: SIGSTOP until /proc shows the group stopped', [
+    phaseSpan(cp, 'capture.call', 'capture.frozen'),
+    phaseSpan(cp2, 'capture.call', 'capture.frozen'),
+    phaseSpan(pa, 'capture.call', 'capture.frozen'),
+    '—',
+  ]);
+  br('frozen → first byte in the store', [
+    phaseSpan(cp, 'capture.frozen', 'write.firstByte'),
+    phaseSpan(cp2, 'capture.frozen', 'write.firstByte'),
+    phaseSpan(pa, 'capture.frozen', 'write.firstByte'),
+    '—',
+  ]);
+  br('stream: tar pack → sha256 → file (until the last byte)', [
+    phaseSpan(cp, 'capture.frozen', 'capture.packed'),
+    phaseSpan(cp2, 'capture.frozen', 'capture.packed'),
+    phaseSpan(pa, 'capture.frozen', 'capture.packed'),
+    '—',
+  ]);
+  br('process frozen in total (SIGSTOP → SIGCONT)', [
+    phaseSpan(cp, 'capture.call', 'capture.thawed'),
+    phaseSpan(cp2, 'capture.call', 'capture.thawed'),
+    phaseSpan(pa, 'capture.call', 'capture.thawed'),
+    '—',
+  ]);
+  br('last byte → data + manifest durable (fsync, rename, dir fsync)', [
+    phaseSpan(cp, 'capture.packed', 'write.done'),
+    phaseSpan(cp2, 'capture.packed', 'write.done'),
+    phaseSpan(pa, 'capture.packed', 'write.done'),
+    '—',
+  ]);
+  br('stop the process (SIGTERM → exit)', ['—', '—', phaseSpan(pa, 'stop.call', 'stop.done'), '—']);
+  br('dispose (remove the workspace dir)', ['—', '—', phaseSpan(pa, 'dispose.call', 'dispose.done'), '—']);
+  br('client call → checkpoint opened (update, placeSession, activity dispatch)', [
+    '—',
+    '—',
+    '—',
+    phaseSpan(re, null, 'open.call'),
+  ]);
+  br('stream: read → sha256 verify → tar extract (until the last byte)', [
+    '—',
+    '—',
+    '—',
+    phaseSpan(re, 'open.call', 'open.verified'),
+  ]);
+  br('last byte → process running (last file, dir modes, spawn)', [
+    '—',
+    '—',
+    '—',
+    phaseSpan(re, 'open.verified', 'restore.started'),
+  ]);
+  br('engine done → client has the result (activity completion, workflow task, update)', [
+    phaseSpan(cp, 'write.done', null),
+    phaseSpan(cp2, 'write.done', null),
+    phaseSpan(pa, 'dispose.done', null),
+    phaseSpan(re, 'restore.started', null),
+  ]);
+  br('**total (client wall time)**', [
+    spread(ms('checkpoint')),
+    spread(ms('checkpoint2')),
+    spread(ms('pause')),
+    spread(ms('resume')),
+  ]);
+  const perChunk = (rs: OpRecord[]) => {
+    const calls = median(rs.map((r) => r.progressCalls));
+    const spent = median(rs.map((r) => r.progressMs));
+    return calls ? `${calls} × ${(stateBytes / calls / 1024).toFixed(0)} KiB; ${fmtMs(spent)}` : '—';
+  };
+  const cpu = (rs: OpRecord[]) => {
+    const user = median(rs.map((r) => r.cpuUserMs));
+    const sys = median(rs.map((r) => r.cpuSystemMs));
+    const wall = median(rs.map((r) => r.ms));
+    return `${fmtMs(user)} + ${fmtMs(sys)} (${(((user + sys) / wall) * 100).toFixed(0)}% of wall)`;
+  };
+  br('CPU of this process, user + system (workers, streams, hashing, Temporal core)', [
+    cpu(cp),
+    cpu(cp2),
+    cpu(pa),
+    cpu(re),
+  ]);
+  const others = (rs: OpRecord[]) => {
+    const server = median(rs.map((r) => r.serverCpuMs));
+    const rest = median(rs.map((r) => r.machineBusyMs - r.cpuUserMs - r.cpuSystemMs - r.serverCpuMs));
+    const capacity = median(rs.map((r) => r.ms)) * os.cpus().length;
+    return `server ${fmtMs(server)}, others ${fmtMs(Math.max(0, rest))} (machine ${((median(rs.map((r) => r.machineBusyMs)) / capacity) * 100).toFixed(0)}% busy)`;
+  };
+  br('CPU of the Temporal server; of everything else on the machine (kernel writeback, other users)', [
+    others(cp),
+    others(cp2),
+    others(pa),
+    others(re),
+  ]);
+  const lag = (rs: OpRecord[]) => fmtMs(median(rs.map((r) => r.loopDelayMaxMs)));
+  br('max event-loop delay during the call', [lag(cp), lag(cp2), lag(pa), lag(re)]);
+  br('progress callbacks (= chunks) × avg chunk; time inside them (heartbeats)', [
+    perChunk(cp),
+    perChunk(cp2),
+    perChunk(pa),
+    perChunk(re),
+  ]);
+
+  const checkLines = checks.map(
+    (c) =>
+      `- round ${c.round}: restored pid alive ${c.pidAlive}, cwd = restored dir ${c.cwdMatches}, old pid gone ${c.oldPidGone}, ` +
+      `state after checkpoint ${c.stateAfterCheckpoint ?? 'gone'}, tree sha256 ${c.original.sha256 === c.restored.sha256 ? 'equal' : 'DIFFERENT'} ` +
+      `(${c.restored.files} files, ${c.restored.bytes} bytes)`,
+  );
+
+  return [
+    `# durable-sessions benchmark`,
+    '',
+    `${new Date().toISOString()} · workspace ${options.sizeMiB} MiB: ${blobSizes(options).length} random files + ` +
+      `${Object.keys(SMALL_FILES).length} small text files · checkpoint size ${stateBytes} bytes · ${options.rounds} rounds ` +
+      `(one session each) · command \`${COMMAND.join(' ')}\``,
+    '',
+    table(['metric', 'value: median (min–max)', 'baseline', 'ratio'], rows),
+    '',
+    'ratio = engine throughput ÷ baseline throughput at the same byte count (= baseline time ÷ engine time); ' +
+      '1.00× runs at the baseline, 0.50× takes twice as long. The workspace files are in the page cache when ' +
+      'captured (written and fsynced just before), and the checkpoint is in the page cache when restored. ' +
+      `RSS is of this process, which also runs the workers; it was ${fmtMiB(rssBefore)} before an operation (median).`,
+    '',
+    '## Where the time goes (medians, from the probes around the runtime and the store)',
+    '',
+    table(['span', 'checkpoint', 'checkpoint after resume', 'pause', 'resume'], breakdown),
+    '',
+    '## Checks',
+    '',
+    ...checkLines,
+    '',
+    '## Machine',
+    '',
+    `- CPU: ${machine.cpu} × ${machine.cores} · memory ${machine.memory} · node ${machine.node} · ${machine.kernel}`,
+    `- Temporal: ${machine.temporal} (dev server, in memory, headless)`,
+    `- temp dir: ${machine.tempRoot} — ${machine.tempWhy}`,
+    `- load average before: ${machine.loadBefore} · after: ${machine.loadAfter}`,
+    '',
+    '```',
+    machine.df,
+    '```',
+    '',
+  ].join('\n');
+}
+
+// ---- main --------------------------------------------------------------------------------------------------
+
+async function main(cleanup: Cleanup): Promise<void> {
+  const options = parseOptions();
+  const loadBefore = os
+    .loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' ');
+  Runtime.install({ logger: new DefaultLogger('WARN') });
+
+  const { base, why } = chooseTempBase();
+  const root = fs.mkdtempSync(path.join(base, 'ds-bench-'));
+  cleanup.add('temp dir', () => fsp.rm(root, { recursive: true, force: true }));
+  const seedDir = path.join(root, 'seed');
+  const snapshotsDir = path.join(root, 'snapshots');
+  const sizes = blobSizes(options);
+  const totalBytes = sizes.reduce((a, b) => a + b, 0);
+  console.log(
+    `bench: ${options.sizeMiB} MiB in ${sizes.length} files, ${options.rounds} rounds, temp dir ${root} (${why})`,
+  );
+
+  writeSeed(seedDir, sizes);
+  console.log('bench: measuring baselines…');
+  const baselines = await measureBaselines(path.join(root, 'baseline'), seedDir, totalBytes, options.rounds);
+
+  console.log('bench: starting the Temporal dev server and the workers…');
+  const server = await startDevServer({
+    port: await freePort(),
+    uiPort: null,
+    logFile: path.join(root, 'temporal.log'),
+  });
+  cleanup.add('dev server', () => server.stop());
+  serverPid = server.process.pid;
+  const bundle = await bundleWorkflowCode({
+    workflowsPath: require.resolve('../src/workflows'),
+    logger: { trace() {}, debug() {}, info() {}, warn: console.warn, error: console.error, log() {} },
+  });
+  const nativeConnection = await NativeConnection.connect({ address: server.address });
+  cleanup.add('worker connection', () => nativeConnection.close());
+  const connection = await Connection.connect({ address: server.address });
+  cleanup.add('client connection', () => connection.close());
+
+  const probe = new Probe();
+  const runId = randomUUID().slice(0, 8);
+  const taskQueue = `bench-${runId}`;
+  const hostTaskQueue = `${taskQueue}@host-1`;
+  const workspace = new ProbedWorkspaceRuntime(
+    { rootDir: path.join(root, 'workspaces'), defaultStopGraceMs: 2_000 },
+    probe,
+  );
+  const workers = await createWorkers({
+    connection: nativeConnection,
+    namespace: 'default',
+    taskQueue,
+    hostTaskQueue,
+    deps: {
+      store: new ProbedStore(new FsSnapshotStore(snapshotsDir), probe),
+      runtimes: { workspace, memory: new MemoryRuntime() },
+      hostTaskQueue,
+    },
+    workflowBundle: { code: bundle.code },
+  });
+  const running = workers.run();
+  running.catch((error: unknown) => console.error(`workers stopped: ${errorText(error)}`));
+  cleanup.add('workers', async () => {
+    workers.shutdown();
+    await running.catch(() => undefined);
+    await workspace.stopAll();
+  });
+  const sessions = new SessionClient({ client: new Client({ connection }), taskQueue });
+
+  const records: OpRecord[] = [];
+  const checks: RoundCheck[] = [];
+  for (let round = 1; round <= options.rounds; round++) {
+    const r = await engineRound(sessions, probe, cleanup, seedDir, sizes.length, snapshotsDir, round, runId);
+    records.push(...r.records);
+    checks.push(r.check);
+    const line = r.records.map((rec) => `${rec.op} ${fmtMs(rec.ms)}`).join(', ');
+    console.log(`bench: round ${round}/${options.rounds}: ${line}`);
+  }
+
+  let temporal = 'unknown';
+  try {
+    temporal = execFileSync(DEFAULT_TEMPORAL_BIN, ['--version'], { encoding: 'utf8' }).trim();
+  } catch {
+    // only for the report
+  }
+  const machine: Machine = {
+    cpu: os.cpus()[0]?.model ?? 'unknown',
+    cores: os.cpus().length,
+    memory: `${(os.totalmem() / 1024 ** 3).toFixed(1)} GiB`,
+    node: process.version,
+    kernel: `${os.type()} ${os.release()}`,
+    temporal,
+    tempRoot: root,
+    tempWhy: why,
+    df: dfLine(root).text,
+    loadBefore,
+    loadAfter: os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' '),
+  };
+  const markdown = report(options, machine, baselines, records, checks);
+  console.log(`\n${markdown}`);
+  fs.mkdirSync(RESULTS_DIR, { recursive: true });
+  fs.writeFileSync(path.join(RESULTS_DIR, 'results.md'), markdown);
+  console.log(`bench: written to ${path.relative(process.cwd(), path.join(RESULTS_DIR, 'results.md'))}`);
+}
+
+const cleanup = new Cleanup();
+let exiting = false;
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    if (exiting) return;
+    exiting = true;
+    console.error(`bench: ${signal}, cleaning up…`);
+    void cleanup.run().finally(() => process.exit(130));
+  });
+}
+main(cleanup)
+  .then(
+    () => 0,
+    (error: unknown) => {
+      console.error(`bench failed: ${errorText(error)}`);
+      return 1;
+    },
+  )
+  .then(async (code) => {
+    await cleanup.run();
+    // The Temporal native runtime can keep the event loop alive after everything is closed.
+    process.exit(code);
+  })
+  .catch((error: unknown) => {
+    console.error(errorText(error));
+    process.exit(1);
+  });
