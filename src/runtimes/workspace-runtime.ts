@@ -451,6 +451,9 @@ async function addFile(pack: Pack, header: PackHeader & { size: number }, file: 
  * has ended; if `state` fails, rejects with its error object unchanged (it says why, e.g. a digest mismatch).
  */
 async function extractArchive(state: Readable, root: string): Promise<void> {
+  // The iterator in `feed` reports the state's errors while it reads; an error that arrives after it stopped
+  // (the extractor failed first) must not become an unhandled 'error' event that takes the worker down.
+  state.on('error', () => undefined);
   const extract = tarExtract();
   let stateFailure: { error: unknown } | undefined;
   let abandoned = false;
