@@ -1,4 +1,4 @@
-import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
+import { DefaultLogger, NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { ActivityDeps } from './activities';
 import { createActivities } from './activities';
 import { loadConfig, type Config } from './config';
@@ -58,6 +58,7 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
 /** The worker process: connects to the configured server and runs until SIGINT/SIGTERM. */
 export async function runWorker(config: Config = loadConfig(), address = config.temporal.address): Promise<void> {
   if (!address) throw new Error('TEMPORAL_ADDRESS is not set (npm start runs the embedded server and sets it)');
+  Runtime.install({ logger: new DefaultLogger(config.logLevel) });
   const connection = await NativeConnection.connect(await connectionOptions(config, address));
   const workspace = new WorkspaceRuntime({ rootDir: config.workspaceDir, defaultStopGraceMs: config.stopGraceMs });
   const workers = await createWorkers({

@@ -140,12 +140,17 @@ export function createActivities(deps: ActivityDeps) {
 
     async stopRuntime(input: InstanceInput): Promise<ExitInfo> {
       const runtime = runtimeFor(input.instance.kind);
+      const ctx = Context.current();
+      // A long grace period must not look like a dead host: heartbeat while the process winds down.
+      const beat = setInterval(() => ctx.heartbeat({ phase: 'stop' }), 5_000);
       try {
         return await runtime.stop(input.instance.instanceId, { graceMs: input.graceMs });
       } catch (err) {
         // Already gone (e.g. the worker restarted): it is stopped, which is what was asked.
         if (err instanceof RuntimeNotFoundError) return { exitCode: null, signal: null, requested: true };
         throw toFailure(err);
+      } finally {
+        clearInterval(beat);
       }
     },
 

@@ -52,7 +52,7 @@ export interface FailureInfo {
 }
 
 export type TimelineEntry =
-  | { kind: 'checkpoint'; at: string; checkpoint: CheckpointRef }
+  | { kind: 'checkpoint'; at: string; checkpoint: CheckpointRef; reason?: string }
   | { kind: 'restored'; at: string; checkpointId: string; instanceId: string; cause: 'resume' | 'recovery' }
   | { kind: 'fallback'; at: string; fromCheckpointId: string; toCheckpointId: string | null; reason: string }
   | { kind: 'runtime-exited'; at: string; exitCode: number | null; signal: string | null }

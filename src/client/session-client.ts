@@ -43,6 +43,7 @@ import {
   SessionAlreadyExistsError,
   SessionError,
   SessionNotFoundError,
+  SessionRuntimeError,
   sessionErrorFor,
 } from './errors';
 
@@ -190,7 +191,30 @@ export class SessionHandle {
           return this.workflow.signal(stopSignal, parseInput(StopInput, input, this.sessionId));
       }
     };
-    await this.call(send);
+    try {
+      await send();
+    } catch (err) {
+      // Signalling a closed workflow reports "not found"; the session exists, it has ended.
+      if (err instanceof WorkflowNotFoundError && (await this.exists())) {
+        throw new InvalidTransitionError(
+          `session ${this.sessionId} has ended: no control can change it`,
+          this.sessionId,
+          {
+            cause: err,
+          },
+        );
+      }
+      throw toSessionError(err, this.sessionId);
+    }
+  }
+
+  private async exists(): Promise<boolean> {
+    try {
+      await this.workflow.describe();
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   status(): Promise<SessionStatus> {
@@ -261,7 +285,7 @@ export function toSessionError(err: unknown, sessionId: string): unknown {
     }
   }
   if (err instanceof WorkflowUpdateFailedError || err instanceof WorkflowFailedError) {
-    return new SessionError(ERROR_CODES.RuntimeFailed, err.message, sessionId, { cause: err });
+    return new SessionRuntimeError(ERROR_CODES.RuntimeFailed, err.message, sessionId, { cause: err });
   }
   return err;
 }

@@ -23,6 +23,7 @@ import {
   pauseUpdate,
   resumeSignal,
   resumeUpdate,
+  sessionWorkflowId,
   statusQuery,
   stopSignal,
   stopUpdate,
@@ -101,10 +102,11 @@ function watcherOn(hostTaskQueue: string, liveness: LivenessOptions = {}) {
 /** Idempotency results kept (and carried across continue-as-new) per session. */
 const MAX_REMEMBERED_RESULTS = 200;
 
+/** The outcome of a control sent with an idempotency key: a repeat of the key gets the same outcome. */
 interface RememberedResult {
   key: string;
   control: Control;
-  result: unknown;
+  outcome: { ok: true; value: unknown } | { ok: false; type: ErrorCode; message: string };
 }
 
 /** Everything a run hands to the next one at continue-as-new. */
@@ -137,7 +139,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
   let queued = 0; // operations accepted and not finished (controls and internal events)
   let pendingControls = 0;
   let projected: StablePhase = stableOr(state.phase, 'running');
-  const inFlight = new Map<string, Promise<unknown>>();
+  const inFlight = new Map<string, { control: Control; result: Promise<unknown> }>();
   let watchScope: CancellationScope | null = null;
 
   function serial<T>(op: () => Promise<T>): Promise<T> {
@@ -167,9 +169,8 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
 
   function fail(type: ErrorCode, message: string): void {
     if (isFinal(state.phase)) return;
-    state.phase = 'failed';
+    apply({ type: 'failed', reason: message });
     state.failure = { type, message, at: now() };
-    touch();
   }
 
   function touch(): void {
@@ -193,13 +194,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
   function validate<S extends z.ZodType<{ idempotencyKey?: string }>>(control: Control, schema: S, raw: unknown): void {
     const input = parse(schema, raw);
     const key = input.idempotencyKey;
-    if (key !== undefined) {
-      const prior = state.results.find((r) => r.key === key);
-      if (prior && prior.control !== control) {
-        throw failure(ERROR_CODES.InvalidInput, `idempotency key "${key}" was already used for ${prior.control}`);
-      }
-      if (prior || inFlight.has(key)) return; // a repeat: the handler answers with the first result
-    }
+    if (key !== undefined && isRepeat(key, control)) return; // the handler answers with the first outcome
     const plan = planControl(projected, control);
     if (!plan.ok) throw invalidTransition(plan.reason);
     if (control === 'resume') checkResumeTarget((input as ResumeInput).checkpointId);
@@ -218,12 +213,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     run: (i: I) => Promise<R>,
   ): Promise<R> {
     const key = input.idempotencyKey;
-    if (key !== undefined) {
-      const prior = state.results.find((r) => r.key === key);
-      if (prior) return Promise.resolve(prior.result as R);
-      const running = inFlight.get(key);
-      if (running) return running as Promise<R>;
-    }
+    if (key !== undefined && isRepeat(key, control)) return outcomeOf(key) as Promise<R>;
     const plan = planControl(projected, control);
     if (!plan.ok) return Promise.reject(invalidTransition(plan.reason));
     projected = plan.projected;
@@ -233,17 +223,41 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
       if (key !== undefined) inFlight.delete(key);
     });
     if (key !== undefined) {
-      inFlight.set(key, result);
+      inFlight.set(key, { control, result });
+      // Failures are remembered too: the server answers a repeated update id with the stored outcome within a
+      // run, and this keeps the same answer after continue-as-new. A retry after a failure takes a new key.
       result.then(
-        (value) => remember(key, control, value),
-        () => undefined, // a failed control is not remembered: the caller may retry it with the same key
+        (value) => remember({ key, control, outcome: { ok: true, value } }),
+        (err: unknown) =>
+          remember({
+            key,
+            control,
+            outcome: { ok: false, type: typeOf(err) ?? ERROR_CODES.RuntimeFailed, message: messageOf(err) },
+          }),
       );
     }
     return result;
   }
 
-  function remember(key: string, control: Control, result: unknown): void {
-    state.results.push({ key, control, result });
+  /** Whether `key` was used before; throws if it was used for another control. */
+  function isRepeat(key: string, control: Control): boolean {
+    const owner = state.results.find((r) => r.key === key)?.control ?? inFlight.get(key)?.control;
+    if (owner === undefined) return false;
+    if (owner !== control) {
+      throw failure(ERROR_CODES.InvalidInput, `idempotency key "${key}" was already used for ${owner}`);
+    }
+    return true;
+  }
+
+  function outcomeOf(key: string): Promise<unknown> {
+    const running = inFlight.get(key);
+    if (running) return running.result;
+    const { outcome } = state.results.find((r) => r.key === key)!;
+    return outcome.ok ? Promise.resolve(outcome.value) : Promise.reject(failure(outcome.type, outcome.message));
+  }
+
+  function remember(entry: RememberedResult): void {
+    state.results.push(entry);
     if (state.results.length > MAX_REMEMBERED_RESULTS) state.results.shift();
   }
 
@@ -332,11 +346,11 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     }
   }
 
-  async function doPause(_input: PauseInput): Promise<CheckpointRef> {
+  async function doPause(input: PauseInput): Promise<CheckpointRef> {
     apply({ type: 'pauseRequested' });
     let ref: CheckpointRef;
     try {
-      ref = await capture('pause');
+      ref = await capture('pause', undefined, input.reason);
     } catch (err) {
       // The state is not durable, so the runtime keeps running: pausing must never lose work.
       apply({ type: 'pauseFailed' });
@@ -372,7 +386,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     if (wasRunning) {
       if (input.checkpoint !== false) {
         try {
-          finalCheckpoint = await capture('stop');
+          finalCheckpoint = await capture('stop', undefined, input.reason);
         } catch (err) {
           // Stopping without the final state would lose work the caller asked to keep.
           apply({ type: 'stopFailed' });
@@ -385,7 +399,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     return { phase: 'completed', finalCheckpoint };
   }
 
-  async function capture(trigger: CheckpointTrigger, label?: string): Promise<CheckpointRef> {
+  async function capture(trigger: CheckpointTrigger, label?: string, reason?: string): Promise<CheckpointRef> {
     const runtime = requireRuntime();
     const sequence = state.nextSequence;
     const ref = await onHost(runtime.hostTaskQueue, state.spec.liveness).captureCheckpoint({
@@ -400,7 +414,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     state.nextSequence = sequence + 1;
     state.checkpoints.push(ref);
     state.head = ref;
-    record({ kind: 'checkpoint', at: now(), checkpoint: ref });
+    record({ kind: 'checkpoint', at: now(), checkpoint: ref, ...(reason ? { reason } : {}) });
     touch();
     return ref;
   }
@@ -535,12 +549,15 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
     record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason });
     state.runtime = null;
-    // A host that is only cut off may still run the old instance: stop it, so that two copies of the session
-    // never run at once. A host that is really gone fails this fast (hostTimeoutMs).
+    // A host that is only slow may still run the old instance: stop it before starting another copy. A host
+    // that is really gone fails this fast (hostTimeoutMs).
     try {
-      await onHost(runtime.hostTaskQueue, state.spec.liveness).stopRuntime({ instance: runtime });
+      const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
+      await host.stopRuntime({ instance: runtime });
+      await host.disposeRuntime({ instance: runtime });
     } catch {
-      // Gone with its host.
+      // Gone with its host. If the host is only cut off from Temporal, its worker stops the instance when it
+      // shuts down; until then a stale copy may run beside the recovered one (see docs/design.md).
     }
     if (!state.head) {
       fail(ERROR_CODES.RuntimeLost, `the runtime was lost and the session has no checkpoint: ${reason}`);
@@ -620,6 +637,11 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
 
 function initialState(rawSpec: StartSessionInput): SessionState {
   const spec = parse(StartSessionInput, rawSpec);
+  const expected = sessionWorkflowId(spec.sessionId);
+  if (workflowInfo().workflowId !== expected) {
+    // Clients find a session by its derived workflow id; a session started under another id is unreachable.
+    throw failure(ERROR_CODES.InvalidInput, `session ${spec.sessionId} must run as workflow ${expected}`);
+  }
   const at = now();
   return {
     spec,

@@ -1,4 +1,6 @@
 import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { checkpointUpdate, pauseUpdate, sessionWorkflowId } from '../../src/api';
 import {
@@ -6,6 +8,7 @@ import {
   InvalidTransitionError,
   SessionAlreadyExistsError,
   SessionNotFoundError,
+  SessionRuntimeError,
   SnapshotNotFoundError,
 } from '../../src/client';
 import { eventually, startTestSystem, type TestSystem } from '../helpers/temporal';
@@ -153,11 +156,52 @@ describe('idempotency keys', () => {
     await expect(session.pause({ idempotencyKey: 'pause-2' })).rejects.toBeInstanceOf(InvalidTransitionError);
   });
 
+  test('a key in flight for one control is refused for another', async () => {
+    const session = await runningSession('idem-race');
+    const [checkpoint, pause] = await Promise.allSettled([
+      session.checkpoint({ idempotencyKey: 'race' }),
+      session.pause({ idempotencyKey: 'race' }),
+    ]);
+    expect(checkpoint.status).toBe('fulfilled');
+    expect(pause).toMatchObject({ status: 'rejected', reason: expect.any(InvalidInputError) });
+    expect((await session.status()).phase).toBe('running');
+  });
+
   test('a key reused for another control is refused', async () => {
     const session = await runningSession('idem-mix');
     await session.checkpoint({ idempotencyKey: 'same' });
     await expect(session.pause({ idempotencyKey: 'same' })).rejects.toBeInstanceOf(InvalidInputError);
     expect((await session.status()).phase).toBe('running');
+  });
+});
+
+describe('a pause whose checkpoint cannot be written', () => {
+  test('fails with a typed error, keeps the session running, and answers a repeated key with the same failure', async () => {
+    const sessionId = newId('unpausable');
+    const session = await sys.sessions.start({
+      sessionId,
+      runtime: { kind: 'workspace', command: ['sh', '-c', 'while true; do sleep 0.1; done'] },
+    });
+    const { runtime } = await eventually(async () => {
+      const s = await session.status();
+      return s.phase === 'running' && s.runtime ? s : undefined;
+    });
+    // A link out of the workspace could never be restored, so capture refuses it.
+    fs.symlinkSync('/etc/hostname', path.join(runtime!.location, 'escape'));
+
+    const first = await session.pause({ idempotencyKey: 'p1' }).catch((e: unknown) => e);
+    expect(first).toBeInstanceOf(SessionRuntimeError);
+    expect((first as SessionRuntimeError).message).toMatch(/^pause failed: the checkpoint could not be written/);
+    const status = await session.status();
+    expect(status).toMatchObject({ phase: 'running', checkpointCount: 0 });
+    expect(() => process.kill(runtime!.pid!, 0)).not.toThrow();
+
+    await expect(session.pause({ idempotencyKey: 'p1' })).rejects.toMatchObject({ message: (first as Error).message });
+
+    fs.rmSync(path.join(runtime!.location, 'escape'));
+    const paused = await session.pause({ idempotencyKey: 'p2', reason: 'after the fix' });
+    expect(paused.trigger).toBe('pause');
+    expect((await session.timeline()).at(-1)).toMatchObject({ kind: 'checkpoint', reason: 'after the fix' });
   });
 });
 
@@ -178,5 +222,11 @@ describe('signals: fire-and-forget twins', () => {
     expect(status.checkpointCount).toBe(1);
     await session.signal('resume');
     await eventually(async () => (await session.status()).phase === 'running');
+  });
+
+  test('a signal to a session that has ended is InvalidTransitionError, not "not found"', async () => {
+    const session = await runningSession('signal-closed');
+    await session.stop({ checkpoint: false });
+    await expect(session.signal('pause')).rejects.toBeInstanceOf(InvalidTransitionError);
   });
 });

@@ -1,0 +1,92 @@
+import { execFile } from 'node:child_process';
+import crypto from 'node:crypto';
+import path from 'node:path';
+import { startTestSystem, type TestSystem } from '../helpers/temporal';
+
+const BIN = path.join(__dirname, '..', '..', 'bin', 'durable-sessions.js');
+
+let sys: TestSystem;
+beforeAll(async () => {
+  sys = await startTestSystem();
+});
+afterAll(async () => {
+  await sys?.close();
+});
+
+/** Runs the real CLI as a separate process against the test server, as a user would from a shell. */
+function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      [BIN, ...args],
+      { env: { ...process.env, TEMPORAL_ADDRESS: process.env.DS_TEST_TEMPORAL_ADDRESS, DS_TASK_QUEUE: sys.taskQueue } },
+      (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+test('start, checkpoint, pause, resume, status, timeline, list and stop from the command line', async () => {
+  const id = `cli-${crypto.randomUUID().slice(0, 8)}`;
+  const started = await cli('start', id, '--memory', '--', 'hello', 'world');
+  expect(started).toMatchObject({ code: 0, stdout: `started session ${id} (workflow session-${id})\n` });
+
+  let status = await cli('status', id, '--json');
+  for (let i = 0; i < 50 && JSON.parse(status.stdout).phase !== 'running'; i++)
+    status = await cli('status', id, '--json');
+  expect(JSON.parse(status.stdout)).toMatchObject({ sessionId: id, phase: 'running', runtimeKind: 'memory' });
+
+  const checkpoint = await cli('checkpoint', id, '--label', 'first', '--json');
+  expect(checkpoint.code).toBe(0);
+  const cp = JSON.parse(checkpoint.stdout);
+  expect(cp).toMatchObject({ sessionId: id, sequence: 1, label: 'first', size: 11 });
+
+  const paused = await cli('pause', id, '--reason', 'lunch');
+  expect(paused.code).toBe(0);
+  expect(paused.stdout).toMatch(/^paused; checkpoint 000002-[0-9a-f]{8} \(#2, 11 bytes, sha256:[0-9a-f]{64}\)\n$/);
+
+  const again = await cli('pause', id);
+  expect(again).toMatchObject({
+    code: 1,
+    stderr: 'error: InvalidTransition: cannot pause while the session is paused\n',
+  });
+
+  const resumed = await cli('resume', id, '--checkpoint', cp.checkpointId);
+  expect(resumed.code).toBe(0);
+  expect(resumed.stdout).toContain(`resumed from checkpoint ${cp.checkpointId}`);
+
+  const human = await cli('status', id);
+  expect(human.stdout).toMatch(/^session\s+cli-/m);
+  expect(human.stdout).toMatch(/^phase\s+running$/m);
+  expect(human.stdout).toMatch(/^checkpoints\s+2$/m);
+
+  const timeline = await cli('timeline', id);
+  const lines = timeline.stdout.trim().split('\n');
+  expect(lines).toHaveLength(3);
+  expect(lines[0]).toMatch(/checkpoint #1 000001-\w+ ← \(root\)\s+manual "first"\s+11 B$/);
+  expect(lines[1]).toMatch(/checkpoint #2 000002-\w+ ← 000001-\w+\s+pause\s+11 B$/);
+  expect(lines[2]).toContain(`restored   ${cp.checkpointId}`);
+
+  const list = await cli('list', '--json');
+  expect(JSON.parse(list.stdout)).toEqual(expect.arrayContaining([expect.objectContaining({ sessionId: id })]));
+
+  const stopped = await cli('stop', id);
+  expect(stopped.stdout).toMatch(/^stopped; final checkpoint 000003-\w+\n$/);
+});
+
+test('bad input and unknown sessions are reported with their type and a non-zero exit code', async () => {
+  expect(await cli('status', '../etc')).toMatchObject({
+    code: 1,
+    stderr: expect.stringMatching(/^error: InvalidInput: /),
+  });
+  expect(await cli('status', 'no-such-session')).toMatchObject({
+    code: 1,
+    stderr: 'error: SessionNotFound: session no-such-session does not exist\n',
+  });
+  expect(await cli('start', 'x')).toMatchObject({
+    code: 1,
+    stderr: expect.stringContaining('runtime.command: command must name a program'),
+  });
+  const usage = await cli('frobnicate');
+  expect(usage.code).toBe(2);
+  expect(usage.stderr).toContain('unknown command: frobnicate');
+});
