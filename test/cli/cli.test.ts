@@ -31,13 +31,13 @@ test('start, checkpoint, pause, resume, status, timeline, list and stop from the
   expect(started).toMatchObject({ code: 0, stdout: `started session ${id} (workflow session-${id})\n` });
 
   let status = await cli('status', id, '--json');
-  for (let i = 0; i < 50 && JSON.parse(status.stdout).phase !== 'running'; i++)
+  for (let i = 0; i < 50 && (JSON.parse(status.stdout) as { phase: string }).phase !== 'running'; i++)
     status = await cli('status', id, '--json');
   expect(JSON.parse(status.stdout)).toMatchObject({ sessionId: id, phase: 'running', runtimeKind: 'memory' });
 
   const checkpoint = await cli('checkpoint', id, '--label', 'first', '--json');
   expect(checkpoint.code).toBe(0);
-  const cp = JSON.parse(checkpoint.stdout);
+  const cp = JSON.parse(checkpoint.stdout) as { checkpointId: string };
   expect(cp).toMatchObject({ sessionId: id, sequence: 1, label: 'first', size: 11 });
 
   const paused = await cli('pause', id, '--reason', 'lunch');

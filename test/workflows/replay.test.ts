@@ -18,5 +18,16 @@ test('there are committed histories to replay', () => {
 test.each(files)('%s replays against the current workflow code', async (file) => {
   const history = historyFromJSON(JSON.parse(fs.readFileSync(path.join(dir, file), 'utf8')));
   expect(history.events?.length).toBeGreaterThan(10);
-  await Worker.runReplayHistory({ workflowBundle: { codePath: process.env.DS_TEST_WORKFLOW_BUNDLE! } }, history, file);
+  await Worker.runReplayHistory(
+    { workflowBundle: { codePath: process.env.DS_TEST_WORKFLOW_BUNDLE! } },
+    history,
+    workflowIdOf(history),
+  );
 });
+
+/** The session workflow checks that it runs under its derived id, so replay must use the recorded one. */
+function workflowIdOf(history: ReturnType<typeof historyFromJSON>): string {
+  const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
+  const input = JSON.parse(Buffer.from(payload!.data!).toString('utf8')) as { spec: { sessionId: string } };
+  return `session-${input.spec.sessionId}`;
+}
