@@ -587,7 +587,7 @@ async function measureBaselines(dir: string, seedDir: string, bytes: number, rou
 
 // ---- the engine --------------------------------------------------------------------------------------------
 
-type OpName = 'checkpoint' | 'pause' | 'resume' | 'checkpoint2' | 'stop';
+type OpName = 'checkpoint' | 'pause' | 'resume' | 'checkpoint2' | 'stop' | 'direct-capture' | 'direct-restore';
 
 interface OpRecord {
   op: OpName;
@@ -759,6 +759,57 @@ async function engineRound(
   };
 }
 
+/**
+ * The engine's data path without Temporal: the same runtime and store classes called directly, in this process,
+ * on a workspace seeded the same way. What the engine costs by itself, and so what Temporal and the activity
+ * around it add.
+ */
+async function directRound(
+  runtime: WorkspaceRuntime,
+  store: SnapshotStore,
+  probe: Probe,
+  seedDir: string,
+  blobCount: number,
+  round: number,
+): Promise<OpRecord[]> {
+  const sessionId = `direct-${round}`;
+  const spec: WorkspaceRuntimeSpec = { kind: 'workspace', command: COMMAND, files: SMALL_FILES, stopGraceMs: 2_000 };
+  const started = await runtime.start({ sessionId, instanceId: `${sessionId}-a`, spec });
+  try {
+    seedWorkspace(seedDir, started.location, blobCount);
+    const checkpoint = {
+      checkpointId: `${sessionId}-1`,
+      sessionId,
+      sequence: 1,
+      parentId: null,
+      runtime: { kind: runtime.kind, version: runtime.version },
+      trigger: 'manual' as const,
+    };
+    const capture = await timedOp(
+      probe,
+      'direct-capture',
+      round,
+      async () => store.write(checkpoint, await runtime.capture(started.instanceId)),
+      (manifest) => manifest.size,
+    );
+    const restore = await timedOp(
+      probe,
+      'direct-restore',
+      round,
+      async () => {
+        const { stream } = await store.open(sessionId, checkpoint.checkpointId);
+        return runtime.restore({ sessionId, instanceId: `${sessionId}-b`, spec, state: stream });
+      },
+      () => capture.result.size,
+    );
+    await runtime.dispose(restore.result.instanceId);
+    await store.delete(sessionId, checkpoint.checkpointId);
+    return [capture.record, restore.record];
+  } finally {
+    await runtime.dispose(started.instanceId);
+  }
+}
+
 // ---- report ------------------------------------------------------------------------------------------------
 
 function median(values: number[]): number {
@@ -803,12 +854,20 @@ interface Machine {
   loadAfter: string;
 }
 
-/** Median of the spans between two probe events (null: the client's call, or its return). */
-function phaseSpan(records: OpRecord[], from: string | null, to: string | null): string {
+/** A probe event, the first of several that happened, or null: the call (as a start) or its return (as an end). */
+type Events = string | string[] | null;
+
+/** Median of the spans between two probe events. */
+function phaseSpan(records: OpRecord[], from: Events, to: Events): string {
+  const at = (r: OpRecord, events: Events, none: number): number | undefined => {
+    if (events === null) return none;
+    for (const name of typeof events === 'string' ? [events] : events) if (r.at[name] !== undefined) return r.at[name];
+    return undefined;
+  };
   const spans: number[] = [];
   for (const r of records) {
-    const start = from === null ? 0 : r.at[from];
-    const end = to === null ? r.ms : r.at[to];
+    const start = at(r, from, 0);
+    const end = at(r, to, r.ms);
     if (start !== undefined && end !== undefined) spans.push(end - start);
   }
   return spans.length ? fmtMs(median(spans)) : '—';
@@ -866,6 +925,18 @@ function report(options: Options, machine: Machine, b: Baselines, records: OpRec
     `tar -x ${fmtMs(scale(tarX, b.tarBytes))}`,
     ratio(median(ms('resume')), scale(tarX, b.tarBytes)),
   );
+  row(
+    'capture → store.write alone¹ (no Temporal, no heartbeats)',
+    throughput(stateBytes, ms('direct-capture')),
+    `write+fsync ${fmtMiBps(mibps(b.bytes, write))}`,
+    ratio(median(ms('direct-capture')), scale(write, b.bytes)),
+  );
+  row(
+    'store.open → restore alone¹ (no Temporal)',
+    throughput(stateBytes, ms('direct-restore')),
+    'min(read, sha256)',
+    ratio(median(ms('direct-restore')), scale(readOrHash, b.bytes)),
+  );
   row('stop() (no final checkpoint)', spread(ms('stop')), '—', '—');
   for (const op of ['checkpoint', 'resume'] as const) {
     const deltas = of(op).map((r) => r.rssPeak - r.rssBefore);
@@ -905,117 +976,52 @@ function report(options: Options, machine: Machine, b: Baselines, records: OpRec
     ].join('\n');
 
   // Where the time goes: medians of spans between probe events, from the client's call to its return.
+  const columns: OpRecord[][] = [
+    of('checkpoint'),
+    of('checkpoint2'),
+    of('pause'),
+    of('resume'),
+    of('direct-capture'),
+    of('direct-restore'),
+  ];
   const breakdown: string[][] = [];
-  const br = (label: string, cells: string[]) => breakdown.push([label, ...cells]);
-  const cp = of('checkpoint');
-  const cp2 = of('checkpoint2');
-  const pa = of('pause');
-  const re = of('resume');
-  br('client call → capture starts (update, workflow task, activity dispatch)', [
-    phaseSpan(cp, null, 'capture.call'),
-    phaseSpan(cp2, null, 'capture.call'),
-    phaseSpan(pa, null, 'capture.call'),
-    '—',
-  ]);
-  br('freeze: SIGSTOP until /proc shows the group stopped', [
-    phaseSpan(cp, 'capture.call', 'capture.frozen'),
-    phaseSpan(cp2, 'capture.call', 'capture.frozen'),
-    phaseSpan(pa, 'capture.call', 'capture.frozen'),
-    '—',
-  ]);
-  br('frozen → first byte in the store', [
-    phaseSpan(cp, 'capture.frozen', 'write.firstByte'),
-    phaseSpan(cp2, 'capture.frozen', 'write.firstByte'),
-    phaseSpan(pa, 'capture.frozen', 'write.firstByte'),
-    '—',
-  ]);
-  br('stream: tar pack → sha256 → file (until the last byte)', [
-    phaseSpan(cp, 'capture.frozen', 'capture.packed'),
-    phaseSpan(cp2, 'capture.frozen', 'capture.packed'),
-    phaseSpan(pa, 'capture.frozen', 'capture.packed'),
-    '—',
-  ]);
-  br('process frozen in total (SIGSTOP → SIGCONT)', [
-    phaseSpan(cp, 'capture.call', 'capture.thawed'),
-    phaseSpan(cp2, 'capture.call', 'capture.thawed'),
-    phaseSpan(pa, 'capture.call', 'capture.thawed'),
-    '—',
-  ]);
-  br('last byte → data + manifest durable (fsync, rename, dir fsync)', [
-    phaseSpan(cp, 'capture.packed', 'write.done'),
-    phaseSpan(cp2, 'capture.packed', 'write.done'),
-    phaseSpan(pa, 'capture.packed', 'write.done'),
-    '—',
-  ]);
-  br('stop the process (SIGTERM → exit)', ['—', '—', phaseSpan(pa, 'stop.call', 'stop.done'), '—']);
-  br('dispose (remove the workspace dir)', ['—', '—', phaseSpan(pa, 'dispose.call', 'dispose.done'), '—']);
-  br('client call → checkpoint opened (update, placeSession, activity dispatch)', [
-    '—',
-    '—',
-    '—',
-    phaseSpan(re, null, 'open.call'),
-  ]);
-  br('stream: read → sha256 verify → tar extract (until the last byte)', [
-    '—',
-    '—',
-    '—',
-    phaseSpan(re, 'open.call', 'open.verified'),
-  ]);
-  br('last byte → process running (last file, dir modes, spawn)', [
-    '—',
-    '—',
-    '—',
-    phaseSpan(re, 'open.verified', 'restore.started'),
-  ]);
-  br('engine done → client has the result (activity completion, workflow task, update)', [
-    phaseSpan(cp, 'write.done', null),
-    phaseSpan(cp2, 'write.done', null),
-    phaseSpan(pa, 'dispose.done', null),
-    phaseSpan(re, 'restore.started', null),
-  ]);
-  br('**total (client wall time)**', [
-    spread(ms('checkpoint')),
-    spread(ms('checkpoint2')),
-    spread(ms('pause')),
-    spread(ms('resume')),
-  ]);
-  const perChunk = (rs: OpRecord[]) => {
-    const calls = median(rs.map((r) => r.progressCalls));
-    const spent = median(rs.map((r) => r.progressMs));
-    return calls ? `${calls} × ${(stateBytes / calls / 1024).toFixed(0)} KiB; ${fmtMs(spent)}` : '—';
-  };
-  const cpu = (rs: OpRecord[]) => {
+  const spanRow = (label: string, from: Events, to: Events) =>
+    breakdown.push([label, ...columns.map((rs) => phaseSpan(rs, from, to))]);
+  const fnRow = (label: string, fn: (rs: OpRecord[]) => string) =>
+    breakdown.push([label, ...columns.map((rs) => (rs.length ? fn(rs) : '—'))]);
+  spanRow('call → engine starts (update, workflow task, activity dispatch)', null, ['capture.call', 'open.call']);
+  spanRow('freeze: SIGSTOP until /proc shows the group stopped', 'capture.call', 'capture.frozen');
+  spanRow('frozen → first byte in the store', 'capture.frozen', 'write.firstByte');
+  spanRow('stream: tar pack → sha256 → file (until the last byte)', 'capture.frozen', 'capture.packed');
+  spanRow('process frozen in total (SIGSTOP → SIGCONT)', 'capture.call', 'capture.thawed');
+  spanRow('last byte → data + manifest durable (fsync, rename, dir fsync)', 'capture.packed', 'write.done');
+  spanRow('stop the process (SIGTERM → exit)', 'stop.call', 'stop.done');
+  spanRow('dispose (remove the workspace dir)', 'dispose.call', 'dispose.done');
+  spanRow('stream: read → sha256 verify → tar extract (until the last byte)', 'open.call', 'open.verified');
+  spanRow('last byte → process running (last file, dir modes, spawn)', 'open.verified', 'restore.started');
+  spanRow(
+    'engine done → result in hand (activity completion, workflow task, update)',
+    ['dispose.done', 'write.done', 'restore.started'],
+    null,
+  );
+  fnRow('**total (wall time)**', (rs) => spread(rs.map((r) => r.ms)));
+  fnRow('CPU of this process, user + system (all its threads: streams, hashing, workers, Temporal core)', (rs) => {
     const user = median(rs.map((r) => r.cpuUserMs));
     const sys = median(rs.map((r) => r.cpuSystemMs));
-    const wall = median(rs.map((r) => r.ms));
-    return `${fmtMs(user)} + ${fmtMs(sys)} (${(((user + sys) / wall) * 100).toFixed(0)}% of wall)`;
-  };
-  br('CPU of this process, user + system (workers, streams, hashing, Temporal core)', [
-    cpu(cp),
-    cpu(cp2),
-    cpu(pa),
-    cpu(re),
-  ]);
-  const others = (rs: OpRecord[]) => {
+    return `${fmtMs(user)} + ${fmtMs(sys)} (${(((user + sys) / median(rs.map((r) => r.ms))) * 100).toFixed(0)}% of wall)`;
+  });
+  fnRow('CPU of the Temporal server · of everything else (kernel threads, other users)', (rs) => {
     const server = median(rs.map((r) => r.serverCpuMs));
     const rest = median(rs.map((r) => r.machineBusyMs - r.cpuUserMs - r.cpuSystemMs - r.serverCpuMs));
-    const capacity = median(rs.map((r) => r.ms)) * os.cpus().length;
-    return `server ${fmtMs(server)}, others ${fmtMs(Math.max(0, rest))} (machine ${((median(rs.map((r) => r.machineBusyMs)) / capacity) * 100).toFixed(0)}% busy)`;
-  };
-  br('CPU of the Temporal server; of everything else on the machine (kernel writeback, other users)', [
-    others(cp),
-    others(cp2),
-    others(pa),
-    others(re),
-  ]);
-  const lag = (rs: OpRecord[]) => fmtMs(median(rs.map((r) => r.loopDelayMaxMs)));
-  br('max event-loop delay during the call', [lag(cp), lag(cp2), lag(pa), lag(re)]);
-  br('progress callbacks (= chunks) × avg chunk; time inside them (heartbeats)', [
-    perChunk(cp),
-    perChunk(cp2),
-    perChunk(pa),
-    perChunk(re),
-  ]);
+    const busy = median(rs.map((r) => r.machineBusyMs)) / (median(rs.map((r) => r.ms)) * machine.cores);
+    return `${fmtMs(server)} · ${fmtMs(Math.max(0, rest))} (machine ${(busy * 100).toFixed(0)}% busy)`;
+  });
+  fnRow('max event-loop delay during the call', (rs) => fmtMs(median(rs.map((r) => r.loopDelayMaxMs))));
+  fnRow('progress callbacks (one per chunk) × avg chunk · time inside them (heartbeats)', (rs) => {
+    const calls = median(rs.map((r) => r.progressCalls));
+    const spent = median(rs.map((r) => r.progressMs));
+    return calls ? `${calls} × ${(stateBytes / calls / 1024).toFixed(0)} KiB · ${fmtMs(spent)}` : '—';
+  });
 
   const checkLines = checks.map(
     (c) =>
@@ -1040,7 +1046,14 @@ function report(options: Options, machine: Machine, b: Baselines, records: OpRec
     '',
     '## Where the time goes (medians, from the probes around the runtime and the store)',
     '',
-    table(['span', 'checkpoint', 'checkpoint after resume', 'pause', 'resume'], breakdown),
+    table(
+      ['span', 'checkpoint', 'checkpoint after resume', 'pause', 'resume', 'capture alone¹', 'restore alone¹'],
+      breakdown,
+    ),
+    '',
+    "¹ The engine's data path without Temporal, in the same process: `WorkspaceRuntime.capture` → " +
+      '`FsSnapshotStore.write`, and `FsSnapshotStore.open` → `WorkspaceRuntime.restore`, called directly (no ' +
+      'activity, so no heartbeat per chunk), on a session seeded the same way.',
     '',
     '## Checks',
     '',
@@ -1080,6 +1093,13 @@ async function main(cleanup: Cleanup): Promise<void> {
   console.log(
     `bench: ${options.sizeMiB} MiB in ${sizes.length} files, ${options.rounds} rounds, temp dir ${root} (${why})`,
   );
+  const [load1 = 0] = os.loadavg();
+  if (load1 > os.cpus().length / 2) {
+    console.warn(
+      `bench: warning: load average ${load1.toFixed(2)} on ${os.cpus().length} cores: other work is running, ` +
+        'expect noisy numbers (see the "everything else" CPU row)',
+    );
+  }
 
   writeSeed(seedDir, sizes);
   console.log('bench: measuring baselines…');
@@ -1131,13 +1151,21 @@ async function main(cleanup: Cleanup): Promise<void> {
   });
   const sessions = new SessionClient({ client: new Client({ connection }), taskQueue });
 
+  const direct = new ProbedWorkspaceRuntime(
+    { rootDir: path.join(root, 'direct-workspaces'), defaultStopGraceMs: 2_000 },
+    probe,
+  );
+  cleanup.add('direct runtime', () => direct.stopAll());
+  const directStore = new ProbedStore(new FsSnapshotStore(path.join(root, 'direct-snapshots')), probe);
+
   const records: OpRecord[] = [];
   const checks: RoundCheck[] = [];
   for (let round = 1; round <= options.rounds; round++) {
     const r = await engineRound(sessions, probe, cleanup, seedDir, sizes.length, snapshotsDir, round, runId);
-    records.push(...r.records);
+    const alone = await directRound(direct, directStore, probe, seedDir, sizes.length, round);
+    records.push(...r.records, ...alone);
     checks.push(r.check);
-    const line = r.records.map((rec) => `${rec.op} ${fmtMs(rec.ms)}`).join(', ');
+    const line = [...r.records, ...alone].map((rec) => `${rec.op} ${fmtMs(rec.ms)}`).join(', ');
     console.log(`bench: round ${round}/${options.rounds}: ${line}`);
   }
 
