@@ -20,6 +20,8 @@ export interface DevServerOptions {
   /** Where the server's own output goes. */
   logFile?: string;
   startTimeoutMs?: number;
+  /** More `temporal server start-dev` arguments, e.g. `--dynamic-config-value KEY=VALUE`. */
+  extraArgs?: string[];
 }
 
 export interface DevServer {
@@ -48,6 +50,7 @@ export async function startDevServer(options: DevServerOptions): Promise<DevServ
     args.push('--db-filename', options.dbFilename);
   }
   for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) args.push('--search-attribute', `${name}=${type}`);
+  args.push(...(options.extraArgs ?? []));
 
   const out = options.logFile ? fs.openSync(options.logFile, 'a') : 'ignore';
   const child = spawn(bin, args, { stdio: ['ignore', out, out] });

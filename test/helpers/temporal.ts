@@ -35,9 +35,9 @@ export interface TestHost {
 }
 
 export async function startTestSystem(
-  options: { store?: (real: FsSnapshotStore) => SnapshotStore } = {},
+  options: { store?: (real: FsSnapshotStore) => SnapshotStore; address?: string } = {},
 ): Promise<TestSystem> {
-  const address = process.env.DS_TEST_TEMPORAL_ADDRESS;
+  const address = options.address ?? process.env.DS_TEST_TEMPORAL_ADDRESS;
   const bundlePath = process.env.DS_TEST_WORKFLOW_BUNDLE;
   if (!address || !bundlePath) throw new Error('the jest global setup did not start a Temporal server');
   installQuietRuntime();
