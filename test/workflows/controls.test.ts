@@ -1,8 +1,8 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { WorkflowUpdateFailedError } from '@temporalio/client';
-import { checkpointUpdate, pauseUpdate, sessionWorkflowId } from '../../src/api';
+import { WorkflowUpdateFailedError, WorkflowUpdateStage } from '@temporalio/client';
+import { checkpointUpdate, pauseUpdate, sessionWorkflowId, stopUpdate } from '../../src/api';
 import {
   InvalidInputError,
   InvalidTransitionError,
@@ -119,17 +119,26 @@ describe('illegal transitions are rejected by the validator and change nothing',
 
   test('anything after stop is refused, while the stop runs and after the session closed', async () => {
     const session = await runningSession('afterstop');
-    const stopping = session.stop();
+    const stopping = await session.workflow.startUpdate(stopUpdate, {
+      args: [{}],
+      waitForStage: WorkflowUpdateStage.ACCEPTED,
+    });
     await expect(session.checkpoint()).rejects.toBeInstanceOf(InvalidTransitionError);
-    await stopping;
+    await stopping.result();
     await expect(session.pause()).rejects.toBeInstanceOf(InvalidTransitionError);
     await expect(session.stop()).rejects.toBeInstanceOf(InvalidTransitionError);
     expect((await session.status()).phase).toBe('completed');
   });
 
-  test('pause then resume sent back to back run in order', async () => {
+  test('a resume accepted while a pause still runs is legal, and runs after it', async () => {
     const session = await runningSession('order');
-    const [paused, resumed] = await Promise.all([session.pause(), session.resume()]);
+    // Wait only until the pause is accepted: the resume is then validated against the paused state to come.
+    const pausing = await session.workflow.startUpdate(pauseUpdate, {
+      args: [{}],
+      waitForStage: WorkflowUpdateStage.ACCEPTED,
+    });
+    const resumed = await session.resume();
+    const paused = await pausing.result();
     expect(resumed.restoredFrom.checkpointId).toBe(paused.checkpointId);
     expect((await session.status()).phase).toBe('running');
   });
@@ -158,13 +167,14 @@ describe('idempotency keys', () => {
 
   test('a key in flight for one control is refused for another', async () => {
     const session = await runningSession('idem-race');
-    const [checkpoint, pause] = await Promise.allSettled([
-      session.checkpoint({ idempotencyKey: 'race' }),
-      session.pause({ idempotencyKey: 'race' }),
-    ]);
-    expect(checkpoint.status).toBe('fulfilled');
-    expect(pause).toMatchObject({ status: 'rejected', reason: expect.any(InvalidInputError) });
-    expect((await session.status()).phase).toBe('running');
+    const checkpointing = await session.workflow.startUpdate(checkpointUpdate, {
+      args: [{ idempotencyKey: 'race' }],
+      updateId: 'checkpoint:race',
+      waitForStage: WorkflowUpdateStage.ACCEPTED,
+    });
+    await expect(session.pause({ idempotencyKey: 'race' })).rejects.toBeInstanceOf(InvalidInputError);
+    await expect(checkpointing.result()).resolves.toMatchObject({ sequence: 1 });
+    expect(await session.status()).toMatchObject({ phase: 'running', checkpointCount: 1 });
   });
 
   test('a key reused for another control is refused', async () => {
