@@ -2,10 +2,11 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
+import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
 import type { ActivityDeps } from '../../src/activities';
-import { SessionClient } from '../../src/client';
+import type { RuntimeInstanceRef, SessionStatus } from '../../src/api';
+import { SessionClient, type SessionHandle } from '../../src/client';
 import { MemoryRuntime, WorkspaceRuntime } from '../../src/runtimes';
 import { FsSnapshotStore } from '../../src/snapshots';
 import type { SnapshotStore } from '../../src/snapshots';
@@ -144,6 +145,10 @@ export async function eventually<T>(
   }
 }
 
-export async function historyOf(handle: WorkflowHandle) {
-  return (await handle.fetchHistory()).events ?? [];
+/** Waits until the session runs, and returns its status with the runtime it runs in. */
+export async function runningStatus(session: SessionHandle): Promise<SessionStatus & { runtime: RuntimeInstanceRef }> {
+  return eventually(async () => {
+    const s = await session.status();
+    return s.phase === 'running' && s.runtime ? { ...s, runtime: s.runtime } : undefined;
+  });
 }

@@ -1,7 +1,7 @@
 import crypto from 'node:crypto';
 import { sessionWorkflowId } from '../../src/api';
 import { freePort, startDevServer, type DevServer } from '../../src/dev-server';
-import { eventually, startTestSystem, type TestSystem } from '../helpers/temporal';
+import { runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
 /**
  * Long sessions outgrow one workflow run. This server suggests continue-as-new after 150 events instead of 4,096, so
@@ -28,10 +28,7 @@ test('a session keeps its checkpoints, idempotency answers and runtime watch acr
     sessionId,
     runtime: { kind: 'workspace', command: ['sh', '-c', 'while true; do sleep 0.1; done'] },
   });
-  const { runtime } = await eventually(async () => {
-    const s = await session.status();
-    return s.phase === 'running' && s.runtime ? s : undefined;
-  });
+  const { runtime } = await runningStatus(session);
   const handle = sys.client.workflow.getHandle(sessionWorkflowId(sessionId));
   const firstRunId = (await handle.describe()).runId;
 
@@ -42,7 +39,7 @@ test('a session keeps its checkpoints, idempotency answers and runtime watch acr
   expect(description.runId).not.toBe(firstRunId);
   const status = await session.status();
   expect(status).toMatchObject({ phase: 'running', checkpointCount: 40 });
-  expect(status.runtime?.instanceId).toBe(runtime!.instanceId);
+  expect(status.runtime?.instanceId).toBe(runtime.instanceId);
   const checkpoints = (await session.timeline()).flatMap((e) => (e.kind === 'checkpoint' ? [e.checkpoint] : []));
   expect(checkpoints.map((c) => c.sequence)).toEqual(Array.from({ length: 40 }, (_, i) => i + 1));
   for (let i = 1; i < 40; i++) expect(checkpoints[i]!.parentId).toBe(checkpoints[i - 1]!.checkpointId);
@@ -52,7 +49,7 @@ test('a session keeps its checkpoints, idempotency answers and runtime watch acr
   expect((await session.status()).checkpointCount).toBe(40);
 
   // The new run watches the same process: an exit nobody asked for is still noticed.
-  process.kill(-runtime!.pid!, 'SIGKILL');
+  process.kill(-runtime.pid!, 'SIGKILL');
   await expect(session.result()).rejects.toMatchObject({ code: 'RuntimeFailed' });
   expect((await session.status()).failure?.message).toBe('the runtime process was killed by SIGKILL');
 });

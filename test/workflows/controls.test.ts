@@ -11,7 +11,7 @@ import {
   SessionRuntimeError,
   SnapshotNotFoundError,
 } from '../../src/client';
-import { eventually, startTestSystem, type TestSystem } from '../helpers/temporal';
+import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
 let sys: TestSystem;
 beforeAll(async () => {
@@ -192,23 +192,20 @@ describe('a pause whose checkpoint cannot be written', () => {
       sessionId,
       runtime: { kind: 'workspace', command: ['sh', '-c', 'while true; do sleep 0.1; done'] },
     });
-    const { runtime } = await eventually(async () => {
-      const s = await session.status();
-      return s.phase === 'running' && s.runtime ? s : undefined;
-    });
+    const { runtime } = await runningStatus(session);
     // A link out of the workspace could never be restored, so capture refuses it.
-    fs.symlinkSync('/etc/hostname', path.join(runtime!.location, 'escape'));
+    fs.symlinkSync('/etc/hostname', path.join(runtime.location, 'escape'));
 
     const first = await session.pause({ idempotencyKey: 'p1' }).catch((e: unknown) => e);
     expect(first).toBeInstanceOf(SessionRuntimeError);
     expect((first as SessionRuntimeError).message).toMatch(/^pause failed: the checkpoint could not be written/);
     const status = await session.status();
     expect(status).toMatchObject({ phase: 'running', checkpointCount: 0 });
-    expect(() => process.kill(runtime!.pid!, 0)).not.toThrow();
+    expect(() => process.kill(runtime.pid!, 0)).not.toThrow();
 
     await expect(session.pause({ idempotencyKey: 'p1' })).rejects.toMatchObject({ message: (first as Error).message });
 
-    fs.rmSync(path.join(runtime!.location, 'escape'));
+    fs.rmSync(path.join(runtime.location, 'escape'));
     const paused = await session.pause({ idempotencyKey: 'p2', reason: 'after the fix' });
     expect(paused.trigger).toBe('pause');
     expect((await session.timeline()).at(-1)).toMatchObject({ kind: 'checkpoint', reason: 'after the fix' });

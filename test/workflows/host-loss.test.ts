@@ -1,7 +1,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { eventually, startTestSystem, type TestHost, type TestSystem } from '../helpers/temporal';
+import { eventually, runningStatus, startTestSystem, type TestHost, type TestSystem } from '../helpers/temporal';
 
 let sys: TestSystem;
 let hosts: TestHost[];
@@ -20,11 +20,8 @@ test('when the host of a running session dies, the session comes back from its n
     runtime: { kind: 'workspace', command: ['sh', '-c', 'while true; do sleep 0.1; done'] },
     liveness: { heartbeatTimeoutMs: 3_000, hostTimeoutMs: 3_000 },
   });
-  const running = await eventually(async () => {
-    const s = await session.status();
-    return s.phase === 'running' && s.runtime ? s : undefined;
-  });
-  const original = running.runtime!;
+  const running = await runningStatus(session);
+  const original = running.runtime;
   fs.writeFileSync(path.join(original.location, 'notes.txt'), 'written before the checkpoint');
   const checkpoint = await session.checkpoint({ label: 'before the crash' });
   fs.writeFileSync(path.join(original.location, 'late.txt'), 'written after the checkpoint');
@@ -62,11 +59,8 @@ test('a host lost before any checkpoint fails the session with the reason', asyn
     runtime: { kind: 'memory' },
     liveness: { heartbeatTimeoutMs: 3_000, hostTimeoutMs: 3_000 },
   });
-  const { runtime } = await eventually(async () => {
-    const s = await session.status();
-    return s.phase === 'running' && s.runtime ? s : undefined;
-  });
-  await hosts.find((h) => h.hostTaskQueue === runtime!.hostTaskQueue)!.crash();
+  const { runtime } = await runningStatus(session);
+  await hosts.find((h) => h.hostTaskQueue === runtime.hostTaskQueue)!.crash();
   await expect(session.result()).rejects.toMatchObject({ code: 'RuntimeLost' });
   const status = await session.status();
   expect(status.phase).toBe('failed');

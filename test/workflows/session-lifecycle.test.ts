@@ -4,7 +4,7 @@ import path from 'node:path';
 import { extract } from 'tar-stream';
 import { sessionWorkflowId, type RuntimeInstanceRef } from '../../src/api';
 import { InvalidTransitionError } from '../../src/client';
-import { eventually, startTestSystem, type TestSystem } from '../helpers/temporal';
+import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
 /** A command that counts forever, continuing from the number in ./count, writing it atomically. */
 const COUNTER = [
@@ -63,11 +63,8 @@ test('a workspace session lives through checkpoint, pause, resume, checkpoint an
     runtime: { kind: 'workspace', command: COUNTER, files: { 'README.txt': 'seeded' } },
   });
 
-  const running = await eventually(async () => {
-    const s = await session.status();
-    return s.phase === 'running' && s.runtime ? s : undefined;
-  });
-  const firstRuntime = running.runtime!;
+  const running = await runningStatus(session);
+  const firstRuntime = running.runtime;
   await eventually(() => fs.existsSync(path.join(firstRuntime.location, 'count')) && readCount(firstRuntime) >= 3);
 
   const cp1 = await session.checkpoint({ label: 'warm' });
