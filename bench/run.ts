@@ -16,7 +16,7 @@ import * as fs from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
+import { constants as perfConstants, monitorEventLoopDelay, performance, PerformanceObserver } from 'node:perf_hooks';
 import type { Readable } from 'node:stream';
 import { setTimeout as delay } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
@@ -275,6 +275,9 @@ interface Measured<T> {
   loopDelayMaxMs: number;
   machineBusyMs: number;
   serverCpuMs: number;
+  gcMajor: number;
+  gcMajorMs: number;
+  gcOtherMs: number;
 }
 
 /** CPU time (ms) of the whole machine (busy, not idle or iowait) and of the Temporal server process. */
@@ -312,6 +315,19 @@ function cpuTicks(): CpuTicks {
   return { machineBusyMs, serverMs };
 }
 
+/** GC pauses of this process's main isolate, as the perf_hooks 'gc' entries report them. */
+const gcPauses: { start: number; duration: number; major: boolean }[] = [];
+new PerformanceObserver((list) => {
+  for (const entry of list.getEntries()) {
+    const kind = (entry as { detail?: { kind?: number } }).detail?.kind;
+    gcPauses.push({
+      start: entry.startTime,
+      duration: entry.duration,
+      major: kind === perfConstants.NODE_PERFORMANCE_GC_MAJOR,
+    });
+  }
+}).observe({ entryTypes: ['gc'] });
+
 /** Times `fn` while sampling RSS every 50 ms; a GC first, so the baseline RSS is not inflated by garbage. */
 async function measure<T>(fn: () => Promise<T>): Promise<Measured<T>> {
   collectGarbage();
@@ -335,6 +351,9 @@ async function measure<T>(fn: () => Promise<T>): Promise<Measured<T>> {
     const cpuUsed = process.cpuUsage(cpu);
     const ticksAfter = cpuTicks();
     sample();
+    await delay(0); // the gc entries of the call reach the observer on a later tick
+    const pauses = gcPauses.filter((p) => p.start >= t0 && p.start <= t1);
+    const majors = pauses.filter((p) => p.major);
     return {
       result,
       ms: t1 - t0,
@@ -350,6 +369,9 @@ async function measure<T>(fn: () => Promise<T>): Promise<Measured<T>> {
       loopDelayMaxMs: loop.max / 1e6,
       machineBusyMs: ticksAfter.machineBusyMs - ticks.machineBusyMs,
       serverCpuMs: ticksAfter.serverMs - ticks.serverMs,
+      gcMajor: majors.length,
+      gcMajorMs: majors.reduce((a, p) => a + p.duration, 0),
+      gcOtherMs: pauses.reduce((a, p) => a + (p.major ? 0 : p.duration), 0),
     };
   } finally {
     clearInterval(timer);
@@ -604,6 +626,9 @@ interface OpRecord {
   loopDelayMaxMs: number;
   machineBusyMs: number;
   serverCpuMs: number;
+  gcMajor: number;
+  gcMajorMs: number;
+  gcOtherMs: number;
   /** Milliseconds from the client call to each probe event. */
   at: Record<string, number>;
   progressCalls: number;
@@ -648,6 +673,9 @@ async function timedOp<T>(
       loopDelayMaxMs: m.loopDelayMaxMs,
       machineBusyMs: m.machineBusyMs,
       serverCpuMs: m.serverCpuMs,
+      gcMajor: m.gcMajor,
+      gcMajorMs: m.gcMajorMs,
+      gcOtherMs: m.gcOtherMs,
       at,
       progressCalls: probe.progressCalls,
       progressMs: probe.progressMs,
@@ -686,7 +714,10 @@ async function engineRound(
   });
   let ended = false;
   cleanup.add(`session ${sessionId}`, async () => {
-    if (!ended) await handle.stop({ checkpoint: false }).catch(() => undefined);
+    if (ended) return;
+    // The server is in memory and goes away with the bench: terminating is enough if the stop cannot finish.
+    // The session's process is stopped in any case by the workers' cleanup (WorkspaceRuntime.stopAll).
+    await withTimeout(handle.stop({ checkpoint: false }), 10_000, 'stop').catch(() => handle.workflow.terminate());
   });
   const started = await waitUntilRunning(handle);
   seedWorkspace(seedDir, started.location, blobCount);
@@ -1016,6 +1047,12 @@ function report(options: Options, machine: Machine, b: Baselines, records: OpRec
     const busy = median(rs.map((r) => r.machineBusyMs)) / (median(rs.map((r) => r.ms)) * machine.cores);
     return `${fmtMs(server)} · ${fmtMs(Math.max(0, rest))} (machine ${(busy * 100).toFixed(0)}% busy)`;
   });
+  fnRow(
+    'GC pauses on the main thread: major (count · time) · minor and incremental',
+    (rs) =>
+      `${median(rs.map((r) => r.gcMajor))} · ${fmtMs(median(rs.map((r) => r.gcMajorMs)))} · ` +
+      fmtMs(median(rs.map((r) => r.gcOtherMs))),
+  );
   fnRow('max event-loop delay during the call', (rs) => fmtMs(median(rs.map((r) => r.loopDelayMaxMs))));
   fnRow('progress callbacks (one per chunk) × avg chunk · time inside them (heartbeats)', (rs) => {
     const calls = median(rs.map((r) => r.progressCalls));
@@ -1081,7 +1118,8 @@ async function main(cleanup: Cleanup): Promise<void> {
     .loadavg()
     .map((l) => l.toFixed(2))
     .join(' ');
-  Runtime.install({ logger: new DefaultLogger('WARN') });
+  // The bench handles SIGINT/SIGTERM itself (cleanup stops sessions through the workers, so they must still run).
+  Runtime.install({ logger: new DefaultLogger('WARN'), shutdownSignals: [] });
 
   const { base, why } = chooseTempBase();
   const root = fs.mkdtempSync(path.join(base, 'ds-bench-'));
@@ -1199,11 +1237,11 @@ async function main(cleanup: Cleanup): Promise<void> {
 }
 
 const cleanup = new Cleanup();
-let exiting = false;
+/** Set by SIGINT/SIGTERM: whatever the run was doing then fails, and that is not worth reporting. */
+let interrupted = false;
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
-    if (exiting) return;
-    exiting = true;
+    interrupted = true;
     console.error(`bench: ${signal}, cleaning up…`);
     void cleanup.run().finally(() => process.exit(130));
   });
@@ -1212,14 +1250,14 @@ main(cleanup)
   .then(
     () => 0,
     (error: unknown) => {
-      console.error(`bench failed: ${errorText(error)}`);
+      if (!interrupted) console.error(`bench failed: ${errorText(error)}`);
       return 1;
     },
   )
   .then(async (code) => {
     await cleanup.run();
     // The Temporal native runtime can keep the event loop alive after everything is closed.
-    process.exit(code);
+    process.exit(interrupted ? 130 : code);
   })
   .catch((error: unknown) => {
     console.error(errorText(error));

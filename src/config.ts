@@ -46,6 +46,27 @@ export const EnvConfig = z.object({
   DS_DATA_DIR: z.string().min(1).default('data'),
   /** Filesystem snapshot store (share it between workers that restore each other's sessions). */
   DS_SNAPSHOT_DIR: z.string().min(1).optional(),
+  /**
+   * `aes-256-gcm` (default): every chunk and manifest is sealed under a per-lineage data key wrapped by a master
+   * key. `none` stores plaintext (still integrity-checked): only when set explicitly.
+   */
+  DS_SNAPSHOT_ENCRYPTION: z
+    .enum(['aes-256-gcm', 'none'], { message: 'expected aes-256-gcm or none' })
+    .default('aes-256-gcm'),
+  /** Master keys as `id:base64,id:base64` (the last is the primary unless DS_MASTER_KEY_PRIMARY names one). */
+  DS_MASTER_KEYS: z.string().min(1).optional(),
+  /** A directory of `<id>.key` files (mode 0600), instead of DS_MASTER_KEYS. */
+  DS_MASTER_KEY_DIR: z.string().min(1).optional(),
+  /** Which master key wraps new data keys; the others stay readable. */
+  DS_MASTER_KEY_PRIMARY: z
+    .string()
+    .regex(/^[A-Za-z0-9._-]{1,64}$/, 'expected a key id')
+    .optional(),
+  /** Bound into every snapshot object: objects of one tenant never verify for another. */
+  DS_TENANT: z
+    .string()
+    .regex(/^[A-Za-z0-9._-]{1,100}$/, 'expected letters, digits, ".", "_" or "-"')
+    .default('default'),
   /** Where workspace runtimes keep their working directories on this host. */
   DS_WORKSPACE_DIR: z.string().min(1).optional(),
   /** Grace period between SIGTERM and SIGKILL when a workspace process is stopped. */
@@ -74,6 +95,12 @@ export interface Config {
   snapshotDir: string;
   workspaceDir: string;
   stopGraceMs: number;
+  snapshots: {
+    encryption: 'aes-256-gcm' | 'none';
+    masterKeys?: string;
+    masterKeyDir?: string;
+    tenant: string;
+  };
   devServer: { port: number; uiPort: number; ip: string; temporalBin?: string };
   logLevel: EnvConfig['LOG_LEVEL'];
 }
@@ -119,6 +146,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     snapshotDir: path.resolve(e.DS_SNAPSHOT_DIR ?? path.join(dataDir, 'snapshots')),
     workspaceDir: path.resolve(e.DS_WORKSPACE_DIR ?? path.join(dataDir, 'workspaces')),
     stopGraceMs: e.DS_STOP_GRACE_MS,
+    snapshots: {
+      encryption: e.DS_SNAPSHOT_ENCRYPTION,
+      masterKeys: e.DS_MASTER_KEYS,
+      masterKeyDir: e.DS_MASTER_KEY_DIR ? path.resolve(e.DS_MASTER_KEY_DIR) : undefined,
+      tenant: e.DS_TENANT,
+    },
     devServer: {
       port: e.DS_DEV_SERVER_PORT,
       uiPort: e.DS_DEV_UI_PORT,

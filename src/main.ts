@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { ConfigError, loadConfig } from './config';
 import { startDevServer, type DevServer } from './dev-server';
+import { ensureDevMasterKey } from './snapshots/store-from-config';
 import { runWorker } from './worker';
 
 /**
@@ -13,6 +14,11 @@ async function main(): Promise<void> {
   let server: DevServer | undefined;
   if (!config.temporal.address) {
     fs.mkdirSync(config.dataDir, { recursive: true });
+    const s = config.snapshots;
+    if (s.encryption !== 'none' && !s.masterKeys && !s.masterKeyDir) {
+      const dir = await ensureDevMasterKey(config.dataDir);
+      console.log(`Master keys      ${dir} (made on first start; configure your own in production)`);
+    }
     server = await startDevServer({
       temporalBin: config.devServer.temporalBin,
       ip: config.devServer.ip,

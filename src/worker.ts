@@ -3,7 +3,7 @@ import type { ActivityDeps } from './activities';
 import { createActivities } from './activities';
 import { loadConfig, type Config } from './config';
 import { MemoryRuntime, WorkspaceRuntime } from './runtimes';
-import { FsSnapshotStore } from './snapshots';
+import { snapshotStoreFromConfig } from './snapshots/store-from-config';
 import { connectionOptions } from './temporal-connection';
 
 export interface SessionWorkers {
@@ -59,6 +59,13 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
 export async function runWorker(config: Config = loadConfig(), address = config.temporal.address): Promise<void> {
   if (!address) throw new Error('TEMPORAL_ADDRESS is not set (npm start runs the embedded server and sets it)');
   Runtime.install({ logger: new DefaultLogger(config.logLevel) });
+  const store = await snapshotStoreFromConfig(config);
+  const encryption = store.describeEncryption();
+  console.log(
+    encryption.mode === 'none'
+      ? 'snapshots are stored in PLAINTEXT (DS_SNAPSHOT_ENCRYPTION=none): integrity-checked, not confidential'
+      : `snapshots are encrypted (AES-256-GCM); new data keys are wrapped by master key ${encryption.primaryKeyId}`,
+  );
   const connection = await NativeConnection.connect(await connectionOptions(config, address));
   const workspace = new WorkspaceRuntime({ rootDir: config.workspaceDir, defaultStopGraceMs: config.stopGraceMs });
   const workers = await createWorkers({
@@ -67,7 +74,7 @@ export async function runWorker(config: Config = loadConfig(), address = config.
     taskQueue: config.taskQueue,
     hostTaskQueue: config.hostTaskQueue,
     deps: {
-      store: new FsSnapshotStore(config.snapshotDir),
+      store,
       runtimes: { workspace, memory: new MemoryRuntime() },
       hostTaskQueue: config.hostTaskQueue,
     },

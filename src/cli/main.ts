@@ -2,6 +2,8 @@ import { Client, Connection } from '@temporalio/client';
 import type { TimelineEntry } from '../api/messages';
 import { SessionClient, SessionError, type SessionHandle } from '../client';
 import { ConfigError, loadConfig } from '../config';
+import type { ChunkedSnapshotStore } from '../snapshots/engine/chunked-store';
+import { snapshotStoreFromConfig } from '../snapshots/store-from-config';
 import { connectionOptions } from '../temporal-connection';
 
 const USAGE = `usage: durable-sessions <command> [options]
@@ -16,6 +18,12 @@ commands:
   timeline <session-id>
   list [--phase PHASE]
 
+snapshot store (reads DS_SNAPSHOT_DIR and the master keys directly, as a worker would):
+  verify <session-id>          check every checkpoint: manifest, chain link, every chunk's authentication tag
+  gc [--dry-run]               remove packs no checkpoint references (safe while checkpoints are written)
+  rekey                        re-wrap every data key under the primary master key (chunks are not rewritten)
+  shred <session-id> --yes     destroy the session's data key: all its checkpoints become unreadable, for good
+
 options:
   --json   print the result as JSON
 Connects to TEMPORAL_ADDRESS (default 127.0.0.1:7233, the embedded server of "npm start").`;
@@ -29,7 +37,8 @@ interface Parsed {
   flags: Map<string, string[]>;
 }
 
-const BOOLEAN_FLAGS = new Set(['json', 'memory', 'no-checkpoint', 'help']);
+const BOOLEAN_FLAGS = new Set(['json', 'memory', 'no-checkpoint', 'help', 'dry-run', 'yes']);
+const STORE_COMMANDS = new Set(['verify', 'gc', 'rekey', 'shred']);
 
 function parseArgs(argv: string[]): Parsed {
   const [command = 'help', ...args] = argv;
@@ -88,6 +97,11 @@ export async function run(argv: string[], out: (line: string) => void = console.
   }
   const json = p.flags.has('json');
   const config = loadConfig();
+  if (STORE_COMMANDS.has(p.command)) {
+    const result = await storeCommand(p, await snapshotStoreFromConfig(config));
+    out(json ? JSON.stringify(result.json, null, 2) : result.text);
+    return result.exitCode;
+  }
   const connection = await Connection.connect(
     await connectionOptions(config, config.temporal.address ?? '127.0.0.1:7233'),
   );
@@ -187,6 +201,45 @@ async function dispatch(p: Parsed, sessions: SessionClient): Promise<Output> {
         )
         .join('\n');
       return { json: list, text: text || '(no sessions)' };
+    }
+    default:
+      throw new UsageError(`unknown command: ${p.command}`);
+  }
+}
+
+async function storeCommand(p: Parsed, store: ChunkedSnapshotStore): Promise<Output & { exitCode: number }> {
+  switch (p.command) {
+    case 'verify': {
+      const results = await store.verifyLineage(sessionArg(p));
+      const text = results
+        .map(
+          (r) =>
+            `${String(r.sequence ?? '?').padStart(5)}  ${r.checkpointId.padEnd(24)}v${r.formatVersion ?? '?'}  ${r.status}${r.detail ? `  ${r.detail}` : ''}`,
+        )
+        .join('\n');
+      const bad = results.filter((r) => r.status !== 'ok').length;
+      const summary = `${results.length - bad} of ${results.length} checkpoint(s) verify`;
+      return { json: results, text: `${text}${text ? '\n' : ''}${summary}`, exitCode: bad ? 1 : 0 };
+    }
+    case 'gc': {
+      const report = await store.gc({ dryRun: p.flags.has('dry-run') });
+      const verb = report.dryRun ? 'would remove' : 'removed';
+      const text = `${verb} ${report.packsRemoved.length} pack(s), ${report.bytesRemoved} bytes; kept ${report.packsKept}`;
+      return { json: report, text, exitCode: 0 };
+    }
+    case 'rekey': {
+      const r = await store.rekey();
+      return {
+        json: r,
+        text: `re-wrapped ${r.rewrapped} data key(s); ${r.unchanged} already under the primary key`,
+        exitCode: 0,
+      };
+    }
+    case 'shred': {
+      const sessionId = sessionArg(p);
+      if (!p.flags.has('yes')) throw new UsageError(`shred destroys every checkpoint of ${sessionId}: add --yes`);
+      await store.shred(sessionId);
+      return { json: { shredded: sessionId }, text: `data key of ${sessionId} destroyed`, exitCode: 0 };
     }
     default:
       throw new UsageError(`unknown command: ${p.command}`);

@@ -68,6 +68,20 @@ export class SnapshotIncompatibleError extends SessionError {
   }
 }
 
+/** Thrown when a checkpoint failed authentication: altered, swapped between sessions or checkpoints, or forged. */
+export class SnapshotTamperedError extends SessionError {
+  constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.SnapshotTampered, message, sessionId, options);
+  }
+}
+
+/** Thrown when a key needed to read a checkpoint is not available (not configured, or destroyed on purpose). */
+export class KeyUnavailableError extends SessionError {
+  constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.KeyUnavailable, message, sessionId, options);
+  }
+}
+
 /** Thrown when a resume could restore no checkpoint (the message lists each one tried and why). */
 export class RestoreFailedError extends SessionError {
   constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
@@ -111,6 +125,10 @@ export function sessionErrorFor(
       return new SnapshotCorruptError(message, sessionId, options);
     case ERROR_CODES.SnapshotIncompatible:
       return new SnapshotIncompatibleError(message, sessionId, options);
+    case ERROR_CODES.SnapshotTampered:
+      return new SnapshotTamperedError(message, sessionId, options);
+    case ERROR_CODES.KeyUnavailable:
+      return new KeyUnavailableError(message, sessionId, options);
     case ERROR_CODES.RestoreFailed:
       return new RestoreFailedError(message, sessionId, options);
     case ERROR_CODES.RuntimeFailed:

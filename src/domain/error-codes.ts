@@ -17,6 +17,10 @@ export const ERROR_CODES = {
   SnapshotCorrupt: 'SnapshotCorrupt',
   /** The checkpoint was written by a format or runtime version this worker cannot restore. */
   SnapshotIncompatible: 'SnapshotIncompatible',
+  /** A checkpoint's object failed authentication: altered, swapped between sessions or checkpoints, or forged. */
+  SnapshotTampered: 'SnapshotTampered',
+  /** A key needed to read the checkpoint is not available: master key not configured, or data key destroyed. */
+  KeyUnavailable: 'KeyUnavailable',
   /** The runtime could not be started, captured or stopped for a reason retries will not fix. */
   RuntimeFailed: 'RuntimeFailed',
   /** The runtime instance is gone (its host restarted or was lost). */
@@ -32,6 +36,8 @@ export const PERMANENT_SNAPSHOT_ERRORS: readonly ErrorCode[] = [
   ERROR_CODES.SnapshotNotFound,
   ERROR_CODES.SnapshotCorrupt,
   ERROR_CODES.SnapshotIncompatible,
+  ERROR_CODES.SnapshotTampered,
+  ERROR_CODES.KeyUnavailable,
 ];
 
 export function isErrorCode(value: unknown): value is ErrorCode {

@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
 import crypto from 'node:crypto';
+import fs from 'node:fs';
 import path from 'node:path';
 import { startTestSystem, type TestSystem } from '../helpers/temporal';
 
@@ -19,7 +20,15 @@ function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr:
     execFile(
       process.execPath,
       [BIN, ...args],
-      { env: { ...process.env, TEMPORAL_ADDRESS: process.env.DS_TEST_TEMPORAL_ADDRESS, DS_TASK_QUEUE: sys.taskQueue } },
+      {
+        env: {
+          ...process.env,
+          TEMPORAL_ADDRESS: process.env.DS_TEST_TEMPORAL_ADDRESS,
+          DS_TASK_QUEUE: sys.taskQueue,
+          DS_SNAPSHOT_DIR: path.join(sys.dir, 'snapshots'),
+          DS_MASTER_KEYS: sys.masterKeys,
+        },
+      },
       (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }),
     );
   });
@@ -71,6 +80,40 @@ test('start, checkpoint, pause, resume, status, timeline, list and stop from the
 
   const stopped = await cli('stop', id);
   expect(stopped.stdout).toMatch(/^stopped; final checkpoint 000003-\w+\n$/);
+
+  const verified = await cli('verify', id);
+  expect(verified.code).toBe(0);
+  expect(verified.stdout).toMatch(/^\s+1  000001-\w+\s+v2  ok$/m);
+  expect(verified.stdout.trim().split('\n').at(-1)).toBe('3 of 3 checkpoint(s) verify');
+
+  // Tampering shows up in verify as the checkpoint it touched, with a failing exit code.
+  const manifest = path.join(sys.dir, 'snapshots', id, `${cp.checkpointId}.manifest`);
+  const bytes = fs.readFileSync(manifest);
+  bytes[bytes.length - 1]! ^= 1;
+  fs.writeFileSync(manifest, bytes);
+  const tampered = await cli('verify', id, '--json');
+  expect(tampered.code).toBe(1);
+  // Its children no longer link to it: the hash chain reports them too.
+  expect(JSON.parse(tampered.stdout)).toEqual([
+    expect.objectContaining({ checkpointId: cp.checkpointId, status: 'tampered' }),
+    expect.objectContaining({ sequence: 2, status: 'tampered', detail: expect.stringContaining('its parent') }),
+    expect.objectContaining({ sequence: 3, status: 'tampered', detail: expect.stringContaining('its parent') }),
+  ]);
+
+  // Collection never guesses: with a manifest it cannot read, it removes nothing and says why.
+  expect(await cli('gc', '--dry-run')).toMatchObject({
+    code: 1,
+    stderr: expect.stringContaining(`gc stopped: manifest ${cp.checkpointId}`),
+  });
+  fs.rmSync(path.join(sys.dir, 'snapshots', id), { recursive: true });
+  expect(await cli('gc', '--dry-run')).toMatchObject({
+    code: 0,
+    stdout: expect.stringMatching(/^would remove 0 pack/),
+  });
+  expect(await cli('rekey')).toMatchObject({
+    code: 0,
+    stdout: expect.stringContaining('already under the primary key'),
+  });
 });
 
 test('bad input and unknown sessions are reported with their type and a non-zero exit code', async () => {

@@ -8,7 +8,9 @@ import type { ActivityDeps } from '../../src/activities';
 import type { RuntimeInstanceRef, SessionStatus } from '../../src/api';
 import { SessionClient, type SessionHandle } from '../../src/client';
 import { MemoryRuntime, WorkspaceRuntime } from '../../src/runtimes';
-import { FsSnapshotStore } from '../../src/snapshots';
+import { randomBytes } from 'node:crypto';
+import { ChunkedSnapshotStore } from '../../src/snapshots/engine/chunked-store';
+import { Keyring } from '../../src/snapshots/engine/keyring';
 import type { SnapshotStore } from '../../src/snapshots';
 import { createWorkers, type SessionWorkers } from '../../src/worker';
 
@@ -16,12 +18,14 @@ import { createWorkers, type SessionWorkers } from '../../src/worker';
 export interface TestSystem {
   client: Client;
   sessions: SessionClient;
-  store: FsSnapshotStore;
+  store: ChunkedSnapshotStore;
   workspace: WorkspaceRuntime;
   memory: MemoryRuntime;
   taskQueue: string;
   dir: string;
   firstHost: TestHost;
+  /** The master key in DS_MASTER_KEYS form, for tools that open the store as a worker would. */
+  masterKeys: string;
   /** Starts another worker host on the same shared queue (a second machine). */
   addHost(options?: { store?: SnapshotStore; watchHeartbeatMs?: number }): Promise<TestHost>;
   close(): Promise<void>;
@@ -36,7 +40,7 @@ export interface TestHost {
 }
 
 export async function startTestSystem(
-  options: { store?: (real: FsSnapshotStore) => SnapshotStore; address?: string } = {},
+  options: { store?: (real: ChunkedSnapshotStore) => SnapshotStore; address?: string } = {},
 ): Promise<TestSystem> {
   const address = options.address ?? process.env.DS_TEST_TEMPORAL_ADDRESS;
   const bundlePath = process.env.DS_TEST_WORKFLOW_BUNDLE;
@@ -44,7 +48,12 @@ export async function startTestSystem(
   installQuietRuntime();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-system-'));
   const taskQueue = `test-${crypto.randomUUID()}`;
-  const store = new FsSnapshotStore(path.join(dir, 'snapshots'));
+  // The lifecycle runs on the production engine: encrypted, chunked, deduplicated.
+  const masterKey = randomBytes(32);
+  const store = new ChunkedSnapshotStore({
+    rootDir: path.join(dir, 'snapshots'),
+    keyring: new Keyring([{ id: 'test-1', key: masterKey }]),
+  });
   const connection = await Connection.connect({ address });
   const client = new Client({ connection });
   const hosts: {
@@ -103,6 +112,7 @@ export async function startTestSystem(
     workspace: first.workspace,
     memory: first.memory,
     firstHost: first,
+    masterKeys: `test-1:${masterKey.toString('base64')}`,
     taskQueue,
     dir,
     addHost,

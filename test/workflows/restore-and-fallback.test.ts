@@ -35,8 +35,9 @@ async function memoryStateOf(session: Awaited<ReturnType<typeof startMemorySessi
   return sys.memory.read(runtime!.instanceId).toString('utf8');
 }
 
-function dataFile(sessionId: string, checkpointId: string) {
-  return path.join(sys.dir, 'snapshots', sessionId, `${checkpointId}.data`);
+/** The checkpoint's sealed manifest: altering it is tampering, removing it makes the checkpoint missing. */
+function manifestFile(sessionId: string, checkpointId: string) {
+  return path.join(sys.dir, 'snapshots', sessionId, `${checkpointId}.manifest`);
 }
 
 function flipByte(file: string) {
@@ -71,19 +72,19 @@ test('transient store failures during restore are retried with backoff, and the 
   flaky!.failures = 0;
 });
 
-test('a corrupted newest checkpoint falls back to the newest older one that verifies, and says so', async () => {
+test('a tampered newest checkpoint falls back to the newest older one that verifies, and says so', async () => {
   const sessionId = newId('corrupt');
   const session = await startMemorySession(sessionId, 'v1');
   const cp1 = await session.checkpoint({ label: 'good' });
   const { runtime } = await session.status();
   sys.memory.write(runtime!.instanceId, 'v2');
   const cp2 = await session.pause();
-  flipByte(dataFile(sessionId, cp2.checkpointId));
+  flipByte(manifestFile(sessionId, cp2.checkpointId));
 
   const resumed = await session.resume();
   expect(resumed.restoredFrom.checkpointId).toBe(cp1.checkpointId);
   expect(resumed.fallbackFrom).toEqual([
-    { checkpointId: cp2.checkpointId, reason: expect.stringMatching(/^SnapshotCorrupt: /) },
+    { checkpointId: cp2.checkpointId, reason: expect.stringMatching(/^SnapshotTampered: /) },
   ]);
   expect(await memoryStateOf(session)).toBe('v1');
 
@@ -108,7 +109,7 @@ test('a missing checkpoint is as permanent as a corrupt one: fallback, no retrie
   const session = await startMemorySession(sessionId, 'kept');
   const cp1 = await session.checkpoint();
   const cp2 = await session.pause();
-  fs.rmSync(dataFile(sessionId, cp2.checkpointId));
+  fs.rmSync(manifestFile(sessionId, cp2.checkpointId));
 
   const resumed = await session.resume();
   expect(resumed.restoredFrom.checkpointId).toBe(cp1.checkpointId);
@@ -116,13 +117,13 @@ test('a missing checkpoint is as permanent as a corrupt one: fallback, no retrie
   await session.stop({ checkpoint: false });
 });
 
-test('when every checkpoint is corrupt the session fails with the reason: never a fresh start', async () => {
+test('when no checkpoint verifies the session fails with the reason: never a fresh start', async () => {
   const sessionId = newId('allbad');
   const session = await startMemorySession(sessionId, 'precious');
   const cp1 = await session.checkpoint();
   const cp2 = await session.pause();
-  flipByte(dataFile(sessionId, cp1.checkpointId));
-  flipByte(dataFile(sessionId, cp2.checkpointId));
+  flipByte(manifestFile(sessionId, cp1.checkpointId));
+  flipByte(manifestFile(sessionId, cp2.checkpointId));
 
   const error = await session.resume().catch((e: unknown) => e);
   expect(error).toBeInstanceOf(RestoreFailedError);

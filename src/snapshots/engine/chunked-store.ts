@@ -1,0 +1,813 @@
+import { createHash, createHmac, hkdfSync, randomBytes } from 'node:crypto';
+import * as fs from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { Readable } from 'node:stream';
+import { z } from 'zod';
+import { CheckpointId, CheckpointTrigger, Label, SessionId } from '../../domain/schemas';
+import { SnapshotCorruptError, SnapshotError, SnapshotIncompatibleError, SnapshotNotFoundError } from '../errors';
+import { FsSnapshotStore } from '../fs-snapshot-store';
+import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from '../snapshot-store';
+import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
+import { compressChunk, decompressChunk } from './codec';
+import {
+  KeyUnavailableError,
+  openObject,
+  sealObject,
+  sealPlaintextObject,
+  SnapshotTamperedError,
+  type ExpectedBinding,
+} from './crypto';
+import { createDataKey, rewrapDataKey, unwrapDataKey, wrapDataKey, WrappedDataKey, type Keyring } from './keyring';
+
+/**
+ * Format 2: content-defined chunks, deduplicated per lineage, compressed, sealed (AES-256-GCM) and packed.
+ *
+ *   <root>/<lineage>/keys/data-key.json          the lineage's data key, wrapped by a master key
+ *   <root>/<lineage>/packs/<packId>.pack          sealed chunks, appended; immutable once renamed into place
+ *   <root>/<lineage>/pins/<checkpointId>          present while a writer runs: garbage collection keeps its packs
+ *   <root>/<sessionId>/<checkpointId>.manifest    the sealed manifest: chunk list, parent's manifest digest
+ *
+ * Packs rather than one file per chunk: a checkpoint of 1 GiB is ~16,000 chunks, and a file each (create, fsync,
+ * rename) costs more than the bytes. A pack is fsynced once, then renamed; the manifest is published last, so a
+ * crash leaves at worst an unreferenced pack, which garbage collection removes.
+ */
+export const ENGINE_FORMAT_VERSION = 2;
+const LEGACY_FORMAT_VERSION = 1;
+export const READABLE_FORMAT_VERSIONS: readonly number[] = [LEGACY_FORMAT_VERSION, ENGINE_FORMAT_VERSION];
+
+const MANIFEST_SUFFIX = '.manifest';
+const LEGACY_MANIFEST_SUFFIX = '.manifest.json';
+const DATA_KEY_FILE = 'data-key.json';
+/** A pack is closed and a new one started beyond this size, so one checkpoint of gigabytes is several files. */
+const PACK_TARGET_BYTES = 64 * 1024 * 1024;
+const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
+
+const Location = z.tuple([
+  z.string().regex(/^[0-9a-f]{64}$/), // chunk id
+  z.number().int().min(0), // plaintext size
+  z.string().regex(/^[A-Za-z0-9._-]+$/), // pack id
+  z.number().int().min(0), // offset in the pack
+  z.number().int().min(1), // sealed length
+]);
+type Location = z.infer<typeof Location>;
+
+const ManifestV2 = z.object({
+  formatVersion: z.literal(ENGINE_FORMAT_VERSION),
+  checkpointId: CheckpointId,
+  sessionId: SessionId,
+  lineage: SessionId,
+  tenant: z.string(),
+  sequence: z.number().int().min(1),
+  parentId: CheckpointId.nullable(),
+  /** SHA-256 of the parent's manifest file as stored: the timeline is a hash chain. */
+  parentManifestDigest: z
+    .string()
+    .regex(/^sha256:[0-9a-f]{64}$/)
+    .nullable(),
+  runtime: z.object({ kind: z.string().min(1), version: z.string() }),
+  size: z.number().int().min(0),
+  digest: z.string().regex(/^sha256:[0-9a-f]{64}$/),
+  createdAt: z.iso.datetime(),
+  label: Label.optional(),
+  trigger: CheckpointTrigger,
+  encryption: z.object({ mode: z.enum(['aes-256-gcm', 'none']), dataKeyId: z.string().nullable() }),
+  chunks: z.array(Location),
+});
+type ManifestV2 = z.infer<typeof ManifestV2>;
+
+export interface ChunkedStoreOptions {
+  rootDir: string;
+  /** Bound into every object's additional data: objects of one tenant never verify for another. */
+  tenant?: string;
+  /** Master keys. `null` stores plaintext (integrity-checked, not tamper-proof): only when asked for explicitly. */
+  keyring: Keyring | null;
+  chunker?: ChunkerOptions;
+  /** How long an unreferenced pack must be old before garbage collection removes it. */
+  gcGraceMs?: number;
+}
+
+export type VerifyStatus = 'ok' | 'missing' | 'corrupt' | 'tampered' | 'incompatible' | 'key-unavailable';
+
+export interface VerifyResult {
+  checkpointId: string;
+  sequence: number | null;
+  formatVersion: number | null;
+  status: VerifyStatus;
+  detail?: string;
+}
+
+export interface GcReport {
+  dryRun: boolean;
+  lineages: number;
+  packsKept: number;
+  packsRemoved: { lineage: string; packId: string; bytes: number }[];
+  bytesRemoved: number;
+}
+
+interface LineageKey {
+  dataKeyId: string;
+  key: Buffer;
+  chunkIdKey: Buffer;
+}
+
+/** A SnapshotStore writing format 2 and reading formats 1 and 2. */
+export class ChunkedSnapshotStore implements SnapshotStore {
+  readonly root: string;
+  readonly tenant: string;
+  private readonly legacy: FsSnapshotStore;
+  private readonly chunker: Chunker;
+  private readonly gcGraceMs: number;
+  private readonly lineageKeys = new Map<string, Promise<LineageKey>>();
+
+  constructor(private readonly options: ChunkedStoreOptions) {
+    this.root = resolve(options.rootDir);
+    this.tenant = options.tenant ?? 'default';
+    this.legacy = new FsSnapshotStore(this.root);
+    this.chunker = new Chunker(options.chunker ?? DEFAULT_CHUNKER);
+    this.gcGraceMs = options.gcGraceMs ?? 60 * 60_000;
+  }
+
+  /** What `status` reports about protection at rest. */
+  describeEncryption(): { mode: 'aes-256-gcm' | 'none'; primaryKeyId: string | null } {
+    const keyring = this.options.keyring;
+    return keyring ? { mode: 'aes-256-gcm', primaryKeyId: keyring.primaryKeyId } : { mode: 'none', primaryKeyId: null };
+  }
+
+  async write(checkpoint: NewCheckpoint, data: Readable, options: StoreProgress = {}): Promise<CheckpointManifest> {
+    const { sessionId, checkpointId } = checkIds(checkpoint.sessionId, checkpoint.checkpointId);
+    const lineage = sessionId;
+    const { signal, onProgress } = options;
+    signal?.throwIfAborted();
+    const manifestPath = this.manifestPath(sessionId, checkpointId);
+    if ((await exists(manifestPath)) || (await exists(this.legacyManifestPath(sessionId, checkpointId)))) {
+      data.destroy();
+      throw new Error(`checkpoint ${checkpointId} of session ${sessionId} exists already; checkpoints are immutable`);
+    }
+    const pin = join(this.lineageDir(lineage), 'pins', checkpointId);
+    await fs.mkdir(join(this.lineageDir(lineage), 'pins'), { recursive: true });
+    await fs.writeFile(pin, '');
+    const packs = new PackWriter(join(this.lineageDir(lineage), 'packs'));
+    try {
+      const key = this.options.keyring ? await this.lineageKey(lineage, true) : null;
+      const parent = checkpoint.parentId ? await this.parentInfo(sessionId, checkpoint.parentId) : null;
+      const known = new Map<string, Location>(parent?.chunks.map((l) => [l[0], l]) ?? []);
+      const referencedPacks = new Set<string>();
+      const chunks: Location[] = [];
+      const listDigest = createHash('sha256');
+      let size = 0;
+      for await (const chunk of this.chunker.chunks(abortable(data, signal))) {
+        const id = chunkId(chunk, key);
+        let location = known.get(id);
+        if (!location) {
+          const { codec, data: body } = compressChunk(chunk);
+          const header = {
+            kind: 'chunk' as const,
+            tenant: this.tenant,
+            lineage,
+            objectId: id,
+            formatVersion: ENGINE_FORMAT_VERSION,
+            codec,
+          };
+          const sealed = key
+            ? sealObject(body, key.key, { ...header, dataKeyId: key.dataKeyId })
+            : sealPlaintextObject(body, header);
+          const [packId, offset] = await packs.append(sealed);
+          location = [id, chunk.length, packId, offset, sealed.length];
+          known.set(id, location);
+        } else {
+          referencedPacks.add(location[2]);
+        }
+        chunks.push(location);
+        listDigest.update(id, 'hex');
+        size += chunk.length;
+        onProgress?.(size);
+      }
+      signal?.throwIfAborted();
+      await packs.close();
+      // Packs this checkpoint shares with older ones are touched, so a concurrent garbage collection keeps them.
+      await Promise.all([...referencedPacks].map((p) => touch(join(this.lineageDir(lineage), 'packs', `${p}.pack`))));
+      const manifest: ManifestV2 = {
+        formatVersion: ENGINE_FORMAT_VERSION,
+        checkpointId,
+        sessionId,
+        lineage,
+        tenant: this.tenant,
+        sequence: checkpoint.sequence,
+        parentId: checkpoint.parentId,
+        parentManifestDigest: parent?.manifestDigest ?? null,
+        runtime: checkpoint.runtime,
+        size,
+        digest: `sha256:${listDigest.digest('hex')}`,
+        createdAt: new Date().toISOString(),
+        ...(checkpoint.label !== undefined ? { label: checkpoint.label } : {}),
+        trigger: checkpoint.trigger,
+        encryption: { mode: key ? 'aes-256-gcm' : 'none', dataKeyId: key?.dataKeyId ?? null },
+        chunks,
+      };
+      const body = Buffer.from(JSON.stringify(manifest));
+      const header = {
+        kind: 'manifest' as const,
+        tenant: this.tenant,
+        lineage,
+        objectId: checkpointId,
+        sessionId,
+        formatVersion: ENGINE_FORMAT_VERSION,
+        codec: 0,
+      };
+      const sealed = key
+        ? sealObject(body, key.key, { ...header, dataKeyId: key.dataKeyId })
+        : sealPlaintextObject(body, header);
+      await publish(manifestPath, sealed);
+      return toPublic(manifest);
+    } catch (err) {
+      data.destroy();
+      await packs.abort();
+      throw err;
+    } finally {
+      await fs.rm(pin, { force: true });
+    }
+  }
+
+  async readManifest(sessionId: string, checkpointId: string): Promise<CheckpointManifest> {
+    const loaded = await this.loadManifest(sessionId, checkpointId);
+    return loaded.kind === 'v1' ? loaded.manifest : toPublic(loaded.manifest);
+  }
+
+  async open(
+    sessionId: string,
+    checkpointId: string,
+    options: StoreProgress = {},
+  ): Promise<{ manifest: CheckpointManifest; stream: Readable }> {
+    const loaded = await this.loadManifest(sessionId, checkpointId);
+    if (loaded.kind === 'v1') return this.legacy.open(sessionId, checkpointId, options);
+    const { manifest } = loaded;
+    const key = manifest.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(manifest.lineage) : null;
+    const packsDir = join(this.lineageDir(manifest.lineage), 'packs');
+    for (const packId of new Set(manifest.chunks.map((c) => c[2]))) {
+      if (!(await exists(join(packsDir, `${packId}.pack`)))) {
+        throw new SnapshotNotFoundError(
+          `checkpoint ${checkpointId} of session ${sessionId} is missing pack ${packId}`,
+          sessionId,
+          checkpointId,
+        );
+      }
+    }
+    const reader = new PackReader(packsDir);
+    const openChunk = (sealed: Buffer, id: string, size: number) =>
+      this.openChunk(sealed, id, size, manifest, key, sessionId, checkpointId);
+    async function* chunks(): AsyncGenerator<Buffer> {
+      let done = 0;
+      try {
+        for (const [id, size, packId, offset, length] of manifest.chunks) {
+          options.signal?.throwIfAborted();
+          const sealed = await reader.read(packId, offset, length);
+          const plain = openChunk(sealed, id, size);
+          done += plain.length;
+          options.onProgress?.(done);
+          yield plain;
+        }
+      } finally {
+        await reader.close();
+      }
+    }
+    return { manifest: toPublic(manifest), stream: Readable.from(chunks(), { objectMode: false }) };
+  }
+
+  async verify(sessionId: string, checkpointId: string): Promise<CheckpointManifest> {
+    const { manifest, stream } = await this.open(sessionId, checkpointId);
+    // Every chunk is authenticated as it is read; reading to the end is the verification.
+    for await (const piece of stream) void piece;
+    return manifest;
+  }
+
+  async list(sessionId: string): Promise<CheckpointManifest[]> {
+    if (!SessionId.safeParse(sessionId).success) return [];
+    const names = await fs.readdir(join(this.root, sessionId)).catch(() => [] as string[]);
+    const ids = names
+      .filter((n) => n.endsWith(MANIFEST_SUFFIX) && !n.startsWith('.'))
+      .map((n) => n.slice(0, -MANIFEST_SUFFIX.length));
+    const manifests = await Promise.all(ids.map((id) => this.readManifest(sessionId, id).catch(() => null)));
+    const v2 = manifests.filter((m): m is CheckpointManifest => m !== null);
+    const v1 = await this.legacy.list(sessionId);
+    return [...v1, ...v2].sort((a, b) => a.sequence - b.sequence);
+  }
+
+  async delete(sessionId: string, checkpointId: string): Promise<void> {
+    checkIds(sessionId, checkpointId);
+    await fs.rm(this.manifestPath(sessionId, checkpointId), { force: true });
+    await this.legacy.delete(sessionId, checkpointId);
+  }
+
+  /**
+   * Walks a session's checkpoints oldest first and checks each manifest, its link to its parent's manifest, and
+   * every chunk's authentication tag. Reports one status per checkpoint; changes nothing.
+   */
+  async verifyLineage(sessionId: string): Promise<VerifyResult[]> {
+    checkIds(sessionId, 'x');
+    const names = await fs.readdir(join(this.root, sessionId)).catch(() => [] as string[]);
+    const ids = new Set<string>();
+    for (const n of names) {
+      if (n.startsWith('.')) continue;
+      if (n.endsWith(LEGACY_MANIFEST_SUFFIX)) ids.add(n.slice(0, -LEGACY_MANIFEST_SUFFIX.length));
+      else if (n.endsWith(MANIFEST_SUFFIX)) ids.add(n.slice(0, -MANIFEST_SUFFIX.length));
+    }
+    const results: VerifyResult[] = [];
+    for (const checkpointId of ids) {
+      let sequence: number | null = null;
+      let formatVersion: number | null = null;
+      try {
+        const loaded = await this.loadManifest(sessionId, checkpointId);
+        sequence = loaded.manifest.sequence;
+        formatVersion = loaded.manifest.formatVersion;
+        if (loaded.kind === 'v2' && loaded.manifest.parentId && loaded.manifest.parentManifestDigest) {
+          const parent = await this.manifestFileDigest(sessionId, loaded.manifest.parentId);
+          if (parent !== null && parent !== loaded.manifest.parentManifestDigest) {
+            throw new SnapshotTamperedError(
+              `checkpoint ${checkpointId}: its parent ${loaded.manifest.parentId} is not the manifest it was written after`,
+              'tampered',
+              { sessionId, checkpointId },
+            );
+          }
+        }
+        await this.verify(sessionId, checkpointId);
+        results.push({ checkpointId, sequence, formatVersion, status: 'ok' });
+      } catch (err) {
+        results.push({ checkpointId, sequence, formatVersion, status: statusOf(err), detail: messageOf(err) });
+      }
+    }
+    return results.sort(
+      (a, b) => (a.sequence ?? 0) - (b.sequence ?? 0) || a.checkpointId.localeCompare(b.checkpointId),
+    );
+  }
+
+  /**
+   * Mark and sweep: a pack survives if any manifest of its lineage references it, if it is younger than the grace
+   * period, or if it was written or touched after the oldest running writer started (its pin). Safe while
+   * checkpoints are being written: a writer pins before its first pack and touches every older pack it reuses.
+   */
+  async gc(options: { dryRun?: boolean; now?: number } = {}): Promise<GcReport> {
+    const dryRun = options.dryRun ?? false;
+    const startedAt = options.now ?? Date.now();
+    const report: GcReport = { dryRun, lineages: 0, packsKept: 0, packsRemoved: [], bytesRemoved: 0 };
+    const lineages = (await fs.readdir(this.root, { withFileTypes: true }).catch(() => []))
+      .filter((d) => d.isDirectory() && SessionId.safeParse(d.name).success)
+      .map((d) => d.name);
+    for (const lineage of lineages) {
+      const packsDir = join(this.lineageDir(lineage), 'packs');
+      const packNames = await fs.readdir(packsDir).catch(() => [] as string[]);
+      if (packNames.length === 0) continue;
+      report.lineages++;
+      const pins = await fs.readdir(join(this.lineageDir(lineage), 'pins')).catch(() => [] as string[]);
+      let threshold = startedAt - this.gcGraceMs;
+      for (const pin of pins) {
+        const st = await fs.stat(join(this.lineageDir(lineage), 'pins', pin)).catch(() => null);
+        if (st) threshold = Math.min(threshold, st.mtimeMs);
+      }
+      const live = await this.referencedPacks(lineage);
+      for (const name of packNames) {
+        const path = join(packsDir, name);
+        const st = await fs.stat(path).catch(() => null);
+        if (!st) continue;
+        const packId = name.replace(/\.pack$/, '');
+        if (live.has(packId) || st.mtimeMs >= threshold || !name.endsWith('.pack')) {
+          report.packsKept++;
+          continue;
+        }
+        report.packsRemoved.push({ lineage, packId, bytes: st.size });
+        report.bytesRemoved += st.size;
+        if (!dryRun) await fs.rm(path, { force: true });
+      }
+    }
+    return report;
+  }
+
+  /** Re-wraps every lineage's data key under the primary master key. Chunks are not rewritten. */
+  async rekey(): Promise<{ rewrapped: number; unchanged: number }> {
+    const keyring = this.requireKeyring();
+    let rewrapped = 0;
+    let unchanged = 0;
+    for (const lineage of await this.lineagesWithKeys()) {
+      const path = join(this.lineageDir(lineage), 'keys', DATA_KEY_FILE);
+      const wrapped = WrappedDataKey.parse(JSON.parse(await fs.readFile(path, 'utf8')));
+      if (wrapped.masterKeyId === keyring.primaryKeyId) {
+        unchanged++;
+        continue;
+      }
+      const next = rewrapDataKey(keyring, wrapped, { tenant: this.tenant, lineage });
+      await publish(path, Buffer.from(JSON.stringify(next)), { replace: true });
+      this.lineageKeys.delete(lineage);
+      rewrapped++;
+    }
+    return { rewrapped, unchanged };
+  }
+
+  /** Destroys a lineage's data key: every checkpoint sealed under it becomes unreadable, by design. */
+  async shred(lineage: string): Promise<void> {
+    checkIds(lineage, 'x');
+    await fs.rm(join(this.lineageDir(lineage), 'keys', DATA_KEY_FILE), { force: true });
+    this.lineageKeys.delete(lineage);
+  }
+
+  // ---- internals ---------------------------------------------------------------------------------------------
+
+  private openChunk(
+    sealed: Buffer,
+    id: string,
+    size: number,
+    manifest: ManifestV2,
+    key: LineageKey | null,
+    sessionId: string,
+    checkpointId: string,
+  ): Buffer {
+    const expected: ExpectedBinding = {
+      kind: 'chunk',
+      tenant: this.tenant,
+      lineage: manifest.lineage,
+      objectId: id,
+      formatVersion: ENGINE_FORMAT_VERSION,
+      encrypted: key !== null,
+      ...(key ? { dataKeyId: key.dataKeyId } : {}),
+    };
+    const { header, plaintext } = openObject(sealed, () => key!.key, expected);
+    let plain: Buffer;
+    try {
+      plain = decompressChunk(header.codec, plaintext, size);
+    } catch (err) {
+      throw new SnapshotCorruptError(
+        `chunk ${id} of checkpoint ${checkpointId} does not decode`,
+        sessionId,
+        checkpointId,
+        { cause: err },
+      );
+    }
+    // In plaintext mode nothing else binds the bytes to the id; with a key, GCM already did.
+    if (!key && chunkId(plain, null) !== id) {
+      throw new SnapshotCorruptError(
+        `chunk ${id} of checkpoint ${checkpointId} does not match its id`,
+        sessionId,
+        checkpointId,
+      );
+    }
+    return plain;
+  }
+
+  private async loadManifest(
+    sessionId: string,
+    checkpointId: string,
+  ): Promise<{ kind: 'v1'; manifest: CheckpointManifest } | { kind: 'v2'; manifest: ManifestV2 }> {
+    if (!SessionId.safeParse(sessionId).success || !CheckpointId.safeParse(checkpointId).success) {
+      throw new SnapshotNotFoundError(`no checkpoint ${checkpointId} of session ${sessionId}`, sessionId, checkpointId);
+    }
+    const path = this.manifestPath(sessionId, checkpointId);
+    const sealed = await readSmall(path);
+    if (sealed === null) return { kind: 'v1', manifest: await this.legacy.readManifest(sessionId, checkpointId) };
+    const lineage = sessionId;
+    const peek = peekEncrypted(sealed);
+    const key = peek && this.options.keyring ? await this.lineageKey(lineage) : null;
+    if (peek && !this.options.keyring) {
+      throw new KeyUnavailableError(
+        `checkpoint ${checkpointId} is encrypted and this store has no keyring`,
+        'keyring',
+        'master',
+      );
+    }
+    const { plaintext } = openObject(sealed, () => key!.key, {
+      kind: 'manifest',
+      tenant: this.tenant,
+      lineage,
+      objectId: checkpointId,
+      sessionId,
+      formatVersion: READABLE_FORMAT_VERSIONS.filter((v) => v >= ENGINE_FORMAT_VERSION),
+      encrypted: peek,
+      ...(key ? { dataKeyId: key.dataKeyId } : {}),
+    });
+    let json: unknown;
+    try {
+      json = JSON.parse(plaintext.toString('utf8'));
+    } catch (err) {
+      throw new SnapshotCorruptError(`manifest of ${checkpointId} is not JSON`, sessionId, checkpointId, {
+        cause: err,
+      });
+    }
+    const version = (json as { formatVersion?: unknown }).formatVersion;
+    if (typeof version === 'number' && !READABLE_FORMAT_VERSIONS.includes(version)) {
+      throw new SnapshotIncompatibleError(
+        `checkpoint format version ${version} is not supported by this reader (supports ${READABLE_FORMAT_VERSIONS.join(', ')})`,
+        sessionId,
+        checkpointId,
+      );
+    }
+    const parsed = ManifestV2.safeParse(json);
+    if (!parsed.success) {
+      throw new SnapshotCorruptError(
+        `manifest of ${checkpointId} is malformed: ${parsed.error.message}`,
+        sessionId,
+        checkpointId,
+      );
+    }
+    if (parsed.data.sessionId !== sessionId || parsed.data.checkpointId !== checkpointId) {
+      throw new SnapshotTamperedError(`manifest of ${checkpointId} belongs to another checkpoint`, 'tampered', {
+        sessionId,
+        checkpointId,
+      });
+    }
+    return { kind: 'v2', manifest: parsed.data };
+  }
+
+  private async parentInfo(
+    sessionId: string,
+    parentId: string,
+  ): Promise<{ chunks: Location[]; manifestDigest: string | null }> {
+    const manifestDigest = await this.manifestFileDigest(sessionId, parentId);
+    try {
+      const loaded = await this.loadManifest(sessionId, parentId);
+      return { chunks: loaded.kind === 'v2' ? loaded.manifest.chunks : [], manifestDigest };
+    } catch {
+      // A parent that cannot be read only costs deduplication; the new checkpoint stands on its own.
+      return { chunks: [], manifestDigest };
+    }
+  }
+
+  private async manifestFileDigest(sessionId: string, checkpointId: string): Promise<string | null> {
+    const bytes =
+      (await readSmall(this.manifestPath(sessionId, checkpointId))) ??
+      (await readSmall(this.legacyManifestPath(sessionId, checkpointId)));
+    return bytes ? `sha256:${createHash('sha256').update(bytes).digest('hex')}` : null;
+  }
+
+  private async referencedPacks(lineage: string): Promise<Set<string>> {
+    const live = new Set<string>();
+    const names = await fs.readdir(join(this.root, lineage)).catch(() => [] as string[]);
+    for (const name of names) {
+      if (!name.endsWith(MANIFEST_SUFFIX) || name.startsWith('.')) continue;
+      const checkpointId = name.slice(0, -MANIFEST_SUFFIX.length);
+      try {
+        const loaded = await this.loadManifest(lineage, checkpointId);
+        if (loaded.kind === 'v2') for (const c of loaded.manifest.chunks) live.add(c[2]);
+      } catch (err) {
+        // A manifest that cannot be read might still reference packs: never sweep what it may need.
+        throw new Error(`gc stopped: manifest ${checkpointId} of ${lineage} is unreadable (${messageOf(err)})`, {
+          cause: err,
+        });
+      }
+    }
+    return live;
+  }
+
+  /** The lineage's data key; only a writer (`create`) makes one: a reader never invents a key. */
+  private lineageKey(lineage: string, create = false): Promise<LineageKey> {
+    let pending = this.lineageKeys.get(lineage);
+    if (!pending) {
+      pending = this.loadOrCreateLineageKey(lineage, create);
+      pending.catch(() => this.lineageKeys.delete(lineage));
+      this.lineageKeys.set(lineage, pending);
+    }
+    return pending;
+  }
+
+  private async loadOrCreateLineageKey(lineage: string, create: boolean): Promise<LineageKey> {
+    const keyring = this.requireKeyring();
+    const context = { tenant: this.tenant, lineage };
+    const path = join(this.lineageDir(lineage), 'keys', DATA_KEY_FILE);
+    let raw = await readSmall(path);
+    if (raw === null && !create) {
+      throw new KeyUnavailableError(`the data key of ${lineage} does not exist (destroyed?)`, lineage, 'data', {
+        sessionId: lineage,
+      });
+    }
+    if (raw === null) {
+      const dataKey = createDataKey();
+      const wrapped = wrapDataKey(keyring, dataKey, context);
+      await fs.mkdir(join(this.lineageDir(lineage), 'keys'), { recursive: true });
+      // Two writers may race to create the key: exactly one wins, the other reads the winner's.
+      const created = await publish(path, Buffer.from(JSON.stringify(wrapped)), { replace: false });
+      raw = created ? Buffer.from(JSON.stringify(wrapped)) : await readSmall(path);
+      if (raw === null) throw new Error(`data key of lineage ${lineage} vanished while being created`);
+    }
+    const wrapped = WrappedDataKey.parse(JSON.parse(raw.toString('utf8')));
+    const key = unwrapDataKey(keyring, wrapped, context);
+    return {
+      dataKeyId: wrapped.dataKeyId,
+      key,
+      chunkIdKey: Buffer.from(hkdfSync('sha256', key, Buffer.alloc(0), 'durable-sessions/chunk-id/v2', 32)),
+    };
+  }
+
+  private async lineagesWithKeys(): Promise<string[]> {
+    const dirs = await fs.readdir(this.root, { withFileTypes: true }).catch(() => []);
+    const out: string[] = [];
+    for (const d of dirs) {
+      if (d.isDirectory() && (await exists(join(this.root, d.name, 'keys', DATA_KEY_FILE)))) out.push(d.name);
+    }
+    return out;
+  }
+
+  private requireKeyring(): Keyring {
+    if (!this.options.keyring)
+      throw new KeyUnavailableError('this store runs without encryption keys', 'keyring', 'master');
+    return this.options.keyring;
+  }
+
+  private lineageDir(lineage: string): string {
+    return join(this.root, lineage);
+  }
+
+  private manifestPath(sessionId: string, checkpointId: string): string {
+    return join(this.root, sessionId, `${checkpointId}${MANIFEST_SUFFIX}`);
+  }
+
+  private legacyManifestPath(sessionId: string, checkpointId: string): string {
+    return join(this.root, sessionId, `${checkpointId}${LEGACY_MANIFEST_SUFFIX}`);
+  }
+}
+
+/** Appends sealed chunks to pack files; each pack is fsynced and renamed into place when full or closed. */
+class PackWriter {
+  private current: { id: string; tmp: string; handle: fs.FileHandle; size: number } | null = null;
+  private readonly written: string[] = [];
+  private readonly temps: string[] = [];
+
+  constructor(private readonly dir: string) {}
+
+  async append(sealed: Buffer): Promise<[string, number]> {
+    if (!this.current || this.current.size >= PACK_TARGET_BYTES) {
+      await this.seal();
+      await fs.mkdir(this.dir, { recursive: true });
+      const id = `${Date.now().toString(36)}-${randomBytes(8).toString('hex')}`;
+      const tmp = join(this.dir, `.${id}.tmp`);
+      this.temps.push(tmp);
+      this.current = { id, tmp, handle: await fs.open(tmp, 'wx'), size: 0 };
+    }
+    const pack = this.current;
+    const offset = pack.size;
+    pack.size += sealed.length;
+    await pack.handle.write(sealed, 0, sealed.length, offset);
+    return [pack.id, offset];
+  }
+
+  async close(): Promise<void> {
+    await this.seal();
+    if (this.written.length) await fsyncDir(this.dir);
+  }
+
+  async abort(): Promise<void> {
+    await this.current?.handle.close().catch(() => undefined);
+    this.current = null;
+    await Promise.all(this.temps.map((t) => fs.rm(t, { force: true })));
+    // Renamed packs of a failed write are unreferenced: garbage collection removes them after the grace period.
+  }
+
+  private async seal(): Promise<void> {
+    const pack = this.current;
+    if (!pack) return;
+    this.current = null;
+    await pack.handle.sync();
+    await pack.handle.close();
+    await fs.rename(pack.tmp, join(this.dir, `${pack.id}.pack`));
+    this.written.push(pack.id);
+  }
+}
+
+/** Reads sealed chunks from packs, keeping one handle per pack open. */
+class PackReader {
+  private readonly handles = new Map<string, Promise<fs.FileHandle>>();
+  constructor(private readonly dir: string) {}
+
+  async read(packId: string, offset: number, length: number): Promise<Buffer> {
+    let handle = this.handles.get(packId);
+    if (!handle) {
+      handle = fs.open(join(this.dir, `${packId}.pack`), 'r');
+      this.handles.set(packId, handle);
+    }
+    const buffer = Buffer.allocUnsafe(length);
+    const { bytesRead } = await (await handle).read(buffer, 0, length, offset);
+    // A short read is a truncated pack: the object is then refused by its authentication as truncated.
+    return bytesRead === length ? buffer : buffer.subarray(0, bytesRead);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.handles.values()].map(async (h) => (await h).close().catch(() => undefined)));
+    this.handles.clear();
+  }
+}
+
+function chunkId(chunk: Buffer, key: LineageKey | null): string {
+  // Keyed with the lineage's key, so equal content in two lineages (or tenants) cannot be told apart by id.
+  return (key ? createHmac('sha256', key.chunkIdKey) : createHash('sha256')).update(chunk).digest('hex');
+}
+
+function toPublic(m: ManifestV2): CheckpointManifest {
+  return {
+    formatVersion: m.formatVersion,
+    checkpointId: m.checkpointId,
+    sessionId: m.sessionId,
+    sequence: m.sequence,
+    parentId: m.parentId,
+    runtime: m.runtime,
+    size: m.size,
+    digest: m.digest,
+    createdAt: m.createdAt,
+    ...(m.label !== undefined ? { label: m.label } : {}),
+    trigger: m.trigger,
+  };
+}
+
+function checkIds(sessionId: string, checkpointId: string): { sessionId: string; checkpointId: string } {
+  if (!SessionId.safeParse(sessionId).success || !CheckpointId.safeParse(checkpointId).success) {
+    throw new TypeError(
+      `invalid session or checkpoint id: ${JSON.stringify(sessionId)} / ${JSON.stringify(checkpointId)}`,
+    );
+  }
+  return { sessionId, checkpointId };
+}
+
+/** Whether a sealed object says it is encrypted (flags byte right after magic and header length). */
+function peekEncrypted(sealed: Buffer): boolean {
+  return sealed.length > 6 && (sealed[6]! & 0x01) === 0x01;
+}
+
+async function* abortable(source: Readable, signal?: AbortSignal): AsyncGenerator<Buffer> {
+  for await (const piece of source) {
+    signal?.throwIfAborted();
+    yield Buffer.isBuffer(piece) ? piece : Buffer.from(piece as Uint8Array);
+  }
+}
+
+async function exists(path: string): Promise<boolean> {
+  return fs.access(path).then(
+    () => true,
+    () => false,
+  );
+}
+
+async function readSmall(path: string): Promise<Buffer | null> {
+  try {
+    const st = await fs.stat(path);
+    if (st.size > MAX_MANIFEST_BYTES) throw new Error(`${path} is too large to be a manifest`);
+    return await fs.readFile(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw err;
+  }
+}
+
+async function touch(path: string): Promise<void> {
+  const now = new Date();
+  await fs.utimes(path, now, now).catch(() => undefined);
+}
+
+/**
+ * Writes `bytes` to a temp file, fsyncs it, and renames (or, without `replace`, links) it into place, then fsyncs
+ * the directory. Returns false when `replace` is false and the target exists.
+ */
+async function publish(path: string, bytes: Buffer, options: { replace?: boolean } = {}): Promise<boolean> {
+  const dir = resolve(path, '..');
+  await fs.mkdir(dir, { recursive: true });
+  const tmp = join(dir, `.${randomBytes(8).toString('hex')}.tmp`);
+  const handle = await fs.open(tmp, 'wx');
+  try {
+    await handle.writeFile(bytes);
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+  try {
+    if (options.replace === false) {
+      try {
+        await fs.link(tmp, path);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
+        throw err;
+      }
+    } else {
+      await fs.rename(tmp, path);
+    }
+  } finally {
+    await fs.rm(tmp, { force: true });
+  }
+  await fsyncDir(dir);
+  return true;
+}
+
+async function fsyncDir(dir: string): Promise<void> {
+  const handle = await fs.open(dir, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+function statusOf(err: unknown): VerifyStatus {
+  if (err instanceof KeyUnavailableError) return 'key-unavailable';
+  if (err instanceof SnapshotTamperedError)
+    return err.reason === 'truncated' || err.reason === 'malformed' ? 'corrupt' : 'tampered';
+  if (err instanceof SnapshotNotFoundError) return 'missing';
+  if (err instanceof SnapshotIncompatibleError) return 'incompatible';
+  if (err instanceof SnapshotError) return 'corrupt';
+  return 'corrupt';
+}
+
+function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,62 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Config } from '../config';
+import { ChunkedSnapshotStore } from './engine/chunked-store';
+import { Keyring } from './engine/keyring';
+
+/** Thrown when encryption is on and no master key is configured: the worker never falls back to plaintext. */
+export class MissingMasterKeyError extends Error {
+  constructor() {
+    super(
+      'snapshot encryption is on but no master key is configured: set DS_MASTER_KEYS (id:base64,...) or ' +
+        'DS_MASTER_KEY_DIR (a directory of <id>.key files), or DS_SNAPSHOT_ENCRYPTION=none to store plaintext',
+    );
+    this.name = 'MissingMasterKeyError';
+  }
+}
+
+/**
+ * The master keys from the configuration, or null for explicitly configured plaintext. Without DS_MASTER_KEYS or
+ * DS_MASTER_KEY_DIR, the keys in `<DS_DATA_DIR>/keys` are used if that folder exists (the embedded default).
+ */
+export async function keyringFromConfig(config: Config, env: NodeJS.ProcessEnv = process.env): Promise<Keyring | null> {
+  const { encryption, masterKeys, masterKeyDir } = config.snapshots;
+  if (encryption === 'none') return null;
+  if (masterKeyDir) return Keyring.fromDirectory(masterKeyDir, env);
+  if (masterKeys) return Keyring.fromEnv(env);
+  const fallback = defaultKeyDir(config.dataDir);
+  if (
+    await fs.stat(fallback).then(
+      (st) => st.isDirectory(),
+      () => false,
+    )
+  )
+    return Keyring.fromDirectory(fallback, env);
+  throw new MissingMasterKeyError();
+}
+
+export function defaultKeyDir(dataDir: string): string {
+  return path.join(dataDir, 'keys');
+}
+
+/**
+ * For the embedded default only: a master key generated on first start into `<data>/keys` (mode 0600), so a fresh
+ * checkout encrypts its snapshots with no setup. Production configures its own keys.
+ */
+export async function ensureDevMasterKey(dataDir: string): Promise<string> {
+  const dir = defaultKeyDir(dataDir);
+  await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+  const existing = (await fs.readdir(dir)).filter((n) => n.endsWith('.key'));
+  if (existing.length === 0) {
+    await fs.writeFile(path.join(dir, 'dev-1.key'), Keyring.generateKey(), { mode: 0o600, flag: 'wx' });
+  }
+  return dir;
+}
+
+export async function snapshotStoreFromConfig(config: Config): Promise<ChunkedSnapshotStore> {
+  return new ChunkedSnapshotStore({
+    rootDir: config.snapshotDir,
+    tenant: config.snapshots.tenant,
+    keyring: await keyringFromConfig(config),
+  });
+}

@@ -1,0 +1,259 @@
+import { createHash, randomBytes } from 'node:crypto';
+import * as fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Readable } from 'node:stream';
+import { ChunkedSnapshotStore } from '../../../src/snapshots/engine/chunked-store';
+import { KeyUnavailableError, SnapshotTamperedError } from '../../../src/snapshots/engine/crypto';
+import { Keyring } from '../../../src/snapshots/engine/keyring';
+import { FsSnapshotStore } from '../../../src/snapshots/fs-snapshot-store';
+import type { NewCheckpoint } from '../../../src/snapshots/snapshot-store';
+
+let dir: string;
+beforeEach(() => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-chunked-'));
+});
+afterEach(() => {
+  fs.rmSync(dir, { recursive: true, force: true });
+});
+
+const key1 = { id: 'k1', key: randomBytes(32) };
+const key2 = { id: 'k2', key: randomBytes(32) };
+const keyring = () => new Keyring([key1]);
+
+function store(options: Partial<ConstructorParameters<typeof ChunkedSnapshotStore>[0]> = {}) {
+  return new ChunkedSnapshotStore({ rootDir: dir, keyring: keyring(), ...options });
+}
+
+function cp(sequence: number, parentId: string | null = null, sessionId = 's1'): NewCheckpoint {
+  return {
+    checkpointId: `cp-${sequence}`,
+    sessionId,
+    sequence,
+    parentId,
+    runtime: { kind: 'memory', version: '1' },
+    trigger: 'manual',
+  };
+}
+
+async function readAll(stream: Readable): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const p of stream) parts.push(p as Buffer);
+  return Buffer.concat(parts);
+}
+
+const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
+/** Bytes under the store's packs folders: what a checkpoint really cost on disk. */
+function packBytes(): number {
+  let total = 0;
+  const walk = (d: string) => {
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      const p = path.join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.name.endsWith('.pack')) total += fs.statSync(p).size;
+    }
+  };
+  walk(dir);
+  return total;
+}
+
+function packFiles(): string[] {
+  return fs.readdirSync(path.join(dir, 's1', 'packs')).map((n) => path.join(dir, 's1', 'packs', n));
+}
+
+test('round trip of 8 MiB, with the manifest a reader sees', async () => {
+  const s = store();
+  const state = randomBytes(8 * 1024 * 1024);
+  const manifest = await s.write(cp(1), Readable.from([state]));
+  expect(manifest).toMatchObject({ formatVersion: 2, checkpointId: 'cp-1', size: state.length, sequence: 1 });
+  const { stream } = await s.open('s1', 'cp-1');
+  expect(sha(await readAll(stream))).toBe(sha(state));
+  expect(await s.list('s1')).toEqual([manifest]);
+  expect(await s.verify('s1', 'cp-1')).toEqual(manifest);
+});
+
+test('a checkpoint after changing 1% in scattered places writes at most 3% of the state', async () => {
+  const s = store();
+  const state = randomBytes(32 * 1024 * 1024);
+  await s.write(cp(1), Readable.from([state]));
+  const before = packBytes();
+  const changed = Buffer.from(state);
+  // 1% of the bytes in 8 places: each place costs its own bytes plus about one average chunk around it.
+  const places = 8;
+  for (let i = 0; i < places; i++) {
+    const at = Math.floor(((i + 0.5) / places) * changed.length);
+    randomBytes(Math.floor((changed.length * 0.01) / places)).copy(changed, at);
+  }
+  await s.write(cp(2, 'cp-1'), Readable.from([changed]));
+  const written = packBytes() - before;
+  expect(written / state.length).toBeLessThanOrEqual(0.03);
+  expect(sha(await readAll((await s.open('s1', 'cp-2')).stream))).toBe(sha(changed));
+  expect(sha(await readAll((await s.open('s1', 'cp-1')).stream))).toBe(sha(state));
+});
+
+test('the same state again writes no chunk', async () => {
+  const s = store();
+  const state = randomBytes(4 * 1024 * 1024);
+  await s.write(cp(1), Readable.from([state]));
+  const before = packBytes();
+  await s.write(cp(2, 'cp-1'), Readable.from([state]));
+  expect(packBytes()).toBe(before);
+});
+
+describe('tampering and wrong keys: typed errors and nothing restored', () => {
+  async function written() {
+    const s = store();
+    await s.write(cp(1), Readable.from([randomBytes(1024 * 1024)]));
+    return s;
+  }
+
+  test('a bit flipped in a pack', async () => {
+    const s = await written();
+    const [pack] = packFiles();
+    const bytes = fs.readFileSync(pack!);
+    bytes[Math.floor(bytes.length / 2)]! ^= 0x01;
+    fs.writeFileSync(pack!, bytes);
+    const { stream } = await s.open('s1', 'cp-1');
+    await expect(readAll(stream)).rejects.toBeInstanceOf(SnapshotTamperedError);
+    expect((await s.verifyLineage('s1'))[0]).toMatchObject({ checkpointId: 'cp-1', status: 'tampered' });
+  });
+
+  test('a truncated pack', async () => {
+    const s = await written();
+    const [pack] = packFiles();
+    fs.truncateSync(pack!, fs.statSync(pack!).size - 100);
+    const { stream } = await s.open('s1', 'cp-1');
+    await expect(readAll(stream)).rejects.toMatchObject({ reason: 'truncated' });
+  });
+
+  test('a bit flipped in the manifest', async () => {
+    const s = await written();
+    const file = path.join(dir, 's1', 'cp-1.manifest');
+    const bytes = fs.readFileSync(file);
+    bytes[bytes.length - 20]! ^= 0x80;
+    fs.writeFileSync(file, bytes);
+    await expect(s.readManifest('s1', 'cp-1')).rejects.toBeInstanceOf(SnapshotTamperedError);
+  });
+
+  test('a manifest copied to another checkpoint id or another session', async () => {
+    const s = await written();
+    fs.copyFileSync(path.join(dir, 's1', 'cp-1.manifest'), path.join(dir, 's1', 'cp-9.manifest'));
+    await expect(s.readManifest('s1', 'cp-9')).rejects.toBeInstanceOf(SnapshotTamperedError);
+    fs.mkdirSync(path.join(dir, 's2'));
+    fs.cpSync(path.join(dir, 's1', 'keys'), path.join(dir, 's2', 'keys'), { recursive: true });
+    fs.copyFileSync(path.join(dir, 's1', 'cp-1.manifest'), path.join(dir, 's2', 'cp-1.manifest'));
+    await expect(store().readManifest('s2', 'cp-1')).rejects.toThrow();
+  });
+
+  test('a missing master key and a destroyed data key (crypto-shredding)', async () => {
+    await written();
+    const other = new ChunkedSnapshotStore({ rootDir: dir, keyring: new Keyring([key2]) });
+    await expect(other.readManifest('s1', 'cp-1')).rejects.toBeInstanceOf(KeyUnavailableError);
+    const s = store();
+    await s.shred('s1');
+    await expect(s.open('s1', 'cp-1')).rejects.toBeInstanceOf(KeyUnavailableError);
+  });
+
+  test('a missing pack is SnapshotNotFound', async () => {
+    const s = await written();
+    for (const p of packFiles()) fs.rmSync(p);
+    await expect(s.open('s1', 'cp-1')).rejects.toMatchObject({ code: 'SnapshotNotFound' });
+    expect((await s.verifyLineage('s1'))[0]).toMatchObject({ status: 'missing' });
+  });
+});
+
+test('the timeline is a hash chain: a replaced parent manifest is reported', async () => {
+  const s = store();
+  await s.write(cp(1), Readable.from([randomBytes(100_000)]));
+  await s.write(cp(2, 'cp-1'), Readable.from([randomBytes(100_000)]));
+  expect((await s.verifyLineage('s1')).map((r) => r.status)).toEqual(['ok', 'ok']);
+  // Rewrite cp-1 with other content under the same id: valid on its own, but not the parent cp-2 was written after.
+  await s.delete('s1', 'cp-1');
+  await s.write(cp(1), Readable.from([randomBytes(100_000)]));
+  const report = await s.verifyLineage('s1');
+  expect(report.map((r) => [r.checkpointId, r.status])).toEqual([
+    ['cp-1', 'ok'],
+    ['cp-2', 'tampered'],
+  ]);
+});
+
+test('key rotation: new data keys use the newest master key; rekey re-wraps without rewriting chunks', async () => {
+  await store().write(cp(1), Readable.from([randomBytes(200_000)]));
+  const packsBefore = packFiles().map((p) => [p, fs.statSync(p).mtimeMs]);
+  const rotated = new ChunkedSnapshotStore({ rootDir: dir, keyring: new Keyring([key1, key2], 'k2') });
+  expect(await rotated.rekey()).toEqual({ rewrapped: 1, unchanged: 0 });
+  expect(packFiles().map((p) => [p, fs.statSync(p).mtimeMs])).toEqual(packsBefore);
+  // k1 can go: everything is readable with k2 alone.
+  const onlyK2 = new ChunkedSnapshotStore({ rootDir: dir, keyring: new Keyring([key2]) });
+  expect(await onlyK2.verify('s1', 'cp-1')).toMatchObject({ checkpointId: 'cp-1' });
+});
+
+test('plaintext mode is explicit, reported, and still detects corruption', async () => {
+  const s = new ChunkedSnapshotStore({ rootDir: dir, keyring: null });
+  expect(s.describeEncryption()).toEqual({ mode: 'none', primaryKeyId: null });
+  const state = randomBytes(300_000);
+  await s.write(cp(1), Readable.from([state]));
+  expect(sha(await readAll((await s.open('s1', 'cp-1')).stream))).toBe(sha(state));
+  const [pack] = packFiles();
+  const bytes = fs.readFileSync(pack!);
+  bytes[100]! ^= 0x01;
+  fs.writeFileSync(pack!, bytes);
+  await expect(readAll((await s.open('s1', 'cp-1')).stream)).rejects.toThrow();
+});
+
+test('format 1 checkpoints written by the filesystem store stay readable', async () => {
+  const v1 = new FsSnapshotStore(dir);
+  const state = randomBytes(50_000);
+  await v1.write(cp(1), Readable.from([state]));
+  const s = store();
+  expect(await s.readManifest('s1', 'cp-1')).toMatchObject({ formatVersion: 1 });
+  expect(sha(await readAll((await s.open('s1', 'cp-1')).stream))).toBe(sha(state));
+  // A format-2 child of a format-1 parent links to it in the chain.
+  await s.write(cp(2, 'cp-1'), Readable.from([state]));
+  expect((await s.verifyLineage('s1')).map((r) => [r.formatVersion, r.status])).toEqual([
+    [1, 'ok'],
+    [2, 'ok'],
+  ]);
+});
+
+describe('garbage collection', () => {
+  test('deleting a checkpoint never removes a chunk another still references; dry run reports what would go', async () => {
+    const s = store({ gcGraceMs: 0 });
+    const a = randomBytes(2 * 1024 * 1024);
+    await s.write(cp(1), Readable.from([a]));
+    await s.write(cp(2, 'cp-1'), Readable.from([Buffer.concat([a, randomBytes(1024 * 1024)])]));
+    await s.delete('s1', 'cp-1');
+    const dry = await s.gc({ dryRun: true, now: Date.now() + 1000 });
+    expect(dry.packsRemoved).toEqual([]);
+    expect(sha(await readAll((await s.open('s1', 'cp-2')).stream))).toBeDefined();
+    await s.delete('s1', 'cp-2');
+    const plan = await s.gc({ dryRun: true, now: Date.now() + 1000 });
+    expect(plan.packsRemoved.length).toBe(2);
+    expect(plan.bytesRemoved).toBeGreaterThan(3 * 1024 * 1024);
+    expect(packFiles()).toHaveLength(2);
+    const done = await s.gc({ now: Date.now() + 1000 });
+    expect(done.bytesRemoved).toBe(plan.bytesRemoved);
+    expect(packFiles()).toHaveLength(0);
+  });
+
+  test('collection while checkpoints are written loses no chunk', async () => {
+    const s = store({ gcGraceMs: 0 });
+    const base = randomBytes(1024 * 1024);
+    await s.write(cp(1), Readable.from([base]));
+    const writes: Promise<unknown>[] = [];
+    const gcs: Promise<unknown>[] = [];
+    for (let i = 2; i <= 12; i++) {
+      // Each writer reuses most of cp-1's chunks while collections run and old checkpoints disappear.
+      writes.push(s.write(cp(i, 'cp-1'), Readable.from([base, randomBytes(64 * 1024)])));
+      gcs.push(s.gc());
+    }
+    await Promise.all(writes);
+    await s.delete('s1', 'cp-1');
+    await Promise.all([...gcs, s.gc()]);
+    for (let i = 2; i <= 12; i++) {
+      const restored = await readAll((await s.open('s1', `cp-${i}`)).stream);
+      expect(sha(restored.subarray(0, base.length))).toBe(sha(base));
+    }
+  });
+});
