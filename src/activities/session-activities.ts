@@ -260,5 +260,6 @@ function toCheckpointRef(m: CheckpointManifest): CheckpointRef {
     size: m.size,
     digest: m.digest,
     createdAt: m.createdAt,
+    ...(m.encryption ? { encryption: m.encryption } : {}),
   };
 }

@@ -1,6 +1,6 @@
 import { Client, Connection } from '@temporalio/client';
 import type { TimelineEntry } from '../api/messages';
-import { SessionClient, SessionError, type SessionHandle } from '../client';
+import { SessionClient, SessionError, type IoProgress, type SessionHandle } from '../client';
 import { ConfigError, loadConfig } from '../config';
 import type { ChunkedSnapshotStore } from '../snapshots/engine/chunked-store';
 import { snapshotStoreFromConfig } from '../snapshots/store-from-config';
@@ -137,15 +137,22 @@ async function dispatch(p: Parsed, sessions: SessionClient): Promise<Output> {
     }
     case 'checkpoint':
     case 'pause': {
-      const c =
+      const h = handle();
+      const c = await withProgressBar(
+        h,
         p.command === 'pause'
-          ? await handle().pause({ reason: one(p, 'reason'), idempotencyKey: one(p, 'key') })
-          : await handle().checkpoint({ label: one(p, 'label'), idempotencyKey: one(p, 'key') });
+          ? h.pause({ reason: one(p, 'reason'), idempotencyKey: one(p, 'key') })
+          : h.checkpoint({ label: one(p, 'label'), idempotencyKey: one(p, 'key') }),
+      );
       const prefix = p.command === 'pause' ? 'paused; ' : '';
       return { json: c, text: `${prefix}checkpoint ${c.checkpointId} (#${c.sequence}, ${c.size} bytes, ${c.digest})` };
     }
     case 'resume': {
-      const r = await handle().resume({ checkpointId: one(p, 'checkpoint'), idempotencyKey: one(p, 'key') });
+      const h = handle();
+      const r = await withProgressBar(
+        h,
+        h.resume({ checkpointId: one(p, 'checkpoint'), idempotencyKey: one(p, 'key') }),
+      );
       const lines = [
         `resumed from checkpoint ${r.restoredFrom.checkpointId} as ${r.runtime.instanceId} (${r.runtime.location})`,
         ...(r.fallbackFrom ?? []).map((f) => `  skipped ${f.checkpointId}: ${f.reason}`),
@@ -164,7 +171,8 @@ async function dispatch(p: Parsed, sessions: SessionClient): Promise<Output> {
       };
     }
     case 'status': {
-      const s = await handle().status();
+      const h = handle();
+      const [s, io] = await Promise.all([h.status(), h.progress().catch(() => [])]);
       const rows: [string, string][] = [
         ['session', s.sessionId],
         ['phase', s.phase],
@@ -182,11 +190,13 @@ async function dispatch(p: Parsed, sessions: SessionClient): Promise<Output> {
           'rejected signal',
           s.lastRejectedSignal ? `${s.lastRejectedSignal.signal}: ${s.lastRejectedSignal.reason}` : '-',
         ],
+        ['encryption', s.head?.encryption ?? '-'],
+        ...io.map((a): [string, string] => ['in progress', describeProgress(a)]),
         ['updated', s.updatedAt],
       ];
       if (s.lastRestore?.fallbackFrom.length)
         rows.splice(8, 0, ['fell back from', s.lastRestore.fallbackFrom.join(', ')]);
-      return { json: s, text: rows.map(([k, v]) => `${k.padEnd(18)}${v}`).join('\n') };
+      return { json: { ...s, progress: io }, text: rows.map(([k, v]) => `${k.padEnd(18)}${v}`).join('\n') };
     }
     case 'timeline': {
       const t = await handle().timeline();
@@ -243,6 +253,39 @@ async function storeCommand(p: Parsed, store: ChunkedSnapshotStore): Promise<Out
     }
     default:
       throw new UsageError(`unknown command: ${p.command}`);
+  }
+}
+
+function describeProgress(a: IoProgress): string {
+  const mib = (n: number) => `${(n / 1048576).toFixed(1)} MiB`;
+  const amount = a.bytesTotal ? `${mib(a.bytesDone)} of ${mib(a.bytesTotal)}` : mib(a.bytesDone);
+  const retry = a.attempt > 1 ? `, attempt ${a.attempt}${a.lastFailure ? ` after: ${a.lastFailure}` : ''}` : '';
+  return `${a.activity} ${amount}${retry}`;
+}
+
+/** Shows snapshot I/O progress on a terminal while a control runs; silent when stderr is not a terminal. */
+async function withProgressBar<T>(handle: SessionHandle, pending: Promise<T>): Promise<T> {
+  if (!process.stderr.isTTY) return pending;
+  let done = false;
+  const draw = async () => {
+    while (!done) {
+      await new Promise((r) => setTimeout(r, 500));
+      const io = await handle.progress().catch(() => []);
+      const a = io[0];
+      if (done || !a) continue;
+      const width = 30;
+      const filled = a.bytesTotal ? Math.min(width, Math.round((a.bytesDone / a.bytesTotal) * width)) : 0;
+      const bar = a.bytesTotal ? `[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ` : '';
+      process.stderr.write(`\r${bar}${describeProgress(a)}\x1b[K`);
+    }
+  };
+  const drawing = draw();
+  try {
+    return await pending;
+  } finally {
+    done = true;
+    await drawing;
+    process.stderr.write('\r\x1b[K');
   }
 }
 

@@ -1,3 +1,4 @@
+import { defaultPayloadConverter } from '@temporalio/common';
 import {
   ApplicationFailure,
   WorkflowExecutionAlreadyStartedError,
@@ -51,6 +52,15 @@ export interface SessionClientOptions {
   /** A connected Temporal client (its data converter, namespace and connection are used as they are). */
   client: Client;
   taskQueue?: string;
+}
+
+export interface IoProgress {
+  activity: string;
+  phase?: string;
+  bytesDone: number;
+  bytesTotal?: number;
+  attempt: number;
+  lastFailure?: string;
 }
 
 export interface SessionSummary {
@@ -215,6 +225,30 @@ export class SessionHandle {
     } catch {
       return false;
     }
+  }
+
+  /**
+   * Snapshot I/O in progress (capture, restore), read from the heartbeats of the session's pending activities:
+   * bytes done (and the total, when known), the attempt, and the failure a retry is recovering from.
+   */
+  async progress(): Promise<IoProgress[]> {
+    const description = await this.call(() => this.workflow.describe());
+    return (description.raw.pendingActivities ?? []).flatMap((a): IoProgress[] => {
+      const activity = a.activityType?.name ?? '';
+      if (activity === 'watchRuntime') return [];
+      const payload = a.heartbeatDetails?.payloads?.[0];
+      const details = payload ? defaultPayloadConverter.fromPayload<Partial<IoProgress>>(payload) : {};
+      return [
+        {
+          activity,
+          phase: details.phase,
+          bytesDone: details.bytesDone ?? 0,
+          bytesTotal: details.bytesTotal,
+          attempt: a.attempt ?? 1,
+          lastFailure: a.lastFailure?.message ?? undefined,
+        },
+      ];
+    });
   }
 
   status(): Promise<SessionStatus> {

@@ -162,5 +162,7 @@ export const CheckpointRef = z.object({
   size: z.number().int().min(0),
   digest: z.string().regex(/^sha256:[0-9a-f]{64}$/),
   createdAt: z.string(),
+  /** Protection at rest: `none` is plaintext, only when configured explicitly. */
+  encryption: z.enum(['aes-256-gcm', 'none']).optional(),
 });
 export type CheckpointRef = z.infer<typeof CheckpointRef>;

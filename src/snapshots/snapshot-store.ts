@@ -23,6 +23,8 @@ export interface CheckpointManifest {
   createdAt: string;
   label?: string;
   trigger: 'manual' | 'pause' | 'stop';
+  /** How the checkpoint is protected at rest (format 2); absent for format 1, which is plaintext. */
+  encryption?: 'aes-256-gcm' | 'none';
 }
 
 export type NewCheckpoint = Omit<CheckpointManifest, 'formatVersion' | 'size' | 'digest' | 'createdAt'>;

@@ -53,7 +53,14 @@ test('transient store failures during restore are retried with backoff, and the 
   flaky!.opens = 0;
   flaky!.failures = 2;
 
-  const resumed = await session.resume();
+  const resuming = session.resume();
+  // While it retries, `progress` shows the attempt and the failure it is recovering from.
+  const retrying = await eventually(async () => {
+    const io = await session.progress();
+    return io.find((a) => a.activity === 'restoreCheckpoint' && a.attempt >= 2);
+  });
+  expect(retrying.lastFailure).toContain('snapshot store unavailable');
+  const resumed = await resuming;
   expect(await memoryStateOf(session)).toBe('state before pause');
   expect(resumed.fallbackFrom).toBeUndefined();
   expect(flaky!.opens).toBe(3);

@@ -68,7 +68,14 @@ test('a workspace session lives through checkpoint, pause, resume, checkpoint an
   await eventually(() => fs.existsSync(path.join(firstRuntime.location, 'count')) && readCount(firstRuntime) >= 3);
 
   const cp1 = await session.checkpoint({ label: 'warm' });
-  expect(cp1).toMatchObject({ sessionId, sequence: 1, parentId: null, trigger: 'manual', label: 'warm' });
+  expect(cp1).toMatchObject({
+    sessionId,
+    sequence: 1,
+    parentId: null,
+    trigger: 'manual',
+    label: 'warm',
+    encryption: 'aes-256-gcm',
+  });
   expect(cp1.digest).toMatch(/^sha256:[0-9a-f]{64}$/);
 
   const cp2 = await session.pause({ reason: 'end of day' });

@@ -709,6 +709,7 @@ function toPublic(m: ManifestV2): CheckpointManifest {
     createdAt: m.createdAt,
     ...(m.label !== undefined ? { label: m.label } : {}),
     trigger: m.trigger,
+    encryption: m.encryption.mode,
   };
 }
 
