@@ -621,11 +621,17 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   }
 }
 
-/** Appends sealed chunks to pack files; each pack is fsynced and renamed into place when full or closed. */
+/**
+ * Appends sealed chunks to pack files; each pack is fsynced and renamed into place when full or closed. Writes are
+ * positional, so several are in flight at once while the caller goes on chunking and sealing (bounded, so memory
+ * stays flat).
+ */
 class PackWriter {
   private current: { id: string; tmp: string; handle: fs.FileHandle; size: number } | null = null;
-  private readonly written: string[] = [];
+  private inflight: Promise<unknown>[] = [];
   private readonly temps: string[] = [];
+  private wrote = false;
+  private static readonly MAX_INFLIGHT = 16;
 
   constructor(private readonly dir: string) {}
 
@@ -641,30 +647,40 @@ class PackWriter {
     const pack = this.current;
     const offset = pack.size;
     pack.size += sealed.length;
-    await pack.handle.write(sealed, 0, sealed.length, offset);
+    this.inflight.push(pack.handle.write(sealed, 0, sealed.length, offset));
+    if (this.inflight.length >= PackWriter.MAX_INFLIGHT) await this.drain();
     return [pack.id, offset];
   }
 
   async close(): Promise<void> {
     await this.seal();
-    if (this.written.length) await fsyncDir(this.dir);
+    if (this.wrote) await fsyncDir(this.dir);
   }
 
   async abort(): Promise<void> {
+    await Promise.allSettled(this.inflight);
+    this.inflight = [];
     await this.current?.handle.close().catch(() => undefined);
     this.current = null;
     await Promise.all(this.temps.map((t) => fs.rm(t, { force: true })));
     // Renamed packs of a failed write are unreferenced: garbage collection removes them after the grace period.
   }
 
+  private async drain(): Promise<void> {
+    const pending = this.inflight;
+    this.inflight = [];
+    await Promise.all(pending);
+  }
+
   private async seal(): Promise<void> {
     const pack = this.current;
     if (!pack) return;
+    await this.drain();
     this.current = null;
     await pack.handle.sync();
     await pack.handle.close();
     await fs.rename(pack.tmp, join(this.dir, `${pack.id}.pack`));
-    this.written.push(pack.id);
+    this.wrote = true;
   }
 }
 

@@ -1,0 +1,213 @@
+/**
+ * Snapshot engine benchmark: in one run on one machine, the physical baselines and the engine over the same bytes.
+ *
+ *   npx tsx bench/engine.ts [--size-mb 1024] [--dir /path/on/the/disk/to/measure]
+ *
+ * Prints a Markdown table of throughput, ratios to the baselines, bytes written by an incremental checkpoint, and
+ * peak RSS; also writes it to .bench/engine.md. No assertion: a benchmark reports, the reader judges.
+ */
+import { createCipheriv, createHash, randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import * as fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { ChunkedSnapshotStore } from '../src/snapshots/engine/chunked-store';
+import { Keyring } from '../src/snapshots/engine/keyring';
+
+const MiB = 1024 * 1024;
+const args = new Map<string, string>();
+for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
+const SIZE = Number(args.get('size-mb') ?? 1024) * MiB;
+const PIECE = MiB;
+
+interface Row {
+  metric: string;
+  value: string;
+  baseline: string;
+  ratio: string;
+}
+const rows: Row[] = [];
+const mbps = (bytes: number, ms: number) => bytes / MiB / (ms / 1000);
+const fmt = (n: number) => `${n.toFixed(0)} MiB/s`;
+
+/** Peak resident memory above the level before `fn`, sampled every 20 ms. */
+async function measured<T>(fn: () => Promise<T>): Promise<{ result: T; ms: number; peakRssMiB: number }> {
+  global.gc?.();
+  const before = process.memoryUsage().rss;
+  let peak = before;
+  const timer = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 20);
+  const start = performance.now();
+  try {
+    const result = await fn();
+    return {
+      result,
+      ms: performance.now() - start,
+      peakRssMiB: (Math.max(peak, process.memoryUsage().rss) - before) / MiB,
+    };
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+/** Fast unique bytes: an AES-CTR keystream (incompressible) or numbered log lines (text-like, compressible). */
+async function makeState(file: string, kind: 'random' | 'text'): Promise<void> {
+  const handle = await fs.open(file, 'w');
+  const cipher = createCipheriv('aes-256-ctr', randomBytes(32), randomBytes(16));
+  const zeros = Buffer.alloc(PIECE);
+  let line = 0;
+  for (let done = 0; done < SIZE; done += PIECE) {
+    let piece: Buffer;
+    if (kind === 'random') piece = cipher.update(zeros);
+    else {
+      const parts: string[] = [];
+      let n = 0;
+      while (n < PIECE) {
+        const s = `2026-11-29T12:00:${String(line % 60).padStart(2, '0')}Z INFO session=${line % 977} step=${line} tool=shell exit=0 msg="ran \`npm test\` in /work/${line % 31}"\n`;
+        parts.push(s);
+        n += s.length;
+        line++;
+      }
+      piece = Buffer.from(parts.join('')).subarray(0, PIECE);
+    }
+    await handle.write(piece);
+  }
+  await handle.sync();
+  await handle.close();
+}
+
+async function dirBytes(dir: string): Promise<number> {
+  let total = 0;
+  for (const e of await fs.readdir(dir, { withFileTypes: true, recursive: true })) {
+    if (e.isFile()) total += (await fs.stat(path.join(e.parentPath, e.name))).size;
+  }
+  return total;
+}
+
+const sink = () =>
+  new Writable({
+    write(_chunk, _enc, cb) {
+      cb();
+    },
+  });
+
+async function main(): Promise<void> {
+  const base = await fs.mkdtemp(path.join(args.get('dir') ?? os.tmpdir(), 'ds-engine-bench-'));
+  try {
+    // ---- baselines -------------------------------------------------------------------------------------------
+    const buf = randomBytes(PIECE);
+    const write = await measured(async () => {
+      const h = await fs.open(path.join(base, 'baseline.bin'), 'w');
+      for (let done = 0; done < SIZE; done += PIECE) await h.write(buf);
+      await h.sync();
+      await h.close();
+    });
+    const read = await measured(() =>
+      pipeline(createReadStream(path.join(base, 'baseline.bin'), { highWaterMark: PIECE }), sink()),
+    );
+    await fs.rm(path.join(base, 'baseline.bin'));
+    const aead = await measured(async () => {
+      const c = createCipheriv('aes-256-gcm', randomBytes(32), randomBytes(12));
+      for (let done = 0; done < SIZE; done += PIECE) c.update(buf);
+      c.final();
+    });
+    const sha = await measured(async () => {
+      const h = createHash('sha256');
+      for (let done = 0; done < SIZE; done += PIECE) h.update(buf);
+      h.digest();
+    });
+    const writeMBps = mbps(SIZE, write.ms);
+    const readMBps = mbps(SIZE, read.ms);
+    const aeadMBps = mbps(SIZE, aead.ms);
+    rows.push({ metric: 'baseline: sequential write + fsync', value: fmt(writeMBps), baseline: '', ratio: '' });
+    rows.push({ metric: 'baseline: sequential read (page cache warm)', value: fmt(readMBps), baseline: '', ratio: '' });
+    rows.push({ metric: 'baseline: AES-256-GCM, one core', value: fmt(aeadMBps), baseline: '', ratio: '' });
+    rows.push({ metric: 'baseline: SHA-256, one core', value: fmt(mbps(SIZE, sha.ms)), baseline: '', ratio: '' });
+    const writeTarget = Math.min(writeMBps, aeadMBps);
+    const readTarget = Math.min(readMBps, aeadMBps);
+
+    // ---- the engine ------------------------------------------------------------------------------------------
+    const store = new ChunkedSnapshotStore({
+      rootDir: path.join(base, 'store'),
+      keyring: new Keyring([{ id: 'bench', key: randomBytes(32) }]),
+    });
+    for (const kind of ['random', 'text'] as const) {
+      const stateFile = path.join(base, `${kind}.bin`);
+      await makeState(stateFile, kind);
+      const sessionId = `bench-${kind}`;
+      const meta = (sequence: number, parentId: string | null) => ({
+        checkpointId: `cp-${sequence}`,
+        sessionId,
+        sequence,
+        parentId,
+        runtime: { kind: 'memory', version: '1' },
+        trigger: 'manual' as const,
+      });
+      const full = await measured(() =>
+        store.write(meta(1, null), createReadStream(stateFile, { highWaterMark: PIECE })),
+      );
+      const stored = await dirBytes(path.join(base, 'store', sessionId));
+      const fullMBps = mbps(SIZE, full.ms);
+      rows.push({
+        metric: `full checkpoint, ${kind}`,
+        value: `${fmt(fullMBps)} · ${(full.ms / 1000).toFixed(2)} s · stored ${(stored / SIZE).toFixed(2)}× · peak RSS +${full.peakRssMiB.toFixed(0)} MiB`,
+        baseline: `min(write, AEAD) ${fmt(writeTarget)}`,
+        ratio: (fullMBps / writeTarget).toFixed(2),
+      });
+      const restore = await measured(async () => {
+        const { stream } = await store.open(sessionId, 'cp-1');
+        await pipeline(stream, sink());
+      });
+      const restoreMBps = mbps(SIZE, restore.ms);
+      rows.push({
+        metric: `restore, ${kind}`,
+        value: `${fmt(restoreMBps)} · ${(restore.ms / 1000).toFixed(2)} s · peak RSS +${restore.peakRssMiB.toFixed(0)} MiB`,
+        baseline: `min(read, AEAD) ${fmt(readTarget)}`,
+        ratio: (restoreMBps / readTarget).toFixed(2),
+      });
+
+      // 1% of the state changed in scattered places: one place per 4 MiB.
+      const places = Math.max(1, Math.round(SIZE / (4 * MiB)));
+      const span = Math.floor((SIZE * 0.01) / places);
+      const handle = await fs.open(stateFile, 'r+');
+      for (let i = 0; i < places; i++) {
+        await handle.write(randomBytes(span), 0, span, Math.floor(((i + 0.5) / places) * SIZE));
+      }
+      await handle.close();
+      const incremental = await measured(() =>
+        store.write(meta(2, 'cp-1'), createReadStream(stateFile, { highWaterMark: PIECE })),
+      );
+      const written = (await dirBytes(path.join(base, 'store', sessionId))) - stored;
+      rows.push({
+        metric: `incremental checkpoint, ${kind}: 1% changed in ${places} places`,
+        value: `wrote ${((written / SIZE) * 100).toFixed(2)}% of the state · ${(incremental.ms / 1000).toFixed(2)} s · peak RSS +${incremental.peakRssMiB.toFixed(0)} MiB`,
+        baseline: `full checkpoint ${(full.ms / 1000).toFixed(2)} s`,
+        ratio: `${((incremental.ms / full.ms) * 100).toFixed(0)}% of the time`,
+      });
+      await fs.rm(stateFile);
+    }
+    const cpu = os.cpus()[0]?.model ?? 'unknown CPU';
+    const out = [
+      `# Snapshot engine benchmark`,
+      '',
+      `${new Date().toISOString()} · ${SIZE / MiB} MiB per state · ${cpu}, ${os.cpus().length} cores, ${(os.totalmem() / 1024 ** 3).toFixed(0)} GiB · Node ${process.version} · ${base}`,
+      '',
+      '| metric | value | baseline | ratio |',
+      '| --- | --- | --- | --- |',
+      ...rows.map((r) => `| ${r.metric} | ${r.value} | ${r.baseline} | ${r.ratio} |`),
+      '',
+      'ratio: engine throughput ÷ baseline throughput (1.00 = at the baseline). Peak RSS is above the level before the operation.',
+    ].join('\n');
+    console.log(out);
+    await fs.mkdir(path.join(__dirname, '..', '.bench'), { recursive: true });
+    await fs.writeFile(path.join(__dirname, '..', '.bench', 'engine.md'), out + '\n');
+  } finally {
+    await fs.rm(base, { recursive: true, force: true });
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
