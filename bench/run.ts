@@ -1,6 +1,6 @@
 /**
  * Benchmark of checkpoint / pause / resume of a workspace session through the real system: a Temporal dev
- * server, the project's workers (in this process), a FsSnapshotStore and a WorkspaceRuntime on a local file
+ * server, the project's workers (in this process), the default ChunkedSnapshotStore and a WorkspaceRuntime on a local file
  * system, driven by the SessionClient. Physical baselines (write+fsync, read, SHA-256, tar) are measured on the
  * same file system with the same bytes, so the engine's numbers can be read as "how far from the hardware".
  *
@@ -35,16 +35,18 @@ import {
   type RuntimeInstanceInfo,
   type WorkspaceRuntimeOptions,
 } from '../src/runtimes';
-import {
-  FsSnapshotStore,
-  type CheckpointManifest,
-  type NewCheckpoint,
-  type SnapshotStore,
-  type StoreProgress,
-} from '../src/snapshots';
+import { ChunkedSnapshotStore } from '../src/snapshots/engine/chunked-store';
+import { Keyring } from '../src/snapshots/engine/keyring';
+import { type CheckpointManifest, type NewCheckpoint, type SnapshotStore, type StoreProgress } from '../src/snapshots';
 import { createWorkers } from '../src/worker';
 
 const MiB = 1024 * 1024;
+
+/** The store a worker runs by default: chunked, deduplicated, AES-256-GCM under a throwaway master key. */
+function productionStore(rootDir: string): ChunkedSnapshotStore {
+  return new ChunkedSnapshotStore({ rootDir, keyring: new Keyring([{ id: 'bench', key: randomBytes(32) }]) });
+}
+
 const PROJECT_DIR = path.resolve(__dirname, '..');
 const RESULTS_DIR = path.join(PROJECT_DIR, '.bench');
 const COMMAND = ['sh', '-c', 'while true; do sleep 1; done'];
@@ -1089,7 +1091,7 @@ function report(options: Options, machine: Machine, b: Baselines, records: OpRec
     ),
     '',
     "¹ The engine's data path without Temporal, in the same process: `WorkspaceRuntime.capture` → " +
-      '`FsSnapshotStore.write`, and `FsSnapshotStore.open` → `WorkspaceRuntime.restore`, called directly (no ' +
+      '`ChunkedSnapshotStore.write`, and `ChunkedSnapshotStore.open` → `WorkspaceRuntime.restore`, called directly (no ' +
       'activity, so no heartbeat per chunk), on a session seeded the same way.',
     '',
     '## Checks',
@@ -1174,7 +1176,7 @@ async function main(cleanup: Cleanup): Promise<void> {
     taskQueue,
     hostTaskQueue,
     deps: {
-      store: new ProbedStore(new FsSnapshotStore(snapshotsDir), probe),
+      store: new ProbedStore(productionStore(snapshotsDir), probe),
       runtimes: { workspace, memory: new MemoryRuntime() },
       hostTaskQueue,
     },
@@ -1194,7 +1196,7 @@ async function main(cleanup: Cleanup): Promise<void> {
     probe,
   );
   cleanup.add('direct runtime', () => direct.stopAll());
-  const directStore = new ProbedStore(new FsSnapshotStore(path.join(root, 'direct-snapshots')), probe);
+  const directStore = new ProbedStore(productionStore(path.join(root, 'direct-snapshots')), probe);
 
   const records: OpRecord[] = [];
   const checks: RoundCheck[] = [];

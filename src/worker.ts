@@ -32,11 +32,14 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
   const workflowSource = options.workflowBundle
     ? { workflowBundle: options.workflowBundle }
     : { workflowsPath: require.resolve('./workflows') };
+  // Heartbeats carry snapshot I/O progress: let the server see it every few seconds, not every 80% of the timeout.
+  const heartbeats = { maxHeartbeatThrottleInterval: '2s', defaultHeartbeatThrottleInterval: '2s' } as const;
   const shared = await Worker.create({
     connection: options.connection,
     namespace: options.namespace,
     taskQueue: options.taskQueue,
     activities,
+    ...heartbeats,
     ...workflowSource,
   });
   const host = await Worker.create({
@@ -44,6 +47,7 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     namespace: options.namespace,
     taskQueue: options.hostTaskQueue,
     activities,
+    ...heartbeats,
   });
   return {
     async run() {

@@ -5,6 +5,7 @@ import { ERROR_CODES } from '../domain/error-codes';
 import type { CheckpointRef, CheckpointTrigger, RuntimeKind, RuntimeSpec } from '../domain/schemas';
 import type { ExitInfo, RuntimeInstanceInfo, RuntimeRegistry, SessionRuntime } from '../runtimes';
 import { ArchiveRejectedError, RuntimeFailedError, RuntimeNotFoundError } from '../runtimes';
+import { SnapshotTamperedError } from '../snapshots/engine/crypto';
 import { SnapshotError, SnapshotIncompatibleError, SnapshotNotFoundError } from '../snapshots/errors';
 import type { CheckpointManifest, SnapshotStore } from '../snapshots/snapshot-store';
 
@@ -37,6 +38,11 @@ export interface CaptureInput {
 
 export interface RestoreInput extends StartRuntimeInput {
   checkpointId: string;
+  /**
+   * What the workflow recorded when the checkpoint was taken. History cannot be rewritten by whoever can write the
+   * store, so a manifest that disagrees (a planted or downgraded checkpoint) is refused.
+   */
+  expected?: { formatVersion: number; digest: string; encryption?: 'aes-256-gcm' | 'none' };
 }
 
 export interface InstanceInput {
@@ -98,7 +104,10 @@ export function createActivities(deps: ActivityDeps) {
             label: input.label,
           },
           state,
-          { onProgress: (bytesDone) => ctx.heartbeat({ phase: 'capture', bytesDone }), signal: ctx.cancellationSignal },
+          {
+            onProgress: throttled((bytesDone) => ctx.heartbeat({ phase: 'capture', bytesDone })),
+            signal: ctx.cancellationSignal,
+          },
         );
         log.info('checkpoint written', { checkpointId: manifest.checkpointId, size: manifest.size });
         return toCheckpointRef(manifest);
@@ -118,6 +127,21 @@ export function createActivities(deps: ActivityDeps) {
       const ctx = Context.current();
       try {
         const manifest = await deps.store.readManifest(input.sessionId, input.checkpointId);
+        const expected = input.expected;
+        if (
+          expected &&
+          (manifest.formatVersion !== expected.formatVersion ||
+            manifest.digest !== expected.digest ||
+            (manifest.encryption ?? 'none') !== (expected.encryption ?? 'none'))
+        ) {
+          throw new SnapshotTamperedError(
+            `checkpoint ${input.checkpointId} is not the one the session recorded (format ${manifest.formatVersion}, ` +
+              `${manifest.encryption ?? 'none'}, ${manifest.digest}; recorded format ${expected.formatVersion}, ` +
+              `${expected.encryption ?? 'none'}, ${expected.digest})`,
+            'tampered',
+            { sessionId: input.sessionId, checkpointId: input.checkpointId },
+          );
+        }
         if (manifest.runtime.kind !== runtime.kind || !runtime.canRestore(manifest.runtime.version)) {
           throw new SnapshotIncompatibleError(
             `checkpoint ${input.checkpointId} was captured by runtime ${manifest.runtime.kind} ${manifest.runtime.version}; ` +
@@ -127,7 +151,9 @@ export function createActivities(deps: ActivityDeps) {
           );
         }
         const { stream } = await deps.store.open(input.sessionId, input.checkpointId, {
-          onProgress: (bytesDone) => ctx.heartbeat({ phase: 'restore', bytesDone, bytesTotal: manifest.size }),
+          onProgress: throttled((bytesDone) =>
+            ctx.heartbeat({ phase: 'restore', bytesDone, bytesTotal: manifest.size }),
+          ),
           signal: ctx.cancellationSignal,
         });
         const info = await runtime.restore({ ...input, state: stream });
@@ -214,6 +240,20 @@ async function readManifestIfExists(store: SnapshotStore, sessionId: string, che
     if (err instanceof SnapshotNotFoundError) return undefined;
     throw toFailure(err);
   }
+}
+
+/**
+ * Progress arrives per chunk (thousands per GiB); a heartbeat is encoded and handed to the SDK's core each time, so
+ * report at most every 500 ms. The SDK throttles what it sends to the server on top of this.
+ */
+function throttled(report: (bytesDone: number) => void, intervalMs = 500): (bytesDone: number) => void {
+  let last = 0;
+  return (bytesDone) => {
+    const now = Date.now();
+    if (now - last < intervalMs) return;
+    last = now;
+    report(bytesDone);
+  };
 }
 
 /** Typed, permanent errors become non-retryable failures; everything else stays retryable. */

@@ -234,8 +234,11 @@ async function storeCommand(p: Parsed, store: ChunkedSnapshotStore): Promise<Out
     case 'gc': {
       const report = await store.gc({ dryRun: p.flags.has('dry-run') });
       const verb = report.dryRun ? 'would remove' : 'removed';
-      const text = `${verb} ${report.packsRemoved.length} pack(s), ${report.bytesRemoved} bytes; kept ${report.packsKept}`;
-      return { json: report, text, exitCode: 0 };
+      const lines = [
+        `${verb} ${report.packsRemoved.length} pack(s), ${report.bytesRemoved} bytes; kept ${report.packsKept}`,
+      ];
+      for (const skip of report.skipped) lines.push(`skipped ${skip.lineage}: ${skip.reason}`);
+      return { json: report, text: lines.join('\n'), exitCode: 0 };
     }
     case 'rekey': {
       const r = await store.rekey();

@@ -37,7 +37,6 @@ export const PERMANENT_SNAPSHOT_ERRORS: readonly ErrorCode[] = [
   ERROR_CODES.SnapshotCorrupt,
   ERROR_CODES.SnapshotIncompatible,
   ERROR_CODES.SnapshotTampered,
-  ERROR_CODES.KeyUnavailable,
 ];
 
 export function isErrorCode(value: unknown): value is ErrorCode {

@@ -17,7 +17,7 @@ export interface CheckpointManifest {
   runtime: { kind: string; version: string };
   /** Bytes of the state stream. */
   size: number;
-  /** `sha256:<hex>` of the state stream. */
+  /** `sha256:<hex>`: of the state stream (format 1), of the chunk-id list (format 2, which commits to the content). */
   digest: string;
   /** ISO-8601. */
   createdAt: string;
@@ -47,9 +47,9 @@ export interface SnapshotStore {
   readManifest(sessionId: string, checkpointId: string): Promise<CheckpointManifest>;
 
   /**
-   * Opens the checkpoint's state for reading after checking its manifest. The stream verifies size and
-   * digest as it goes and fails with SnapshotCorruptError *before* it ends if they do not match, so a
-   * consumer that waits for 'end' never accepts bad bytes.
+   * Opens the checkpoint's state for reading after checking its manifest. The stream verifies as it goes (the
+   * whole-state digest in format 1, each chunk's authentication in format 2) and fails with a typed snapshot error
+   * *before* it ends if anything does not verify, so a consumer that waits for 'end' never accepts bad bytes.
    */
   open(
     sessionId: string,

@@ -65,7 +65,12 @@ const IO_RETRY: ActivityOptions['retry'] = {
   backoffCoefficient: 2,
   maximumInterval: '30s',
   maximumAttempts: 10,
-  nonRetryableErrorTypes: [...PERMANENT_SNAPSHOT_ERRORS, ERROR_CODES.RuntimeFailed, ERROR_CODES.RuntimeLost],
+  nonRetryableErrorTypes: [
+    ...PERMANENT_SNAPSHOT_ERRORS,
+    ERROR_CODES.KeyUnavailable,
+    ERROR_CODES.RuntimeFailed,
+    ERROR_CODES.RuntimeLost,
+  ],
 };
 
 const shared = proxyActivities<SessionActivities>({
@@ -458,6 +463,11 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
         const runtime = await onHost(hostTaskQueue, state.spec.liveness).restoreCheckpoint({
           sessionId,
           checkpointId: candidate.checkpointId,
+          expected: {
+            formatVersion: candidate.formatVersion,
+            digest: candidate.digest,
+            ...(candidate.encryption ? { encryption: candidate.encryption } : {}),
+          },
           instanceId: newInstanceId(),
           spec: state.spec.runtime,
         });

@@ -1,6 +1,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { Readable } from 'node:stream';
 import { sessionWorkflowId } from '../../src/api';
 import { RestoreFailedError } from '../../src/client';
 import { FlakyStore } from '../helpers/flaky-store';
@@ -108,6 +109,24 @@ test('a tampered newest checkpoint falls back to the newest older one that verif
   // The next checkpoint descends from what is running now, not from the bad one.
   const cp3 = await session.checkpoint();
   expect(cp3.parentId).toBe(cp1.checkpointId);
+  await session.stop({ checkpoint: false });
+});
+
+test('a checkpoint replaced in the store by a valid one of other content is refused: history remembers', async () => {
+  const sessionId = newId('planted');
+  const session = await startMemorySession(sessionId, 'genuine');
+  const cp1 = await session.checkpoint();
+  const cp2 = await session.pause();
+  // Someone with the keys rewrites cp2 under the same id: it verifies on its own, but is not what was recorded.
+  await sys.store.delete(sessionId, cp2.checkpointId);
+  await sys.store.write(
+    { ...cp2, runtime: { kind: 'memory', version: '1' }, parentId: cp1.checkpointId },
+    Readable.from([Buffer.from('planted state')]),
+  );
+  const resumed = await session.resume();
+  expect(resumed.restoredFrom.checkpointId).toBe(cp1.checkpointId);
+  expect(resumed.fallbackFrom?.[0]?.reason).toMatch(/^SnapshotTampered: .*is not the one the session recorded/);
+  expect(await memoryStateOf(session)).toBe('genuine');
   await session.stop({ checkpoint: false });
 });
 

@@ -41,6 +41,9 @@ const DATA_KEY_FILE = 'data-key.json';
 /** A pack is closed and a new one started beyond this size, so one checkpoint of gigabytes is several files. */
 const PACK_TARGET_BYTES = 64 * 1024 * 1024;
 const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
+const STALE_PIN_MS = 24 * 60 * 60_000;
+
+class LineageSkipped extends Error {}
 
 const Location = z.tuple([
   z.string().regex(/^[0-9a-f]{64}$/), // chunk id
@@ -99,6 +102,8 @@ export interface VerifyResult {
 export interface GcReport {
   dryRun: boolean;
   lineages: number;
+  /** Lineages left untouched, with why (a manifest that cannot be read may reference any pack). */
+  skipped: { lineage: string; reason: string }[];
   packsKept: number;
   packsRemoved: { lineage: string; packId: string; bytes: number }[];
   bytesRemoved: number;
@@ -348,7 +353,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   async gc(options: { dryRun?: boolean; now?: number } = {}): Promise<GcReport> {
     const dryRun = options.dryRun ?? false;
     const startedAt = options.now ?? Date.now();
-    const report: GcReport = { dryRun, lineages: 0, packsKept: 0, packsRemoved: [], bytesRemoved: 0 };
+    const report: GcReport = { dryRun, lineages: 0, skipped: [], packsKept: 0, packsRemoved: [], bytesRemoved: 0 };
     const lineages = (await fs.readdir(this.root, { withFileTypes: true }).catch(() => []))
       .filter((d) => d.isDirectory() && SessionId.safeParse(d.name).success)
       .map((d) => d.name);
@@ -361,15 +366,24 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       let threshold = startedAt - this.gcGraceMs;
       for (const pin of pins) {
         const st = await fs.stat(join(this.lineageDir(lineage), 'pins', pin)).catch(() => null);
-        if (st) threshold = Math.min(threshold, st.mtimeMs);
+        // A pin older than a day is a writer that crashed: it no longer holds anything back.
+        if (st && startedAt - st.mtimeMs < STALE_PIN_MS) threshold = Math.min(threshold, st.mtimeMs);
       }
-      const live = await this.referencedPacks(lineage);
+      let live: Set<string>;
+      try {
+        live = await this.referencedPacks(lineage);
+      } catch (err) {
+        if (!(err instanceof LineageSkipped)) throw err;
+        report.skipped.push({ lineage, reason: err.message });
+        continue;
+      }
       for (const name of packNames) {
         const path = join(packsDir, name);
         const st = await fs.stat(path).catch(() => null);
         if (!st) continue;
-        const packId = name.replace(/\.pack$/, '');
-        if (live.has(packId) || st.mtimeMs >= threshold || !name.endsWith('.pack')) {
+        const packId = name.replace(/\.pack$/, '').replace(/^\.(.*)\.tmp$/, '$1');
+        // Temp files of writers that crashed go like unreferenced packs, once they are older than the threshold.
+        if (live.has(packId) || st.mtimeMs >= threshold || !(name.endsWith('.pack') || name.endsWith('.tmp'))) {
           report.packsKept++;
           continue;
         }
@@ -546,9 +560,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         if (loaded.kind === 'v2') for (const c of loaded.manifest.chunks) live.add(c[2]);
       } catch (err) {
         // A manifest that cannot be read might still reference packs: never sweep what it may need.
-        throw new Error(`gc stopped: manifest ${checkpointId} of ${lineage} is unreadable (${messageOf(err)})`, {
-          cause: err,
-        });
+        throw new LineageSkipped(`manifest ${checkpointId} is unreadable (${messageOf(err)})`);
       }
     }
     return live;

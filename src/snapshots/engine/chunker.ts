@@ -28,7 +28,7 @@ const MiB = 1024 * KiB;
 export interface ChunkerOptions {
   /** No chunk is shorter, except the last chunk of an input. 64 B … 1 MiB. Bytes below it are never hashed. */
   readonly minSize: number;
-  /** The target average; picks the masks (the nearest power of two counts). 256 B … 4 MiB, minSize ≤ avgSize ≤ maxSize. */
+  /** The target; picks the masks (nearest power of two counts). 256 B … 4 MiB, minSize ≤ avgSize ≤ maxSize. */
   readonly avgSize: number;
   /** No chunk is longer: a chunk without a cut point is cut here. 1 KiB … 16 MiB. */
   readonly maxSize: number;
@@ -185,8 +185,9 @@ export function validateChunkerOptions(options: ChunkerOptions): void {
   checkSize('avgSize', options.avgSize, 256, 4 * MiB);
   checkSize('maxSize', options.maxSize, 1 * KiB, 16 * MiB);
   if (options.avgSize < options.minSize || options.avgSize > options.maxSize) {
+    const { minSize, avgSize, maxSize } = options;
     throw new RangeError(
-      `ChunkerOptions.avgSize (${options.avgSize}) must be between minSize (${options.minSize}) and maxSize (${options.maxSize})`,
+      `ChunkerOptions.avgSize (${avgSize}) must be between minSize (${minSize}) and maxSize (${maxSize})`,
     );
   }
 }
@@ -217,47 +218,57 @@ function resolve(options: ChunkerOptions): Resolved {
  * `high + (low >>> 16)` and bits 0..15 are `low & 0xffff`. Moving the carry up only once per 8 bytes keeps it off
  * the critical path; `low` stays below 2^25 in between, so nothing overflows.
  *
- * Unrolled by hand (V8 does not unroll), reading 4 bytes at a time through a DataView: one bounds check instead of
- * four, ~15% faster than indexing the bytes. Every step is the same; the rare second test (bits 0..15) only runs
- * when bits 16..47 already match.
+ * Unrolled by hand (V8 does not unroll), reading 4 bytes at a time through a DataView (one bounds check instead of
+ * four: 10-15% faster here than indexing the bytes). Every step is the same; the rare second test (bits 0..15) only
+ * runs when bits 16..47 already match.
  */
 function scan(src: Uint8Array, from: number, to: number, maskHigh: number, maskLow: number, state: Int32Array): number {
   let low = state[0]!;
   let high = state[1]!;
   let i = from;
   const view = new DataView(src.buffer, src.byteOffset, src.byteLength);
+  let word = 0;
+  let b = 0;
   for (const unrolledEnd = to - 7; i < unrolledEnd; i += 8) {
-    let word = view.getUint32(i, true);
-    low = ((low << 1) + GEAR_LOW[word & 0xff]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[word & 0xff]!) | 0;
+    word = view.getUint32(i, true);
+    b = word & 0xff;
+    low = ((low << 1) + GEAR_LOW[b]!) | 0;
+    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
     if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i;
-    low = ((low << 1) + GEAR_LOW[(word >>> 8) & 0xff]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[(word >>> 8) & 0xff]!) | 0;
+    b = (word >>> 8) & 0xff;
+    low = ((low << 1) + GEAR_LOW[b]!) | 0;
+    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
     if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i + 1;
-    low = ((low << 1) + GEAR_LOW[(word >>> 16) & 0xff]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[(word >>> 16) & 0xff]!) | 0;
+    b = (word >>> 16) & 0xff;
+    low = ((low << 1) + GEAR_LOW[b]!) | 0;
+    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
     if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i + 2;
-    low = ((low << 1) + GEAR_LOW[word >>> 24]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[word >>> 24]!) | 0;
+    b = word >>> 24;
+    low = ((low << 1) + GEAR_LOW[b]!) | 0;
+    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
     if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i + 3;
     word = view.getUint32(i + 4, true);
-    low = ((low << 1) + GEAR_LOW[word & 0xff]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[word & 0xff]!) | 0;
+    b = word & 0xff;
+    low = ((low << 1) + GEAR_LOW[b]!) | 0;
+    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
     if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i + 4;
-    low = ((low << 1) + GEAR_LOW[(word >>> 8) & 0xff]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[(word >>> 8) & 0xff]!) | 0;
+    b = (word >>> 8) & 0xff;
+    low = ((low << 1) + GEAR_LOW[b]!) | 0;
+    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
     if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i + 5;
-    low = ((low << 1) + GEAR_LOW[(word >>> 16) & 0xff]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[(word >>> 16) & 0xff]!) | 0;
+    b = (word >>> 16) & 0xff;
+    low = ((low << 1) + GEAR_LOW[b]!) | 0;
+    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
     if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i + 6;
-    low = ((low << 1) + GEAR_LOW[word >>> 24]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[word >>> 24]!) | 0;
+    b = word >>> 24;
+    low = ((low << 1) + GEAR_LOW[b]!) | 0;
+    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
     if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i + 7;
     high = (high + (low >>> 16)) | 0;
     low &= 0xffff;
   }
   for (; i < to; i++) {
-    const b = src[i]!;
+    b = src[i]!;
     low = ((low << 1) + GEAR_LOW[b]!) | 0;
     high = ((high << 1) + GEAR_HIGH[b]!) | 0;
     if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i;
@@ -389,20 +400,10 @@ export class Chunker {
         const limit = available >= maxSize ? maxSize : available - (available & 1);
         let next = -1; // chunk-relative cut point, once found
         if (scanned < held && scanned < limit) {
+          // The pending byte (see `scanned`): the piece just received completes its pair.
           const last = parts[parts.length - 1]!;
-          const small = scanned < avgSize;
-          if (
-            scan(
-              last,
-              last.length - 1,
-              last.length,
-              small ? smallHigh : largeHigh,
-              small ? smallLow : largeLow,
-              state,
-            ) >= 0
-          ) {
-            next = scanned;
-          }
+          const [high, low] = scanned < avgSize ? [smallHigh, smallLow] : [largeHigh, largeLow];
+          if (scan(last, last.length - 1, last.length, high, low, state) >= 0) next = scanned;
           scanned++;
         }
         const base = at - held; // piece index = base + chunk-relative position

@@ -86,7 +86,8 @@ function fnv1a32(data: Uint8Array): string {
   let h = 0x811c9dc5;
   for (let i = 0; i < data.length; i++) {
     h ^= data[i]!;
-    h = (h + (h << 1) + (h << 4) + (h << 7) + (h << 8) + (h << 24)) | 0; // h * 0x01000193 (Math.imul is slow under jest)
+    // h * 0x01000193 by shifts: Math.imul is ~50x slower under jest
+    h = (h + (h << 1) + (h << 4) + (h << 7) + (h << 8) + (h << 24)) | 0;
   }
   return (h >>> 0).toString(16).padStart(8, '0');
 }

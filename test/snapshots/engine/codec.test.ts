@@ -175,6 +175,23 @@ test('impossible expected sizes are rejected before anything is allocated', () =
   }
 });
 
+test('brotli bodies are decoded whatever settings wrote them, empty and 1-byte ones included', () => {
+  for (const plain of [Buffer.alloc(0), Buffer.from('x'), text(MAX_CHUNK)]) {
+    for (const quality of [0, 6]) {
+      const body = zlib.brotliCompressSync(plain, { params: { [zlib.constants.BROTLI_PARAM_QUALITY]: quality } });
+      expect(decompressChunk(CODECS.brotli, body, plain.length).equals(plain)).toBe(true);
+    }
+  }
+});
+
+(isCodecAvailable(CODECS.zstd) ? test : test.skip)('zstd bodies are plain zstd frames (one from the zstd CLI)', () => {
+  // printf 'durable-sessions durable-sessions durable-sessions durable-sessions\n' | zstd -1 --no-check -c
+  const frame = Buffer.from('28b52ffd0048cd00009064757261626c652d73657373696f6e73200a0100a7682e01', 'hex');
+  const plain = Buffer.from('durable-sessions durable-sessions durable-sessions durable-sessions\n');
+  expect(decompressChunk(CODECS.zstd, frame, plain.length).equals(plain)).toBe(true);
+  expect(codecError(() => decompressChunk(CODECS.zstd, frame, plain.length + 1)).reason).toBe('SizeMismatch');
+});
+
 test('a brotli body that decodes to more than expected stops at the expected size', () => {
   const bomb = zlib.brotliCompressSync(Buffer.alloc(8 * 1024 * 1024));
   expect(codecError(() => decompressChunk(CODECS.brotli, bomb, 64 * KiB)).reason).toBe('SizeMismatch');
