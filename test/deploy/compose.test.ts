@@ -140,6 +140,9 @@ describe('docker-compose.yml', () => {
     expect(config.temporal.tls).toBeUndefined();
     expect(config.workerId).toBe(workerEnv.DS_WORKER_ID);
     expect(config.snapshotDir).toBe(workerEnv.DS_SNAPSHOT_DIR);
+    // Encryption stays on, and the key is demanded from the operator's environment rather than baked in.
+    expect(config.snapshots.encryption).toBe('aes-256-gcm');
+    expect(workerEnv.DS_MASTER_KEYS).toMatch(/^\$\{DS_MASTER_KEYS:\?.+\}$/);
   });
 
   test('every Temporal client points at the temporal service on the port it listens on', () => {
