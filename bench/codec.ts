@@ -1,6 +1,7 @@
 /**
- * Chunk codec benchmark: compression ratio and single-core compress / decompress throughput of every candidate codec
- * on chunk-sized inputs (64 KiB and 256 KiB, the engine's average and maximum chunk), for four kinds of state:
+ * Chunk codec benchmark: compression ratio and single-core compress / decompress throughput (MB per CPU-second, so
+ * that other work on a shared machine skews it less) of every candidate codec on chunk-sized inputs (64 KiB and
+ * 256 KiB, the engine's average and maximum chunk), for four kinds of state:
  *
  *   - text:   generated source code, JSON logs and a conversation transcript (deterministic, seeded);
  *   - random: crypto-random bytes (incompressible: what already-compressed files and encrypted data look like);
@@ -548,34 +549,45 @@ function printTable(rows: Row[]): void {
 
 /**
  * Worker-thread body: compresses every chunk it is sent with the named codec and answers with the compressed size.
- * Plain JS (eval), so it needs no TypeScript loader; it covers deflate-raw-1, brotli-1 and zstd-napi's zstd-1.
+ * Plain JS (eval), so it needs no TypeScript loader; it covers brotli-1 and zstd-napi's zstd-1.
  */
 const WORKER_SOURCE = `
 const { parentPort, workerData } = require('node:worker_threads');
 const zlib = require('node:zlib');
 let compress;
-if (workerData.codec === 'deflate-raw-1') compress = (b) => zlib.deflateRawSync(b, { level: 1 });
-else if (workerData.codec === 'brotli-1') compress = (b) => zlib.brotliCompressSync(b, { params: {
+if (workerData.codec === 'brotli-1') compress = (b) => zlib.brotliCompressSync(b, { params: {
   [zlib.constants.BROTLI_PARAM_QUALITY]: 1, [zlib.constants.BROTLI_PARAM_LGWIN]: 18 } });
 else { const z = require(workerData.zstdBinding); const c = new z.CCtx(); const out = Buffer.alloc(z.compressBound(1 << 18));
   compress = (b) => out.subarray(0, c.compress(out, b, 1)); }
 parentPort.on('message', (chunk) => parentPort.postMessage(compress(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)).length));
 `;
 
-/** Aggregate MB/s of `run` (one pass over `bytes`), repeated until MIN_MEASURE_MS after one warm-up pass. */
-async function rate(bytes: number, run: () => Promise<void>): Promise<number> {
+interface Rate {
+  /** MB/s of wall-clock time: what the machine delivered, other load included. */
+  wall: number;
+  /** MB per CPU-second of this process, all threads: the cost, whatever else runs on the machine. */
+  cpu: number;
+}
+
+const fmtRate = (r: Rate): string => `${r.wall.toFixed(0)} (${r.cpu.toFixed(0)})`;
+
+/** Rates of `run` (one pass over `bytes`), repeated until MIN_MEASURE_MS after one warm-up pass. */
+async function rate(bytes: number, run: () => Promise<void>): Promise<Rate> {
   await run();
   let passes = 0;
+  const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   do {
     await run();
     passes++;
   } while (performance.now() - t0 < MIN_MEASURE_MS);
-  return (bytes * passes) / 1e6 / ((performance.now() - t0) / 1000);
+  const cpu = process.cpuUsage(cpu0);
+  const mb = (bytes * passes) / 1e6;
+  return { wall: mb / ((performance.now() - t0) / 1000), cpu: mb / ((cpu.user + cpu.system) / 1e6) };
 }
 
 /** `workers` worker_threads, each kept two chunks ahead (chunks are copied to the worker, as a pool would). */
-async function workerPool(codecName: string, chunks: Buffer[], workers: number): Promise<number> {
+async function workerPool(codecName: string, chunks: Buffer[], workers: number): Promise<Rate> {
   const zstdBinding = codecName.startsWith('zstd') ? createRequire(__filename).resolve('zstd-napi/binding') : undefined;
   const pool = Array.from(
     { length: workers },
@@ -618,7 +630,7 @@ async function workerPool(codecName: string, chunks: Buffer[], workers: number):
 }
 
 /** An async codec API (libuv thread pool, 4 threads by default) with `depth` calls in flight. */
-async function inFlight(compress: (b: Buffer) => Promise<unknown>, chunks: Buffer[], depth: number): Promise<number> {
+async function inFlight(compress: (b: Buffer) => Promise<unknown>, chunks: Buffer[], depth: number): Promise<Rate> {
   const bytes = chunks.reduce((a, c) => a + c.length, 0);
   return rate(bytes, async () => {
     let next = 0;
@@ -631,9 +643,6 @@ async function inFlight(compress: (b: Buffer) => Promise<unknown>, chunks: Buffe
 }
 
 const ASYNC_COMPRESS: Record<string, ((b: Buffer) => Promise<unknown>) | undefined> = {
-  'deflate-raw-1': promisify((b: Buffer, cb: (err: Error | null, out: Buffer) => void) =>
-    zlib.deflateRaw(b, { level: 1 }, cb),
-  ),
   'brotli-1': promisify((b: Buffer, cb: (err: Error | null, out: Buffer) => void) =>
     zlib.brotliCompress(
       b,
@@ -645,35 +654,34 @@ const ASYNC_COMPRESS: Record<string, ((b: Buffer) => Promise<unknown>) | undefin
 
 async function parallelTable(datasets: [string, Buffer][], extra: BenchCodec[]): Promise<void> {
   console.log(
-    `\n1 vs 2 cores, compress only, 64K chunks, MB/s of input in wall-clock time (load average ${os.loadavg()[0]!.toFixed(1)}):\n`,
+    `\n1 vs 2 cores, compress only, 64K chunks: MB/s of wall-clock time (MB per CPU-second of the process); ` +
+      `load average ${os.loadavg()[0]!.toFixed(1)}:\n`,
   );
   console.log('| data | codec | sync, 1 thread | 2 worker_threads | async API, 1 / 2 / 4 in flight |');
   console.log('| --- | --- | ---: | ---: | ---: |');
   const mongo = extra.find((c) => c.name.startsWith('mzstd-1'));
-  const names = ['deflate-raw-1', 'brotli-1'];
+  const names = ['brotli-1'];
   if (extra.some((c) => c.name === 'zstd-1')) names.push('zstd-1');
   if (mongo) names.push(mongo.name);
   for (const [data, buf] of datasets) {
     const chunks = chunksOf(buf, 64 * KiB);
+    const bytes = chunks.reduce((a, c) => a + c.length, 0);
     for (const name of names) {
       const codec = [...zlibCodecs(), ...extra].find((c) => c.name === name)!;
-      const sync = name.includes('async')
+      const isAsync = name.includes('async');
+      const sync = isAsync
         ? ''
-        : (
-            await rate(
-              chunks.reduce((a, c) => a + c.length, 0),
-              async () => {
-                for (const c of chunks) codec.compress(c) as Buffer; // the non-async codecs are synchronous
-              },
-            )
-          ).toFixed(0);
-      const workers = name.includes('async') ? '' : (await workerPool(name, chunks, 2)).toFixed(0);
+        : fmtRate(
+            await rate(bytes, async () => {
+              for (const c of chunks) codec.compress(c) as Buffer; // the non-async codecs are synchronous
+            }),
+          );
+      const workers = isAsync ? '' : fmtRate(await workerPool(name, chunks, 2));
       const asyncCompress =
         name === mongo?.name ? (b: Buffer) => Promise.resolve(mongo.compress(b)) : ASYNC_COMPRESS[name];
       const depths: string[] = [];
-      for (const depth of asyncCompress ? [1, 2, 4] : []) {
-        depths.push((await inFlight(asyncCompress!, chunks, depth)).toFixed(0));
-      }
+      for (const depth of asyncCompress ? [1, 2, 4] : [])
+        depths.push(fmtRate(await inFlight(asyncCompress!, chunks, depth)));
       console.log(`| ${data} | ${name} | ${sync} | ${workers} | ${depths.join(' / ')} |`);
     }
   }

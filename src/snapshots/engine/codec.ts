@@ -3,7 +3,7 @@
  * before it is encrypted, and decompressed after it is decrypted.
  *
  * The default is Zstandard level 1 when the `zstd-napi` binding is installed, Brotli quality 1 (node:zlib) otherwise.
- * On chunk-sized inputs zstd-1 compresses text 1.3–2× and decompresses it 3–4× faster than brotli-1, at a ~3 % better
+ * On chunk-sized inputs zstd-1 compresses text 1.2–2× and decompresses it 2.5–4× faster than brotli-1, at a ~3 % better
  * ratio, and passes incompressible data through 2× faster (`npx tsx bench/codec.ts`). A chunk is stored as is
  * (`none`) unless compression saves at least 1/16 of it, and a 2 KiB sample is compressed first so that random or
  * already-compressed data costs a few microseconds, not a full compression.
