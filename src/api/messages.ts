@@ -56,7 +56,8 @@ export type TimelineEntry =
   | { kind: 'restored'; at: string; checkpointId: string; instanceId: string; cause: 'resume' | 'recovery' }
   | { kind: 'fallback'; at: string; fromCheckpointId: string; toCheckpointId: string | null; reason: string }
   | { kind: 'runtime-exited'; at: string; exitCode: number | null; signal: string | null }
-  | { kind: 'runtime-lost'; at: string; instanceId: string; reason: string };
+  | { kind: 'runtime-lost'; at: string; instanceId: string; reason: string }
+  | { kind: 'checkpoint-deleted'; at: string; checkpointId: string; reason: 'retention' };
 
 export interface SessionStatus {
   sessionId: string;

@@ -307,6 +307,8 @@ function renderEntry(e: TimelineEntry): string {
       return `${e.at}  exited     code ${e.exitCode ?? '-'} signal ${e.signal ?? '-'}`;
     case 'runtime-lost':
       return `${e.at}  lost       ${e.instanceId}: ${e.reason}`;
+    case 'checkpoint-deleted':
+      return `${e.at}  deleted    ${e.checkpointId} (${e.reason})`;
   }
 }
 

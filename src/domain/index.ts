@@ -1,3 +1,4 @@
 export * from './error-codes';
 export * from './schemas';
 export * from './session-state';
+export * from './retention';

@@ -105,10 +105,22 @@ export const LivenessOptions = z.object({
 });
 export type LivenessOptions = z.infer<typeof LivenessOptions>;
 
+/** Which checkpoints a session keeps. Deleted checkpoints' space is reclaimed by `gc`. */
+export const RetentionPolicy = z.object({
+  /** Keep the newest N checkpoints (the head is always kept). */
+  keepLast: z.number().int().min(1).max(100_000).optional(),
+  /** Delete checkpoints older than this (the head is always kept). */
+  maxAgeMs: z.number().int().min(1).optional(),
+  /** Keep every labelled checkpoint whatever its age or rank (default true). */
+  keepLabelled: z.boolean().optional(),
+});
+export type RetentionPolicy = z.infer<typeof RetentionPolicy>;
+
 export const StartSessionInput = z.object({
   sessionId: SessionId,
   runtime: RuntimeSpec,
   liveness: LivenessOptions.optional(),
+  retention: RetentionPolicy.optional(),
   /** Free-form description shown in the Web UI. */
   description: z.string().max(1000).optional(),
 });

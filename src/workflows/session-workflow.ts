@@ -48,6 +48,7 @@ import {
   type CheckpointTrigger,
   type LivenessOptions,
 } from '../domain/schemas';
+import { checkpointsToDelete } from '../domain/retention';
 import {
   isFinal,
   planControl,
@@ -421,7 +422,31 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     state.head = ref;
     record({ kind: 'checkpoint', at: now(), checkpoint: ref, ...(reason ? { reason } : {}) });
     touch();
+    await applyRetention();
     return ref;
+  }
+
+  /** Deletes what the session's retention policy lets go; a failed delete is simply tried again next time. */
+  async function applyRetention(): Promise<void> {
+    const doomed = checkpointsToDelete(
+      state.checkpoints,
+      state.head?.checkpointId ?? null,
+      state.spec.retention,
+      Date.now(),
+    );
+    for (const c of doomed) {
+      try {
+        await shared.deleteCheckpoint({ sessionId, checkpointId: c.checkpointId });
+      } catch (err) {
+        log.warn('checkpoint not deleted; retention will try again', {
+          checkpointId: c.checkpointId,
+          error: messageOf(err),
+        });
+        continue;
+      }
+      state.checkpoints = state.checkpoints.filter((x) => x.checkpointId !== c.checkpointId);
+      record({ kind: 'checkpoint-deleted', at: now(), checkpointId: c.checkpointId, reason: 'retention' });
+    }
   }
 
   /**

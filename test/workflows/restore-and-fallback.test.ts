@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { sessionWorkflowId } from '../../src/api';
-import { RestoreFailedError } from '../../src/client';
+import { RestoreFailedError, SnapshotNotFoundError } from '../../src/client';
 import { FlakyStore } from '../helpers/flaky-store';
 import { eventually, startTestSystem, type TestSystem } from '../helpers/temporal';
 
@@ -174,5 +174,33 @@ test('resume from an explicit older checkpoint restores exactly that state', asy
   const resumed = await session.resume({ checkpointId: cp1.checkpointId });
   expect(resumed.restoredFrom.checkpointId).toBe(cp1.checkpointId);
   expect(await memoryStateOf(session)).toBe('one');
+  await session.stop({ checkpoint: false });
+});
+
+test('a retention policy deletes old checkpoints from the store, never the head or labelled ones', async () => {
+  const sessionId = newId('retention');
+  const session = await sys.sessions.start({
+    sessionId,
+    runtime: { kind: 'memory', initialState: 'x' },
+    retention: { keepLast: 2 },
+  });
+  await eventually(async () => (await session.status()).phase === 'running');
+  const cp1 = await session.checkpoint();
+  const cp2 = await session.checkpoint({ label: 'keep me' });
+  const cp3 = await session.checkpoint();
+  const cp4 = await session.checkpoint();
+  const cp5 = await session.checkpoint();
+
+  const deleted = (await session.timeline()).flatMap((e) => (e.kind === 'checkpoint-deleted' ? [e.checkpointId] : []));
+  expect(deleted).toEqual([cp1.checkpointId, cp3.checkpointId]);
+  expect((await session.status()).checkpointCount).toBe(3);
+  await expect(sys.store.readManifest(sessionId, cp1.checkpointId)).rejects.toMatchObject({ code: 'SnapshotNotFound' });
+  for (const kept of [cp2, cp4, cp5])
+    await expect(sys.store.verify(sessionId, kept.checkpointId)).resolves.toBeDefined();
+
+  await session.pause();
+  await expect(session.resume({ checkpointId: cp3.checkpointId })).rejects.toBeInstanceOf(SnapshotNotFoundError);
+  const resumed = await session.resume({ checkpointId: cp2.checkpointId });
+  expect(resumed.restoredFrom.checkpointId).toBe(cp2.checkpointId);
   await session.stop({ checkpoint: false });
 });
