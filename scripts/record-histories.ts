@@ -43,9 +43,14 @@ async function main(): Promise<void> {
   const out = path.resolve(__dirname, '..', 'test', 'fixtures', 'histories');
   fs.mkdirSync(out, { recursive: true });
   try {
-    // Every control, a signal, an idempotent repeat, a rejected control and a fallback past a corrupt checkpoint.
+    // Every control, a signal, an idempotent repeat, a rejected control, a fallback past a corrupt checkpoint, and
+    // retention deleting old checkpoints.
     const id = `replay-${crypto.randomUUID().slice(0, 8)}`;
-    const s = await sessions.start({ sessionId: id, runtime: { kind: 'memory', initialState: 'a' } });
+    const s = await sessions.start({
+      sessionId: id,
+      runtime: { kind: 'memory', initialState: 'a' },
+      retention: { keepLast: 2 },
+    });
     await waitFor(async () => (await s.status()).phase === 'running');
     const cp1 = await s.checkpoint({ label: 'first', idempotencyKey: 'k1' });
     await s.checkpoint({ label: 'first', idempotencyKey: 'k1' });
