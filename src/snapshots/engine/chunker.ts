@@ -286,8 +286,24 @@ function scan(src: Uint8Array, from: number, to: number, maskHigh: number, maskL
     high = (high + (low >>> 16)) | 0;
     low &= 0xffff;
   }
-  for (; i < to; i++) {
-    b = src[i]!;
+  state[0] = low;
+  state[1] = high;
+  return i < to ? scanBytes(src, i, to, maskHigh, maskLow, state) : -1;
+}
+
+/** `scan` one byte at a time, for the last few bytes of a range. */
+function scanBytes(
+  src: Uint8Array,
+  from: number,
+  to: number,
+  maskHigh: number,
+  maskLow: number,
+  state: Int32Array,
+): number {
+  let low = state[0]!;
+  let high = state[1]!;
+  for (let i = from; i < to; i++) {
+    const b = src[i]!;
     low = ((low << 1) + GEAR_LOW[b]!) | 0;
     high = ((high << 1) + GEAR_HIGH[b]!) | 0;
     if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i;
@@ -297,6 +313,22 @@ function scan(src: Uint8Array, from: number, to: number, maskHigh: number, maskL
   state[0] = low;
   state[1] = high;
   return -1;
+}
+
+// Run every path of `scan` on Buffers like the real ones before anything makes it hot. V8 first optimizes `scan`
+// (on-stack, in its first long range), and a path it has not seen run by then, such as the tail of a range that is
+// not a multiple of 8 bytes (rare in `split`, common when streaming), is compiled as "deoptimize here"; the cached
+// on-stack code was then entered and left again on every later call taking that path, thousands of times per GiB
+// streamed at ~0.25 ms each. V8 only records type feedback once a function has run for a while, hence the rounds
+// (5 were enough with Node 20; ~1 ms in all).
+{
+  const bytes = Buffer.alloc(67);
+  const state = new Int32Array(2);
+  for (let round = 0; round < 20; round++) {
+    for (const length of [3, 16, 67]) {
+      for (const mask of [0, -1]) scan(bytes, 0, length, mask, mask, state);
+    }
+  }
 }
 
 /** Hash state for the synchronous entry points: they never yield mid-scan, so one is enough. */
