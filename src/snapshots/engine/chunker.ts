@@ -35,26 +35,25 @@ export interface ChunkerOptions {
 }
 
 /**
- * The engine's chunk sizes: 16 / 64 / 256 KiB (a mean of ~80 KiB on random data, ~13,400 chunks per GiB).
+ * The engine's chunk sizes: 16 / 64 / 256 KiB (a mean of ~80 KiB on random data, ~13,500 chunks per GiB).
  *
  * Measured with bench/chunker.ts: 256 MiB of random data, Node 20, a 2-core machine shared with other work (best of
- * 3 runs × 7 passes; expect ±20% on the MB/s). For scale, a `for` loop summing the bytes ran at ~950 MB/s, SHA-256 at
- * ~1,300 MB/s. "Written" is what an incremental checkpoint adds after 1% of the state changed in 20 scattered
- * places: the bytes of chunks the previous checkpoint does not have.
+ * 7 round-robin passes; other runs were up to 30% slower across the board). For scale, a `for` loop summing the
+ * bytes ran at ~900 MB/s and SHA-256 at ~1,300 MB/s. "Written" is what an incremental checkpoint adds after 1% of
+ * the state changed in 20 scattered places: the bytes of the chunks the previous checkpoint does not have.
  *
  *   min/avg/max KiB   chunks/GiB   chunk MB/s   chunk + SHA-256 MB/s   written: 16 MiB state   256 MiB state
- *   1/4/16               215,000          670                    460                    2.0%            1.1%
- *   4/16/64               53,600        1,080                    580                    4.7%            1.2%
- *   16/64/256             13,400        1,120                    600                     14%            2.1%
- *   64/256/1024            3,300        1,200                    620                     46%            4.5%
+ *   1/4/16               215,000        1,160                    490                    1.9%            1.0%
+ *   4/16/64               53,900        1,290                    600                    4.5%            1.3%
+ *   16/64/256             13,600        1,320                    670                     14%            2.0%
+ *   64/256/1024            3,400        1,280                    620                     47%            4.5%
  *
- * A changed place costs about one chunk (~100 KiB at 64 KiB: a place falls in a long chunk more often than in a
- * short one), so chunk size trades what incremental checkpoints write against the number of chunks: manifest
- * entries, index lookups, per-chunk hashing and sealing (chunking speed itself hardly depends on it, except below
- * ~16 KiB). 64 KiB keeps "1% changed in 20 places" under 3% once a state passes ~200 MiB (2.1% at 256 MiB, 3.2% at
- * 128 MiB) with 13k chunks per GiB. 256 KiB writes twice as much; 16 KiB and 4 KiB write a little less on large
- * states, for 4x and 16x the chunks. On a 16 MiB state that target is out of reach at 64 KiB (20 places × ~100 KiB
- * is ~13%): it takes 4 KiB chunks.
+ * Chunking speed does not depend on the size. A changed place costs about one chunk (~100 KiB at 64 KiB: a place
+ * falls in a long chunk more often than in a short one), so the size trades what incremental checkpoints write
+ * against the number of chunks: manifest entries, index lookups, per-chunk hashing and sealing. 64 KiB keeps "1%
+ * changed in 20 places" under 3% once a state passes ~200 MiB (2.0% at 256 MiB, ~3% at 128 MiB) with ~13k chunks
+ * per GiB. 256 KiB writes twice as much; 16 KiB and 4 KiB write a little less on large states for 4x and 16x the
+ * chunks. On a 16 MiB state that target is out of reach at 64 KiB (20 places × ~100 KiB is ~13%): it takes 4 KiB.
  */
 export const DEFAULT_CHUNKER: ChunkerOptions = Object.freeze({
   minSize: 16 * KiB,
