@@ -80,6 +80,15 @@ const shared = proxyActivities<SessionActivities>({
 });
 
 /**
+ * Placement does no work, so a short timeout: a placement handed to a worker that was shutting down is retried on
+ * another within seconds instead of after a minute.
+ */
+const placement = proxyActivities<SessionActivities>({
+  startToCloseTimeout: '10 seconds',
+  retry: IO_RETRY,
+});
+
+/**
  * Activities that touch a runtime instance run on the task queue of the worker host it lives on.
  * scheduleToStartTimeout makes a host that has gone away show up as a failure instead of a wait forever.
  */
@@ -326,7 +335,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
   // ---- operations ----------------------------------------------------------------------------------
   async function doStart(): Promise<void> {
     try {
-      const { hostTaskQueue } = await shared.placeSession();
+      const { hostTaskQueue } = await placement.placeSession();
       const runtime = await onHost(hostTaskQueue, state.spec.liveness).startRuntime({
         sessionId,
         instanceId: newInstanceId(),
@@ -484,7 +493,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     const skipped: { checkpointId: string; reason: string }[] = [];
     for (const candidate of candidates) {
       try {
-        const { hostTaskQueue } = await shared.placeSession();
+        const { hostTaskQueue } = await placement.placeSession();
         const runtime = await onHost(hostTaskQueue, state.spec.liveness).restoreCheckpoint({
           sessionId,
           checkpointId: candidate.checkpointId,

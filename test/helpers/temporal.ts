@@ -156,9 +156,12 @@ export async function eventually<T>(
 }
 
 /** Waits until the session runs, and returns its status with the runtime it runs in. */
-export async function runningStatus(session: SessionHandle): Promise<SessionStatus & { runtime: RuntimeInstanceRef }> {
+export async function runningStatus(
+  session: SessionHandle,
+  timeoutMs = 20_000,
+): Promise<SessionStatus & { runtime: RuntimeInstanceRef }> {
   return eventually(async () => {
     const s = await session.status();
     return s.phase === 'running' && s.runtime ? { ...s, runtime: s.runtime } : undefined;
-  });
+  }, timeoutMs);
 }
