@@ -217,14 +217,6 @@ export function createActivities(deps: ActivityDeps) {
       }
     },
 
-    async verifyCheckpoint(input: { sessionId: string; checkpointId: string }): Promise<CheckpointRef> {
-      try {
-        return toCheckpointRef(await deps.store.verify(input.sessionId, input.checkpointId));
-      } catch (err) {
-        throw toFailure(err);
-      }
-    },
-
     async deleteCheckpoint(input: { sessionId: string; checkpointId: string }): Promise<void> {
       await deps.store.delete(input.sessionId, input.checkpointId);
     },

@@ -27,7 +27,8 @@ const MANIFEST_SUFFIX = '.manifest.json';
 /** Manifests are a few hundred bytes; anything far bigger is not one of ours and is not read into memory. */
 const MAX_MANIFEST_BYTES = 64 * 1024;
 
-const CheckpointManifestSchema = z.object({
+/** Format 1's manifest; format 2 extends it (chunked-store.ts). */
+export const CheckpointManifestSchema = z.object({
   formatVersion: z.number().int(),
   checkpointId: CheckpointId,
   sessionId: SessionId,

@@ -51,6 +51,7 @@ import {
 import { checkpointsToDelete } from '../domain/retention';
 import {
   isFinal,
+  isStable,
   planControl,
   transition,
   type Control,
@@ -727,7 +728,7 @@ function invalidTransition(reason: string): ApplicationFailure {
 }
 
 function stableOr(phase: Phase, fallback: StablePhase): StablePhase {
-  return phase === 'running' || phase === 'paused' || phase === 'completed' || phase === 'failed' ? phase : fallback;
+  return isStable(phase) ? phase : fallback;
 }
 
 /** The failure type of an activity error, if it is one of ours. */

@@ -3,9 +3,9 @@ import * as fs from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { z } from 'zod';
-import { CheckpointId, CheckpointTrigger, Label, SessionId } from '../../domain/schemas';
+import { CheckpointId, SessionId } from '../../domain/schemas';
 import { SnapshotCorruptError, SnapshotError, SnapshotIncompatibleError, SnapshotNotFoundError } from '../errors';
-import { FsSnapshotStore } from '../fs-snapshot-store';
+import { CheckpointManifestSchema, FsSnapshotStore } from '../fs-snapshot-store';
 import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from '../snapshot-store';
 import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
 import { compressChunk, decompressChunk } from './codec';
@@ -54,25 +54,15 @@ const Location = z.tuple([
 ]);
 type Location = z.infer<typeof Location>;
 
-const ManifestV2 = z.object({
+const ManifestV2 = CheckpointManifestSchema.extend({
   formatVersion: z.literal(ENGINE_FORMAT_VERSION),
-  checkpointId: CheckpointId,
-  sessionId: SessionId,
   lineage: SessionId,
   tenant: z.string(),
-  sequence: z.number().int().min(1),
-  parentId: CheckpointId.nullable(),
   /** SHA-256 of the parent's manifest file as stored: the timeline is a hash chain. */
   parentManifestDigest: z
     .string()
     .regex(/^sha256:[0-9a-f]{64}$/)
     .nullable(),
-  runtime: z.object({ kind: z.string().min(1), version: z.string() }),
-  size: z.number().int().min(0),
-  digest: z.string().regex(/^sha256:[0-9a-f]{64}$/),
-  createdAt: z.iso.datetime(),
-  label: Label.optional(),
-  trigger: CheckpointTrigger,
   encryption: z.object({ mode: z.enum(['aes-256-gcm', 'none']), dataKeyId: z.string().nullable() }),
   chunks: z.array(Location),
 });
