@@ -10,6 +10,7 @@ import {
   proxyActivities,
   setCurrentDetails,
   setHandler,
+  TimeoutFailure,
   upsertSearchAttributes,
   uuid4,
   workflowInfo,
@@ -114,6 +115,9 @@ function watcherOn(hostTaskQueue: string, liveness: LivenessOptions = {}) {
     retry: { maximumAttempts: 1 },
   });
 }
+
+/** How many hosts a start or restore is offered to when the chosen one never picks it up. */
+const PLACEMENT_ATTEMPTS = 3;
 
 /** Idempotency results kept (and carried across continue-as-new) per session. */
 const MAX_REMEMBERED_RESULTS = 200;
@@ -336,12 +340,9 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
   // ---- operations ----------------------------------------------------------------------------------
   async function doStart(): Promise<void> {
     try {
-      const { hostTaskQueue } = await placement.placeSession();
-      const runtime = await onHost(hostTaskQueue, state.spec.liveness).startRuntime({
-        sessionId,
-        instanceId: newInstanceId(),
-        spec: state.spec.runtime,
-      });
+      const runtime = await onPlacedHost((host) =>
+        host.startRuntime({ sessionId, instanceId: newInstanceId(), spec: state.spec.runtime }),
+      );
       state.runtime = runtime;
       apply({ type: 'started' });
       watch(runtime);
@@ -460,6 +461,23 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
   }
 
   /**
+   * Places the session on a live host and runs `work` there. A host that never picks the work up within
+   * `hostTimeoutMs` (it went away between placement and the work, or is stalled) did nothing, so the session is
+   * placed again, up to PLACEMENT_ATTEMPTS times; any other failure is the work's own and is returned as it is.
+   */
+  async function onPlacedHost<T>(work: (host: ReturnType<typeof onHost>) => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      const { hostTaskQueue } = await placement.placeSession();
+      try {
+        return await work(onHost(hostTaskQueue, state.spec.liveness));
+      } catch (err) {
+        if (attempt >= PLACEMENT_ATTEMPTS || !neverStarted(err)) throw err;
+        log.warn('placed host did not pick the work up; placing again', { hostTaskQueue, attempt });
+      }
+    }
+  }
+
+  /**
    * Called only once the state is durable in a checkpoint, so a host that cannot be reached to stop the
    * runtime loses nothing: the instance is recorded as lost and the session moves on.
    */
@@ -494,18 +512,19 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     const skipped: { checkpointId: string; reason: string }[] = [];
     for (const candidate of candidates) {
       try {
-        const { hostTaskQueue } = await placement.placeSession();
-        const runtime = await onHost(hostTaskQueue, state.spec.liveness).restoreCheckpoint({
-          sessionId,
-          checkpointId: candidate.checkpointId,
-          expected: {
-            formatVersion: candidate.formatVersion,
-            digest: candidate.digest,
-            ...(candidate.encryption ? { encryption: candidate.encryption } : {}),
-          },
-          instanceId: newInstanceId(),
-          spec: state.spec.runtime,
-        });
+        const runtime = await onPlacedHost((host) =>
+          host.restoreCheckpoint({
+            sessionId,
+            checkpointId: candidate.checkpointId,
+            expected: {
+              formatVersion: candidate.formatVersion,
+              digest: candidate.digest,
+              ...(candidate.encryption ? { encryption: candidate.encryption } : {}),
+            },
+            instanceId: newInstanceId(),
+            spec: state.spec.runtime,
+          }),
+        );
         state.runtime = runtime;
         state.head = candidate;
         state.lastRestore = {
@@ -742,6 +761,15 @@ function typeOf(err: unknown): ErrorCode | undefined {
     return cause.type as ErrorCode;
   }
   return undefined;
+}
+
+/** An activity that timed out before any worker started it: it did nothing anywhere. */
+function neverStarted(err: unknown): boolean {
+  return (
+    err instanceof ActivityFailure &&
+    err.cause instanceof TimeoutFailure &&
+    err.cause.timeoutType === 'SCHEDULE_TO_START'
+  );
 }
 
 function messageOf(err: unknown): string {

@@ -27,8 +27,18 @@ export interface TestSystem {
   /** The master key in DS_MASTER_KEYS form, for tools that open the store as a worker would. */
   masterKeys: string;
   /** Starts another worker host on the same shared queue (a second machine). */
-  addHost(options?: { store?: SnapshotStore; watchHeartbeatMs?: number }): Promise<TestHost>;
+  addHost(options?: HostOptions): Promise<TestHost>;
   close(): Promise<void>;
+}
+
+export interface HostOptions {
+  store?: SnapshotStore;
+  watchHeartbeatMs?: number;
+  /**
+   * The host places sessions on a queue nobody polls, like a machine that goes away right after it was chosen:
+   * its placements succeed and the work sent to it is never picked up.
+   */
+  unreachable?: boolean;
 }
 
 export interface TestHost {
@@ -63,7 +73,7 @@ export async function startTestSystem(
     connection: NativeConnection;
   }[] = [];
 
-  async function addHost(hostOptions: { store?: SnapshotStore; watchHeartbeatMs?: number } = {}): Promise<TestHost> {
+  async function addHost(hostOptions: HostOptions = {}): Promise<TestHost> {
     const hostTaskQueue = `${taskQueue}@host-${hosts.length + 1}`;
     const workspace = new WorkspaceRuntime({
       rootDir: path.join(dir, `workspaces-${hosts.length + 1}`),
@@ -73,7 +83,7 @@ export async function startTestSystem(
     const deps: ActivityDeps = {
       store: hostOptions.store ?? (options.store ? options.store(store) : store),
       runtimes: { workspace, memory },
-      hostTaskQueue,
+      hostTaskQueue: hostOptions.unreachable ? `${hostTaskQueue}-unreachable` : hostTaskQueue,
       watchHeartbeatMs: hostOptions.watchHeartbeatMs ?? 1_000,
     };
     // One connection per host, as separate machines have: the SDK allows one worker per queue per connection.
@@ -160,8 +170,12 @@ export async function runningStatus(
   session: SessionHandle,
   timeoutMs = 20_000,
 ): Promise<SessionStatus & { runtime: RuntimeInstanceRef }> {
-  return eventually(async () => {
+  const s = await eventually(async () => {
     const s = await session.status();
-    return s.phase === 'running' && s.runtime ? { ...s, runtime: s.runtime } : undefined;
+    // A failed session never runs again: return it, to say why at once instead of waiting out the deadline.
+    return (s.phase === 'running' && s.runtime) || s.phase === 'failed' ? s : undefined;
   }, timeoutMs);
+  if (!s.runtime || s.phase !== 'running')
+    throw new Error(`the session failed instead of running: ${s.failure?.message}`);
+  return { ...s, runtime: s.runtime };
 }
