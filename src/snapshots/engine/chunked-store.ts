@@ -1,4 +1,4 @@
-import { createHash, createHmac, hkdfSync, randomBytes } from 'node:crypto';
+import { createHash, hkdfSync, randomBytes } from 'node:crypto';
 import * as fs from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
@@ -8,15 +8,9 @@ import { SnapshotCorruptError, SnapshotError, SnapshotIncompatibleError, Snapsho
 import { CheckpointManifestSchema, FsSnapshotStore } from '../fs-snapshot-store';
 import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from '../snapshot-store';
 import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
-import { compressChunk, decompressChunk } from './codec';
-import {
-  KeyUnavailableError,
-  openObject,
-  sealObject,
-  sealPlaintextObject,
-  SnapshotTamperedError,
-  type ExpectedBinding,
-} from './crypto';
+import { sharedChunkPool, type ChunkPool, type PoolContext } from './chunk-pool';
+import type { OpenEntry, OpenFailure, SealBatchResult } from './chunk-work';
+import { KeyUnavailableError, openObject, sealObject, sealPlaintextObject, SnapshotTamperedError } from './crypto';
 import { createDataKey, rewrapDataKey, unwrapDataKey, wrapDataKey, WrappedDataKey, type Keyring } from './keyring';
 
 /**
@@ -40,6 +34,8 @@ const LEGACY_MANIFEST_SUFFIX = '.manifest.json';
 const DATA_KEY_FILE = 'data-key.json';
 /** A pack is closed and a new one started beyond this size, so one checkpoint of gigabytes is several files. */
 const PACK_TARGET_BYTES = 64 * 1024 * 1024;
+/** Plaintext per seal batch and sealed bytes per read batch: large enough that thread messages cost little. */
+const BATCH_BYTES = 1024 * 1024;
 const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
 const STALE_PIN_MS = 24 * 60 * 60_000;
 
@@ -77,6 +73,8 @@ export interface ChunkedStoreOptions {
   chunker?: ChunkerOptions;
   /** How long an unreferenced pack must be old before garbage collection removes it. */
   gcGraceMs?: number;
+  /** Threads that id, compress, seal and open chunks; the process-wide shared pool by default. */
+  pool?: ChunkPool;
 }
 
 export type VerifyStatus = 'ok' | 'missing' | 'corrupt' | 'tampered' | 'incompatible' | 'key-unavailable';
@@ -112,6 +110,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   private readonly legacy: FsSnapshotStore;
   private readonly chunker: Chunker;
   private readonly gcGraceMs: number;
+  private readonly pool: ChunkPool;
   private readonly lineageKeys = new Map<string, Promise<LineageKey>>();
 
   constructor(private readonly options: ChunkedStoreOptions) {
@@ -120,6 +119,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     this.legacy = new FsSnapshotStore(this.root);
     this.chunker = new Chunker(options.chunker ?? DEFAULT_CHUNKER);
     this.gcGraceMs = options.gcGraceMs ?? 60 * 60_000;
+    this.pool = options.pool ?? sharedChunkPool();
   }
 
   /** What `status` reports about protection at rest. */
@@ -142,41 +142,71 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     await fs.mkdir(join(this.lineageDir(lineage), 'pins'), { recursive: true });
     await fs.writeFile(pin, '');
     const packs = new PackWriter(join(this.lineageDir(lineage), 'packs'));
+    const inflight: Promise<SealBatchResult>[] = [];
+    let context: PoolContext | null = null;
     try {
       const key = this.options.keyring ? await this.lineageKey(lineage, true) : null;
       const parent = checkpoint.parentId ? await this.parentInfo(sessionId, checkpoint.parentId) : null;
       const known = new Map<string, Location>(parent?.chunks.map((l) => [l[0], l]) ?? []);
+      context = this.pool.context({
+        tenant: this.tenant,
+        lineage,
+        formatVersion: ENGINE_FORMAT_VERSION,
+        key,
+        known: [...known.keys()],
+      });
+      const pool = this.pool;
+      const sealing = context;
       const referencedPacks = new Set<string>();
       const chunks: Location[] = [];
       const listDigest = createHash('sha256');
       let size = 0;
-      for await (const chunk of this.chunker.chunks(abortable(data, signal))) {
-        const id = chunkId(chunk, key);
-        let location = known.get(id);
-        if (!location) {
-          const { codec, data: body } = compressChunk(chunk);
-          const header = {
-            kind: 'chunk' as const,
-            tenant: this.tenant,
-            lineage,
-            objectId: id,
-            formatVersion: ENGINE_FORMAT_VERSION,
-            codec,
-          };
-          const sealed = key
-            ? sealObject(body, key.key, { ...header, dataKeyId: key.dataKeyId })
-            : sealPlaintextObject(body, header);
-          const [packId, offset] = await packs.append(sealed);
-          location = [id, chunk.length, packId, offset, sealed.length];
-          known.set(id, location);
-        } else {
-          referencedPacks.add(location[2]);
+      // Chunks are copied into batches of about BATCH_BYTES; each batch is id'd, compressed and sealed on a pool
+      // thread while this one goes on reading and chunking. Results are taken in order, so the manifest is too.
+      const consume = async (result: SealBatchResult): Promise<void> => {
+        const [packId, base] = result.objects.length > 0 ? await packs.append(result.objects) : ['', 0];
+        for (const entry of result.entries) {
+          let location = known.get(entry.id);
+          if ('known' in entry) {
+            if (!location) throw new Error(`chunk ${entry.id} was reported as stored but is not`);
+            referencedPacks.add(location[2]);
+          } else if (!location) {
+            // (A chunk sealed twice by two threads in one write keeps its first copy; the second is dead bytes.)
+            location = [entry.id, entry.size, packId, base + entry.at, entry.length];
+            known.set(entry.id, location);
+          }
+          chunks.push(location);
+          listDigest.update(entry.id, 'hex');
+          size += entry.size;
         }
-        chunks.push(location);
-        listDigest.update(id, 'hex');
-        size += chunk.length;
         onProgress?.(size);
+      };
+      const capacity = BATCH_BYTES + this.chunker.options.maxSize;
+      let batch: Buffer | null = null;
+      let used = 0;
+      let sizes: number[] = [];
+      const dispatch = () => {
+        if (!batch || sizes.length === 0) return;
+        const sealed = pool.seal(sealing, batch, sizes);
+        sealed.catch(() => undefined); // awaited in order below; a failure must not count as unhandled meanwhile
+        inflight.push(sealed);
+        batch = null;
+      };
+      for await (const chunk of this.chunker.chunks(abortable(data, signal))) {
+        if (!batch) {
+          batch = Buffer.allocUnsafeSlow(capacity);
+          used = 0;
+          sizes = [];
+        }
+        used += chunk.copy(batch, used);
+        sizes.push(chunk.length);
+        if (used >= BATCH_BYTES) {
+          dispatch();
+          while (inflight.length >= pool.window) await consume(await inflight.shift()!);
+        }
       }
+      dispatch();
+      while (inflight.length > 0) await consume(await inflight.shift()!);
       signal?.throwIfAborted();
       await packs.close();
       // Packs this checkpoint shares with older ones are touched, so a concurrent garbage collection keeps them.
@@ -216,9 +246,11 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       return toPublic(manifest);
     } catch (err) {
       data.destroy();
+      await Promise.allSettled(inflight);
       await packs.abort();
       throw err;
     } finally {
+      if (context) this.pool.release(context);
       await fs.rm(pin, { force: true });
     }
   }
@@ -248,20 +280,49 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       }
     }
     const reader = new PackReader(packsDir);
-    const openChunk = (sealed: Buffer, id: string, size: number) =>
-      this.openChunk(sealed, id, size, manifest, key, sessionId, checkpointId);
+    const pool = this.pool;
+    const context = pool.context({
+      tenant: this.tenant,
+      lineage: manifest.lineage,
+      formatVersion: ENGINE_FORMAT_VERSION,
+      key,
+      dataKeyId: key?.dataKeyId ?? null,
+    });
+    const refuse = (failure: OpenFailure) => openFailureError(failure, sessionId, checkpointId);
+    // Batches of consecutive chunks are read (one read per run of adjacent objects) and opened on pool threads,
+    // a few batches ahead of the consumer; plaintext is yielded in manifest order.
+    const readAndOpen = async (batch: Location[]): Promise<Buffer> => {
+      const { sealed, entries } = await reader.readBatch(batch);
+      const opened = await pool.open(context, sealed, entries);
+      if (!opened.ok) throw refuse(opened.failure);
+      return opened.plain;
+    };
     async function* chunks(): AsyncGenerator<Buffer> {
+      const inflight: Promise<Buffer>[] = [];
       let done = 0;
       try {
-        for (const [id, size, packId, offset, length] of manifest.chunks) {
+        for (const batch of readBatches(manifest.chunks)) {
           options.signal?.throwIfAborted();
-          const sealed = await reader.read(packId, offset, length);
-          const plain = openChunk(sealed, id, size);
+          const opened = readAndOpen(batch);
+          opened.catch(() => undefined); // awaited in order below
+          inflight.push(opened);
+          while (inflight.length >= pool.window) {
+            const plain = await inflight.shift()!;
+            done += plain.length;
+            options.onProgress?.(done);
+            yield plain;
+          }
+        }
+        while (inflight.length > 0) {
+          options.signal?.throwIfAborted();
+          const plain = await inflight.shift()!;
           done += plain.length;
           options.onProgress?.(done);
           yield plain;
         }
       } finally {
+        await Promise.allSettled(inflight);
+        pool.release(context);
         await reader.close();
       }
     }
@@ -413,47 +474,6 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   }
 
   // ---- internals ---------------------------------------------------------------------------------------------
-
-  private openChunk(
-    sealed: Buffer,
-    id: string,
-    size: number,
-    manifest: ManifestV2,
-    key: LineageKey | null,
-    sessionId: string,
-    checkpointId: string,
-  ): Buffer {
-    const expected: ExpectedBinding = {
-      kind: 'chunk',
-      tenant: this.tenant,
-      lineage: manifest.lineage,
-      objectId: id,
-      formatVersion: ENGINE_FORMAT_VERSION,
-      encrypted: key !== null,
-      ...(key ? { dataKeyId: key.dataKeyId } : {}),
-    };
-    const { header, plaintext } = openObject(sealed, () => key!.key, expected);
-    let plain: Buffer;
-    try {
-      plain = decompressChunk(header.codec, plaintext, size);
-    } catch (err) {
-      throw new SnapshotCorruptError(
-        `chunk ${id} of checkpoint ${checkpointId} does not decode`,
-        sessionId,
-        checkpointId,
-        { cause: err },
-      );
-    }
-    // In plaintext mode nothing else binds the bytes to the id; with a key, GCM already did.
-    if (!key && chunkId(plain, null) !== id) {
-      throw new SnapshotCorruptError(
-        `chunk ${id} of checkpoint ${checkpointId} does not match its id`,
-        sessionId,
-        checkpointId,
-      );
-    }
-    return plain;
-  }
 
   private async loadManifest(
     sessionId: string,
@@ -633,11 +653,12 @@ class PackWriter {
   private inflight: Promise<unknown>[] = [];
   private readonly temps: string[] = [];
   private wrote = false;
-  private static readonly MAX_INFLIGHT = 16;
+  private static readonly MAX_INFLIGHT = 4;
 
   constructor(private readonly dir: string) {}
 
-  async append(sealed: Buffer): Promise<[string, number]> {
+  /** Appends `objects` back to back (one vectored write); returns the pack and the offset of the first. */
+  async append(objects: Buffer[]): Promise<[string, number]> {
     if (!this.current || this.current.size >= PACK_TARGET_BYTES) {
       await this.seal();
       await fs.mkdir(this.dir, { recursive: true });
@@ -648,8 +669,8 @@ class PackWriter {
     }
     const pack = this.current;
     const offset = pack.size;
-    pack.size += sealed.length;
-    this.inflight.push(pack.handle.write(sealed, 0, sealed.length, offset));
+    for (const object of objects) pack.size += object.length;
+    this.inflight.push(writeAll(pack.handle, objects, offset));
     if (this.inflight.length >= PackWriter.MAX_INFLIGHT) await this.drain();
     return [pack.id, offset];
   }
@@ -686,21 +707,72 @@ class PackWriter {
   }
 }
 
+/** Writes every byte of `buffers` at `position`, going on after a short write (which files rarely do). */
+async function writeAll(handle: fs.FileHandle, buffers: readonly Buffer[], position: number): Promise<void> {
+  const rest = buffers.filter((b) => b.length > 0);
+  let at = position;
+  while (rest.length > 0) {
+    const { bytesWritten } = await handle.writev(rest, at);
+    if (bytesWritten === 0) throw new Error('a pack write made no progress');
+    at += bytesWritten;
+    let done = bytesWritten;
+    while (rest.length > 0 && done >= rest[0]!.length) done -= rest.shift()!.length;
+    if (done > 0) rest[0] = rest[0]!.subarray(done);
+  }
+}
+
 /** Reads sealed chunks from packs, keeping one handle per pack open. */
 class PackReader {
   private readonly handles = new Map<string, Promise<fs.FileHandle>>();
   constructor(private readonly dir: string) {}
 
-  async read(packId: string, offset: number, length: number): Promise<Buffer> {
+  /**
+   * Reads the sealed objects of `batch` into one buffer, with one read per run of objects adjacent in a pack. An
+   * object cut short by the end of its pack is handed on short, so that opening it reports it as truncated.
+   */
+  async readBatch(batch: readonly Location[]): Promise<{ sealed: Buffer; entries: OpenEntry[] }> {
+    const total = batch.reduce((n, l) => n + l[4], 0);
+    const sealed = Buffer.allocUnsafeSlow(total);
+    const entries: OpenEntry[] = [];
+    const reads: Promise<void>[] = [];
+    let at = 0;
+    for (let i = 0; i < batch.length;) {
+      const [, , packId, offset] = batch[i]!;
+      let runLength = 0;
+      let j = i;
+      for (; j < batch.length && batch[j]![2] === packId && batch[j]![3] === offset + runLength; j++) {
+        runLength += batch[j]![4];
+      }
+      const run = batch.slice(i, j).map(([id, size, , , length]) => ({ id, size, length }));
+      const start = at;
+      const runEntries = run.map((r) => {
+        const entry = { id: r.id, size: r.size, at, length: r.length };
+        at += r.length;
+        return entry;
+      });
+      entries.push(...runEntries);
+      reads.push(
+        this.handle(packId).then(async (handle) => {
+          const { bytesRead } = await handle.read(sealed, start, runLength, offset);
+          if (bytesRead < runLength) {
+            for (const e of runEntries) e.length = Math.max(0, Math.min(e.length, start + bytesRead - e.at));
+          }
+        }),
+      );
+      i = j;
+    }
+    await Promise.all(reads);
+    return { sealed, entries };
+  }
+
+  private handle(packId: string): Promise<fs.FileHandle> {
     let handle = this.handles.get(packId);
     if (!handle) {
       handle = fs.open(join(this.dir, `${packId}.pack`), 'r');
+      handle.catch(() => undefined);
       this.handles.set(packId, handle);
     }
-    const buffer = Buffer.allocUnsafe(length);
-    const { bytesRead } = await (await handle).read(buffer, 0, length, offset);
-    // A short read is a truncated pack: the object is then refused by its authentication as truncated.
-    return bytesRead === length ? buffer : buffer.subarray(0, bytesRead);
+    return handle;
   }
 
   async close(): Promise<void> {
@@ -709,9 +781,39 @@ class PackReader {
   }
 }
 
-function chunkId(chunk: Buffer, key: LineageKey | null): string {
-  // Keyed with the lineage's key, so equal content in two lineages (or tenants) cannot be told apart by id.
-  return (key ? createHmac('sha256', key.chunkIdKey) : createHash('sha256')).update(chunk).digest('hex');
+/** The chunks of a manifest in order, in batches of about BATCH_BYTES sealed bytes. */
+function* readBatches(chunks: readonly Location[]): Generator<Location[]> {
+  let batch: Location[] = [];
+  let bytes = 0;
+  for (const location of chunks) {
+    batch.push(location);
+    bytes += location[4];
+    if (bytes >= BATCH_BYTES) {
+      yield batch;
+      batch = [];
+      bytes = 0;
+    }
+  }
+  if (batch.length > 0) yield batch;
+}
+
+/** A chunk refused by a pool thread, as the typed error of the checkpoint it belongs to. */
+function openFailureError(failure: OpenFailure, sessionId: string, checkpointId: string): Error {
+  const where = `chunk ${failure.id} of checkpoint ${checkpointId}`;
+  switch (failure.kind) {
+    case 'sealed':
+      return new SnapshotTamperedError(failure.message, failure.reason, {
+        sessionId,
+        checkpointId,
+        objectId: failure.id,
+      });
+    case 'decode':
+      return new SnapshotCorruptError(`${where} does not decode: ${failure.message}`, sessionId, checkpointId);
+    case 'id-mismatch':
+      return new SnapshotCorruptError(`${where} does not match its id`, sessionId, checkpointId);
+    case 'other':
+      return new Error(`${where} could not be opened: ${failure.message}`);
+  }
 }
 
 function toPublic(m: ManifestV2): CheckpointManifest {

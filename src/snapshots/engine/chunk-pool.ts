@@ -1,0 +1,199 @@
+/**
+ * Runs the per-chunk work (chunk-work.ts) on worker threads, so that hashing, compression and AES-GCM of one
+ * checkpoint use every core while the calling thread reads, chunks and writes. With `threads: 0` the same work runs
+ * on the calling thread (used where threads cannot start, and to compare in benchmarks).
+ *
+ * Threads start on first use and are unref'd while idle, so an idle pool never keeps a process alive. A thread that
+ * dies fails the batches it had and is replaced by the next batch.
+ */
+import { availableParallelism } from 'node:os';
+import { extname, join } from 'node:path';
+import { Worker } from 'node:worker_threads';
+import {
+  openBatch,
+  sealBatch,
+  type ChunkContext,
+  type OpenBatchResult,
+  type OpenEntry,
+  type SealBatchResult,
+  type SealContext,
+} from './chunk-work';
+import { toBuffer, transferList, type PoolReply, type PoolRequest, type WireContext } from './chunk-wire';
+
+/** Threads of the shared pool: one per core, at most 4 (beyond that the single reading/writing thread limits). */
+export const DEFAULT_CHUNK_THREADS = Math.max(1, Math.min(availableParallelism(), 4));
+
+/** A write's or a read's context, registered with the pool; release it when done. */
+export interface PoolContext {
+  readonly id: number;
+  readonly value: ChunkContext & { dataKeyId: string | null; known?: readonly string[] };
+  /** Inline mode: the ids stored so far. */
+  readonly known: Set<string>;
+  /** Threads that hold this context. */
+  readonly sentTo: Set<Thread>;
+}
+
+interface Thread {
+  worker: Worker;
+  pending: Map<number, { resolve: (reply: PoolReply) => void; reject: (err: Error) => void }>;
+  dead: boolean;
+}
+
+let nextContextId = 1;
+let nextJob = 1;
+
+export class ChunkPool {
+  private readonly threads: (Thread | null)[];
+  private turn = 0;
+
+  constructor(readonly size: number = DEFAULT_CHUNK_THREADS) {
+    if (!Number.isInteger(size) || size < 0 || size > 64)
+      throw new RangeError(`chunk threads must be 0..64, not ${size}`);
+    this.threads = Array.from({ length: size }, () => null);
+  }
+
+  /** How many batches a caller should keep in flight to keep every thread busy. */
+  get window(): number {
+    return Math.max(2, this.size * 2);
+  }
+
+  context(value: SealContext | (ChunkContext & { dataKeyId: string | null })): PoolContext {
+    const known = 'known' in value ? value.known : undefined;
+    return {
+      id: nextContextId++,
+      value: { ...value, dataKeyId: 'dataKeyId' in value ? value.dataKeyId : (value.key?.dataKeyId ?? null) },
+      known: new Set(known ?? []),
+      sentTo: new Set(),
+    };
+  }
+
+  /** Forgets a context on every thread that has it. */
+  release(context: PoolContext): void {
+    for (const thread of context.sentTo) {
+      if (!thread.dead) thread.worker.postMessage({ type: 'release', contextId: context.id } satisfies PoolRequest);
+    }
+    context.sentTo.clear();
+    context.known.clear();
+  }
+
+  /** Seals the chunks of `data` cut at `sizes`. `data` is moved to the thread: do not use it afterwards. */
+  async seal(context: PoolContext, data: Buffer, sizes: number[]): Promise<SealBatchResult> {
+    if (this.size === 0) return sealBatch(context.value, context.known, data, sizes);
+    const reply = await this.run(context, (job, wire) => ({
+      type: 'seal',
+      job,
+      contextId: context.id,
+      ...(wire ? { context: wire } : {}),
+      data,
+      sizes,
+    }));
+    if (reply.type !== 'seal') throw new Error(`chunk worker answered ${reply.type} to a seal`);
+    return { objects: reply.result.objects.map(toBuffer), entries: reply.result.entries };
+  }
+
+  /** Opens the sealed chunks in `sealed`. `sealed` is moved to the thread: do not use it afterwards. */
+  async open(context: PoolContext, sealed: Buffer, entries: OpenEntry[]): Promise<OpenBatchResult> {
+    if (this.size === 0) return openBatch(context.value, sealed, entries);
+    const reply = await this.run(context, (job, wire) => ({
+      type: 'open',
+      job,
+      contextId: context.id,
+      ...(wire ? { context: wire } : {}),
+      sealed,
+      entries,
+    }));
+    if (reply.type !== 'open') throw new Error(`chunk worker answered ${reply.type} to an open`);
+    return reply.result.ok ? { ok: true, plain: toBuffer(reply.result.plain) } : reply.result;
+  }
+
+  /** Stops every thread (batches in flight fail). */
+  async close(): Promise<void> {
+    const running = this.threads.filter((t): t is Thread => t !== null);
+    this.threads.fill(null);
+    await Promise.all(running.map((t) => t.worker.terminate()));
+  }
+
+  private async run(
+    context: PoolContext,
+    build: (job: number, wire: WireContext | undefined) => PoolRequest,
+  ): Promise<PoolReply> {
+    const thread = this.pick();
+    const job = nextJob++;
+    const wire = context.sentTo.has(thread) ? undefined : toWire(context);
+    const request = build(job, wire);
+    const reply = await new Promise<PoolReply>((resolve, reject) => {
+      thread.pending.set(job, { resolve, reject });
+      if (thread.pending.size === 1) thread.worker.ref();
+      context.sentTo.add(thread);
+      thread.worker.postMessage(request, transferList(request));
+    });
+    if (reply.type === 'error') throw new Error(`chunk worker failed: ${reply.message}`);
+    return reply;
+  }
+
+  /** The thread with the fewest batches in flight (started if needed), taking turns among equals. */
+  private pick(): Thread {
+    let best: Thread | null = null;
+    for (let i = 0; i < this.size; i++) {
+      const index = (this.turn + i) % this.size;
+      let thread = this.threads[index];
+      if (!thread || thread.dead) thread = this.threads[index] = startThread();
+      if (!best || thread.pending.size < best.pending.size) best = thread;
+      if (thread.pending.size === 0) break;
+    }
+    this.turn = (this.turn + 1) % this.size;
+    return best!;
+  }
+}
+
+function toWire(context: PoolContext): WireContext {
+  const { value } = context;
+  return {
+    tenant: value.tenant,
+    lineage: value.lineage,
+    formatVersion: value.formatVersion,
+    dataKeyId: value.dataKeyId,
+    // Copies that own their memory: a pooled Buffer would carry its whole pool (other data) across.
+    key: value.key
+      ? {
+          dataKeyId: value.key.dataKeyId,
+          key: new Uint8Array(value.key.key),
+          chunkIdKey: new Uint8Array(value.key.chunkIdKey),
+        }
+      : null,
+    ...(value.known ? { known: [...value.known] } : {}),
+  };
+}
+
+function startThread(): Thread {
+  // From source (tests, tsx) the worker is TypeScript too: load it through tsx's require hook.
+  const fromSource = extname(__filename) === '.ts';
+  const worker = new Worker(join(__dirname, `chunk-worker${extname(__filename)}`), {
+    ...(fromSource ? { execArgv: ['--require', require.resolve('tsx/cjs')] } : {}),
+  });
+  const thread: Thread = { worker, pending: new Map(), dead: false };
+  worker.unref();
+  worker.on('message', (reply: PoolReply) => {
+    const waiter = thread.pending.get(reply.job);
+    if (!waiter) return;
+    thread.pending.delete(reply.job);
+    if (thread.pending.size === 0) worker.unref();
+    waiter.resolve(reply);
+  });
+  const fail = (err: Error) => {
+    thread.dead = true;
+    for (const waiter of thread.pending.values()) waiter.reject(err);
+    thread.pending.clear();
+  };
+  worker.on('error', (err) => fail(new Error(`chunk worker thread failed: ${err.message}`, { cause: err })));
+  worker.on('exit', (code) => fail(new Error(`chunk worker thread exited with code ${code}`)));
+  return thread;
+}
+
+let shared: ChunkPool | null = null;
+
+/** The process-wide pool every store uses unless given its own. */
+export function sharedChunkPool(): ChunkPool {
+  shared ??= new ChunkPool();
+  return shared;
+}

@@ -1,0 +1,184 @@
+import { createCipheriv, createHash, randomBytes } from 'node:crypto';
+import * as fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Readable } from 'node:stream';
+import { ChunkPool } from '../../../src/snapshots/engine/chunk-pool';
+import { chunkId, type ChunkKey, type SealBatchResult } from '../../../src/snapshots/engine/chunk-work';
+import { ChunkedSnapshotStore } from '../../../src/snapshots/engine/chunked-store';
+import { SnapshotTamperedError } from '../../../src/snapshots/engine/crypto';
+import { Keyring } from '../../../src/snapshots/engine/keyring';
+
+// The pool runs the per-chunk work on real worker threads; these tests compare it with the same work done inline.
+
+const KiB = 1024;
+const key: ChunkKey = { dataKeyId: 'dk-test', key: randomBytes(32), chunkIdKey: randomBytes(32) };
+const context = { tenant: 't', lineage: 'l', formatVersion: 2, key };
+
+function seeded(seed: number, length: number): Buffer {
+  const k = createHash('sha256').update(String(seed)).digest();
+  return createCipheriv('aes-256-ctr', k, Buffer.alloc(16)).update(Buffer.alloc(length));
+}
+
+function batchOf(...chunks: Buffer[]): { data: Buffer; sizes: number[] } {
+  const data = Buffer.allocUnsafeSlow(chunks.reduce((n, c) => n + c.length, 0));
+  let at = 0;
+  for (const c of chunks) at += c.copy(data, at);
+  return { data, sizes: chunks.map((c) => c.length) };
+}
+
+function located(result: SealBatchResult): Buffer {
+  return Buffer.concat(result.objects);
+}
+
+const pools: ChunkPool[] = [];
+afterAll(async () => {
+  await Promise.all(pools.map((p) => p.close()));
+});
+function pool(threads: number): ChunkPool {
+  const p = new ChunkPool(threads);
+  pools.push(p);
+  return p;
+}
+
+test('threads id, skip and seal exactly what the calling thread does, and what they seal opens', async () => {
+  const chunks = [seeded(1, 64 * KiB), Buffer.alloc(32 * KiB, 'text text text '), seeded(2, 20 * KiB)];
+  const known = [chunkId(chunks[1]!, key)];
+  const inline = pool(0);
+  const threaded = pool(2);
+  const a = await inline.seal(inline.context({ ...context, known }), batchOf(...chunks).data, batchOf(...chunks).sizes);
+  const b = await threaded.seal(
+    threaded.context({ ...context, known }),
+    batchOf(...chunks).data,
+    batchOf(...chunks).sizes,
+  );
+  expect(b.entries.map((e) => [e.id, e.size, 'known' in e])).toEqual(
+    a.entries.map((e) => [e.id, e.size, 'known' in e]),
+  );
+  expect(b.entries.map((e) => e.id)).toEqual(chunks.map((c) => chunkId(c, key)));
+  expect(b.entries[1]).toMatchObject({ known: true });
+  expect(b.objects).toHaveLength(2);
+
+  // The sealed objects (random nonces, so not byte-equal) open to the original chunks, on either side.
+  const sealed = located(b);
+  const entries = b.entries.flatMap((e) =>
+    'known' in e ? [] : [{ id: e.id, size: e.size, at: e.at, length: e.length }],
+  );
+  const openCtx = { ...context, dataKeyId: key.dataKeyId };
+  for (const p of [inline, threaded]) {
+    const opened = await p.open(p.context(openCtx), Buffer.from(sealed), entries);
+    expect(opened.ok && opened.plain.equals(Buffer.concat([chunks[0]!, chunks[2]!]))).toBe(true);
+  }
+});
+
+test('a chunk repeated within one write is sealed once by a thread', async () => {
+  const p = pool(1);
+  const ctx = p.context({ ...context, known: [] });
+  const chunk = seeded(3, 32 * KiB);
+  const first = await p.seal(ctx, batchOf(chunk, chunk).data, [chunk.length, chunk.length]);
+  const second = await p.seal(ctx, batchOf(chunk).data, [chunk.length]);
+  expect(first.objects).toHaveLength(1);
+  expect(first.entries[1]).toMatchObject({ known: true });
+  expect(second.entries[0]).toMatchObject({ known: true });
+  p.release(ctx);
+});
+
+test('a flipped byte is refused by the thread as tampered, with nothing returned', async () => {
+  const p = pool(2);
+  const chunk = seeded(4, 48 * KiB);
+  const sealedBatch = await p.seal(p.context({ ...context, known: [] }), batchOf(chunk).data, [chunk.length]);
+  const sealed = located(sealedBatch);
+  sealed[sealed.length - 100]! ^= 1;
+  const entry = sealedBatch.entries[0]!;
+  const opened = await p.open(p.context({ ...context, dataKeyId: key.dataKeyId }), sealed, [
+    { id: entry.id, size: entry.size, at: 0, length: sealed.length },
+  ]);
+  expect(opened).toMatchObject({ ok: false, failure: { kind: 'sealed', reason: 'tampered', id: entry.id } });
+});
+
+test('batches in flight when the pool closes fail, and a closed pool starts new threads for new work', async () => {
+  const p = pool(1);
+  const ctx = p.context({ ...context, known: [] });
+  const big = batchOf(seeded(5, 256 * KiB), seeded(6, 256 * KiB), seeded(7, 256 * KiB));
+  const inFlight = p.seal(ctx, big.data, big.sizes);
+  await p.close();
+  await expect(inFlight).rejects.toThrow(/chunk worker thread exited/);
+  const again = await p.seal(p.context({ ...context, known: [] }), batchOf(seeded(8, 16 * KiB)).data, [16 * KiB]);
+  expect(again.objects).toHaveLength(1);
+});
+
+test('a pool size outside 0..64 is refused', () => {
+  expect(() => new ChunkPool(-1)).toThrow(RangeError);
+  expect(() => new ChunkPool(1.5)).toThrow(RangeError);
+  expect(() => new ChunkPool(65)).toThrow(RangeError);
+});
+
+describe('stores on pools of different sizes', () => {
+  let dir: string;
+  beforeEach(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-pool-'));
+  });
+  afterEach(() => {
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('write the same chunk ids and read each other, deduplicating the same way', async () => {
+    const keyring = new Keyring([{ id: 'k1', key: randomBytes(32) }]);
+    const inline = new ChunkedSnapshotStore({ rootDir: dir, keyring, pool: pool(0) });
+    const threaded = new ChunkedSnapshotStore({ rootDir: dir, keyring, pool: pool(3) });
+    // 6 MiB: several batches in flight on every thread at once.
+    const state = Buffer.concat([seeded(9, 3 * 1024 * KiB), Buffer.from('log line\n'.repeat(350_000))]);
+    const meta = (sequence: number, parentId: string | null) => ({
+      checkpointId: `cp-${sequence}`,
+      sessionId: 's1',
+      sequence,
+      parentId,
+      runtime: { kind: 'memory', version: '1' },
+      trigger: 'manual' as const,
+    });
+    const one = await threaded.write(meta(1, null), Readable.from([state]));
+    const changed = Buffer.from(state);
+    changed[1_000_000] ^= 0xff;
+    const two = await inline.write(meta(2, 'cp-1'), Readable.from([changed]));
+    for (const s of [inline, threaded]) {
+      const a = await s.open('s1', 'cp-1');
+      const b = await s.open('s1', 'cp-2');
+      const parts = [[], []] as Buffer[][];
+      for await (const p of a.stream) parts[0]!.push(p as Buffer);
+      for await (const p of b.stream) parts[1]!.push(p as Buffer);
+      expect(Buffer.concat(parts[0]!).equals(state)).toBe(true);
+      expect(Buffer.concat(parts[1]!).equals(changed)).toBe(true);
+    }
+    expect(one.digest).not.toBe(two.digest);
+    // The second checkpoint (inline) reused every chunk but the changed one from the first (threaded).
+    const list = await threaded.verifyLineage('s1');
+    expect(list.map((r) => r.status)).toEqual(['ok', 'ok']);
+  });
+
+  test('a tampered chunk read through threads is SnapshotTampered naming the checkpoint', async () => {
+    const keyring = new Keyring([{ id: 'k1', key: randomBytes(32) }]);
+    const s = new ChunkedSnapshotStore({ rootDir: dir, keyring, pool: pool(2) });
+    await s.write(
+      {
+        checkpointId: 'cp-1',
+        sessionId: 's1',
+        sequence: 1,
+        parentId: null,
+        runtime: { kind: 'memory', version: '1' },
+        trigger: 'manual',
+      },
+      Readable.from([seeded(10, 2 * 1024 * KiB)]),
+    );
+    const packs = path.join(dir, 's1', 'packs');
+    const pack = path.join(packs, fs.readdirSync(packs)[0]!);
+    const bytes = fs.readFileSync(pack);
+    bytes[1024 * KiB] ^= 1;
+    fs.writeFileSync(pack, bytes);
+    const { stream } = await s.open('s1', 'cp-1');
+    const err = await (async () => {
+      for await (const _ of stream) void _;
+    })().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(SnapshotTamperedError);
+    expect(err).toMatchObject({ code: 'SnapshotTampered', sessionId: 's1', checkpointId: 'cp-1' });
+  });
+});
