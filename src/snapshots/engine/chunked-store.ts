@@ -229,20 +229,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         encryption: { mode: key ? 'aes-256-gcm' : 'none', dataKeyId: key?.dataKeyId ?? null },
         chunks,
       };
-      const body = Buffer.from(JSON.stringify(manifest));
-      const header = {
-        kind: 'manifest' as const,
-        tenant: this.tenant,
-        lineage,
-        objectId: checkpointId,
-        sessionId,
-        formatVersion: ENGINE_FORMAT_VERSION,
-        codec: 0,
-      };
-      const sealed = key
-        ? sealObject(body, key.key, { ...header, dataKeyId: key.dataKeyId })
-        : sealPlaintextObject(body, header);
-      await publish(manifestPath, sealed);
+      await this.publishManifest(manifest, key);
       return toPublic(manifest);
     } catch (err) {
       data.destroy();
@@ -251,6 +238,69 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       throw err;
     } finally {
       if (context) this.pool.release(context);
+      await fs.rm(pin, { force: true });
+    }
+  }
+
+  /**
+   * A new checkpoint of the same session whose state is that of `sourceCheckpointId`: a rewind point, written as a
+   * manifest over the source's chunks. No chunk is read or written, so the cost does not depend on the state's
+   * size beyond its chunk list. The runtime is the source's. Format-1 sources have no chunks to share: refused.
+   */
+  async branch(sourceCheckpointId: string, checkpoint: Omit<NewCheckpoint, 'runtime'>): Promise<CheckpointManifest> {
+    const { sessionId, checkpointId } = checkIds(checkpoint.sessionId, checkpoint.checkpointId);
+    checkIds(sessionId, sourceCheckpointId);
+    const lineage = sessionId;
+    const manifestPath = this.manifestPath(sessionId, checkpointId);
+    if ((await exists(manifestPath)) || (await exists(this.legacyManifestPath(sessionId, checkpointId)))) {
+      throw new Error(`checkpoint ${checkpointId} of session ${sessionId} exists already; checkpoints are immutable`);
+    }
+    const source = await this.loadManifest(sessionId, sourceCheckpointId);
+    if (source.kind !== 'v2') {
+      throw new SnapshotIncompatibleError(
+        `checkpoint ${sourceCheckpointId} is in format ${LEGACY_FORMAT_VERSION}, which has no chunks to share; branching needs format ${ENGINE_FORMAT_VERSION}`,
+        sessionId,
+        sourceCheckpointId,
+      );
+    }
+    const pin = join(this.lineageDir(lineage), 'pins', checkpointId);
+    await fs.mkdir(join(this.lineageDir(lineage), 'pins'), { recursive: true });
+    await fs.writeFile(pin, '');
+    try {
+      const key = source.manifest.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(lineage) : null;
+      const packsDir = join(this.lineageDir(lineage), 'packs');
+      // Like a write that reuses chunks: every pack must be there, and is touched so that a concurrent gc keeps it.
+      for (const packId of new Set(source.manifest.chunks.map((c) => c[2]))) {
+        const now = new Date();
+        const present = await fs.utimes(join(packsDir, `${packId}.pack`), now, now).then(
+          () => true,
+          () => false,
+        );
+        if (!present) {
+          throw new SnapshotNotFoundError(
+            `checkpoint ${sourceCheckpointId} of session ${sessionId} is missing pack ${packId}`,
+            sessionId,
+            sourceCheckpointId,
+          );
+        }
+      }
+      const parentManifestDigest = checkpoint.parentId
+        ? await this.manifestFileDigest(sessionId, checkpoint.parentId)
+        : null;
+      const manifest: ManifestV2 = {
+        ...source.manifest,
+        checkpointId,
+        sequence: checkpoint.sequence,
+        parentId: checkpoint.parentId,
+        parentManifestDigest,
+        createdAt: new Date().toISOString(),
+        trigger: checkpoint.trigger,
+        label: checkpoint.label,
+      };
+      if (manifest.label === undefined) delete manifest.label;
+      await this.publishManifest(manifest, key);
+      return toPublic(manifest);
+    } finally {
       await fs.rm(pin, { force: true });
     }
   }
@@ -474,6 +524,24 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   }
 
   // ---- internals ---------------------------------------------------------------------------------------------
+
+  /** Seals a manifest (under the lineage's key, or plaintext) and publishes it: the checkpoint exists from here on. */
+  private async publishManifest(manifest: ManifestV2, key: LineageKey | null): Promise<void> {
+    const body = Buffer.from(JSON.stringify(manifest));
+    const header = {
+      kind: 'manifest' as const,
+      tenant: this.tenant,
+      lineage: manifest.lineage,
+      objectId: manifest.checkpointId,
+      sessionId: manifest.sessionId,
+      formatVersion: ENGINE_FORMAT_VERSION,
+      codec: 0,
+    };
+    const sealed = key
+      ? sealObject(body, key.key, { ...header, dataKeyId: key.dataKeyId })
+      : sealPlaintextObject(body, header);
+    await publish(this.manifestPath(manifest.sessionId, manifest.checkpointId), sealed);
+  }
 
   private async loadManifest(
     sessionId: string,

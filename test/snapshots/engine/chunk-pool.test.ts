@@ -138,7 +138,7 @@ describe('stores on pools of different sizes', () => {
     });
     const one = await threaded.write(meta(1, null), Readable.from([state]));
     const changed = Buffer.from(state);
-    changed[1_000_000] ^= 0xff;
+    changed[1_000_000] = changed[1_000_000]! ^ 0xff;
     const two = await inline.write(meta(2, 'cp-1'), Readable.from([changed]));
     for (const s of [inline, threaded]) {
       const a = await s.open('s1', 'cp-1');
@@ -172,7 +172,7 @@ describe('stores on pools of different sizes', () => {
     const packs = path.join(dir, 's1', 'packs');
     const pack = path.join(packs, fs.readdirSync(packs)[0]!);
     const bytes = fs.readFileSync(pack);
-    bytes[1024 * KiB] ^= 1;
+    bytes[1024 * KiB] = bytes[1024 * KiB]! ^ 1;
     fs.writeFileSync(pack, bytes);
     const { stream } = await s.open('s1', 'cp-1');
     const err = await (async () => {

@@ -186,6 +186,49 @@ test('the timeline is a hash chain: a replaced parent manifest is reported', asy
   ]);
 });
 
+describe('branch: a rewind point over an older checkpoint', () => {
+  test('writes no chunk, restores the source state, and joins the hash chain', async () => {
+    const s = store();
+    const first = seeded(11, 2_000_000);
+    await s.write(cp(1), Readable.from([first]));
+    await s.write(cp(2, 'cp-1'), Readable.from([seeded(12, 2_000_000)]));
+    const before = packBytes();
+    const branched = await s.branch('cp-1', { ...cp(3, 'cp-2'), label: 'back to one' });
+    expect(packBytes()).toBe(before);
+    expect(branched).toMatchObject({ checkpointId: 'cp-3', sequence: 3, parentId: 'cp-2', size: first.length });
+    expect(branched.label).toBe('back to one');
+    expect(branched.digest).toBe((await s.readManifest('s1', 'cp-1')).digest);
+    expect(sha(await readAll((await s.open('s1', 'cp-3')).stream))).toBe(sha(first));
+    expect((await s.verifyLineage('s1')).map((r) => r.status)).toEqual(['ok', 'ok', 'ok']);
+    // The next checkpoint after a rewind deduplicates against it like against any parent.
+    await s.write(cp(4, 'cp-3'), Readable.from([first]));
+    expect(packBytes()).toBe(before);
+  });
+
+  test('the branch keeps its chunks when the source is deleted and collected', async () => {
+    const s = store({ gcGraceMs: 0 });
+    const state = seeded(13, 1_000_000);
+    await s.write(cp(1), Readable.from([state]));
+    await s.branch('cp-1', cp(2, 'cp-1'));
+    await s.delete('s1', 'cp-1');
+    expect((await s.gc()).packsRemoved).toEqual([]);
+    expect(sha(await readAll((await s.open('s1', 'cp-2')).stream))).toBe(sha(state));
+  });
+
+  test('refuses a missing source, an existing target, a format-1 source and a source missing a pack', async () => {
+    const s = store();
+    await expect(s.branch('cp-9', cp(2))).rejects.toMatchObject({ code: 'SnapshotNotFound' });
+    await s.write(cp(1), Readable.from([seeded(14, 500_000)]));
+    await expect(s.branch('cp-1', cp(1))).rejects.toThrow(/exists already/);
+    await new FsSnapshotStore(dir).write(cp(5), Readable.from([Buffer.from('format one')]));
+    await expect(s.branch('cp-5', cp(6))).rejects.toMatchObject({ code: 'SnapshotIncompatible' });
+    for (const p of packFiles()) fs.rmSync(p);
+    await expect(s.branch('cp-1', cp(7))).rejects.toMatchObject({ code: 'SnapshotNotFound' });
+    expect(fs.existsSync(path.join(dir, 's1', 'cp-7.manifest'))).toBe(false);
+    expect(fs.readdirSync(path.join(dir, 's1', 'pins'))).toEqual([]);
+  });
+});
+
 test('key rotation: new data keys use the newest master key; rekey re-wraps without rewriting chunks', async () => {
   await store().write(cp(1), Readable.from([randomBytes(200_000)]));
   const packsBefore = packFiles().map((p) => [p, fs.statSync(p).mtimeMs]);
