@@ -1,11 +1,12 @@
 /**
  * Snapshot engine benchmark: in one run on one machine, the physical baselines and the engine over the same bytes.
  *
- *   npx tsx bench/engine.ts [--size-mb 1024] [--dir /path/on/the/disk/to/measure]
+ *   npx tsx bench/engine.ts [--size-mb 1024] [--bounded-mb 2048] [--dir /path/on/the/disk/to/measure]
  *
  * Prints a Markdown table of throughput, ratios to the baselines, bytes written by an incremental checkpoint, and
  * peak RSS; also writes it to .bench/engine.md. No assertion: a benchmark reports, the reader judges.
  */
+import { execFile } from 'node:child_process';
 import { createCipheriv, createHash, randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import * as fs from 'node:fs/promises';
@@ -13,6 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { promisify } from 'node:util';
 import { ChunkedSnapshotStore } from '../src/snapshots/engine/chunked-store';
 import { Keyring } from '../src/snapshots/engine/keyring';
 
@@ -21,6 +23,8 @@ const args = new Map<string, string>();
 for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
 const SIZE = Number(args.get('size-mb') ?? 1024) * MiB;
 const PIECE = MiB;
+/** State size of the bounded-memory rows. */
+const BOUNDED = Number(args.get('bounded-mb') ?? 2048) * MiB;
 
 interface Row {
   metric: string;
@@ -33,7 +37,9 @@ const mbps = (bytes: number, ms: number) => bytes / MiB / (ms / 1000);
 const fmt = (n: number) => `${n.toFixed(0)} MiB/s`;
 
 /** Peak resident memory above the level before `fn`, sampled every 20 ms. */
-async function measured<T>(fn: () => Promise<T>): Promise<{ result: T; ms: number; peakRssMiB: number }> {
+async function measured<T>(
+  fn: () => Promise<T>,
+): Promise<{ result: T; ms: number; peakRssMiB: number; peakAbsoluteMiB: number }> {
   global.gc?.();
   const before = process.memoryUsage().rss;
   let peak = before;
@@ -45,6 +51,7 @@ async function measured<T>(fn: () => Promise<T>): Promise<{ result: T; ms: numbe
       result,
       ms: performance.now() - start,
       peakRssMiB: (Math.max(peak, process.memoryUsage().rss) - before) / MiB,
+      peakAbsoluteMiB: Math.max(peak, process.memoryUsage().rss) / MiB,
     };
   } finally {
     clearInterval(timer);
@@ -52,12 +59,12 @@ async function measured<T>(fn: () => Promise<T>): Promise<{ result: T; ms: numbe
 }
 
 /** Fast unique bytes: an AES-CTR keystream (incompressible) or numbered log lines (text-like, compressible). */
-async function makeState(file: string, kind: 'random' | 'text'): Promise<void> {
+async function makeState(file: string, kind: 'random' | 'text', size = SIZE): Promise<void> {
   const handle = await fs.open(file, 'w');
   const cipher = createCipheriv('aes-256-ctr', randomBytes(32), randomBytes(16));
   const zeros = Buffer.alloc(PIECE);
   let line = 0;
-  for (let done = 0; done < SIZE; done += PIECE) {
+  for (let done = 0; done < size; done += PIECE) {
     let piece: Buffer;
     if (kind === 'random') piece = cipher.update(zeros);
     else {
@@ -185,7 +192,62 @@ async function main(): Promise<void> {
         baseline: `full checkpoint ${(full.ms / 1000).toFixed(2)} s`,
         ratio: `${((incremental.ms / full.ms) * 100).toFixed(0)}% of the time`,
       });
+
+      // A rewind point: a new checkpoint over cp-1's chunks (a manifest, no chunk).
+      const rewind = await measured(() => store.branch('cp-1', { ...meta(3, 'cp-2'), label: 'rewind' }));
+      rows.push({
+        metric: `rewind reference, ${kind}: new checkpoint over cp-1`,
+        value: `${rewind.ms.toFixed(1)} ms · ${(await dirBytes(path.join(base, 'store', sessionId))) - stored - written} bytes (manifest only)`,
+        baseline: 'target ≤ 50 ms',
+        ratio: '',
+      });
       await fs.rm(stateFile);
+    }
+
+    // The same rewind on a 1 MiB state: the cost follows the chunk list, not the bytes.
+    {
+      const small = path.join(base, 'small.bin');
+      await makeState(small, 'random', MiB);
+      const small1 = { checkpointId: 'cp-1', sessionId: 'bench-small', sequence: 1, parentId: null };
+      const common = { runtime: { kind: 'memory', version: '1' }, trigger: 'manual' as const };
+      await store.write({ ...small1, ...common }, createReadStream(small));
+      const rewind = await measured(() =>
+        store.branch('cp-1', {
+          checkpointId: 'cp-2',
+          sessionId: 'bench-small',
+          sequence: 2,
+          parentId: 'cp-1',
+          trigger: 'manual',
+        }),
+      );
+      rows.push({
+        metric: 'rewind reference, 1 MiB state',
+        value: `${rewind.ms.toFixed(1)} ms`,
+        baseline: 'target ≤ 50 ms',
+        ratio: '',
+      });
+    }
+
+    // Bounded memory: capture and restore BOUNDED bytes in a process of their own, so that its resident memory is
+    // the engine's (with its threads), not what this benchmark has accumulated.
+    {
+      const child = await promisify(execFile)(
+        process.execPath,
+        ['--require', require.resolve('tsx/cjs'), path.join(__dirname, 'bounded.ts'), String(BOUNDED / MiB), base],
+        { maxBuffer: 1024 * 1024 },
+      );
+      const result = JSON.parse(child.stdout.trim().split('\n').at(-1)!) as Record<
+        'idleMiB' | 'captureMiB' | 'restoreMiB' | 'captureMBps' | 'restoreMBps',
+        number
+      >;
+      for (const what of ['capture', 'restore'] as const) {
+        rows.push({
+          metric: `${what} of ${BOUNDED / MiB} MiB in a fresh process: peak RSS of the process`,
+          value: `${result[`${what}MiB`].toFixed(0)} MiB (${result.idleMiB.toFixed(0)} MiB before) · ${fmt(result[`${what}MBps`])}`,
+          baseline: 'target < 256 MiB',
+          ratio: '',
+        });
+      }
     }
     const cpu = os.cpus()[0]?.model ?? 'unknown CPU';
     const out = [

@@ -107,21 +107,24 @@ export type OpenFailure =
   | { kind: 'id-mismatch'; id: string }
   | { kind: 'other'; message: string; id: string };
 
-export type OpenBatchResult = { ok: true; plain: Buffer } | { ok: false; failure: OpenFailure };
+export type OpenBatchResult = { ok: true; chunks: Buffer[] } | { ok: false; failure: OpenFailure };
 
 /**
  * Opens the sealed chunks in `sealed` (authenticates, decompresses to exactly the manifest's size, and in plaintext
- * mode compares with the id) and returns their plaintext back to back. The first chunk that fails stops the batch:
- * nothing of the batch is returned then.
+ * mode compares with the id) and returns their plaintexts, in order. The first chunk that fails stops the batch:
+ * nothing of the batch is returned then. (Not concatenated: the copy and the garbage it leaves cost more than the
+ * consumer's handling of 16 pieces a MiB.)
  */
 export function openBatch(
   context: ChunkContext & { dataKeyId: string | null },
   sealed: Buffer,
   entries: readonly OpenEntry[],
 ): OpenBatchResult {
-  const total = entries.reduce((n, e) => n + e.size, 0);
-  const plain = Buffer.allocUnsafeSlow(total);
-  let at = 0;
+  const chunks: Buffer[] = [];
+  const refuse = (failure: OpenFailure): OpenBatchResult => {
+    for (const c of chunks) if (c.buffer !== sealed.buffer) c.fill(0);
+    return { ok: false, failure };
+  };
   for (const entry of entries) {
     const object = sealed.subarray(entry.at, entry.at + entry.length);
     let body: Buffer;
@@ -139,27 +142,22 @@ export function openBatch(
       body = opened.plaintext;
       codec = opened.header.codec;
     } catch (err) {
-      plain.fill(0, 0, at);
       if (err instanceof SnapshotTamperedError) {
-        return { ok: false, failure: { kind: 'sealed', reason: err.reason, message: err.message, id: entry.id } };
+        return refuse({ kind: 'sealed', reason: err.reason, message: err.message, id: entry.id });
       }
-      return { ok: false, failure: { kind: 'other', message: messageOf(err), id: entry.id } };
+      return refuse({ kind: 'other', message: messageOf(err), id: entry.id });
     }
     let chunk: Buffer;
     try {
       chunk = decompressChunk(codec, body, entry.size);
     } catch (err) {
-      plain.fill(0, 0, at);
-      return { ok: false, failure: { kind: 'decode', message: messageOf(err), id: entry.id } };
+      return refuse({ kind: 'decode', message: messageOf(err), id: entry.id });
     }
     // In plaintext mode nothing else binds the bytes to the id; with a key, GCM already did.
-    if (!context.key && chunkId(chunk, null) !== entry.id) {
-      plain.fill(0, 0, at);
-      return { ok: false, failure: { kind: 'id-mismatch', id: entry.id } };
-    }
-    at += chunk.copy(plain, at);
+    if (!context.key && chunkId(chunk, null) !== entry.id) return refuse({ kind: 'id-mismatch', id: entry.id });
+    chunks.push(chunk);
   }
-  return { ok: true, plain };
+  return { ok: true, chunks };
 }
 
 function messageOf(err: unknown): string {

@@ -1,10 +1,10 @@
 /**
- * Entry point of a chunk worker thread (started by chunk-pool.ts): runs seal and open batches of chunk-work.ts for
- * the thread that started it. Contexts (key material, the ids already stored) arrive once per write or read and stay
+ * Entry point of a chunk worker thread (started by chunk-pool.ts): seals batches of chunks (chunk-work.ts) for the
+ * thread that started it. Contexts (key material, the ids already stored) arrive once per write or read and stay
  * until released; they never leave the process.
  */
 import { parentPort } from 'node:worker_threads';
-import { openBatch, sealBatch } from './chunk-work';
+import { sealBatch } from './chunk-work';
 import {
   fromWireContext,
   toBuffer,
@@ -23,7 +23,7 @@ function contextFor(id: number, wire: WireContext | undefined) {
   if (!entry) {
     if (!wire) throw new Error(`chunk worker: unknown context ${id}`);
     const context = fromWireContext(wire);
-    entry = { context, known: new Set(wire.known ?? []) };
+    entry = { context, known: new Set(wire.known) };
     contexts.set(id, entry);
   }
   return entry;
@@ -37,15 +37,11 @@ port.on('message', (request: PoolRequest) => {
   let reply: PoolReply;
   try {
     const { context, known } = contextFor(request.contextId, request.context);
-    if (request.type === 'seal') {
-      reply = {
-        job: request.job,
-        type: 'seal',
-        result: sealBatch(context, known, toBuffer(request.data), request.sizes),
-      };
-    } else {
-      reply = { job: request.job, type: 'open', result: openBatch(context, toBuffer(request.sealed), request.entries) };
-    }
+    reply = {
+      job: request.job,
+      type: 'seal',
+      result: sealBatch(context, known, toBuffer(request.data), request.sizes),
+    };
   } catch (err) {
     reply = { job: request.job, type: 'error', message: err instanceof Error ? err.message : String(err) };
   }

@@ -9,7 +9,7 @@ import { CheckpointManifestSchema, FsSnapshotStore } from '../fs-snapshot-store'
 import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from '../snapshot-store';
 import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
 import { sharedChunkPool, type ChunkPool, type PoolContext } from './chunk-pool';
-import type { OpenEntry, OpenFailure, SealBatchResult } from './chunk-work';
+import { openBatch, type OpenEntry, type OpenFailure, type SealBatchResult } from './chunk-work';
 import { KeyUnavailableError, openObject, sealObject, sealPlaintextObject, SnapshotTamperedError } from './crypto';
 import { createDataKey, rewrapDataKey, unwrapDataKey, wrapDataKey, WrappedDataKey, type Keyring } from './keyring';
 
@@ -36,6 +36,8 @@ const DATA_KEY_FILE = 'data-key.json';
 const PACK_TARGET_BYTES = 64 * 1024 * 1024;
 /** Plaintext per seal batch and sealed bytes per read batch: large enough that thread messages cost little. */
 const BATCH_BYTES = 1024 * 1024;
+/** Read batches in flight ahead of a restore's consumer. */
+const READ_AHEAD_BATCHES = 4;
 const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
 const STALE_PIN_MS = 24 * 60 * 60_000;
 
@@ -330,49 +332,49 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       }
     }
     const reader = new PackReader(packsDir);
-    const pool = this.pool;
-    const context = pool.context({
+    const context = {
       tenant: this.tenant,
       lineage: manifest.lineage,
       formatVersion: ENGINE_FORMAT_VERSION,
       key,
       dataKeyId: key?.dataKeyId ?? null,
-    });
-    const refuse = (failure: OpenFailure) => openFailureError(failure, sessionId, checkpointId);
-    // Batches of consecutive chunks are read (one read per run of adjacent objects) and opened on pool threads,
-    // a few batches ahead of the consumer; plaintext is yielded in manifest order.
-    const readAndOpen = async (batch: Location[]): Promise<Buffer> => {
-      const { sealed, entries } = await reader.readBatch(batch);
-      const opened = await pool.open(context, sealed, entries);
-      if (!opened.ok) throw refuse(opened.failure);
-      return opened.plain;
+    };
+    // Batches of consecutive chunks are read (one read per run of adjacent objects) a few batches ahead of the
+    // consumer and opened here (see chunk-pool.ts for why not on threads); plaintext is yielded in manifest order.
+    // Encrypted chunks open into new buffers, so a batch's read buffer is free again once it is opened: reused,
+    // instead of leaving a MiB of garbage per batch. (Plaintext chunks are views of it: never reused.)
+    const spare: Buffer[] = [];
+    const readAndOpen = async (batch: Location[]): Promise<Buffer[]> => {
+      const { sealed, entries } = await reader.readBatch(batch, spare.pop());
+      const opened = openBatch(context, sealed, entries);
+      if (!opened.ok) throw openFailureError(opened.failure, sessionId, checkpointId);
+      if (key && sealed.byteOffset === 0) spare.push(Buffer.from(sealed.buffer, 0, sealed.buffer.byteLength));
+      return opened.chunks;
     };
     async function* chunks(): AsyncGenerator<Buffer> {
-      const inflight: Promise<Buffer>[] = [];
+      const inflight: Promise<Buffer[]>[] = [];
       let done = 0;
+      const batches = readBatches(manifest.chunks);
       try {
-        for (const batch of readBatches(manifest.chunks)) {
+        for (;;) {
           options.signal?.throwIfAborted();
-          const opened = readAndOpen(batch);
-          opened.catch(() => undefined); // awaited in order below
-          inflight.push(opened);
-          while (inflight.length >= pool.window) {
-            const plain = await inflight.shift()!;
+          const next = batches.next();
+          if (!next.done) {
+            const opened = readAndOpen(next.value);
+            opened.catch(() => undefined); // awaited in order below
+            inflight.push(opened);
+            if (inflight.length < READ_AHEAD_BATCHES) continue;
+          }
+          const ready = inflight.shift();
+          if (!ready) break;
+          for (const plain of await ready) {
             done += plain.length;
             options.onProgress?.(done);
             yield plain;
           }
         }
-        while (inflight.length > 0) {
-          options.signal?.throwIfAborted();
-          const plain = await inflight.shift()!;
-          done += plain.length;
-          options.onProgress?.(done);
-          yield plain;
-        }
       } finally {
         await Promise.allSettled(inflight);
-        pool.release(context);
         await reader.close();
       }
     }
@@ -795,12 +797,17 @@ class PackReader {
   constructor(private readonly dir: string) {}
 
   /**
-   * Reads the sealed objects of `batch` into one buffer, with one read per run of objects adjacent in a pack. An
-   * object cut short by the end of its pack is handed on short, so that opening it reports it as truncated.
+   * Reads the sealed objects of `batch` into one buffer (`into`, if it is large enough), with one read per run of
+   * objects adjacent in a pack. An object cut short by the end of its pack is handed on short, so that opening it
+   * reports it as truncated.
    */
-  async readBatch(batch: readonly Location[]): Promise<{ sealed: Buffer; entries: OpenEntry[] }> {
+  async readBatch(batch: readonly Location[], into?: Buffer): Promise<{ sealed: Buffer; entries: OpenEntry[] }> {
     const total = batch.reduce((n, l) => n + l[4], 0);
-    const sealed = Buffer.allocUnsafeSlow(total);
+    // With headroom, so that the buffer can be reused for the next batch, which may be a chunk larger.
+    const sealed =
+      into && into.length >= total
+        ? into.subarray(0, total)
+        : Buffer.allocUnsafeSlow(Math.max(total, BATCH_BYTES * 1.5)).subarray(0, total);
     const entries: OpenEntry[] = [];
     const reads: Promise<void>[] = [];
     let at = 0;

@@ -1,0 +1,84 @@
+/**
+ * Bounded memory, measured alone: captures and restores a state of the given size (incompressible, from a file)
+ * with the default engine, in this process, and prints the process's peak resident memory during each as JSON.
+ * Run by bench/engine.ts; by hand:
+ *
+ *   npx tsx bench/bounded.ts <size-mb> <scratch-dir> [<threads>]
+ */
+import { createCipheriv, randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import * as fs from 'node:fs/promises';
+import path from 'node:path';
+import { Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { ChunkPool } from '../src/snapshots/engine/chunk-pool';
+import { ChunkedSnapshotStore } from '../src/snapshots/engine/chunked-store';
+import { Keyring } from '../src/snapshots/engine/keyring';
+
+const MiB = 1024 * 1024;
+
+async function peakDuring(fn: () => Promise<unknown>): Promise<{ peakMiB: number; ms: number }> {
+  let peak = process.memoryUsage().rss;
+  const timer = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 10);
+  const start = performance.now();
+  try {
+    await fn();
+    return { peakMiB: Math.max(peak, process.memoryUsage().rss) / MiB, ms: performance.now() - start };
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+async function main(): Promise<void> {
+  const size = Number(process.argv[2]) * MiB;
+  const dir = await fs.mkdtemp(path.join(process.argv[3]!, 'bounded-'));
+  try {
+    const file = path.join(dir, 'state.bin');
+    const handle = await fs.open(file, 'w');
+    const cipher = createCipheriv('aes-256-ctr', randomBytes(32), randomBytes(16));
+    const zeros = Buffer.alloc(MiB);
+    for (let done = 0; done < size; done += MiB) await handle.write(cipher.update(zeros));
+    await handle.close();
+    const store = new ChunkedSnapshotStore({
+      rootDir: path.join(dir, 'store'),
+      keyring: new Keyring([{ id: 'bench', key: randomBytes(32) }]),
+      ...(process.argv[4] !== undefined ? { pool: new ChunkPool(Number(process.argv[4])) } : {}),
+    });
+    const checkpoint = {
+      checkpointId: 'cp-1',
+      sessionId: 'bounded',
+      sequence: 1,
+      parentId: null,
+      runtime: { kind: 'memory', version: '1' },
+      trigger: 'manual' as const,
+    };
+    global.gc?.();
+    const idleMiB = process.memoryUsage().rss / MiB;
+    const capture = await peakDuring(() => store.write(checkpoint, createReadStream(file, { highWaterMark: MiB })));
+    await fs.rm(file);
+    const restore = await peakDuring(async () => {
+      const { stream } = await store.open('bounded', 'cp-1');
+      await pipeline(stream, new Writable({ write: (_chunk, _encoding, done) => done() }));
+    });
+    const mbps = (ms: number) => size / MiB / (ms / 1000);
+    console.log(
+      JSON.stringify({
+        idleMiB,
+        captureMiB: capture.peakMiB,
+        restoreMiB: restore.peakMiB,
+        captureMBps: mbps(capture.ms),
+        restoreMBps: mbps(restore.ms),
+      }),
+    );
+  } finally {
+    await fs.rm(dir, { recursive: true, force: true });
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  },
+);
