@@ -201,6 +201,18 @@ async function main(): Promise<void> {
         baseline: 'target ≤ 50 ms',
         ratio: '',
       });
+      const forked = await measured(() =>
+        store.fork(
+          { sessionId, checkpointId: 'cp-1' },
+          { sessionId: `${sessionId}-fork`, checkpointId: 'cp-1', trigger: 'manual' },
+        ),
+      );
+      rows.push({
+        metric: `fork reference, ${kind}: new session over cp-1`,
+        value: `${forked.ms.toFixed(1)} ms · ${await dirBytes(path.join(base, 'store', `${sessionId}-fork`))} bytes (manifest only)`,
+        baseline: 'target ≤ 50 ms',
+        ratio: '',
+      });
       await fs.rm(stateFile);
     }
 
@@ -220,9 +232,15 @@ async function main(): Promise<void> {
           trigger: 'manual',
         }),
       );
+      const forked = await measured(() =>
+        store.fork(
+          { sessionId: 'bench-small', checkpointId: 'cp-1' },
+          { sessionId: 'bench-small-fork', checkpointId: 'cp-1', trigger: 'manual' },
+        ),
+      );
       rows.push({
-        metric: 'rewind reference, 1 MiB state',
-        value: `${rewind.ms.toFixed(1)} ms`,
+        metric: 'rewind / fork reference, 1 MiB state',
+        value: `${rewind.ms.toFixed(1)} ms / ${forked.ms.toFixed(1)} ms`,
         baseline: 'target ≤ 50 ms',
         ratio: '',
       });

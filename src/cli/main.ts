@@ -22,7 +22,8 @@ snapshot store (reads DS_SNAPSHOT_DIR and the master keys directly, as a worker 
   verify <session-id>          check every checkpoint: manifest, chain link, every chunk's authentication tag
   gc [--dry-run]               remove packs no checkpoint references (safe while checkpoints are written)
   rekey                        re-wrap every data key under the primary master key (chunks are not rewritten)
-  shred <session-id> --yes     destroy the session's data key: all its checkpoints become unreadable, for good
+  shred <session-id> --yes     destroy the data key of the session's lineage (it, its origin, its forks): all their
+                               checkpoints become unreadable, for good
 
 options:
   --json   print the result as JSON
@@ -251,8 +252,9 @@ async function storeCommand(p: Parsed, store: ChunkedSnapshotStore): Promise<Out
     case 'shred': {
       const sessionId = sessionArg(p);
       if (!p.flags.has('yes')) throw new UsageError(`shred destroys every checkpoint of ${sessionId}: add --yes`);
-      await store.shred(sessionId);
-      return { json: { shredded: sessionId }, text: `data key of ${sessionId} destroyed`, exitCode: 0 };
+      const lineage = await store.shred(sessionId);
+      const scope = lineage === sessionId ? sessionId : `lineage ${lineage} (${sessionId} is a fork of it)`;
+      return { json: { shredded: sessionId, lineage }, text: `data key of ${scope} destroyed`, exitCode: 0 };
     }
     default:
       throw new UsageError(`unknown command: ${p.command}`);

@@ -32,6 +32,7 @@ export const READABLE_FORMAT_VERSIONS: readonly number[] = [LEGACY_FORMAT_VERSIO
 const MANIFEST_SUFFIX = '.manifest';
 const LEGACY_MANIFEST_SUFFIX = '.manifest.json';
 const DATA_KEY_FILE = 'data-key.json';
+const LINEAGE_FILE = 'lineage.json';
 /** A pack is closed and a new one started beyond this size, so one checkpoint of gigabytes is several files. */
 const PACK_TARGET_BYTES = 64 * 1024 * 1024;
 /** Plaintext per seal batch and sealed bytes per read batch: large enough that thread messages cost little. */
@@ -63,7 +64,12 @@ const ManifestV2 = CheckpointManifestSchema.extend({
     .nullable(),
   encryption: z.object({ mode: z.enum(['aes-256-gcm', 'none']), dataKeyId: z.string().nullable() }),
   chunks: z.array(Location),
+  /** First checkpoint of a fork: the checkpoint of another session of the lineage it was made from. */
+  forkedFrom: z.object({ sessionId: SessionId, checkpointId: CheckpointId }).optional(),
 });
+
+/** `<session>/lineage.json` of a fork: the lineage whose key and packs the session uses. */
+const LineageFile = z.object({ lineage: SessionId });
 type ManifestV2 = z.infer<typeof ManifestV2>;
 
 export interface ChunkedStoreOptions {
@@ -114,6 +120,8 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   private readonly gcGraceMs: number;
   private readonly pool: ChunkPool;
   private readonly lineageKeys = new Map<string, Promise<LineageKey>>();
+  /** Sessions known to be forks, and their lineage. */
+  private readonly lineages = new Map<string, string>();
 
   constructor(private readonly options: ChunkedStoreOptions) {
     this.root = resolve(options.rootDir);
@@ -132,7 +140,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
 
   async write(checkpoint: NewCheckpoint, data: Readable, options: StoreProgress = {}): Promise<CheckpointManifest> {
     const { sessionId, checkpointId } = checkIds(checkpoint.sessionId, checkpoint.checkpointId);
-    const lineage = sessionId;
+    const lineage = await this.lineageOf(sessionId);
     const { signal, onProgress } = options;
     signal?.throwIfAborted();
     const manifestPath = this.manifestPath(sessionId, checkpointId);
@@ -140,9 +148,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       data.destroy();
       throw new Error(`checkpoint ${checkpointId} of session ${sessionId} exists already; checkpoints are immutable`);
     }
-    const pin = join(this.lineageDir(lineage), 'pins', checkpointId);
-    await fs.mkdir(join(this.lineageDir(lineage), 'pins'), { recursive: true });
-    await fs.writeFile(pin, '');
+    const pin = await this.pin(lineage, sessionId, checkpointId);
     const packs = new PackWriter(join(this.lineageDir(lineage), 'packs'));
     const inflight: Promise<SealBatchResult>[] = [];
     let context: PoolContext | null = null;
@@ -252,7 +258,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   async branch(sourceCheckpointId: string, checkpoint: Omit<NewCheckpoint, 'runtime'>): Promise<CheckpointManifest> {
     const { sessionId, checkpointId } = checkIds(checkpoint.sessionId, checkpoint.checkpointId);
     checkIds(sessionId, sourceCheckpointId);
-    const lineage = sessionId;
+    const lineage = await this.lineageOf(sessionId);
     const manifestPath = this.manifestPath(sessionId, checkpointId);
     if ((await exists(manifestPath)) || (await exists(this.legacyManifestPath(sessionId, checkpointId)))) {
       throw new Error(`checkpoint ${checkpointId} of session ${sessionId} exists already; checkpoints are immutable`);
@@ -265,27 +271,10 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         sourceCheckpointId,
       );
     }
-    const pin = join(this.lineageDir(lineage), 'pins', checkpointId);
-    await fs.mkdir(join(this.lineageDir(lineage), 'pins'), { recursive: true });
-    await fs.writeFile(pin, '');
+    const pin = await this.pin(lineage, sessionId, checkpointId);
     try {
       const key = source.manifest.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(lineage) : null;
-      const packsDir = join(this.lineageDir(lineage), 'packs');
-      // Like a write that reuses chunks: every pack must be there, and is touched so that a concurrent gc keeps it.
-      for (const packId of new Set(source.manifest.chunks.map((c) => c[2]))) {
-        const now = new Date();
-        const present = await fs.utimes(join(packsDir, `${packId}.pack`), now, now).then(
-          () => true,
-          () => false,
-        );
-        if (!present) {
-          throw new SnapshotNotFoundError(
-            `checkpoint ${sourceCheckpointId} of session ${sessionId} is missing pack ${packId}`,
-            sessionId,
-            sourceCheckpointId,
-          );
-        }
-      }
+      await this.holdPacks(source.manifest, sessionId, sourceCheckpointId);
       const parentManifestDigest = checkpoint.parentId
         ? await this.manifestFileDigest(sessionId, checkpoint.parentId)
         : null;
@@ -298,6 +287,64 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         createdAt: new Date().toISOString(),
         trigger: checkpoint.trigger,
         label: checkpoint.label,
+      };
+      if (manifest.label === undefined) delete manifest.label;
+      delete manifest.forkedFrom;
+      await this.publishManifest(manifest, key);
+      return toPublic(manifest);
+    } finally {
+      await fs.rm(pin, { force: true });
+    }
+  }
+
+  /**
+   * A new session whose first checkpoint is `source`'s state: it joins the source's lineage (same data key, same
+   * packs), so no chunk is read or written and its later checkpoints deduplicate against the lineage. The target
+   * session must not exist in the store. Its `lineage.json` names the lineage; the manifest commits to the source's
+   * manifest (`parentManifestDigest`, `forkedFrom`). Sessions of one lineage share their fate under `shred`.
+   */
+  async fork(
+    source: { sessionId: string; checkpointId: string },
+    target: { sessionId: string; checkpointId: string; label?: string; trigger: NewCheckpoint['trigger'] },
+  ): Promise<CheckpointManifest> {
+    checkIds(source.sessionId, source.checkpointId);
+    const { sessionId, checkpointId } = checkIds(target.sessionId, target.checkpointId);
+    if (sessionId === source.sessionId) throw new Error(`a fork needs a new session, not ${sessionId} itself`);
+    const existing = await fs.readdir(join(this.root, sessionId)).catch(() => [] as string[]);
+    if (existing.length > 0)
+      throw new Error(`session ${sessionId} exists already in the store; a fork starts a new one`);
+    const loaded = await this.loadManifest(source.sessionId, source.checkpointId);
+    if (loaded.kind !== 'v2') {
+      throw new SnapshotIncompatibleError(
+        `checkpoint ${source.checkpointId} is in format ${LEGACY_FORMAT_VERSION}, which has no chunks to share; forking needs format ${ENGINE_FORMAT_VERSION}`,
+        source.sessionId,
+        source.checkpointId,
+      );
+    }
+    const origin = loaded.manifest;
+    const lineage = origin.lineage;
+    const pin = await this.pin(lineage, sessionId, checkpointId);
+    try {
+      const key = origin.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(lineage) : null;
+      await this.holdPacks(origin, source.sessionId, source.checkpointId);
+      const parentManifestDigest = await this.manifestFileDigest(source.sessionId, source.checkpointId);
+      await fs.mkdir(join(this.root, sessionId), { recursive: true });
+      const joined = await publish(join(this.root, sessionId, LINEAGE_FILE), Buffer.from(JSON.stringify({ lineage })), {
+        replace: false,
+      });
+      if (!joined) throw new Error(`session ${sessionId} exists already in the store; a fork starts a new one`);
+      this.lineages.set(sessionId, lineage);
+      const manifest: ManifestV2 = {
+        ...origin,
+        checkpointId,
+        sessionId,
+        sequence: 1,
+        parentId: null,
+        parentManifestDigest,
+        createdAt: new Date().toISOString(),
+        trigger: target.trigger,
+        label: target.label,
+        forkedFrom: { sessionId: source.sessionId, checkpointId: source.checkpointId },
       };
       if (manifest.label === undefined) delete manifest.label;
       await this.publishManifest(manifest, key);
@@ -427,11 +474,16 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         const loaded = await this.loadManifest(sessionId, checkpointId);
         sequence = loaded.manifest.sequence;
         formatVersion = loaded.manifest.formatVersion;
-        if (loaded.kind === 'v2' && loaded.manifest.parentId && loaded.manifest.parentManifestDigest) {
-          const parent = await this.manifestFileDigest(sessionId, loaded.manifest.parentId);
+        const link =
+          loaded.kind === 'v2'
+            ? (loaded.manifest.forkedFrom ??
+              (loaded.manifest.parentId ? { sessionId, checkpointId: loaded.manifest.parentId } : null))
+            : null;
+        if (loaded.kind === 'v2' && link && loaded.manifest.parentManifestDigest) {
+          const parent = await this.manifestFileDigest(link.sessionId, link.checkpointId);
           if (parent !== null && parent !== loaded.manifest.parentManifestDigest) {
             throw new SnapshotTamperedError(
-              `checkpoint ${checkpointId}: its parent ${loaded.manifest.parentId} is not the manifest it was written after`,
+              `checkpoint ${checkpointId}: its parent ${link.checkpointId} is not the manifest it was written after`,
               'tampered',
               { sessionId, checkpointId },
             );
@@ -457,14 +509,27 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     const dryRun = options.dryRun ?? false;
     const startedAt = options.now ?? Date.now();
     const report: GcReport = { dryRun, lineages: 0, skipped: [], packsKept: 0, packsRemoved: [], bytesRemoved: 0 };
-    const lineages = (await fs.readdir(this.root, { withFileTypes: true }).catch(() => []))
+    const sessions = (await fs.readdir(this.root, { withFileTypes: true }).catch(() => []))
       .filter((d) => d.isDirectory() && SessionId.safeParse(d.name).success)
       .map((d) => d.name);
-    for (const lineage of lineages) {
+    // The sessions of each lineage (a lineage is itself and its forks); all their manifests keep its packs.
+    const members = new Map<string, string[]>();
+    const unplaced: string[] = [];
+    for (const session of sessions) {
+      const lineage = await this.lineageOf(session).catch(() => null);
+      if (lineage === null) unplaced.push(session);
+      else members.set(lineage, [...(members.get(lineage) ?? []), session]);
+    }
+    for (const lineage of sessions) {
       const packsDir = join(this.lineageDir(lineage), 'packs');
       const packNames = await fs.readdir(packsDir).catch(() => [] as string[]);
       if (packNames.length === 0) continue;
       report.lineages++;
+      if (unplaced.length > 0) {
+        // A session whose lineage is unknown might reference any lineage's packs: sweep nothing.
+        report.skipped.push({ lineage, reason: `the lineage of ${unplaced.join(', ')} is unreadable` });
+        continue;
+      }
       const pins = await fs.readdir(join(this.lineageDir(lineage), 'pins')).catch(() => [] as string[]);
       let threshold = startedAt - this.gcGraceMs;
       for (const pin of pins) {
@@ -474,7 +539,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       }
       let live: Set<string>;
       try {
-        live = await this.referencedPacks(lineage);
+        live = await this.referencedPacks(lineage, members.get(lineage) ?? []);
       } catch (err) {
         if (!(err instanceof LineageSkipped)) throw err;
         report.skipped.push({ lineage, reason: err.message });
@@ -519,10 +584,16 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   }
 
   /** Destroys a lineage's data key: every checkpoint sealed under it becomes unreadable, by design. */
-  async shred(lineage: string): Promise<void> {
-    checkIds(lineage, 'x');
+  /**
+   * Destroys the data key of the session's lineage: every checkpoint of the session, and of every other session of
+   * its lineage (its origin and forks), is unreadable from then on. Returns the lineage.
+   */
+  async shred(sessionId: string): Promise<string> {
+    checkIds(sessionId, 'x');
+    const lineage = await this.lineageOf(sessionId);
     await fs.rm(join(this.lineageDir(lineage), 'keys', DATA_KEY_FILE), { force: true });
     this.lineageKeys.delete(lineage);
+    return lineage;
   }
 
   // ---- internals ---------------------------------------------------------------------------------------------
@@ -555,7 +626,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     const path = this.manifestPath(sessionId, checkpointId);
     const sealed = await readSmall(path);
     if (sealed === null) return { kind: 'v1', manifest: await this.legacy.readManifest(sessionId, checkpointId) };
-    const lineage = sessionId;
+    const lineage = await this.lineageOf(sessionId);
     const peek = peekEncrypted(sealed);
     const key = peek && this.options.keyring ? await this.lineageKey(lineage) : null;
     if (peek && !this.options.keyring) {
@@ -629,18 +700,21 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     return bytes ? `sha256:${createHash('sha256').update(bytes).digest('hex')}` : null;
   }
 
-  private async referencedPacks(lineage: string): Promise<Set<string>> {
+  private async referencedPacks(lineage: string, sessions: readonly string[]): Promise<Set<string>> {
     const live = new Set<string>();
-    const names = await fs.readdir(join(this.root, lineage)).catch(() => [] as string[]);
-    for (const name of names) {
-      if (!name.endsWith(MANIFEST_SUFFIX) || name.startsWith('.')) continue;
-      const checkpointId = name.slice(0, -MANIFEST_SUFFIX.length);
-      try {
-        const loaded = await this.loadManifest(lineage, checkpointId);
-        if (loaded.kind === 'v2') for (const c of loaded.manifest.chunks) live.add(c[2]);
-      } catch (err) {
-        // A manifest that cannot be read might still reference packs: never sweep what it may need.
-        throw new LineageSkipped(`manifest ${checkpointId} is unreadable (${messageOf(err)})`);
+    for (const session of sessions) {
+      const names = await fs.readdir(join(this.root, session)).catch(() => [] as string[]);
+      for (const name of names) {
+        if (!name.endsWith(MANIFEST_SUFFIX) || name.startsWith('.')) continue;
+        const checkpointId = name.slice(0, -MANIFEST_SUFFIX.length);
+        try {
+          const loaded = await this.loadManifest(session, checkpointId);
+          if (loaded.kind === 'v2') for (const c of loaded.manifest.chunks) live.add(c[2]);
+        } catch (err) {
+          // A manifest that cannot be read might still reference packs: never sweep what it may need.
+          const where = session === lineage ? '' : ` of fork ${session}`;
+          throw new LineageSkipped(`manifest ${checkpointId}${where} is unreadable (${messageOf(err)})`);
+        }
       }
     }
     return live;
@@ -700,6 +774,56 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     return this.options.keyring;
   }
 
+  /** The lineage of a session: its own id, or for a fork the one its `lineage.json` names. */
+  private async lineageOf(sessionId: string): Promise<string> {
+    const known = this.lineages.get(sessionId);
+    if (known) return known;
+    const raw = await readSmall(join(this.root, sessionId, LINEAGE_FILE));
+    if (raw === null) return sessionId;
+    let parsed: { lineage: string };
+    try {
+      parsed = LineageFile.parse(JSON.parse(raw.toString('utf8')));
+    } catch (err) {
+      throw new SnapshotCorruptError(`${LINEAGE_FILE} of session ${sessionId} is malformed`, sessionId, '', {
+        cause: err,
+      });
+    }
+    // Written once, never changed: a forged one fails every manifest of the session (their header names the lineage).
+    this.lineages.set(sessionId, parsed.lineage);
+    return parsed.lineage;
+  }
+
+  /** Marks a checkpoint as being written into a lineage, for gc (pins/<session>.<checkpoint>). Returns its path. */
+  private async pin(lineage: string, sessionId: string, checkpointId: string): Promise<string> {
+    const dir = join(this.lineageDir(lineage), 'pins');
+    await fs.mkdir(dir, { recursive: true });
+    const pin = join(dir, `${sessionId}.${checkpointId}`);
+    await fs.writeFile(pin, '');
+    return pin;
+  }
+
+  /**
+   * For a new manifest over an existing one's chunks: every pack must be there, and is touched, like the packs a
+   * write reuses, so that a concurrent gc keeps it.
+   */
+  private async holdPacks(manifest: ManifestV2, sessionId: string, checkpointId: string): Promise<void> {
+    const packsDir = join(this.lineageDir(manifest.lineage), 'packs');
+    for (const packId of new Set(manifest.chunks.map((c) => c[2]))) {
+      const now = new Date();
+      const present = await fs.utimes(join(packsDir, `${packId}.pack`), now, now).then(
+        () => true,
+        () => false,
+      );
+      if (!present) {
+        throw new SnapshotNotFoundError(
+          `checkpoint ${checkpointId} of session ${sessionId} is missing pack ${packId}`,
+          sessionId,
+          checkpointId,
+        );
+      }
+    }
+  }
+
   private lineageDir(lineage: string): string {
     return join(this.root, lineage);
   }
@@ -723,7 +847,7 @@ class PackWriter {
   private inflight: Promise<unknown>[] = [];
   private readonly temps: string[] = [];
   private wrote = false;
-  private static readonly MAX_INFLIGHT = 4;
+  private static readonly MAX_INFLIGHT = 8;
 
   constructor(private readonly dir: string) {}
 
@@ -740,8 +864,11 @@ class PackWriter {
     const pack = this.current;
     const offset = pack.size;
     for (const object of objects) pack.size += object.length;
-    this.inflight.push(writeAll(pack.handle, objects, offset));
-    if (this.inflight.length >= PackWriter.MAX_INFLIGHT) await this.drain();
+    const write = writeAll(pack.handle, objects, offset);
+    write.catch(() => undefined); // awaited below or by drain(); a failure must not count as unhandled meanwhile
+    this.inflight.push(write);
+    // A sliding window: wait for the oldest write only, so that writing overlaps with chunking and sealing.
+    while (this.inflight.length >= PackWriter.MAX_INFLIGHT) await this.inflight.shift();
     return [pack.id, offset];
   }
 

@@ -229,6 +229,102 @@ describe('branch: a rewind point over an older checkpoint', () => {
   });
 });
 
+describe('fork: a new session over a checkpoint of another, in the same lineage', () => {
+  const forkOf = (s: ChunkedSnapshotStore, label?: string) =>
+    s.fork(
+      { sessionId: 's1', checkpointId: 'cp-1' },
+      { sessionId: 's2', checkpointId: 'f-1', trigger: 'manual', ...(label ? { label } : {}) },
+    );
+
+  test('writes no chunk, restores the source state, and the fork deduplicates against the lineage', async () => {
+    const s = store();
+    const state = seeded(21, 3_000_000);
+    await s.write(cp(1), Readable.from([state]));
+    const before = packBytes();
+    const fork = await forkOf(s, 'experiment');
+    expect(packBytes()).toBe(before);
+    expect(fork).toMatchObject({
+      sessionId: 's2',
+      checkpointId: 'f-1',
+      sequence: 1,
+      parentId: null,
+      size: state.length,
+    });
+    expect(fork.label).toBe('experiment');
+    expect(sha(await readAll((await s.open('s2', 'f-1')).stream))).toBe(sha(state));
+    expect(fs.readdirSync(path.join(dir, 's2')).sort()).toEqual(['f-1.manifest', 'lineage.json']);
+
+    // The fork goes on: a small change writes a chunk or two into the lineage's packs, not a copy of the state.
+    const changed = Buffer.from(state);
+    changed[1_500_000] = changed[1_500_000]! ^ 0xff;
+    await s.write({ ...cp(2, 'f-1', 's2') }, Readable.from([changed]));
+    expect(packBytes() - before).toBeLessThan(state.length * 0.2);
+    expect(sha(await readAll((await s.open('s2', 'cp-2')).stream))).toBe(sha(changed));
+    expect((await s.verifyLineage('s2')).map((r) => r.status)).toEqual(['ok', 'ok']);
+    expect((await s.list('s2')).map((m) => m.checkpointId)).toEqual(['f-1', 'cp-2']);
+  });
+
+  test('gc keeps every chunk the fork references after the source is deleted', async () => {
+    const s = store({ gcGraceMs: 0 });
+    const state = seeded(22, 1_000_000);
+    await s.write(cp(1), Readable.from([state]));
+    await forkOf(s);
+    await s.delete('s1', 'cp-1');
+    expect((await s.gc()).packsRemoved).toEqual([]);
+    expect(sha(await readAll((await s.open('s2', 'f-1')).stream))).toBe(sha(state));
+    await s.delete('s2', 'f-1');
+    expect((await s.gc()).packsRemoved).toHaveLength(1);
+  });
+
+  test('the fork names its source in the hash chain: a replaced source is reported', async () => {
+    const s = store();
+    await s.write(cp(1), Readable.from([seeded(23, 200_000)]));
+    await forkOf(s);
+    await s.delete('s1', 'cp-1');
+    await s.write(cp(1), Readable.from([seeded(24, 200_000)]));
+    expect((await s.verifyLineage('s2'))[0]).toMatchObject({ checkpointId: 'f-1', status: 'tampered' });
+  });
+
+  test('a forged lineage.json makes the fork unreadable, never another lineage readable', async () => {
+    const s = store();
+    await s.write(cp(1), Readable.from([seeded(25, 200_000)]));
+    await s.write(cp(1, null, 's3'), Readable.from([seeded(26, 200_000)]));
+    await forkOf(s);
+    fs.writeFileSync(path.join(dir, 's2', 'lineage.json'), JSON.stringify({ lineage: 's3' }));
+    await expect(store().open('s2', 'f-1')).rejects.toBeInstanceOf(SnapshotTamperedError);
+    fs.writeFileSync(path.join(dir, 's2', 'lineage.json'), 'not json');
+    await expect(store().open('s2', 'f-1')).rejects.toMatchObject({ code: 'SnapshotCorrupt' });
+    // gc cannot tell which lineage the fork's packs belong to: it removes nothing.
+    const report = await store({ gcGraceMs: 0 }).gc();
+    expect(report.packsRemoved).toEqual([]);
+    expect(report.skipped.map((x) => x.reason)).toContain('the lineage of s2 is unreadable');
+  });
+
+  test('shredding a fork destroys the lineage: the origin becomes unreadable too', async () => {
+    const s = store();
+    await s.write(cp(1), Readable.from([seeded(27, 200_000)]));
+    await forkOf(s);
+    expect(await s.shred('s2')).toBe('s1');
+    await expect(store().open('s1', 'cp-1')).rejects.toBeInstanceOf(KeyUnavailableError);
+    await expect(store().open('s2', 'f-1')).rejects.toBeInstanceOf(KeyUnavailableError);
+  });
+
+  test('refuses an existing target session, the source session itself and a format-1 source', async () => {
+    const s = store();
+    await s.write(cp(1), Readable.from([seeded(28, 200_000)]));
+    await s.write(cp(1, null, 's2'), Readable.from([seeded(29, 200_000)]));
+    await expect(forkOf(s)).rejects.toThrow(/exists already/);
+    await expect(
+      s.fork({ sessionId: 's1', checkpointId: 'cp-1' }, { sessionId: 's1', checkpointId: 'x-1', trigger: 'manual' }),
+    ).rejects.toThrow(/new session/);
+    await new FsSnapshotStore(dir).write(cp(5, null, 's4'), Readable.from([Buffer.from('format one')]));
+    await expect(
+      s.fork({ sessionId: 's4', checkpointId: 'cp-5' }, { sessionId: 's5', checkpointId: 'f-1', trigger: 'manual' }),
+    ).rejects.toMatchObject({ code: 'SnapshotIncompatible' });
+    expect(fs.existsSync(path.join(dir, 's5'))).toBe(false);
+  });
+});
+
 test('key rotation: new data keys use the newest master key; rekey re-wraps without rewriting chunks', async () => {
   await store().write(cp(1), Readable.from([randomBytes(200_000)]));
   const packsBefore = packFiles().map((p) => [p, fs.statSync(p).mtimeMs]);
