@@ -4,7 +4,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { ChunkedSnapshotStore } from '../../../src/snapshots/engine/chunked-store';
-import { KeyUnavailableError, SnapshotTamperedError } from '../../../src/snapshots/engine/crypto';
+import {
+  KeyUnavailableError,
+  openObject,
+  sealPlaintextObject,
+  SnapshotTamperedError,
+} from '../../../src/snapshots/engine/crypto';
 import { Keyring } from '../../../src/snapshots/engine/keyring';
 import { FsSnapshotStore } from '../../../src/snapshots/fs-snapshot-store';
 import type { NewCheckpoint } from '../../../src/snapshots/snapshot-store';
@@ -347,6 +352,40 @@ test('plaintext mode is explicit, reported, and still detects corruption', async
   bytes[100]! ^= 0x01;
   fs.writeFileSync(pack!, bytes);
   await expect(readAll((await s.open('s1', 'cp-1')).stream)).rejects.toThrow();
+});
+
+test('a manifest whose chunk list is malformed is SnapshotCorrupt, whatever the entry gets wrong', async () => {
+  const s = new ChunkedSnapshotStore({ rootDir: dir, keyring: null });
+  await s.write(cp(1), Readable.from([randomBytes(100_000)]));
+  const file = path.join(dir, 's1', 'cp-1.manifest');
+  const opened = openObject(fs.readFileSync(file), () => Buffer.alloc(0), {
+    kind: 'manifest',
+    tenant: 'default',
+    lineage: 's1',
+    objectId: 'cp-1',
+    sessionId: 's1',
+    formatVersion: 2,
+    encrypted: false,
+  });
+  const manifest = JSON.parse(opened.plaintext.toString('utf8')) as { chunks: unknown[][] };
+  const good = manifest.chunks[0]!;
+  const bad: unknown[][] = [
+    [...good.slice(0, 4)],
+    ['not-hex', ...good.slice(1)],
+    [good[0], -1, ...good.slice(2)],
+    [good[0], good[1], '../escape', ...good.slice(3)],
+    [...good.slice(0, 3), 1.5, good[4]],
+    [...good.slice(0, 4), 0],
+  ];
+  for (const entry of bad) {
+    const body = Buffer.from(JSON.stringify({ ...manifest, chunks: [entry] }));
+    const header = { kind: 'manifest' as const, tenant: 'default', lineage: 's1', objectId: 'cp-1', sessionId: 's1' };
+    fs.writeFileSync(file, sealPlaintextObject(body, { ...header, formatVersion: 2, codec: 0 }));
+    await expect(s.readManifest('s1', 'cp-1')).rejects.toMatchObject({
+      code: 'SnapshotCorrupt',
+      message: expect.stringContaining('chunks must be'),
+    });
+  }
 });
 
 test('format 1 checkpoints written by the filesystem store stay readable', async () => {
