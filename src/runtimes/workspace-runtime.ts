@@ -421,6 +421,13 @@ function addEntry(pack: Pack, header: PackHeader): Promise<void> {
 }
 
 /**
+ * File reads while capturing: 1 MiB, not the default 64 KiB. Each piece crosses the pack, a Readable and the
+ * chunker; measured on 100 MiB, the archive stream alone went from 357–665 to 832–1192 MiB/s, and a checkpoint into
+ * the encrypted store from 92–133 to 115–162 MiB/s.
+ */
+const READ_BYTES = 1024 * 1024;
+
+/**
  * Streams the first `header.size` bytes of `file` into a pack entry, with the pack's backpressure. A file that
  * shrank since it was measured fails the capture rather than producing a corrupt archive.
  */
@@ -431,7 +438,7 @@ async function addFile(pack: Pack, header: PackHeader & { size: number }, file: 
   try {
     let bytesRead = 0;
     if (header.size > 0) {
-      for await (const chunk of createReadStream(file, { start: 0, end: header.size - 1 })) {
+      for await (const chunk of createReadStream(file, { start: 0, end: header.size - 1, highWaterMark: READ_BYTES })) {
         // Destroyed with the capture: stop reading (leaving the loop closes the file); `added` says why.
         if (entry.destroying) throw new Error('capture abandoned');
         bytesRead += (chunk as Buffer).length;
