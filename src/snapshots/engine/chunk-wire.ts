@@ -2,7 +2,7 @@
  * Messages between chunk-pool.ts and its worker threads (chunk-worker.ts). Buffers cross as transferred
  * ArrayBuffers where they own one (no copy), otherwise as copies.
  */
-import type { SealBatchResult, SealContext } from './chunk-work';
+import type { OpenBatchResult, OpenedBody, SealBatchResult, SealContext } from './chunk-work';
 
 /** A seal context as it crosses the thread boundary. */
 export interface WireContext {
@@ -15,10 +15,13 @@ export interface WireContext {
 
 export type PoolRequest =
   | { type: 'seal'; job: number; contextId: number; context?: WireContext; data: Uint8Array; sizes: number[] }
+  | { type: 'decode'; job: number; bodies: OpenedBody[]; checkIds: boolean }
   | { type: 'release'; contextId: number };
 
 export type PoolReply =
-  { job: number; type: 'seal'; result: SealBatchResult } | { job: number; type: 'error'; message: string };
+  | { job: number; type: 'seal'; result: SealBatchResult }
+  | { job: number; type: 'decode'; result: OpenBatchResult }
+  | { job: number; type: 'error'; message: string };
 
 /** A Buffer view of bytes that arrived as a Uint8Array (structured clone does not keep the Buffer class). */
 export function toBuffer(bytes: Uint8Array): Buffer {
@@ -52,5 +55,8 @@ export function transferList(message: PoolRequest | PoolReply): ArrayBuffer[] {
   const bytes: Uint8Array[] = [];
   if ('data' in message) bytes.push(message.data);
   if (message.type === 'seal' && 'result' in message) bytes.push(...message.result.objects);
-  return bytes.filter(ownsBuffer).map((b) => b.buffer as ArrayBuffer);
+  if (message.type === 'decode' && 'bodies' in message) bytes.push(...message.bodies.map((b) => b.body));
+  if (message.type === 'decode' && 'result' in message && message.result.ok) bytes.push(...message.result.chunks);
+  // A buffer listed twice cannot be transferred (a body returned undecoded is its own chunk): once each.
+  return [...new Set(bytes.filter(ownsBuffer).map((b) => b.buffer as ArrayBuffer))];
 }

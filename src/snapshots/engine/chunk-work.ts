@@ -109,6 +109,73 @@ export type OpenFailure =
 
 export type OpenBatchResult = { ok: true; chunks: Buffer[] } | { ok: false; failure: OpenFailure };
 
+/** A chunk authenticated and decrypted, not yet decompressed. */
+export interface OpenedBody {
+  id: string;
+  /** Plaintext size from the manifest. */
+  size: number;
+  codec: number;
+  body: Buffer;
+}
+
+/**
+ * Opens the sealed chunks in `sealed`: authenticates and decrypts each (AES-GCM, or the plaintext-mode digest) and
+ * returns the bodies, still compressed. The first chunk that fails stops the batch: nothing of it is returned then.
+ */
+export function openBodies(
+  context: ChunkContext & { dataKeyId: string | null },
+  sealed: Buffer,
+  entries: readonly OpenEntry[],
+): { ok: true; bodies: OpenedBody[] } | { ok: false; failure: OpenFailure } {
+  const bodies: OpenedBody[] = [];
+  for (const entry of entries) {
+    const object = sealed.subarray(entry.at, entry.at + entry.length);
+    try {
+      const opened = openObject(object, () => context.key!.key, {
+        kind: 'chunk',
+        tenant: context.tenant,
+        lineage: context.lineage,
+        objectId: entry.id,
+        formatVersion: context.formatVersion,
+        encrypted: context.key !== null,
+        ...(context.dataKeyId !== null ? { dataKeyId: context.dataKeyId } : {}),
+      });
+      bodies.push({ id: entry.id, size: entry.size, codec: opened.header.codec, body: opened.plaintext });
+    } catch (err) {
+      for (const b of bodies) if (b.body.buffer !== sealed.buffer) b.body.fill(0);
+      if (err instanceof SnapshotTamperedError) {
+        return { ok: false, failure: { kind: 'sealed', reason: err.reason, message: err.message, id: entry.id } };
+      }
+      return { ok: false, failure: { kind: 'other', message: messageOf(err), id: entry.id } };
+    }
+  }
+  return { ok: true, bodies };
+}
+
+/**
+ * Decompresses opened bodies to exactly their manifest sizes and, with `checkIds` (plaintext mode, where nothing
+ * else binds the bytes to the id; with a key, GCM already did), compares each with its id. Needs no key: it may run
+ * on a pool thread.
+ */
+export function decodeBodies(bodies: readonly OpenedBody[], checkIds: boolean): OpenBatchResult {
+  const chunks: Buffer[] = [];
+  const refuse = (failure: OpenFailure): OpenBatchResult => {
+    chunks.forEach((c, i) => c !== bodies[i]!.body && c.fill(0));
+    return { ok: false, failure };
+  };
+  for (const { id, size, codec, body } of bodies) {
+    let chunk: Buffer;
+    try {
+      chunk = decompressChunk(codec, body, size);
+    } catch (err) {
+      return refuse({ kind: 'decode', message: messageOf(err), id });
+    }
+    if (checkIds && chunkId(chunk, null) !== id) return refuse({ kind: 'id-mismatch', id });
+    chunks.push(chunk);
+  }
+  return { ok: true, chunks };
+}
+
 /**
  * Opens the sealed chunks in `sealed` (authenticates, decompresses to exactly the manifest's size, and in plaintext
  * mode compares with the id) and returns their plaintexts, in order. The first chunk that fails stops the batch:
@@ -120,44 +187,8 @@ export function openBatch(
   sealed: Buffer,
   entries: readonly OpenEntry[],
 ): OpenBatchResult {
-  const chunks: Buffer[] = [];
-  const refuse = (failure: OpenFailure): OpenBatchResult => {
-    for (const c of chunks) if (c.buffer !== sealed.buffer) c.fill(0);
-    return { ok: false, failure };
-  };
-  for (const entry of entries) {
-    const object = sealed.subarray(entry.at, entry.at + entry.length);
-    let body: Buffer;
-    let codec: number;
-    try {
-      const opened = openObject(object, () => context.key!.key, {
-        kind: 'chunk',
-        tenant: context.tenant,
-        lineage: context.lineage,
-        objectId: entry.id,
-        formatVersion: context.formatVersion,
-        encrypted: context.key !== null,
-        ...(context.dataKeyId !== null ? { dataKeyId: context.dataKeyId } : {}),
-      });
-      body = opened.plaintext;
-      codec = opened.header.codec;
-    } catch (err) {
-      if (err instanceof SnapshotTamperedError) {
-        return refuse({ kind: 'sealed', reason: err.reason, message: err.message, id: entry.id });
-      }
-      return refuse({ kind: 'other', message: messageOf(err), id: entry.id });
-    }
-    let chunk: Buffer;
-    try {
-      chunk = decompressChunk(codec, body, entry.size);
-    } catch (err) {
-      return refuse({ kind: 'decode', message: messageOf(err), id: entry.id });
-    }
-    // In plaintext mode nothing else binds the bytes to the id; with a key, GCM already did.
-    if (!context.key && chunkId(chunk, null) !== entry.id) return refuse({ kind: 'id-mismatch', id: entry.id });
-    chunks.push(chunk);
-  }
-  return { ok: true, chunks };
+  const opened = openBodies(context, sealed, entries);
+  return opened.ok ? decodeBodies(opened.bodies, context.key === null) : opened;
 }
 
 function messageOf(err: unknown): string {

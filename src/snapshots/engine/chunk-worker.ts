@@ -1,10 +1,10 @@
 /**
- * Entry point of a chunk worker thread (started by chunk-pool.ts): seals batches of chunks (chunk-work.ts) for the
- * thread that started it. Contexts (key material, the ids already stored) arrive once per write or read and stay
+ * Entry point of a chunk worker thread (started by chunk-pool.ts): seals batches of chunks and decompresses opened
+ * ones (chunk-work.ts) for the thread that started it. Contexts (key material, the ids already stored) arrive once per write or read and stay
  * until released; they never leave the process.
  */
 import { parentPort } from 'node:worker_threads';
-import { sealBatch } from './chunk-work';
+import { decodeBodies, sealBatch } from './chunk-work';
 import {
   fromWireContext,
   toBuffer,
@@ -36,12 +36,17 @@ port.on('message', (request: PoolRequest) => {
   }
   let reply: PoolReply;
   try {
-    const { context, known } = contextFor(request.contextId, request.context);
-    reply = {
-      job: request.job,
-      type: 'seal',
-      result: sealBatch(context, known, toBuffer(request.data), request.sizes),
-    };
+    if (request.type === 'decode') {
+      const bodies = request.bodies.map((b) => ({ ...b, body: toBuffer(b.body) }));
+      reply = { job: request.job, type: 'decode', result: decodeBodies(bodies, request.checkIds) };
+    } else {
+      const { context, known } = contextFor(request.contextId, request.context);
+      reply = {
+        job: request.job,
+        type: 'seal',
+        result: sealBatch(context, known, toBuffer(request.data), request.sizes),
+      };
+    }
   } catch (err) {
     reply = { job: request.job, type: 'error', message: err instanceof Error ? err.message : String(err) };
   }

@@ -9,7 +9,8 @@ import { CheckpointManifestSchema, FsSnapshotStore } from '../fs-snapshot-store'
 import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from '../snapshot-store';
 import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
 import { sharedChunkPool, type ChunkPool, type PoolContext } from './chunk-pool';
-import { openBatch, type OpenEntry, type OpenFailure, type SealBatchResult } from './chunk-work';
+import { decodeBodies, openBodies, type OpenEntry, type OpenFailure, type SealBatchResult } from './chunk-work';
+import { CODECS } from './codec';
 import { KeyUnavailableError, openObject, sealObject, sealPlaintextObject, SnapshotTamperedError } from './crypto';
 import { createDataKey, rewrapDataKey, unwrapDataKey, wrapDataKey, WrappedDataKey, type Keyring } from './keyring';
 
@@ -398,6 +399,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       }
     }
     const reader = new PackReader(packsDir);
+    const pool = this.pool;
     const context = {
       tenant: this.tenant,
       lineage: manifest.lineage,
@@ -406,16 +408,29 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       dataKeyId: key?.dataKeyId ?? null,
     };
     // Batches of consecutive chunks are read (one read per run of adjacent objects) a few batches ahead of the
-    // consumer and opened here (see chunk-pool.ts for why not on threads); plaintext is yielded in manifest order.
+    // consumer, authenticated and decrypted here and decompressed on a pool thread (see chunk-pool.ts); plaintext
+    // is yielded in manifest order.
     // Encrypted chunks open into new buffers, so a batch's read buffer is free again once it is opened: reused,
     // instead of leaving a MiB of garbage per batch. (Plaintext chunks are views of it: never reused.)
     const spare: Buffer[] = [];
+    let decodeTurn = 0;
     const readAndOpen = async (batch: Location[]): Promise<Buffer[]> => {
       const { sealed, entries } = await reader.readBatch(batch, spare.pop());
-      const opened = openBatch(context, sealed, entries);
+      const opened = openBodies(context, sealed, entries);
       if (!opened.ok) throw openFailureError(opened.failure, sessionId, checkpointId);
+      // Decompression, when there is any, shared between the pool's threads and this one: every batch but one in
+      // pool.size + 1 goes to a thread. Plaintext bodies are views of `sealed`: copied before they are handed over.
+      const compressed = opened.bodies.some((b) => b.codec !== CODECS.none);
+      const onThread = compressed && pool.size > 0 && decodeTurn++ % (pool.size + 1) !== pool.size;
+      const decoded = onThread
+        ? await pool.decode(
+            opened.bodies.map((b) => (key ? b : { ...b, body: Buffer.from(b.body) })),
+            key === null,
+          )
+        : decodeBodies(opened.bodies, key === null);
+      if (!decoded.ok) throw openFailureError(decoded.failure, sessionId, checkpointId);
       if (key && sealed.byteOffset === 0) spare.push(Buffer.from(sealed.buffer, 0, sealed.buffer.byteLength));
-      return opened.chunks;
+      return decoded.chunks;
     };
     async function* chunks(): AsyncGenerator<Buffer> {
       const inflight: Promise<Buffer[]>[] = [];

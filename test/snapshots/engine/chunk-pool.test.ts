@@ -4,7 +4,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { ChunkPool } from '../../../src/snapshots/engine/chunk-pool';
-import { chunkId, openBatch, type ChunkKey, type SealBatchResult } from '../../../src/snapshots/engine/chunk-work';
+import {
+  chunkId,
+  decodeBodies,
+  openBatch,
+  type ChunkKey,
+  type SealBatchResult,
+} from '../../../src/snapshots/engine/chunk-work';
+import { CODECS, compressChunk } from '../../../src/snapshots/engine/codec';
 import { ChunkedSnapshotStore } from '../../../src/snapshots/engine/chunked-store';
 import { SnapshotTamperedError } from '../../../src/snapshots/engine/crypto';
 import { Keyring } from '../../../src/snapshots/engine/keyring';
@@ -66,6 +73,29 @@ test('threads id, skip and seal exactly what the calling thread does, and what t
   );
   const opened = openBatch({ ...context, dataKeyId: key.dataKeyId }, sealed, entries);
   expect(opened.ok && Buffer.concat(opened.chunks).equals(Buffer.concat([chunks[0]!, chunks[2]!]))).toBe(true);
+});
+
+test('decompression on a thread returns what the calling thread would, and refuses a corrupt body', async () => {
+  const p = pool(1);
+  const text = Buffer.from('a line of a log, repeated\n'.repeat(3000));
+  const compressed = compressChunk(text);
+  expect(compressed.codec).not.toBe(CODECS.none);
+  const raw = seeded(30, 20 * KiB);
+  const bodies = () => [
+    { id: 'a', size: text.length, codec: compressed.codec, body: Buffer.from(compressed.data) },
+    { id: 'b', size: raw.length, codec: CODECS.none, body: Buffer.from(raw) },
+  ];
+  const inline = decodeBodies(bodies(), false);
+  const threaded = await p.decode(bodies(), false);
+  expect(threaded.ok && inline.ok).toBe(true);
+  expect(threaded.ok && Buffer.concat(threaded.chunks).equals(Buffer.concat([text, raw]))).toBe(true);
+
+  const corrupt = bodies();
+  corrupt[0]!.body[10] = corrupt[0]!.body[10]! ^ 0xff;
+  const refused = await p.decode(corrupt, false);
+  expect(refused).toMatchObject({ ok: false, failure: { kind: 'decode', id: 'a' } });
+  // Plaintext mode: the bytes must match their id too.
+  expect(await p.decode(bodies(), true)).toMatchObject({ ok: false, failure: { kind: 'id-mismatch', id: 'a' } });
 });
 
 test('a chunk repeated within one write is sealed once by a thread', async () => {
@@ -150,6 +180,30 @@ describe('stores on pools of different sizes', () => {
     // The second checkpoint (inline) reused every chunk but the changed one from the first (threaded).
     const list = await threaded.verifyLineage('s1');
     expect(list.map((r) => r.status)).toEqual(['ok', 'ok']);
+  });
+
+  test('compressible state round-trips through decompression threads, encrypted and in plaintext mode', async () => {
+    const state = Buffer.from(
+      Array.from({ length: 120_000 }, (_, i) => `step ${i} tool=shell exit=${i % 3} in /work/${i % 17}\n`).join(''),
+    );
+    for (const keyring of [new Keyring([{ id: 'k1', key: randomBytes(32) }]), null]) {
+      const root = fs.mkdtempSync(path.join(dir, 'store-'));
+      const s = new ChunkedSnapshotStore({ rootDir: root, keyring, pool: pool(2) });
+      await s.write(
+        {
+          checkpointId: 'cp-1',
+          sessionId: 's1',
+          sequence: 1,
+          parentId: null,
+          runtime: { kind: 'memory', version: '1' },
+          trigger: 'manual',
+        },
+        Readable.from([state]),
+      );
+      const parts: Buffer[] = [];
+      for await (const p of (await s.open('s1', 'cp-1')).stream) parts.push(p as Buffer);
+      expect(Buffer.concat(parts).equals(state)).toBe(true);
+    }
   });
 
   test('a tampered chunk is SnapshotTampered naming the checkpoint', async () => {
