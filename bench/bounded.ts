@@ -1,9 +1,10 @@
 /**
- * Bounded memory, measured alone: captures and restores a state of the given size (incompressible, from a file)
+ * Bounded memory, measured alone: captures and restores a state of the given size (incompressible or text-like, from
+ * a file)
  * with the default engine, in this process, and prints the process's peak resident memory during each as JSON.
  * Run by bench/engine.ts; by hand:
  *
- *   npx tsx bench/bounded.ts <size-mb> <scratch-dir> [<threads>]
+ *   npx tsx bench/bounded.ts <size-mb> <scratch-dir> [random|text] [<threads>]
  */
 import { createCipheriv, randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
@@ -31,18 +32,32 @@ async function peakDuring(fn: () => Promise<unknown>): Promise<{ peakMiB: number
 
 async function main(): Promise<void> {
   const size = Number(process.argv[2]) * MiB;
+  const kind = process.argv[4] === 'text' ? 'text' : 'random';
   const dir = await fs.mkdtemp(path.join(process.argv[3]!, 'bounded-'));
   try {
     const file = path.join(dir, 'state.bin');
     const handle = await fs.open(file, 'w');
     const cipher = createCipheriv('aes-256-ctr', randomBytes(32), randomBytes(16));
     const zeros = Buffer.alloc(MiB);
-    for (let done = 0; done < size; done += MiB) await handle.write(cipher.update(zeros));
+    let line = 0;
+    for (let done = 0; done < size; done += MiB) {
+      if (kind === 'random') {
+        await handle.write(cipher.update(zeros));
+        continue;
+      }
+      const lines: string[] = [];
+      for (let n = 0; n < MiB; line++) {
+        const l = `2026-11-29T12:00:00Z INFO session=${line % 977} step=${line} tool=shell exit=${line % 3}\n`;
+        lines.push(l);
+        n += l.length;
+      }
+      await handle.write(Buffer.from(lines.join('')).subarray(0, MiB));
+    }
     await handle.close();
     const store = new ChunkedSnapshotStore({
       rootDir: path.join(dir, 'store'),
       keyring: new Keyring([{ id: 'bench', key: randomBytes(32) }]),
-      ...(process.argv[4] !== undefined ? { pool: new ChunkPool(Number(process.argv[4])) } : {}),
+      ...(process.argv[5] !== undefined ? { pool: new ChunkPool(Number(process.argv[5])) } : {}),
     });
     const checkpoint = {
       checkpointId: 'cp-1',

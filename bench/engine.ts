@@ -248,10 +248,17 @@ async function main(): Promise<void> {
 
     // Bounded memory: capture and restore BOUNDED bytes in a process of their own, so that its resident memory is
     // the engine's (with its threads), not what this benchmark has accumulated.
-    {
+    for (const kind of ['random', 'text'] as const) {
       const child = await promisify(execFile)(
         process.execPath,
-        ['--require', require.resolve('tsx/cjs'), path.join(__dirname, 'bounded.ts'), String(BOUNDED / MiB), base],
+        [
+          '--require',
+          require.resolve('tsx/cjs'),
+          path.join(__dirname, 'bounded.ts'),
+          String(BOUNDED / MiB),
+          base,
+          kind,
+        ],
         { maxBuffer: 1024 * 1024 },
       );
       const result = JSON.parse(child.stdout.trim().split('\n').at(-1)!) as Record<
@@ -260,7 +267,7 @@ async function main(): Promise<void> {
       >;
       for (const what of ['capture', 'restore'] as const) {
         rows.push({
-          metric: `${what} of ${BOUNDED / MiB} MiB in a fresh process: peak RSS of the process`,
+          metric: `${what} of ${BOUNDED / MiB} MiB ${kind} in a fresh process: peak RSS of the process`,
           value: `${result[`${what}MiB`].toFixed(0)} MiB (${result.idleMiB.toFixed(0)} MiB before) · ${fmt(result[`${what}MBps`])}`,
           baseline: 'target < 256 MiB',
           ratio: '',

@@ -41,11 +41,14 @@ export function fromWireContext(wire: WireContext): SealContext {
   };
 }
 
-/** Bytes that own their whole ArrayBuffer can be moved to the other thread instead of copied. */
+/**
+ * Bytes that start their ArrayBuffer and fill it but for a few bytes can be moved to the other thread instead of
+ * copied (a decoder's output is a byte shorter than its buffer). Slices of Node's shared 8 KiB pool never qualify.
+ */
 export function ownsBuffer(bytes: Uint8Array): boolean {
   return (
     bytes.byteOffset === 0 &&
-    bytes.byteLength === bytes.buffer.byteLength &&
+    bytes.buffer.byteLength - bytes.byteLength <= 64 &&
     !(bytes.buffer instanceof SharedArrayBuffer)
   );
 }
