@@ -16,10 +16,11 @@
  * Because of the pairs, all three sizes must be even (the crate requires it too since 5.0.0: with an odd `minSize`
  * a chunk could come out one byte shorter than the minimum).
  *
- * Speed: the crate's hash is 64-bit, but only bits 0..47 can reach a mask, and a JavaScript engine has no cheap
- * 64-bit integers (BigInt is ~20x slower). The scan keeps those 48 bits exactly in two int32 words and defers the
- * carry between them, so the hot loop is a handful of 32-bit operations per byte (see `scan`).
+ * Speed: the crate's hash is 64-bit, and JavaScript has no cheap 64-bit integers (BigInt is ~20x slower), so the
+ * hot loop is a small WebAssembly function (gear-scan.wat, assembled by scripts/build-wasm.ts into gear-scan-wasm.ts;
+ * see `scan`). Everything around it — sizes, masks, pairs, streaming — stays here.
  */
+import { GEAR_SCAN_WASM } from './gear-scan-wasm';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -37,16 +38,15 @@ export interface ChunkerOptions {
 /**
  * The engine's chunk sizes: 16 / 64 / 256 KiB (a mean of ~80 KiB on random data, ~13,500 chunks per GiB).
  *
- * Measured with bench/chunker.ts: 256 MiB of random data, Node 20, a 2-core machine shared with other work (best of
- * 7 round-robin passes; other runs were up to 30% slower across the board). For scale, a `for` loop summing the
- * bytes ran at ~900 MB/s and SHA-256 at ~1,300 MB/s. "Written" is what an incremental checkpoint adds after 1% of
- * the state changed in 20 scattered places: the bytes of the chunks the previous checkpoint does not have.
+ * Measured with bench/chunker.ts: 256 MiB of random data, Node 20, a 2-core machine (best of 5 passes; the WebAssembly
+ * scan). For scale, SHA-256 ran at ~1,230 MB/s. "Written" is what an incremental checkpoint adds after 1% of the
+ * state changed in 20 scattered places: the bytes of the chunks the previous checkpoint does not have.
  *
  *   min/avg/max KiB   chunks/GiB   chunk MB/s   chunk + SHA-256 MB/s   written: 16 MiB state   256 MiB state
- *   1/4/16               215,000        1,160                    490                    1.9%            1.0%
- *   4/16/64               53,900        1,290                    600                    4.5%            1.3%
- *   16/64/256             13,600        1,320                    670                     14%            2.0%
- *   64/256/1024            3,400        1,280                    620                     47%            4.5%
+ *   1/4/16               215,000        1,205                    495                    2.0%            1.1%
+ *   4/16/64               54,000        1,304                    622                    4.4%            1.2%
+ *   16/64/256             13,700        1,387                    662                     12%            1.9%
+ *   64/256/1024            3,400        1,454                    688                     46%            4.3%
  *
  * Chunking speed does not depend on the size. A changed place costs about one chunk (~100 KiB at 64 KiB: a place
  * falls in a long chunk more often than in a short one), so the size trades what incremental checkpoints write
@@ -164,9 +164,7 @@ export const MASKS: readonly bigint[] = Object.freeze([
   0x0000db3777577000n, // unused (normalization level 3)
 ]);
 
-// The 48 bits of the hash that masks can see, split at bit 16: LOW holds bits 0..15, HIGH bits 16..47.
-const GEAR_LOW = Int32Array.from(GEAR, (g) => Number(g & 0xffffn));
-const GEAR_HIGH = Int32Array.from(GEAR, (g) => Number(BigInt.asIntN(32, g >> 16n)));
+// The 48 bits of a mask, split at bit 16: LOW holds bits 0..15, HIGH bits 16..47 (the hash state is kept the same way).
 const MASK_LOW = Int32Array.from(MASKS, (m) => Number(m & 0xffffn));
 const MASK_HIGH = Int32Array.from(MASKS, (m) => Number(BigInt.asIntN(32, m >> 16n)));
 
@@ -227,107 +225,52 @@ function resolve(options: ChunkerOptions): Resolved {
 }
 
 /**
+ * The gear-hash scan runs in WebAssembly (gear-scan.wat): 64-bit arithmetic is native there. Chunking streamed 1 MiB
+ * pieces at 1.33 GB/s with it against 0.73 GB/s with the best JavaScript version (the 48 bits the masks see kept in
+ * two 32-bit halves, unrolled by hand; bench/chunker.ts). Bytes are copied into its memory a block at a time, so a
+ * scan that stops early copies little.
+ */
+const WASM_DATA = 2048;
+const WASM_BLOCK = 64 * KiB;
+/** The part of the WebAssembly API used here (the project's type libraries do not declare it). */
+interface WasmApi {
+  Module: new (bytes: Uint8Array) => object;
+  Instance: new (module: object, imports: object) => { exports: unknown };
+}
+const gearScan = (() => {
+  const wasm = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly;
+  const instance = new wasm.Instance(new wasm.Module(Buffer.from(GEAR_SCAN_WASM, 'base64')), {});
+  const exports = instance.exports as {
+    memory: { buffer: ArrayBuffer };
+    hash: { value: bigint };
+    scan: (from: number, to: number, mask: bigint) => number;
+  };
+  if (exports.memory.buffer.byteLength < WASM_DATA + WASM_BLOCK) throw new Error('gear-scan memory is too small');
+  new BigUint64Array(exports.memory.buffer, 0, GEAR.length).set(GEAR);
+  return { ...exports, heap: new Uint8Array(exports.memory.buffer) };
+})();
+
+/**
  * Rolls the gear hash over `src[from..to)` and returns the index of the first byte after which
  * `(hash & mask) == 0`, or -1 with the hash saved in `state` so that a later call can continue it.
  *
- * The crate computes `hash = (hash << 1) + GEAR[byte]` in 64 bits. Masks only see bits 0..47, and those depend only
- * on bits 0..47 of the operands, so this keeps hash mod 2^48 as `low + 2^16 * high`: `low` holds the low 16 bits of
- * each GEAR entry plus the carries not yet moved up, `high` bits 16..47. Bits 16..47 of the hash are then
- * `high + (low >>> 16)` and bits 0..15 are `low & 0xffff`. Moving the carry up only once per 8 bytes keeps it off
- * the critical path; `low` stays below 2^25 in between, so nothing overflows.
- *
- * Unrolled by hand (V8 does not unroll), reading 4 bytes at a time through a DataView (one bounds check instead of
- * four: 10-15% faster here than indexing the bytes). Every step is the same; the rare second test (bits 0..15) only
- * runs when bits 16..47 already match.
+ * The crate computes `hash = (hash << 1) + GEAR[byte]` in 64 bits; masks only see bits 0..47, which depend only on
+ * bits 0..47 of the operands, so `state` keeps those: bits 0..15 in state[0], bits 16..47 in state[1].
  */
 function scan(src: Uint8Array, from: number, to: number, maskHigh: number, maskLow: number, state: Int32Array): number {
-  let low = state[0]!;
-  let high = state[1]!;
-  let i = from;
-  const view = new DataView(src.buffer, src.byteOffset, src.byteLength);
-  let word = 0;
-  let b = 0;
-  for (const unrolledEnd = to - 7; i < unrolledEnd; i += 8) {
-    word = view.getUint32(i, true);
-    b = word & 0xff;
-    low = ((low << 1) + GEAR_LOW[b]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
-    if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i;
-    b = (word >>> 8) & 0xff;
-    low = ((low << 1) + GEAR_LOW[b]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
-    if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i + 1;
-    b = (word >>> 16) & 0xff;
-    low = ((low << 1) + GEAR_LOW[b]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
-    if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i + 2;
-    b = word >>> 24;
-    low = ((low << 1) + GEAR_LOW[b]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
-    if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i + 3;
-    word = view.getUint32(i + 4, true);
-    b = word & 0xff;
-    low = ((low << 1) + GEAR_LOW[b]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
-    if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i + 4;
-    b = (word >>> 8) & 0xff;
-    low = ((low << 1) + GEAR_LOW[b]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
-    if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i + 5;
-    b = (word >>> 16) & 0xff;
-    low = ((low << 1) + GEAR_LOW[b]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
-    if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i + 6;
-    b = word >>> 24;
-    low = ((low << 1) + GEAR_LOW[b]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
-    if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i + 7;
-    high = (high + (low >>> 16)) | 0;
-    low &= 0xffff;
+  const mask = (BigInt(maskHigh >>> 0) << 16n) | BigInt(maskLow & 0xffff);
+  gearScan.hash.value = (BigInt(state[1]! >>> 0) << 16n) | BigInt(state[0]! & 0xffff);
+  for (let at = from; at < to;) {
+    const n = Math.min(WASM_BLOCK, to - at);
+    gearScan.heap.set(src.subarray(at, at + n), WASM_DATA);
+    const found = gearScan.scan(WASM_DATA, WASM_DATA + n, mask);
+    if (found >= 0) return at + found - WASM_DATA;
+    at += n;
   }
-  state[0] = low;
-  state[1] = high;
-  return i < to ? scanBytes(src, i, to, maskHigh, maskLow, state) : -1;
-}
-
-/** `scan` one byte at a time, for the last few bytes of a range. */
-function scanBytes(
-  src: Uint8Array,
-  from: number,
-  to: number,
-  maskHigh: number,
-  maskLow: number,
-  state: Int32Array,
-): number {
-  let low = state[0]!;
-  let high = state[1]!;
-  for (let i = from; i < to; i++) {
-    const b = src[i]!;
-    low = ((low << 1) + GEAR_LOW[b]!) | 0;
-    high = ((high << 1) + GEAR_HIGH[b]!) | 0;
-    if ((((high + (low >>> 16)) | 0) & maskHigh) === 0 && (low & maskLow) === 0) return i;
-    high = (high + (low >>> 16)) | 0;
-    low &= 0xffff;
-  }
-  state[0] = low;
-  state[1] = high;
+  const hash = gearScan.hash.value;
+  state[0] = Number(hash & 0xffffn);
+  state[1] = Number(BigInt.asIntN(32, hash >> 16n));
   return -1;
-}
-
-// Run every path of `scan` on Buffers like the real ones before anything makes it hot. V8 first optimizes `scan`
-// (on-stack, in its first long range), and a path it has not seen run by then, such as the tail of a range that is
-// not a multiple of 8 bytes (rare in `split`, common when streaming), is compiled as "deoptimize here"; the cached
-// on-stack code was then entered and left again on every later call taking that path, thousands of times per GiB
-// streamed at ~0.25 ms each. V8 only records type feedback once a function has run for a while, hence the rounds
-// (5 were enough with Node 20; ~1 ms in all).
-{
-  const bytes = Buffer.alloc(67);
-  const state = new Int32Array(2);
-  for (let round = 0; round < 20; round++) {
-    for (const length of [3, 16, 67]) {
-      for (const mask of [0, -1]) scan(bytes, 0, length, mask, mask, state);
-    }
-  }
 }
 
 /** Hash state for the synchronous entry points: they never yield mid-scan, so one is enough. */

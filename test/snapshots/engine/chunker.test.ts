@@ -23,6 +23,7 @@ import { createHash } from 'node:crypto';
 import { endianness } from 'node:os';
 import { Readable } from 'node:stream';
 import vectors from '../../fixtures/chunker/fastcdc-v2020.json';
+import { GEAR_SCAN_WASM } from '../../../src/snapshots/engine/gear-scan-wasm';
 import {
   Chunker,
   cutPoint,
@@ -499,4 +500,9 @@ describe('what an incremental checkpoint writes after 1% changed in 20 scattered
     const options = { minSize: 1 * KiB, avgSize: 4 * KiB, maxSize: 16 * KiB };
     expect(written(new Chunker(options), state, changed).bytes / state.length).toBeLessThanOrEqual(0.03);
   });
+});
+
+test('the WebAssembly scan in gear-scan-wasm.ts is what gear-scan.wat assembles to', async () => {
+  const { assembleGearScan } = await import('../../../scripts/build-wasm');
+  expect(await assembleGearScan()).toBe(GEAR_SCAN_WASM);
 });
