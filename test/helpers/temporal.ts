@@ -73,10 +73,14 @@ export async function startTestSystem(
     connection: NativeConnection;
   }[] = [];
 
+  // Numbered for the life of the system: a crashed host's number is never reused, or two live workers would share
+  // one host queue (and a runtime started by one would be watched by the other).
+  let hostsAdded = 0;
   async function addHost(hostOptions: HostOptions = {}): Promise<TestHost> {
-    const hostTaskQueue = `${taskQueue}@host-${hosts.length + 1}`;
+    const number = ++hostsAdded;
+    const hostTaskQueue = `${taskQueue}@host-${number}`;
     const workspace = new WorkspaceRuntime({
-      rootDir: path.join(dir, `workspaces-${hosts.length + 1}`),
+      rootDir: path.join(dir, `workspaces-${number}`),
       defaultStopGraceMs: 2_000,
     });
     const memory = new MemoryRuntime();
