@@ -240,14 +240,15 @@ interface WasmApi {
 const gearScan = (() => {
   const wasm = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly;
   const instance = new wasm.Instance(new wasm.Module(Buffer.from(GEAR_SCAN_WASM, 'base64')), {});
-  const exports = instance.exports as {
+  // (Not named `exports`: compiled to CommonJS, that name would hide the module's own exports, GEAR among them.)
+  const api = instance.exports as {
     memory: { buffer: ArrayBuffer };
     hash: { value: bigint };
     scan: (from: number, to: number, mask: bigint) => number;
   };
-  if (exports.memory.buffer.byteLength < WASM_DATA + WASM_BLOCK) throw new Error('gear-scan memory is too small');
-  new BigUint64Array(exports.memory.buffer, 0, GEAR.length).set(GEAR);
-  return { ...exports, heap: new Uint8Array(exports.memory.buffer) };
+  if (api.memory.buffer.byteLength < WASM_DATA + WASM_BLOCK) throw new Error('gear-scan memory is too small');
+  new BigUint64Array(api.memory.buffer, 0, GEAR.length).set(GEAR);
+  return { ...api, heap: new Uint8Array(api.memory.buffer) };
 })();
 
 /**
