@@ -2,7 +2,14 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { ApplicationFailure, Context, log } from '@temporalio/activity';
 import type { RuntimeInstanceRef } from '../api/messages';
 import { ERROR_CODES } from '../domain/error-codes';
-import type { CheckpointRef, CheckpointTrigger, RuntimeKind, RuntimeSpec } from '../domain/schemas';
+import type {
+  CheckpointRef,
+  CheckpointTrigger,
+  RuntimeKind,
+  RuntimeSpec,
+  VerificationResult,
+  VerificationStatus,
+} from '../domain/schemas';
 import type { ExitInfo, RuntimeInstanceInfo, RuntimeRegistry, SessionRuntime } from '../runtimes';
 import { ArchiveRejectedError, RuntimeFailedError, RuntimeNotFoundError } from '../runtimes';
 import { SnapshotTamperedError } from '../snapshots/engine/crypto';
@@ -51,6 +58,46 @@ export interface InstanceInput {
 }
 
 export type WatchResult = { exited: true; exit: ExitInfo } | { exited: false };
+
+export interface VerifyCheckpointInput {
+  sessionId: string;
+  checkpointId: string;
+  expected?: RestoreInput['expected'];
+}
+
+/** What each permanent snapshot error means for a verification. */
+const VERIFICATION_STATUS: Partial<Record<string, VerificationStatus>> = {
+  [ERROR_CODES.SnapshotNotFound]: 'missing',
+  [ERROR_CODES.SnapshotCorrupt]: 'corrupt',
+  [ERROR_CODES.SnapshotTampered]: 'tampered',
+  [ERROR_CODES.SnapshotIncompatible]: 'incompatible',
+  [ERROR_CODES.KeyUnavailable]: 'key-unavailable',
+};
+
+/**
+ * The manifest must be the checkpoint the session recorded when it was taken. History cannot be rewritten by whoever
+ * can write the store, so a manifest that disagrees (planted, replaced or downgraded) is refused as tampered.
+ */
+function checkRecorded(
+  manifest: CheckpointManifest,
+  input: { sessionId: string; checkpointId: string; expected?: RestoreInput['expected'] },
+): void {
+  const expected = input.expected;
+  if (
+    expected &&
+    (manifest.formatVersion !== expected.formatVersion ||
+      manifest.digest !== expected.digest ||
+      (manifest.encryption ?? 'none') !== (expected.encryption ?? 'none'))
+  ) {
+    throw new SnapshotTamperedError(
+      `checkpoint ${input.checkpointId} is not the one the session recorded (format ${manifest.formatVersion}, ` +
+        `${manifest.encryption ?? 'none'}, ${manifest.digest}; recorded format ${expected.formatVersion}, ` +
+        `${expected.encryption ?? 'none'}, ${expected.digest})`,
+      'tampered',
+      { sessionId: input.sessionId, checkpointId: input.checkpointId },
+    );
+  }
+}
 
 /**
  * Builds the activities with their dependencies. Activities do all the I/O of a session: they capture a
@@ -127,21 +174,7 @@ export function createActivities(deps: ActivityDeps) {
       const ctx = Context.current();
       try {
         const manifest = await deps.store.readManifest(input.sessionId, input.checkpointId);
-        const expected = input.expected;
-        if (
-          expected &&
-          (manifest.formatVersion !== expected.formatVersion ||
-            manifest.digest !== expected.digest ||
-            (manifest.encryption ?? 'none') !== (expected.encryption ?? 'none'))
-        ) {
-          throw new SnapshotTamperedError(
-            `checkpoint ${input.checkpointId} is not the one the session recorded (format ${manifest.formatVersion}, ` +
-              `${manifest.encryption ?? 'none'}, ${manifest.digest}; recorded format ${expected.formatVersion}, ` +
-              `${expected.encryption ?? 'none'}, ${expected.digest})`,
-            'tampered',
-            { sessionId: input.sessionId, checkpointId: input.checkpointId },
-          );
-        }
+        checkRecorded(manifest, input);
         if (manifest.runtime.kind !== runtime.kind || !runtime.canRestore(manifest.runtime.version)) {
           throw new SnapshotIncompatibleError(
             `checkpoint ${input.checkpointId} was captured by runtime ${manifest.runtime.kind} ${manifest.runtime.version}; ` +
@@ -214,6 +247,40 @@ export function createActivities(deps: ActivityDeps) {
         }
       } finally {
         stopWaiting.abort();
+      }
+    },
+
+    /**
+     * Reads a checkpoint back from the store — its manifest against what the session recorded, then every chunk,
+     * authenticated — without restoring it anywhere. What it finds about the checkpoint is the result (not a
+     * failure); a store that cannot be reached is an error, retried.
+     */
+    async verifyCheckpoint(input: VerifyCheckpointInput): Promise<VerificationResult> {
+      const ctx = Context.current();
+      const result = (status: VerificationStatus, detail?: string): VerificationResult => ({
+        checkpointId: input.checkpointId,
+        status,
+        ...(detail !== undefined ? { detail } : {}),
+        at: new Date().toISOString(),
+      });
+      try {
+        const manifest = await deps.store.readManifest(input.sessionId, input.checkpointId);
+        checkRecorded(manifest, input);
+        const { stream } = await deps.store.open(input.sessionId, input.checkpointId, {
+          onProgress: throttled((bytesDone) =>
+            ctx.heartbeat({ phase: 'verify', bytesDone, bytesTotal: manifest.size }),
+          ),
+          signal: ctx.cancellationSignal,
+        });
+        let bytes = 0;
+        for await (const piece of stream) bytes += (piece as Buffer).length;
+        if (bytes !== manifest.size)
+          return result('corrupt', `read ${bytes} bytes, the manifest says ${manifest.size}`);
+        return result('ok');
+      } catch (err) {
+        const status = err instanceof SnapshotError ? VERIFICATION_STATUS[err.code] : undefined;
+        if (status) return result(status, err instanceof Error ? err.message : String(err));
+        throw toFailure(err);
       }
     },
 

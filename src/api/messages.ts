@@ -7,6 +7,8 @@ import type {
   RuntimeKind,
   StartSessionInput,
   StopInput,
+  VerificationResult,
+  VerifyInput,
 } from '../domain/schemas';
 import type { Phase } from '../domain/session-state';
 
@@ -57,7 +59,8 @@ export type TimelineEntry =
   | { kind: 'fallback'; at: string; fromCheckpointId: string; toCheckpointId: string | null; reason: string }
   | { kind: 'runtime-exited'; at: string; exitCode: number | null; signal: string | null }
   | { kind: 'runtime-lost'; at: string; instanceId: string; reason: string }
-  | { kind: 'checkpoint-deleted'; at: string; checkpointId: string; reason: 'retention' };
+  | { kind: 'checkpoint-deleted'; at: string; checkpointId: string; reason: 'retention' }
+  | ({ kind: 'verified'; cause: 'background' | 'request' } & VerificationResult);
 
 export interface SessionStatus {
   sessionId: string;
@@ -72,6 +75,8 @@ export interface SessionStatus {
   failure: FailureInfo | null;
   /** The last restore, with any fallback it took. */
   lastRestore: { checkpointId: string; at: string; fallbackFrom: string[] } | null;
+  /** The newest verification of a checkpoint (background or requested), whatever it found. */
+  lastVerification: VerificationResult | null;
   /** A fire-and-forget control that could not be applied (signals have no caller to tell). */
   lastRejectedSignal: { signal: string; reason: string; at: string } | null;
   startedAt: string;
@@ -88,6 +93,8 @@ export const checkpointUpdate = defineUpdate<CheckpointRef, [CheckpointInput]>('
 export const pauseUpdate = defineUpdate<CheckpointRef, [PauseInput]>('pause');
 export const resumeUpdate = defineUpdate<ResumeResult, [ResumeInput]>('resume');
 export const stopUpdate = defineUpdate<StopResult, [StopInput]>('stop');
+/** Reads checkpoints back from the store on a worker (every chunk authenticated); changes nothing but the record. */
+export const verifyUpdate = defineUpdate<VerificationResult[], [VerifyInput]>('verify');
 
 /** Fire-and-forget twins of the updates: same inputs, no result, rejections show in `status`. */
 export const checkpointSignal = defineSignal<[CheckpointInput]>('requestCheckpoint');

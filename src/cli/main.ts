@@ -192,6 +192,10 @@ async function dispatch(p: Parsed, sessions: SessionClient): Promise<Output> {
           s.lastRejectedSignal ? `${s.lastRejectedSignal.signal}: ${s.lastRejectedSignal.reason}` : '-',
         ],
         ['encryption', s.head?.encryption ?? '-'],
+        [
+          'last verification',
+          s.lastVerification ? `${s.lastVerification.checkpointId}: ${s.lastVerification.status}` : '-',
+        ],
         ...io.map((a): [string, string] => ['in progress', describeProgress(a)]),
         ['updated', s.updatedAt],
       ];
@@ -311,6 +315,8 @@ function renderEntry(e: TimelineEntry): string {
       return `${e.at}  lost       ${e.instanceId}: ${e.reason}`;
     case 'checkpoint-deleted':
       return `${e.at}  deleted    ${e.checkpointId} (${e.reason})`;
+    case 'verified':
+      return `${e.at}  verified   ${e.checkpointId}: ${e.status}${e.detail ? ` (${e.detail})` : ''} [${e.cause}]`;
   }
 }
 

@@ -21,6 +21,7 @@ import {
   statusQuery,
   stopSignal,
   stopUpdate,
+  verifyUpdate,
   timelineQuery,
   type ResumeResult,
   type SessionStatus,
@@ -36,7 +37,9 @@ import {
   SessionId,
   StartSessionInput,
   StopInput,
+  VerifyInput,
   type CheckpointRef,
+  type VerificationResult,
 } from '../domain/schemas';
 import {
   InvalidInputError,
@@ -182,6 +185,16 @@ export class SessionHandle {
     return this.update(() =>
       this.workflow.executeUpdate(stopUpdate, { args: [args], updateId: updateIdFor('stop', args.idempotencyKey) }),
     );
+  }
+
+  /**
+   * Reads the session's checkpoints (or one) back from the store on a worker — each manifest against what the
+   * session recorded, every chunk authenticated — and returns what each one is: `ok`, `missing`, `corrupt`,
+   * `tampered`, `incompatible` or `key-unavailable`. Changes nothing; the results also go to the timeline.
+   */
+  async verify(input: VerifyInput = {}): Promise<VerificationResult[]> {
+    const args = parseInput(VerifyInput, input, this.sessionId);
+    return this.update(() => this.workflow.executeUpdate(verifyUpdate, { args: [args] }));
   }
 
   /** Fire-and-forget controls: no result; a control that cannot run shows in `status().lastRejectedSignal`. */

@@ -121,6 +121,11 @@ export const StartSessionInput = z.object({
   runtime: RuntimeSpec,
   liveness: LivenessOptions.optional(),
   retention: RetentionPolicy.optional(),
+  /**
+   * After each checkpoint, read it back from the store in the background (every chunk authenticated) and record
+   * the outcome in the timeline (`verified`) and `status.lastVerification`. Costs a full read per checkpoint.
+   */
+  backgroundVerify: z.boolean().optional(),
   /** Free-form description shown in the Web UI. */
   description: z.string().max(1000).optional(),
 });
@@ -144,6 +149,24 @@ export const ResumeInput = z.object({
   idempotencyKey: IdempotencyKey.optional(),
 });
 export type ResumeInput = z.infer<typeof ResumeInput>;
+
+export const VerifyInput = z.object({
+  /** Verify this checkpoint only; by default every checkpoint the session keeps, oldest first. */
+  checkpointId: CheckpointId.optional(),
+});
+export type VerifyInput = z.infer<typeof VerifyInput>;
+
+/** What a verification found, per checkpoint (the same words as the store's `verify`). */
+export const VerificationStatus = z.enum(['ok', 'missing', 'corrupt', 'tampered', 'incompatible', 'key-unavailable']);
+export type VerificationStatus = z.infer<typeof VerificationStatus>;
+
+export interface VerificationResult {
+  checkpointId: string;
+  status: VerificationStatus;
+  /** Why, when the status is not `ok`. */
+  detail?: string;
+  at: string;
+}
 
 export const StopInput = z.object({
   /** Take a final checkpoint before stopping a running session (default true). */

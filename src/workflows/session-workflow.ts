@@ -29,6 +29,7 @@ import {
   stopSignal,
   stopUpdate,
   timelineQuery,
+  verifyUpdate,
   type FailureInfo,
   type ResumeResult,
   type RuntimeInstanceRef,
@@ -45,9 +46,11 @@ import {
   ResumeInput,
   StartSessionInput,
   StopInput,
+  VerifyInput,
   type CheckpointRef,
   type CheckpointTrigger,
   type LivenessOptions,
+  type VerificationResult,
 } from '../domain/schemas';
 import { checkpointsToDelete } from '../domain/retention';
 import {
@@ -78,6 +81,13 @@ const IO_RETRY: ActivityOptions['retry'] = {
 
 const shared = proxyActivities<SessionActivities>({
   startToCloseTimeout: '1 minute',
+  retry: IO_RETRY,
+});
+
+/** Verification reads a whole checkpoint on any worker: long, so it heartbeats its progress. */
+const verifier = proxyActivities<SessionActivities>({
+  startToCloseTimeout: '2 hours',
+  heartbeatTimeout: '1 minute',
   retry: IO_RETRY,
 });
 
@@ -141,6 +151,8 @@ interface SessionState {
   failure: FailureInfo | null;
   lastRestore: SessionStatus['lastRestore'];
   lastRejectedSignal: SessionStatus['lastRejectedSignal'];
+  /** Absent in state carried from runs before verification existed. */
+  lastVerification?: VerificationResult | null;
   results: RememberedResult[];
   startedAt: string;
   updatedAt: string;
@@ -161,6 +173,8 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
   let projected: StablePhase = stableOr(state.phase, 'running');
   const inFlight = new Map<string, { control: Control; result: Promise<unknown> }>();
   let watchScope: CancellationScope | null = null;
+  /** Background verifications in flight: the run neither ends nor continues as new before they finish. */
+  const verifying = new Set<Promise<unknown>>();
 
   function serial<T>(op: () => Promise<T>): Promise<T> {
     queued++;
@@ -320,6 +334,25 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     validator: (i) => validate('stop', StopInput, i),
     description: 'Stop the session for good, with a final checkpoint of a running session by default.',
   });
+  setHandler(
+    verifyUpdate,
+    async (i) => {
+      const { checkpointId } = parse(VerifyInput, i);
+      const targets = checkpointId
+        ? state.checkpoints.filter((c) => c.checkpointId === checkpointId)
+        : [...state.checkpoints].sort((a, b) => a.sequence - b.sequence);
+      const results: VerificationResult[] = [];
+      for (const target of targets) results.push(await verify(target, 'request'));
+      return results;
+    },
+    {
+      validator: (i) => {
+        const { checkpointId } = parse(VerifyInput, i);
+        if (checkpointId !== undefined) checkResumeTarget(checkpointId);
+      },
+      description: 'Read checkpoints back from the store (every chunk authenticated); returns what each one is.',
+    },
+  );
   setHandler(checkpointSignal, fromSignal('requestCheckpoint', 'checkpoint', CheckpointInput, doCheckpoint), {
     description: 'Fire-and-forget checkpoint.',
   });
@@ -434,7 +467,36 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     record({ kind: 'checkpoint', at: now(), checkpoint: ref, ...(reason ? { reason } : {}) });
     touch();
     await applyRetention();
+    if (state.spec.backgroundVerify) verifyInBackground(ref);
     return ref;
+  }
+
+  /** Verifies a checkpoint while the session goes on; the outcome lands in the timeline and status. */
+  function verifyInBackground(ref: CheckpointRef): void {
+    const running = verify(ref, 'background').catch((err: unknown) => {
+      // Only a store that stayed unreachable through every retry gets here; nothing is recorded for it.
+      log.warn('background verification did not run', { checkpointId: ref.checkpointId, error: messageOf(err) });
+    });
+    verifying.add(running);
+    void running.finally(() => verifying.delete(running));
+  }
+
+  async function verify(ref: CheckpointRef, cause: 'background' | 'request'): Promise<VerificationResult> {
+    const result = await verifier.verifyCheckpoint({
+      sessionId,
+      checkpointId: ref.checkpointId,
+      expected: {
+        formatVersion: ref.formatVersion,
+        digest: ref.digest,
+        ...(ref.encryption ? { encryption: ref.encryption } : {}),
+      },
+    });
+    record({ kind: 'verified', cause, ...result });
+    state.lastVerification = result;
+    if (result.status !== 'ok') {
+      log.warn('checkpoint did not verify', { checkpointId: ref.checkpointId, status: result.status });
+    }
+    return result;
   }
 
   /** Deletes what the session's retention policy lets go; a failed delete is simply tried again next time. */
@@ -656,6 +718,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
       failure: state.failure,
       lastRestore: state.lastRestore,
       lastRejectedSignal: state.lastRejectedSignal,
+      lastVerification: state.lastVerification ?? null,
       startedAt: state.startedAt,
       updatedAt: state.updatedAt,
     };
@@ -685,7 +748,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
   const shouldContinueAsNew = () => workflowInfo().continueAsNewSuggested;
   await condition(() => queued === 0 && (isFinal(state.phase) || shouldContinueAsNew()));
   // Let accepted updates answer their callers before this run closes.
-  await condition(() => allHandlersFinished() && queued === 0);
+  await condition(() => allHandlersFinished() && queued === 0 && verifying.size === 0);
 
   if (state.phase === 'failed') {
     const f = state.failure ?? { type: ERROR_CODES.RuntimeFailed, message: 'failed', at: now() };
@@ -718,6 +781,7 @@ function initialState(rawSpec: StartSessionInput): SessionState {
     failure: null,
     lastRestore: null,
     lastRejectedSignal: null,
+    lastVerification: null,
     results: [],
     startedAt: at,
     updatedAt: at,
