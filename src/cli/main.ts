@@ -17,6 +17,9 @@ commands:
   status <session-id>
   timeline <session-id>
   list [--phase PHASE]
+  verify <session-id> --through-session [--checkpoint CHECKPOINT-ID]
+                               read the session's checkpoints back on a worker (no keys needed here); exit 1 if one
+                               does not verify
 
 snapshot store (reads DS_SNAPSHOT_DIR and the master keys directly, as a worker would):
   verify <session-id>          check every checkpoint: manifest, chain link, every chunk's authentication tag
@@ -38,7 +41,7 @@ interface Parsed {
   flags: Map<string, string[]>;
 }
 
-const BOOLEAN_FLAGS = new Set(['json', 'memory', 'no-checkpoint', 'help', 'dry-run', 'yes']);
+const BOOLEAN_FLAGS = new Set(['json', 'memory', 'no-checkpoint', 'help', 'dry-run', 'yes', 'through-session']);
 const STORE_COMMANDS = new Set(['verify', 'gc', 'rekey', 'shred']);
 
 function parseArgs(argv: string[]): Parsed {
@@ -98,7 +101,7 @@ export async function run(argv: string[], out: (line: string) => void = console.
   }
   const json = p.flags.has('json');
   const config = loadConfig();
-  if (STORE_COMMANDS.has(p.command)) {
+  if (STORE_COMMANDS.has(p.command) && !(p.command === 'verify' && p.flags.has('through-session'))) {
     const result = await storeCommand(p, await snapshotStoreFromConfig(config));
     out(json ? JSON.stringify(result.json, null, 2) : result.text);
     return result.exitCode;
@@ -113,7 +116,7 @@ export async function run(argv: string[], out: (line: string) => void = console.
     });
     const result = await dispatch(p, sessions);
     out(json ? JSON.stringify(result.json, null, 2) : result.text);
-    return 0;
+    return result.exitCode ?? 0;
   } finally {
     await connection.close();
   }
@@ -122,6 +125,7 @@ export async function run(argv: string[], out: (line: string) => void = console.
 interface Output {
   json: unknown;
   text: string;
+  exitCode?: number;
 }
 
 async function dispatch(p: Parsed, sessions: SessionClient): Promise<Output> {
@@ -202,6 +206,15 @@ async function dispatch(p: Parsed, sessions: SessionClient): Promise<Output> {
       if (s.lastRestore?.fallbackFrom.length)
         rows.splice(8, 0, ['fell back from', s.lastRestore.fallbackFrom.join(', ')]);
       return { json: { ...s, progress: io }, text: rows.map(([k, v]) => `${k.padEnd(18)}${v}`).join('\n') };
+    }
+    case 'verify': {
+      const results = await handle().verify({ checkpointId: one(p, 'checkpoint') });
+      const text = results
+        .map((r) => `${r.checkpointId.padEnd(24)}${r.status}${r.detail ? `  ${r.detail}` : ''}`)
+        .join('\n');
+      const bad = results.filter((r) => r.status !== 'ok').length;
+      const summary = `${results.length - bad} of ${results.length} checkpoint(s) verify`;
+      return { json: results, text: `${text}${text ? '\n' : ''}${summary}`, exitCode: bad ? 1 : 0 };
     }
     case 'timeline': {
       const t = await handle().timeline();

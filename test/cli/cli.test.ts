@@ -75,6 +75,14 @@ test('start, checkpoint, pause, resume, status, timeline, list and stop from the
   expect(lines[1]).toMatch(/checkpoint #2 000002-\w+ ← 000001-\w+\s+pause\s+11 B$/);
   expect(lines[2]).toContain(`restored   ${cp.checkpointId}`);
 
+  // The same check through the session: a worker reads the checkpoints back; this process needs no keys.
+  const throughSession = await cli('verify', id, '--through-session');
+  expect(throughSession.code).toBe(0);
+  expect(throughSession.stdout).toMatch(new RegExp(`^${cp.checkpointId}\\s+ok$`, 'm'));
+  expect(throughSession.stdout.trim().split('\n').at(-1)).toBe('2 of 2 checkpoint(s) verify');
+  const one = await cli('verify', id, '--through-session', '--checkpoint', cp.checkpointId, '--json');
+  expect(JSON.parse(one.stdout)).toEqual([expect.objectContaining({ checkpointId: cp.checkpointId, status: 'ok' })]);
+
   const list = await cli('list', '--json');
   expect(JSON.parse(list.stdout)).toEqual(expect.arrayContaining([expect.objectContaining({ sessionId: id })]));
 
