@@ -493,6 +493,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     });
     record({ kind: 'verified', cause, ...result });
     state.lastVerification = result;
+    setCurrentDetails(describe());
     if (result.status !== 'ok') {
       log.warn('checkpoint did not verify', { checkpointId: ref.checkpointId, status: result.status });
     }
@@ -733,6 +734,8 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
       lines.push(`head: \`${state.head.checkpointId}\` (${state.head.size} bytes, ${state.head.createdAt})`);
     if (state.runtime) lines.push(`runtime: \`${state.runtime.instanceId}\` on \`${state.runtime.hostTaskQueue}\``);
     if (state.failure) lines.push(`failure: ${state.failure.type}: ${state.failure.message}`);
+    const verified = state.lastVerification;
+    if (verified) lines.push(`last verification: \`${verified.checkpointId}\` ${verified.status} (${verified.at})`);
     return lines.join('\n\n');
   }
 

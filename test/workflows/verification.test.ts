@@ -1,6 +1,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { sessionWorkflowId } from '../../src/api';
 import { InvalidInputError, SnapshotNotFoundError } from '../../src/client';
 import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
@@ -40,6 +41,11 @@ test('with backgroundVerify, every checkpoint is read back after it is taken and
     [paused.checkpointId, 'ok', 'background'],
   ]);
   expect((await session.status()).lastVerification).toMatchObject({ checkpointId: paused.checkpointId, status: 'ok' });
+  // What the Web UI shows as the workflow's current details.
+  const metadata = await sys.client.workflow
+    .getHandle(sessionWorkflowId(sessionId))
+    .query<{ currentDetails?: string }>('__temporal_workflow_metadata');
+  expect(metadata.currentDetails).toContain(`last verification: \`${paused.checkpointId}\` ok`);
   await session.stop();
 });
 
