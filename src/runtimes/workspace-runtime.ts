@@ -8,6 +8,7 @@ import { types } from 'node:util';
 import { extract as tarExtract, pack as tarPack } from 'tar-stream';
 import type { Extract, Header, Pack } from 'tar-stream';
 import type { WorkspaceRuntimeSpec } from '../domain/schemas';
+import { writevAll } from '../fs-io';
 import type { ExitInfo, RestoreRequest, RuntimeInstanceInfo, SessionRuntime, StartRequest } from './session-runtime';
 import { RuntimeFailedError, RuntimeNotFoundError } from './session-runtime';
 
@@ -422,8 +423,7 @@ function addEntry(pack: Pack, header: PackHeader): Promise<void> {
 
 /**
  * File reads while capturing: 1 MiB, not the default 64 KiB. Each piece crosses the pack, a Readable and the
- * chunker; measured on 100 MiB, the archive stream alone went from 357–665 to 832–1192 MiB/s, and a checkpoint into
- * the encrypted store from 92–133 to 115–162 MiB/s.
+ * chunker, which all cost per piece (`npm run bench:sessions` prints the capture path alone: "capture → store.write").
  */
 const READ_BYTES = 1024 * 1024;
 /** Bytes gathered before a file write while restoring (see writeEntry). */
@@ -581,20 +581,14 @@ async function writeEntry(entry: AsyncIterable<unknown> & { header: Header }, fi
   const flags = fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_TRUNC | fsConstants.O_NOFOLLOW;
   const handle = await fsp.open(file, flags, 0o600);
   try {
-    // Pieces arrive as the archive stream cut them (tens of KiB); written a MiB at a time, with one vectored write,
-    // instead of one write (a thread-pool round trip) per piece: restoring 100 MiB from the encrypted store went
-    // from 182–208 to 233–302 MiB/s.
+    // Pieces arrive as the archive stream cut them (tens of KiB): written a MiB at a time, not one write each.
     let pending: Buffer[] = [];
     let pendingBytes = 0;
     const flush = async (): Promise<void> => {
-      let rest = pending;
+      const batch = pending;
       pending = [];
       pendingBytes = 0;
-      while (rest.length > 0) {
-        let { bytesWritten } = await handle.writev(rest);
-        while (rest.length > 0 && bytesWritten >= rest[0]!.length) bytesWritten -= rest.shift()!.length;
-        if (bytesWritten > 0) rest = [rest[0]!.subarray(bytesWritten), ...rest.slice(1)];
-      }
+      await writevAll(handle, batch);
     };
     for await (const chunk of entry) {
       const data = chunk as Buffer;

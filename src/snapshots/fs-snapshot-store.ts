@@ -12,6 +12,7 @@ import {
 import { finished, pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 import { CheckpointId, CheckpointTrigger, Label, SessionId } from '../domain/schemas';
+import { fsyncDir } from '../fs-io';
 import { SnapshotCorruptError, SnapshotError, SnapshotIncompatibleError, SnapshotNotFoundError } from './errors';
 import {
   FORMAT_VERSION,
@@ -267,15 +268,6 @@ async function publishFile(
   }
   // The rename is only durable once the directory is.
   await fsyncDir(dir);
-}
-
-async function fsyncDir(dir: string): Promise<void> {
-  const handle = await fs.open(dir, 'r');
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
 }
 
 function parseManifest(text: string, sessionId: string, checkpointId: string): CheckpointManifest {

@@ -4,6 +4,7 @@ import { join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { z } from 'zod';
 import { CheckpointId, SessionId } from '../../domain/schemas';
+import { fsyncDir, writevAll } from '../../fs-io';
 import { SnapshotCorruptError, SnapshotError, SnapshotIncompatibleError, SnapshotNotFoundError } from '../errors';
 import { CheckpointManifestSchema, FsSnapshotStore } from '../fs-snapshot-store';
 import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from '../snapshot-store';
@@ -898,7 +899,7 @@ class PackWriter {
     const pack = this.current;
     const offset = pack.size;
     for (const object of objects) pack.size += object.length;
-    const write = writeAll(pack.handle, objects, offset);
+    const write = writevAll(pack.handle, objects, offset);
     write.catch(() => undefined); // awaited below or by drain(); a failure must not count as unhandled meanwhile
     this.inflight.push(write);
     // A sliding window: wait for the oldest write only, so that writing overlaps with chunking and sealing.
@@ -935,20 +936,6 @@ class PackWriter {
     await pack.handle.close();
     await fs.rename(pack.tmp, join(this.dir, `${pack.id}.pack`));
     this.wrote = true;
-  }
-}
-
-/** Writes every byte of `buffers` at `position`, going on after a short write (which files rarely do). */
-async function writeAll(handle: fs.FileHandle, buffers: readonly Buffer[], position: number): Promise<void> {
-  const rest = buffers.filter((b) => b.length > 0);
-  let at = position;
-  while (rest.length > 0) {
-    const { bytesWritten } = await handle.writev(rest, at);
-    if (bytesWritten === 0) throw new Error('a pack write made no progress');
-    at += bytesWritten;
-    let done = bytesWritten;
-    while (rest.length > 0 && done >= rest[0]!.length) done -= rest.shift()!.length;
-    if (done > 0) rest[0] = rest[0]!.subarray(done);
   }
 }
 
@@ -1147,15 +1134,6 @@ async function publish(path: string, bytes: Buffer, options: { replace?: boolean
   }
   await fsyncDir(dir);
   return true;
-}
-
-async function fsyncDir(dir: string): Promise<void> {
-  const handle = await fs.open(dir, 'r');
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
 }
 
 function statusOf(err: unknown): VerifyStatus {
