@@ -13,7 +13,12 @@ import type {
 import type { ExitInfo, RuntimeInstanceInfo, RuntimeRegistry, SessionRuntime } from '../runtimes';
 import { ArchiveRejectedError, RuntimeFailedError, RuntimeNotFoundError } from '../runtimes';
 import { SnapshotTamperedError } from '../snapshots/engine/crypto';
-import { SnapshotError, SnapshotIncompatibleError, SnapshotNotFoundError } from '../snapshots/errors';
+import {
+  SnapshotError,
+  SnapshotIncompatibleError,
+  SnapshotNotFoundError,
+  verificationStatusOf,
+} from '../snapshots/errors';
 import type { CheckpointManifest, SnapshotStore } from '../snapshots/snapshot-store';
 
 export interface ActivityDeps {
@@ -65,23 +70,11 @@ export interface VerifyCheckpointInput {
   expected?: RestoreInput['expected'];
 }
 
-/** What each permanent snapshot error means for a verification. */
-const VERIFICATION_STATUS: Partial<Record<string, VerificationStatus>> = {
-  [ERROR_CODES.SnapshotNotFound]: 'missing',
-  [ERROR_CODES.SnapshotCorrupt]: 'corrupt',
-  [ERROR_CODES.SnapshotTampered]: 'tampered',
-  [ERROR_CODES.SnapshotIncompatible]: 'incompatible',
-  [ERROR_CODES.KeyUnavailable]: 'key-unavailable',
-};
-
 /**
  * The manifest must be the checkpoint the session recorded when it was taken. History cannot be rewritten by whoever
  * can write the store, so a manifest that disagrees (planted, replaced or downgraded) is refused as tampered.
  */
-function checkRecorded(
-  manifest: CheckpointManifest,
-  input: { sessionId: string; checkpointId: string; expected?: RestoreInput['expected'] },
-): void {
+function checkRecorded(manifest: CheckpointManifest, input: VerifyCheckpointInput): void {
   const expected = input.expected;
   if (
     expected &&
@@ -264,22 +257,24 @@ export function createActivities(deps: ActivityDeps) {
         at: new Date().toISOString(),
       });
       try {
-        const manifest = await deps.store.readManifest(input.sessionId, input.checkpointId);
-        checkRecorded(manifest, input);
-        const { stream } = await deps.store.open(input.sessionId, input.checkpointId, {
-          onProgress: throttled((bytesDone) =>
-            ctx.heartbeat({ phase: 'verify', bytesDone, bytesTotal: manifest.size }),
-          ),
+        // The stream is lazy: the manifest is checked before a byte of data is read.
+        const known: { size?: number } = {};
+        const { manifest, stream } = await deps.store.open(input.sessionId, input.checkpointId, {
+          onProgress: throttled((bytesDone) => ctx.heartbeat({ phase: 'verify', bytesDone, bytesTotal: known.size })),
           signal: ctx.cancellationSignal,
         });
-        let bytes = 0;
-        for await (const piece of stream) bytes += (piece as Buffer).length;
-        if (bytes !== manifest.size)
-          return result('corrupt', `read ${bytes} bytes, the manifest says ${manifest.size}`);
+        known.size = manifest.size;
+        try {
+          checkRecorded(manifest, input);
+        } catch (err) {
+          stream.destroy();
+          throw err;
+        }
+        // Every store's stream fails on data that does not match its manifest, its size included.
+        for await (const piece of stream) void piece;
         return result('ok');
       } catch (err) {
-        const status = err instanceof SnapshotError ? VERIFICATION_STATUS[err.code] : undefined;
-        if (status) return result(status, err instanceof Error ? err.message : String(err));
+        if (err instanceof SnapshotError) return result(verificationStatusOf(err), err.message);
         throw toFailure(err);
       }
     },

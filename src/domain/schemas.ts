@@ -157,8 +157,7 @@ export const VerifyInput = z.object({
 export type VerifyInput = z.infer<typeof VerifyInput>;
 
 /** What a verification found, per checkpoint (the same words as the store's `verify`). */
-export const VerificationStatus = z.enum(['ok', 'missing', 'corrupt', 'tampered', 'incompatible', 'key-unavailable']);
-export type VerificationStatus = z.infer<typeof VerificationStatus>;
+export type VerificationStatus = 'ok' | 'missing' | 'corrupt' | 'tampered' | 'incompatible' | 'key-unavailable';
 
 export interface VerificationResult {
   checkpointId: string;

@@ -1,4 +1,5 @@
 import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
+import type { VerificationStatus } from '../domain/schemas';
 
 /** Base of the snapshot store's typed errors. `code` is the wire failure type the activities raise. */
 export abstract class SnapshotError extends Error {
@@ -27,4 +28,20 @@ export class SnapshotCorruptError extends SnapshotError {
 /** Thrown when a checkpoint was written in a format or by a runtime version this reader cannot restore. */
 export class SnapshotIncompatibleError extends SnapshotError {
   readonly code = ERROR_CODES.SnapshotIncompatible;
+}
+
+/** What a snapshot error means for a verification report (store `verify` and the session's `verify`). */
+export function verificationStatusOf(err: SnapshotError): Exclude<VerificationStatus, 'ok'> {
+  switch (err.code) {
+    case ERROR_CODES.SnapshotNotFound:
+      return 'missing';
+    case ERROR_CODES.SnapshotTampered:
+      return 'tampered';
+    case ERROR_CODES.SnapshotIncompatible:
+      return 'incompatible';
+    case ERROR_CODES.KeyUnavailable:
+      return 'key-unavailable';
+    default:
+      return 'corrupt';
+  }
 }

@@ -3,9 +3,15 @@ import * as fs from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { z } from 'zod';
-import { CheckpointId, SessionId } from '../../domain/schemas';
+import { CheckpointId, SessionId, type VerificationStatus } from '../../domain/schemas';
 import { fsyncDir, writevAll } from '../../fs-io';
-import { SnapshotCorruptError, SnapshotError, SnapshotIncompatibleError, SnapshotNotFoundError } from '../errors';
+import {
+  SnapshotCorruptError,
+  SnapshotError,
+  SnapshotIncompatibleError,
+  SnapshotNotFoundError,
+  verificationStatusOf,
+} from '../errors';
 import { CheckpointManifestSchema, FsSnapshotStore } from '../fs-snapshot-store';
 import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from '../snapshot-store';
 import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
@@ -106,13 +112,11 @@ export interface ChunkedStoreOptions {
   pool?: ChunkPool;
 }
 
-export type VerifyStatus = 'ok' | 'missing' | 'corrupt' | 'tampered' | 'incompatible' | 'key-unavailable';
-
 export interface VerifyResult {
   checkpointId: string;
   sequence: number | null;
   formatVersion: number | null;
-  status: VerifyStatus;
+  status: VerificationStatus;
   detail?: string;
 }
 
@@ -711,6 +715,14 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         checkpointId,
       });
     }
+    const chunkBytes = parsed.data.chunks.reduce((n, c) => n + c[1], 0);
+    if (chunkBytes !== parsed.data.size) {
+      throw new SnapshotCorruptError(
+        `manifest of ${checkpointId} says ${parsed.data.size} bytes; its chunks add up to ${chunkBytes}`,
+        sessionId,
+        checkpointId,
+      );
+    }
     return { kind: 'v2', manifest: parsed.data };
   }
 
@@ -1136,14 +1148,9 @@ async function publish(path: string, bytes: Buffer, options: { replace?: boolean
   return true;
 }
 
-function statusOf(err: unknown): VerifyStatus {
-  if (err instanceof KeyUnavailableError) return 'key-unavailable';
-  if (err instanceof SnapshotTamperedError)
-    return err.reason === 'truncated' || err.reason === 'malformed' ? 'corrupt' : 'tampered';
-  if (err instanceof SnapshotNotFoundError) return 'missing';
-  if (err instanceof SnapshotIncompatibleError) return 'incompatible';
-  if (err instanceof SnapshotError) return 'corrupt';
-  return 'corrupt';
+function statusOf(err: unknown): VerificationStatus {
+  // Anything else that stops a checkpoint from being read (bad JSON, say) is damage too.
+  return err instanceof SnapshotError ? verificationStatusOf(err) : 'corrupt';
 }
 
 function messageOf(err: unknown): string {

@@ -354,7 +354,7 @@ test('plaintext mode is explicit, reported, and still detects corruption', async
   await expect(readAll((await s.open('s1', 'cp-1')).stream)).rejects.toThrow();
 });
 
-test('a manifest whose chunk list is malformed is SnapshotCorrupt, whatever the entry gets wrong', async () => {
+test('a manifest whose chunk list is malformed or disagrees with its size is SnapshotCorrupt', async () => {
   const s = new ChunkedSnapshotStore({ rootDir: dir, keyring: null });
   await s.write(cp(1), Readable.from([randomBytes(100_000)]));
   const file = path.join(dir, 's1', 'cp-1.manifest');
@@ -377,10 +377,27 @@ test('a manifest whose chunk list is malformed is SnapshotCorrupt, whatever the 
     [...good.slice(0, 3), 1.5, good[4]],
     [...good.slice(0, 4), 0],
   ];
+  const reseal = (content: object) =>
+    fs.writeFileSync(
+      file,
+      sealPlaintextObject(Buffer.from(JSON.stringify(content)), {
+        kind: 'manifest',
+        tenant: 'default',
+        lineage: 's1',
+        objectId: 'cp-1',
+        sessionId: 's1',
+        formatVersion: 2,
+        codec: 0,
+      }),
+    );
+  // A size that its chunks do not add up to: a reader would hand out another number of bytes than it promised.
+  reseal({ ...manifest, size: (manifest as unknown as { size: number }).size + 1 });
+  await expect(s.readManifest('s1', 'cp-1')).rejects.toMatchObject({
+    code: 'SnapshotCorrupt',
+    message: expect.stringContaining('its chunks add up to'),
+  });
   for (const entry of bad) {
-    const body = Buffer.from(JSON.stringify({ ...manifest, chunks: [entry] }));
-    const header = { kind: 'manifest' as const, tenant: 'default', lineage: 's1', objectId: 'cp-1', sessionId: 's1' };
-    fs.writeFileSync(file, sealPlaintextObject(body, { ...header, formatVersion: 2, codec: 0 }));
+    reseal({ ...manifest, chunks: [entry] });
     await expect(s.readManifest('s1', 'cp-1')).rejects.toMatchObject({
       code: 'SnapshotCorrupt',
       message: expect.stringContaining('chunks must be'),
@@ -408,11 +425,12 @@ describe('garbage collection', () => {
     const s = store({ gcGraceMs: 0 });
     const a = randomBytes(2 * 1024 * 1024);
     await s.write(cp(1), Readable.from([a]));
-    await s.write(cp(2, 'cp-1'), Readable.from([Buffer.concat([a, randomBytes(1024 * 1024)])]));
+    const b = Buffer.concat([a, randomBytes(1024 * 1024)]);
+    await s.write(cp(2, 'cp-1'), Readable.from([b]));
     await s.delete('s1', 'cp-1');
     const dry = await s.gc({ dryRun: true, now: Date.now() + 1000 });
     expect(dry.packsRemoved).toEqual([]);
-    expect(sha(await readAll((await s.open('s1', 'cp-2')).stream))).toBeDefined();
+    expect(sha(await readAll((await s.open('s1', 'cp-2')).stream))).toBe(sha(b));
     await s.delete('s1', 'cp-2');
     const plan = await s.gc({ dryRun: true, now: Date.now() + 1000 });
     expect(plan.packsRemoved.length).toBe(2);
