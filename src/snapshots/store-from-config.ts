@@ -19,7 +19,7 @@ export class MissingMasterKeyError extends Error {
  * The master keys from the configuration, or null for explicitly configured plaintext. Without DS_MASTER_KEYS or
  * DS_MASTER_KEY_DIR, the keys in `<DS_DATA_DIR>/keys` are used if that folder exists (the embedded default).
  */
-export async function keyringFromConfig(config: Config, env: NodeJS.ProcessEnv = process.env): Promise<Keyring | null> {
+async function keyringFromConfig(config: Config, env: NodeJS.ProcessEnv = process.env): Promise<Keyring | null> {
   const { encryption, masterKeys, masterKeyDir } = config.snapshots;
   if (encryption === 'none') return null;
   if (masterKeyDir) return Keyring.fromDirectory(masterKeyDir, env);
@@ -35,7 +35,7 @@ export async function keyringFromConfig(config: Config, env: NodeJS.ProcessEnv =
   throw new MissingMasterKeyError();
 }
 
-export function defaultKeyDir(dataDir: string): string {
+function defaultKeyDir(dataDir: string): string {
   return path.join(dataDir, 'keys');
 }
 

@@ -30,7 +30,7 @@ import { toBuffer, transferList, type PoolReply, type PoolRequest, type WireCont
  * at most 3 (beyond that the calling thread limits). On 2 cores, two threads checkpointed 10-20 % faster than one
  * (261-282 against 220-253 MiB/s) but added ~50 MiB of resident memory, which the 256 MiB bound cannot spare.
  */
-export const DEFAULT_CHUNK_THREADS = Math.max(1, Math.min(availableParallelism() - 1, 3));
+const DEFAULT_CHUNK_THREADS = Math.max(1, Math.min(availableParallelism() - 1, 3));
 
 /** A write's context, registered with the pool; release it when done. */
 export interface PoolContext {

@@ -45,7 +45,7 @@ export function fromWireContext(wire: WireContext): SealContext {
  * Bytes that start their ArrayBuffer and fill it but for a few bytes can be moved to the other thread instead of
  * copied (a decoder's output is a byte shorter than its buffer). Slices of Node's shared 8 KiB pool never qualify.
  */
-export function ownsBuffer(bytes: Uint8Array): boolean {
+function ownsBuffer(bytes: Uint8Array): boolean {
   return (
     bytes.byteOffset === 0 &&
     bytes.buffer.byteLength - bytes.byteLength <= 64 &&

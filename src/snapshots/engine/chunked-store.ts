@@ -16,9 +16,23 @@ import { CheckpointManifestSchema, FsSnapshotStore } from '../fs-snapshot-store'
 import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from '../snapshot-store';
 import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
 import { sharedChunkPool, type ChunkPool, type PoolContext } from './chunk-pool';
-import { decodeBodies, openBodies, type OpenEntry, type OpenFailure, type SealBatchResult } from './chunk-work';
+import {
+  decodeBodies,
+  openBodies,
+  type ChunkKey,
+  type OpenEntry,
+  type OpenFailure,
+  type SealBatchResult,
+} from './chunk-work';
 import { CODECS } from './codec';
-import { KeyUnavailableError, openObject, sealObject, sealPlaintextObject, SnapshotTamperedError } from './crypto';
+import {
+  isEncryptedObject,
+  KeyUnavailableError,
+  openObject,
+  sealObject,
+  sealPlaintextObject,
+  SnapshotTamperedError,
+} from './crypto';
 import { createDataKey, rewrapDataKey, unwrapDataKey, wrapDataKey, WrappedDataKey, type Keyring } from './keyring';
 
 /**
@@ -33,7 +47,7 @@ import { createDataKey, rewrapDataKey, unwrapDataKey, wrapDataKey, WrappedDataKe
  * rename) costs more than the bytes. A pack is fsynced once, then renamed; the manifest is published last, so a
  * crash leaves at worst an unreferenced pack, which garbage collection removes.
  */
-export const ENGINE_FORMAT_VERSION = 2;
+const ENGINE_FORMAT_VERSION = 2;
 const LEGACY_FORMAT_VERSION = 1;
 export const READABLE_FORMAT_VERSIONS: readonly number[] = [LEGACY_FORMAT_VERSION, ENGINE_FORMAT_VERSION];
 
@@ -130,11 +144,8 @@ export interface GcReport {
   bytesRemoved: number;
 }
 
-interface LineageKey {
-  dataKeyId: string;
-  key: Buffer;
-  chunkIdKey: Buffer;
-}
+/** A lineage's unwrapped data key and the chunk-id key derived from it. */
+type LineageKey = ChunkKey;
 
 /** A SnapshotStore writing format 2 and reading formats 1 and 2. */
 export class ChunkedSnapshotStore implements SnapshotStore {
@@ -622,7 +633,6 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     return { rewrapped, unchanged };
   }
 
-  /** Destroys a lineage's data key: every checkpoint sealed under it becomes unreadable, by design. */
   /**
    * Destroys the data key of the session's lineage: every checkpoint of the session, and of every other session of
    * its lineage (its origin and forks), is unreadable from then on. Returns the lineage.
@@ -666,7 +676,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     const sealed = await readSmall(path);
     if (sealed === null) return { kind: 'v1', manifest: await this.legacy.readManifest(sessionId, checkpointId) };
     const lineage = await this.lineageOf(sessionId);
-    const peek = peekEncrypted(sealed);
+    const peek = isEncryptedObject(sealed);
     const key = peek && this.options.keyring ? await this.lineageKey(lineage) : null;
     if (peek && !this.options.keyring) {
       throw new KeyUnavailableError(
@@ -1081,10 +1091,6 @@ function checkIds(sessionId: string, checkpointId: string): { sessionId: string;
 }
 
 /** Whether a sealed object says it is encrypted (flags byte right after magic and header length). */
-function peekEncrypted(sealed: Buffer): boolean {
-  return sealed.length > 6 && (sealed[6]! & 0x01) === 0x01;
-}
-
 async function* abortable(source: Readable, signal?: AbortSignal): AsyncGenerator<Buffer> {
   for await (const piece of source) {
     signal?.throwIfAborted();

@@ -43,24 +43,21 @@ export interface CompressedChunk {
   data: Buffer;
 }
 
-export interface CompressOptions {
+interface CompressOptions {
   /** Compress with this codec instead of the default (still stored as `none` when it does not pay). */
   codec?: CodecId;
 }
 
 /** Why a chunk body could not be decoded: the closed set of `ChunkCodecError.reason` values. */
-export const CHUNK_CODEC_FAILURES = {
+export type ChunkCodecFailure =
   /** The codec id is not one this version knows. */
-  UnknownCodec: 'UnknownCodec',
+  | 'UnknownCodec'
   /** The codec id is known, but its implementation is not installed on this machine. */
-  CodecUnavailable: 'CodecUnavailable',
+  | 'CodecUnavailable'
   /** The body decodes (or claims to decode) to a size other than the chunk header's. */
-  SizeMismatch: 'SizeMismatch',
+  | 'SizeMismatch'
   /** The body is not a valid stream of its codec. */
-  Corrupt: 'Corrupt',
-} as const;
-
-export type ChunkCodecFailure = (typeof CHUNK_CODEC_FAILURES)[keyof typeof CHUNK_CODEC_FAILURES];
+  | 'Corrupt';
 
 /** Thrown when a chunk body cannot be decoded into the expected plaintext: unknown codec, corrupt body, wrong size. */
 export class ChunkCodecError extends Error {

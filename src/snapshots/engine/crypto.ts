@@ -99,6 +99,11 @@ const COMMITMENT_BYTES = 16;
 const MAGIC = Buffer.from('DSO\x01', 'latin1');
 const PREFIX_BYTES = MAGIC.length + 2;
 const FLAG_ENCRYPTED = 0x01;
+
+/** Whether a sealed object says it is encrypted (its flags byte; authenticated only when it is opened). */
+export function isEncryptedObject(sealed: Buffer): boolean {
+  return sealed.length > PREFIX_BYTES && (sealed[PREFIX_BYTES]! & FLAG_ENCRYPTED) === FLAG_ENCRYPTED;
+}
 /** Plaintext bytes per cipher.update() when sealing: see sealObject. */
 const UPDATE_BYTES = 256 * 1024;
 const MAX_U16 = 0xffff;

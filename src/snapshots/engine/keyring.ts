@@ -27,8 +27,6 @@ import {
   type CryptoErrorContext,
 } from './crypto';
 
-export { KEY_ID_PATTERN };
-
 const KEY_FILE_SUFFIX = '.key';
 const COMMITMENT_BYTES = 16;
 
