@@ -3,9 +3,9 @@
  * while the calling thread reads, chunks and writes; and decompresses restored chunks. With size 0 the same work runs
  * on the calling thread.
  *
- * Restores authenticate and decrypt on the calling thread: AES-GCM open costs about 1 ns a byte, less than handing
- * 1 MiB of sealed batches to a thread and back plus the garbage that leaves in two heaps (measured on 2 cores:
- * restore 546 MiB/s inline against 425-484 with one or two threads, and 50-100 MiB more resident memory). Only
+ * Restores authenticate and decrypt on the calling thread: AES-GCM open is about as cheap per byte as handing the
+ * sealed batches to a thread and back, which also leaves their garbage in two heaps (tried: no faster, more resident
+ * memory). Only
  * decompression, several ns a byte of output with Brotli, goes to the threads (`decode`): the compressed bodies are
  * small to hand over, and no key material is involved.
  *
@@ -27,8 +27,8 @@ import { toBuffer, transferList, type PoolReply, type PoolRequest, type WireCont
 
 /**
  * Threads of the shared pool: one per core but the one the calling thread reads, chunks and writes on; at least one,
- * at most 3 (beyond that the calling thread limits). On 2 cores, two threads checkpointed 10-20 % faster than one
- * (261-282 against 220-253 MiB/s) but added ~50 MiB of resident memory, which the 256 MiB bound cannot spare.
+ * at most 3 (beyond that the calling thread limits). On 2 cores, two threads checkpoint a little faster than one but
+ * take memory the 256 MiB bound cannot spare: compare `npx tsx bench/bounded.ts 1024 /tmp random 1` with `... 2`.
  */
 const DEFAULT_CHUNK_THREADS = Math.max(1, Math.min(availableParallelism() - 1, 3));
 
@@ -51,8 +51,8 @@ interface Thread {
 
 /**
  * A thread with nothing to do exits after this long. An idle isolate is never garbage-collected, so a thread kept
- * between checkpoints would hold its last checkpoint's garbage (measured: ~50 MiB) until the next one; a new thread
- * answers its first batch after ~40 ms (compiled code; measured).
+ * between checkpoints would hold its last checkpoint's garbage until the next one; starting a thread again is small
+ * next to a checkpoint.
  */
 const IDLE_EXIT_MS = 1_000;
 

@@ -43,8 +43,8 @@ import { createDataKey, rewrapDataKey, unwrapDataKey, wrapDataKey, WrappedDataKe
  *   <root>/<lineage>/pins/<checkpointId>          present while a writer runs: garbage collection keeps its packs
  *   <root>/<sessionId>/<checkpointId>.manifest    the sealed manifest: chunk list, parent's manifest digest
  *
- * Packs rather than one file per chunk: a checkpoint of 1 GiB is ~16,000 chunks, and a file each (create, fsync,
- * rename) costs more than the bytes. A pack is fsynced once, then renamed; the manifest is published last, so a
+ * Packs rather than one file per chunk: a checkpoint of 1 GiB is ~13,700 chunks (bench/chunker.ts), and a file
+ * each (create, fsync, rename) costs more than the bytes. A pack is fsynced once, then renamed; the manifest is published last, so a
  * crash leaves at worst an unreferenced pack, which garbage collection removes.
  */
 const ENGINE_FORMAT_VERSION = 2;
@@ -74,8 +74,9 @@ const PACK_ID = /^[A-Za-z0-9._-]+$/;
 const isCount = (n: unknown, min: number): n is number => typeof n === 'number' && Number.isSafeInteger(n) && n >= min;
 
 /**
- * Checked by hand, not by a zod tuple schema: a manifest lists ~16,000 chunks per GiB, and zod took 45 ms to check
- * 32,000 (three times JSON.parse of the same manifest); this loop takes a few.
+ * Checked by hand, not by a zod tuple schema: a manifest lists ~13,700 chunks per GiB, and a tuple schema per entry
+ * cost several times the JSON.parse of the same manifest, on the path of every restore, rewind and fork (the
+ * rewind and fork rows of bench/engine.ts load a 1 GiB manifest).
  */
 function isLocationList(value: unknown): value is Location[] {
   if (!Array.isArray(value)) return false;

@@ -16,7 +16,7 @@
  * Because of the pairs, all three sizes must be even (the crate requires it too since 5.0.0: with an odd `minSize`
  * a chunk could come out one byte shorter than the minimum).
  *
- * Speed: the crate's hash is 64-bit, and JavaScript has no cheap 64-bit integers (BigInt is ~20x slower), so the
+ * Speed: the crate's hash is 64-bit, and JavaScript has no cheap 64-bit integers (BigInt arithmetic allocates), so the
  * hot loop is a small WebAssembly function (gear-scan.wat, assembled by scripts/build-wasm.ts into gear-scan-wasm.ts;
  * see `scan`). Everything around it — sizes, masks, pairs, streaming — stays here.
  */
@@ -225,10 +225,9 @@ function resolve(options: ChunkerOptions): Resolved {
 }
 
 /**
- * The gear-hash scan runs in WebAssembly (gear-scan.wat): 64-bit arithmetic is native there. Chunking streamed 1 MiB
- * pieces at 1.33 GB/s with it against 0.73 GB/s with the best JavaScript version (the 48 bits the masks see kept in
- * two 32-bit halves, unrolled by hand; bench/chunker.ts). Bytes are copied into its memory a block at a time, so a
- * scan that stops early copies little.
+ * The gear-hash scan runs in WebAssembly (gear-scan.wat): 64-bit arithmetic is native there, where JavaScript had to
+ * keep the 48 bits the masks see in two 32-bit halves (bench/chunker.ts prints what it chunks at). Bytes are copied
+ * into its memory a block at a time, so a scan that stops early copies little.
  */
 const WASM_DATA = 2048;
 const WASM_BLOCK = 64 * KiB;
