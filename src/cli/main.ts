@@ -104,7 +104,7 @@ export async function run(argv: string[], out: (line: string) => void = console.
   if (STORE_COMMANDS.has(p.command) && !(p.command === 'verify' && p.flags.has('through-session'))) {
     const result = await storeCommand(p, await snapshotStoreFromConfig(config));
     out(json ? JSON.stringify(result.json, null, 2) : result.text);
-    return result.exitCode;
+    return result.exitCode ?? 0;
   }
   const connection = await Connection.connect(
     await connectionOptions(config, config.temporal.address ?? '127.0.0.1:7233'),
@@ -209,12 +209,7 @@ async function dispatch(p: Parsed, sessions: SessionClient): Promise<Output> {
     }
     case 'verify': {
       const results = await handle().verify({ checkpointId: one(p, 'checkpoint') });
-      const text = results
-        .map((r) => `${r.checkpointId.padEnd(24)}${r.status}${r.detail ? `  ${r.detail}` : ''}`)
-        .join('\n');
-      const bad = results.filter((r) => r.status !== 'ok').length;
-      const summary = `${results.length - bad} of ${results.length} checkpoint(s) verify`;
-      return { json: results, text: `${text}${text ? '\n' : ''}${summary}`, exitCode: bad ? 1 : 0 };
+      return verificationReport(results, (r) => r.checkpointId.padEnd(24));
     }
     case 'timeline': {
       const t = await handle().timeline();
@@ -235,19 +230,25 @@ async function dispatch(p: Parsed, sessions: SessionClient): Promise<Output> {
   }
 }
 
-async function storeCommand(p: Parsed, store: ChunkedSnapshotStore): Promise<Output & { exitCode: number }> {
+/** One line per checkpoint (`lead` then status and detail), a summary, and exit code 1 if one does not verify. */
+function verificationReport<R extends { checkpointId: string; status: string; detail?: string }>(
+  results: R[],
+  lead: (r: R) => string,
+): Output {
+  const lines = results.map((r) => `${lead(r)}${r.status}${r.detail ? `  ${r.detail}` : ''}`);
+  const bad = results.filter((r) => r.status !== 'ok').length;
+  lines.push(`${results.length - bad} of ${results.length} checkpoint(s) verify`);
+  return { json: results, text: lines.join('\n'), exitCode: bad ? 1 : 0 };
+}
+
+async function storeCommand(p: Parsed, store: ChunkedSnapshotStore): Promise<Output> {
   switch (p.command) {
     case 'verify': {
       const results = await store.verifyLineage(sessionArg(p));
-      const text = results
-        .map(
-          (r) =>
-            `${String(r.sequence ?? '?').padStart(5)}  ${r.checkpointId.padEnd(24)}v${r.formatVersion ?? '?'}  ${r.status}${r.detail ? `  ${r.detail}` : ''}`,
-        )
-        .join('\n');
-      const bad = results.filter((r) => r.status !== 'ok').length;
-      const summary = `${results.length - bad} of ${results.length} checkpoint(s) verify`;
-      return { json: results, text: `${text}${text ? '\n' : ''}${summary}`, exitCode: bad ? 1 : 0 };
+      return verificationReport(
+        results,
+        (r) => `${String(r.sequence ?? '?').padStart(5)}  ${r.checkpointId.padEnd(24)}v${r.formatVersion ?? '?'}  `,
+      );
     }
     case 'gc': {
       const report = await store.gc({ dryRun: p.flags.has('dry-run') });
@@ -256,14 +257,13 @@ async function storeCommand(p: Parsed, store: ChunkedSnapshotStore): Promise<Out
         `${verb} ${report.packsRemoved.length} pack(s), ${report.bytesRemoved} bytes; kept ${report.packsKept}`,
       ];
       for (const skip of report.skipped) lines.push(`skipped ${skip.lineage}: ${skip.reason}`);
-      return { json: report, text: lines.join('\n'), exitCode: 0 };
+      return { json: report, text: lines.join('\n') };
     }
     case 'rekey': {
       const r = await store.rekey();
       return {
         json: r,
         text: `re-wrapped ${r.rewrapped} data key(s); ${r.unchanged} already under the primary key`,
-        exitCode: 0,
       };
     }
     case 'shred': {
@@ -271,7 +271,7 @@ async function storeCommand(p: Parsed, store: ChunkedSnapshotStore): Promise<Out
       if (!p.flags.has('yes')) throw new UsageError(`shred destroys every checkpoint of ${sessionId}: add --yes`);
       const lineage = await store.shred(sessionId);
       const scope = lineage === sessionId ? sessionId : `lineage ${lineage} (${sessionId} is a fork of it)`;
-      return { json: { shredded: sessionId, lineage }, text: `data key of ${scope} destroyed`, exitCode: 0 };
+      return { json: { shredded: sessionId, lineage }, text: `data key of ${scope} destroyed` };
     }
     default:
       throw new UsageError(`unknown command: ${p.command}`);

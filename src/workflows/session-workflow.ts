@@ -151,8 +151,6 @@ interface SessionState {
   failure: FailureInfo | null;
   lastRestore: SessionStatus['lastRestore'];
   lastRejectedSignal: SessionStatus['lastRejectedSignal'];
-  /** Absent in state carried from runs before verification existed. */
-  lastVerification?: VerificationResult | null;
   results: RememberedResult[];
   startedAt: string;
   updatedAt: string;
@@ -195,7 +193,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     const result = transition(state.phase, event);
     if (!result.ok) throw invalidTransition(result.reason);
     state.phase = result.phase;
-    if (result.phase === 'failed') {
+    if (result.phase === 'failed' && !state.failure) {
       state.failure = { type: ERROR_CODES.RuntimeFailed, message: result.failureReason ?? 'failed', at: now() };
     }
     touch();
@@ -203,8 +201,9 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
 
   function fail(type: ErrorCode, message: string): void {
     if (isFinal(state.phase)) return;
-    apply({ type: 'failed', reason: message });
+    // Set first, so that what apply() publishes (status, Web UI details) names the real failure.
     state.failure = { type, message, at: now() };
+    apply({ type: 'failed', reason: message });
   }
 
   function touch(): void {
@@ -340,15 +339,14 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
       const { checkpointId } = parse(VerifyInput, i);
       const targets = checkpointId
         ? state.checkpoints.filter((c) => c.checkpointId === checkpointId)
-        : [...state.checkpoints].sort((a, b) => a.sequence - b.sequence);
+        : [...state.checkpoints]; // (oldest first; the ones that exist when the request came)
       const results: VerificationResult[] = [];
       for (const target of targets) results.push(await verify(target, 'request'));
       return results;
     },
     {
       validator: (i) => {
-        const { checkpointId } = parse(VerifyInput, i);
-        if (checkpointId !== undefined) checkResumeTarget(checkpointId);
+        checkResumeTarget(parse(VerifyInput, i).checkpointId);
       },
       description: 'Read checkpoints back from the store (every chunk authenticated); returns what each one is.',
     },
@@ -485,14 +483,9 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     const result = await verifier.verifyCheckpoint({
       sessionId,
       checkpointId: ref.checkpointId,
-      expected: {
-        formatVersion: ref.formatVersion,
-        digest: ref.digest,
-        ...(ref.encryption ? { encryption: ref.encryption } : {}),
-      },
+      expected: recorded(ref),
     });
     record({ kind: 'verified', cause, ...result });
-    state.lastVerification = result;
     setCurrentDetails(describe());
     if (result.status !== 'ok') {
       log.warn('checkpoint did not verify', { checkpointId: ref.checkpointId, status: result.status });
@@ -579,11 +572,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
           host.restoreCheckpoint({
             sessionId,
             checkpointId: candidate.checkpointId,
-            expected: {
-              formatVersion: candidate.formatVersion,
-              digest: candidate.digest,
-              ...(candidate.encryption ? { encryption: candidate.encryption } : {}),
-            },
+            expected: recorded(candidate),
             instanceId: newInstanceId(),
             spec: state.spec.runtime,
           }),
@@ -719,10 +708,22 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
       failure: state.failure,
       lastRestore: state.lastRestore,
       lastRejectedSignal: state.lastRejectedSignal,
-      lastVerification: state.lastVerification ?? null,
+      lastVerification: lastVerification(),
       startedAt: state.startedAt,
       updatedAt: state.updatedAt,
     };
+  }
+
+  /** The newest `verified` entry of the timeline, as a result. */
+  function lastVerification(): VerificationResult | null {
+    for (let i = state.timeline.length - 1; i >= 0; i--) {
+      const entry = state.timeline[i]!;
+      if (entry.kind === 'verified') {
+        const { checkpointId, status, detail, at } = entry;
+        return { checkpointId, status, ...(detail !== undefined ? { detail } : {}), at };
+      }
+    }
+    return null;
   }
 
   /** Markdown shown as "current details" in the Web UI. */
@@ -734,7 +735,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
       lines.push(`head: \`${state.head.checkpointId}\` (${state.head.size} bytes, ${state.head.createdAt})`);
     if (state.runtime) lines.push(`runtime: \`${state.runtime.instanceId}\` on \`${state.runtime.hostTaskQueue}\``);
     if (state.failure) lines.push(`failure: ${state.failure.type}: ${state.failure.message}`);
-    const verified = state.lastVerification;
+    const verified = lastVerification();
     if (verified) lines.push(`last verification: \`${verified.checkpointId}\` ${verified.status} (${verified.at})`);
     return lines.join('\n\n');
   }
@@ -784,7 +785,6 @@ function initialState(rawSpec: StartSessionInput): SessionState {
     failure: null,
     lastRestore: null,
     lastRejectedSignal: null,
-    lastVerification: null,
     results: [],
     startedAt: at,
     updatedAt: at,
@@ -837,6 +837,15 @@ function neverStarted(err: unknown): boolean {
     err.cause instanceof TimeoutFailure &&
     err.cause.timeoutType === 'SCHEDULE_TO_START'
   );
+}
+
+/** What history says a checkpoint is: restore and verify refuse a manifest that says otherwise. */
+function recorded(ref: CheckpointRef): { formatVersion: number; digest: string; encryption?: 'aes-256-gcm' | 'none' } {
+  return {
+    formatVersion: ref.formatVersion,
+    digest: ref.digest,
+    ...(ref.encryption ? { encryption: ref.encryption } : {}),
+  };
 }
 
 function messageOf(err: unknown): string {

@@ -1,6 +1,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { sessionWorkflowId } from '../../src/api';
 import { eventually, runningStatus, startTestSystem, type TestHost, type TestSystem } from '../helpers/temporal';
 
 let sys: TestSystem;
@@ -66,4 +67,10 @@ test('a host lost before any checkpoint fails the session with the reason', asyn
   const status = await session.status();
   expect(status.phase).toBe('failed');
   expect(status.failure?.message).toContain('the session has no checkpoint');
+  expect(status.failure?.type).toBe('RuntimeLost');
+  // The Web UI's current details name the same failure.
+  const metadata = await sys.client.workflow
+    .getHandle(sessionWorkflowId(status.sessionId))
+    .query<{ currentDetails?: string }>('__temporal_workflow_metadata');
+  expect(metadata.currentDetails).toContain('failure: RuntimeLost: the runtime was lost');
 });
