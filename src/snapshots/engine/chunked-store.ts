@@ -145,6 +145,9 @@ export interface GcReport {
   bytesRemoved: number;
 }
 
+/** A manifest as read: format 1, or format 2 with the SHA-256 of its file (what a child's hash-chain link names). */
+type Loaded = { kind: 'v1'; manifest: CheckpointManifest } | { kind: 'v2'; manifest: ManifestV2; fileDigest: string };
+
 /** A lineage's unwrapped data key and the chunk-id key derived from it. */
 type LineageKey = ChunkKey;
 
@@ -364,7 +367,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     try {
       const key = origin.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(lineage) : null;
       await this.holdPacks(origin, source.sessionId, source.checkpointId);
-      const parentManifestDigest = await this.manifestFileDigest(source.sessionId, source.checkpointId);
+      const parentManifestDigest = loaded.fileDigest;
       await fs.mkdir(join(this.root, sessionId), { recursive: true });
       const joined = await publish(join(this.root, sessionId, LINEAGE_FILE), Buffer.from(JSON.stringify({ lineage })), {
         replace: false,
@@ -401,7 +404,16 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     checkpointId: string,
     options: StoreProgress = {},
   ): Promise<{ manifest: CheckpointManifest; stream: Readable }> {
-    const loaded = await this.loadManifest(sessionId, checkpointId);
+    return this.openLoaded(await this.loadManifest(sessionId, checkpointId), sessionId, checkpointId, options);
+  }
+
+  /** `open` of a manifest already loaded (verifyLineage has it in hand). */
+  private async openLoaded(
+    loaded: Loaded,
+    sessionId: string,
+    checkpointId: string,
+    options: StoreProgress = {},
+  ): Promise<{ manifest: CheckpointManifest; stream: Readable }> {
     if (loaded.kind === 'v1') return this.legacy.open(sessionId, checkpointId, options);
     const { manifest } = loaded;
     const key = manifest.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(manifest.lineage) : null;
@@ -540,7 +552,8 @@ export class ChunkedSnapshotStore implements SnapshotStore {
             );
           }
         }
-        await this.verify(sessionId, checkpointId);
+        // Every chunk is authenticated as it is read; reading to the end is the verification.
+        for await (const piece of (await this.openLoaded(loaded, sessionId, checkpointId)).stream) void piece;
         results.push({ checkpointId, sequence, formatVersion, status: 'ok' });
       } catch (err) {
         results.push({ checkpointId, sequence, formatVersion, status: statusOf(err), detail: messageOf(err) });
@@ -666,10 +679,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     await publish(this.manifestPath(manifest.sessionId, manifest.checkpointId), sealed);
   }
 
-  private async loadManifest(
-    sessionId: string,
-    checkpointId: string,
-  ): Promise<{ kind: 'v1'; manifest: CheckpointManifest } | { kind: 'v2'; manifest: ManifestV2 }> {
+  private async loadManifest(sessionId: string, checkpointId: string): Promise<Loaded> {
     if (!SessionId.safeParse(sessionId).success || !CheckpointId.safeParse(checkpointId).success) {
       throw new SnapshotNotFoundError(`no checkpoint ${checkpointId} of session ${sessionId}`, sessionId, checkpointId);
     }
@@ -734,28 +744,27 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         checkpointId,
       );
     }
-    return { kind: 'v2', manifest: parsed.data };
+    return { kind: 'v2', manifest: parsed.data, fileDigest: fileDigest(sealed) };
   }
 
   private async parentInfo(
     sessionId: string,
     parentId: string,
   ): Promise<{ chunks: Location[]; manifestDigest: string | null }> {
-    const manifestDigest = await this.manifestFileDigest(sessionId, parentId);
     try {
       const loaded = await this.loadManifest(sessionId, parentId);
-      return { chunks: loaded.kind === 'v2' ? loaded.manifest.chunks : [], manifestDigest };
+      if (loaded.kind === 'v2') return { chunks: loaded.manifest.chunks, manifestDigest: loaded.fileDigest };
     } catch {
       // A parent that cannot be read only costs deduplication; the new checkpoint stands on its own.
-      return { chunks: [], manifestDigest };
     }
+    return { chunks: [], manifestDigest: await this.manifestFileDigest(sessionId, parentId) };
   }
 
   private async manifestFileDigest(sessionId: string, checkpointId: string): Promise<string | null> {
     const bytes =
       (await readSmall(this.manifestPath(sessionId, checkpointId))) ??
       (await readSmall(this.legacyManifestPath(sessionId, checkpointId)));
-    return bytes ? `sha256:${createHash('sha256').update(bytes).digest('hex')}` : null;
+    return bytes ? fileDigest(bytes) : null;
   }
 
   private async referencedPacks(lineage: string, sessions: readonly string[]): Promise<Set<string>> {
@@ -1063,6 +1072,10 @@ function openFailureError(failure: OpenFailure, sessionId: string, checkpointId:
     case 'other':
       return new Error(`${where} could not be opened: ${failure.message}`);
   }
+}
+
+function fileDigest(bytes: Buffer): string {
+  return `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
 }
 
 function toPublic(m: ManifestV2): CheckpointManifest {
