@@ -43,7 +43,8 @@ export const CheckpointManifestSchema = z.object({
   trigger: CheckpointTrigger,
 }) satisfies z.ZodType<CheckpointManifest>;
 
-const NewCheckpointSchema = CheckpointManifestSchema.omit({
+/** What a writer must say about a new checkpoint (ids, sequence, parent, runtime, label, trigger). */
+export const NewCheckpointSchema = CheckpointManifestSchema.omit({
   formatVersion: true,
   size: true,
   digest: true,

@@ -12,7 +12,7 @@ import {
   SnapshotNotFoundError,
   verificationStatusOf,
 } from '../errors';
-import { CheckpointManifestSchema, FsSnapshotStore } from '../fs-snapshot-store';
+import { CheckpointManifestSchema, FsSnapshotStore, NewCheckpointSchema } from '../fs-snapshot-store';
 import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from '../snapshot-store';
 import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
 import { sharedChunkPool, type ChunkPool, type PoolContext } from './chunk-pool';
@@ -179,7 +179,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   }
 
   async write(checkpoint: NewCheckpoint, data: Readable, options: StoreProgress = {}): Promise<CheckpointManifest> {
-    const { sessionId, checkpointId } = checkIds(checkpoint.sessionId, checkpoint.checkpointId);
+    const { sessionId, checkpointId } = checkNew(NewCheckpointSchema, checkpoint);
     const lineage = await this.lineageOf(sessionId);
     const { signal, onProgress } = options;
     signal?.throwIfAborted();
@@ -296,7 +296,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
    * size beyond its chunk list. The runtime is the source's. Format-1 sources have no chunks to share: refused.
    */
   async branch(sourceCheckpointId: string, checkpoint: Omit<NewCheckpoint, 'runtime'>): Promise<CheckpointManifest> {
-    const { sessionId, checkpointId } = checkIds(checkpoint.sessionId, checkpoint.checkpointId);
+    const { sessionId, checkpointId } = checkNew(NewCheckpointSchema.omit({ runtime: true }), checkpoint);
     checkIds(sessionId, sourceCheckpointId);
     const lineage = await this.lineageOf(sessionId);
     const manifestPath = this.manifestPath(sessionId, checkpointId);
@@ -348,7 +348,10 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     target: { sessionId: string; checkpointId: string; label?: string; trigger: NewCheckpoint['trigger'] },
   ): Promise<CheckpointManifest> {
     checkIds(source.sessionId, source.checkpointId);
-    const { sessionId, checkpointId } = checkIds(target.sessionId, target.checkpointId);
+    const { sessionId, checkpointId } = checkNew(
+      NewCheckpointSchema.pick({ sessionId: true, checkpointId: true, label: true, trigger: true }),
+      target,
+    );
     if (sessionId === source.sessionId) throw new Error(`a fork needs a new session, not ${sessionId} itself`);
     const existing = await fs.readdir(join(this.root, sessionId)).catch(() => [] as string[]);
     if (existing.length > 0)
@@ -1095,6 +1098,15 @@ function toPublic(m: ManifestV2): CheckpointManifest {
   };
 }
 
+/** Refuses a new checkpoint the store could not read back (bad id, label, sequence…) before anything is written. */
+function checkNew<T extends { sessionId: string; checkpointId: string }>(schema: z.ZodType<T>, value: unknown): T {
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) {
+    throw new TypeError(`invalid checkpoint: ${z.prettifyError(parsed.error)}`, { cause: parsed.error });
+  }
+  return parsed.data;
+}
+
 function checkIds(sessionId: string, checkpointId: string): { sessionId: string; checkpointId: string } {
   if (!SessionId.safeParse(sessionId).success || !CheckpointId.safeParse(checkpointId).success) {
     throw new TypeError(
@@ -1104,11 +1116,11 @@ function checkIds(sessionId: string, checkpointId: string): { sessionId: string;
   return { sessionId, checkpointId };
 }
 
-/** Whether a sealed object says it is encrypted (flags byte right after magic and header length). */
-async function* abortable(source: Readable, signal?: AbortSignal): AsyncGenerator<Buffer> {
+/** The pieces of `source`, stopping with the signal's reason once it aborts. */
+async function* abortable(source: Readable, signal?: AbortSignal): AsyncGenerator<Uint8Array> {
   for await (const piece of source) {
     signal?.throwIfAborted();
-    yield Buffer.isBuffer(piece) ? piece : Buffer.from(piece as Uint8Array);
+    yield piece as Uint8Array;
   }
 }
 

@@ -84,6 +84,29 @@ test('round trip of 8 MiB, with the manifest a reader sees', async () => {
   expect(await s.verify('s1', 'cp-1')).toEqual(manifest);
 });
 
+test('a checkpoint it could not read back (bad label, bad sequence) is refused before anything is written', async () => {
+  const s = store();
+  for (const bad of [
+    { ...cp(1), label: 'line\nbreak' },
+    { ...cp(1), sequence: 0 },
+    { ...cp(1), trigger: 'later' },
+  ]) {
+    await expect(s.write(bad as NewCheckpoint, Readable.from([randomBytes(1000)]))).rejects.toThrow(
+      /invalid checkpoint/,
+    );
+  }
+  await s.write(cp(1), Readable.from([randomBytes(1000)]));
+  await expect(s.branch('cp-1', { ...cp(2, 'cp-1'), label: 'x'.repeat(201) })).rejects.toThrow(/invalid checkpoint/);
+  await expect(
+    s.fork(
+      { sessionId: 's1', checkpointId: 'cp-1' },
+      { sessionId: 's2', checkpointId: 'f-1', trigger: 'manual', label: '\u0000' },
+    ),
+  ).rejects.toThrow(/invalid checkpoint/);
+  expect(fs.readdirSync(path.join(dir, 's1')).filter((n) => n.endsWith('.manifest'))).toEqual(['cp-1.manifest']);
+  expect(fs.existsSync(path.join(dir, 's2'))).toBe(false);
+});
+
 test('a checkpoint after changing 1% in scattered places writes at most 3% of the state', async () => {
   const s = store();
   // Seeded bytes, so the scenario (and the chunk boundaries) are the same on every run.
