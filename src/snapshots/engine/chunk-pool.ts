@@ -36,8 +36,8 @@ const DEFAULT_CHUNK_THREADS = Math.max(1, Math.min(availableParallelism() - 1, 3
 export interface PoolContext {
   readonly id: number;
   readonly value: SealContext;
-  /** Inline mode: the ids stored so far. */
-  readonly known: Set<string>;
+  /** Inline mode only: the ids stored so far (built on first use; threads keep their own). */
+  known: Set<string> | null;
   /** Threads that hold this context. */
   readonly sentTo: Set<Thread>;
 }
@@ -75,7 +75,7 @@ export class ChunkPool {
   }
 
   context(value: SealContext): PoolContext {
-    return { id: nextContextId++, value, known: new Set(value.known), sentTo: new Set() };
+    return { id: nextContextId++, value, known: null, sentTo: new Set() };
   }
 
   /** Forgets a context on every thread that has it. */
@@ -84,12 +84,12 @@ export class ChunkPool {
       if (!thread.dead) thread.worker.postMessage({ type: 'release', contextId: context.id } satisfies PoolRequest);
     }
     context.sentTo.clear();
-    context.known.clear();
+    context.known = null;
   }
 
   /** Seals the chunks of `data` cut at `sizes`. `data` is moved to the thread: do not use it afterwards. */
   async seal(context: PoolContext, data: Buffer, sizes: number[]): Promise<SealBatchResult> {
-    if (this.size === 0) return sealBatch(context.value, context.known, data, sizes);
+    if (this.size === 0) return sealBatch(context.value, (context.known ??= new Set(context.value.known)), data, sizes);
     const reply = await this.run(context, (job, wire) => ({
       type: 'seal',
       job,
@@ -169,7 +169,7 @@ function toWire(context: PoolContext): WireContext {
           chunkIdKey: new Uint8Array(value.key.chunkIdKey),
         }
       : null,
-    known: [...value.known],
+    known: value.known,
   };
 }
 
