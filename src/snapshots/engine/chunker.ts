@@ -164,24 +164,23 @@ export const MASKS: readonly bigint[] = Object.freeze([
   0x0000db3777577000n, // unused (normalization level 3)
 ]);
 
-// The 48 bits of a mask, split at bit 16: LOW holds bits 0..15, HIGH bits 16..47 (the hash state is kept the same way).
-const MASK_LOW = Int32Array.from(MASKS, (m) => Number(m & 0xffffn));
-const MASK_HIGH = Int32Array.from(MASKS, (m) => Number(BigInt.asIntN(32, m >> 16n)));
-
 /** Below this, a leftover piece of input is copied into the chunker's own buffer instead of being referenced. */
 const COPY_BELOW = 4 * KiB;
 
-/** Options checked and turned into the split masks the scan uses. */
+/** Options checked and turned into the masks the scan uses. */
 interface Resolved {
   readonly minSize: number;
   readonly avgSize: number;
   readonly maxSize: number;
-  /** Masks before avgSize (harder: bits + 1). */
-  readonly smallHigh: number;
-  readonly smallLow: number;
-  /** Masks from avgSize on (easier: bits - 1). */
-  readonly largeHigh: number;
-  readonly largeLow: number;
+  /** Mask before avgSize (harder: bits + 1). */
+  readonly smallMask: bigint;
+  /** Mask from avgSize on (easier: bits - 1). */
+  readonly largeMask: bigint;
+}
+
+/** The rolling hash between two calls of `scan` over one chunk (reset to 0 at each chunk start). */
+interface HashState {
+  hash: bigint;
 }
 
 function checkSize(name: keyof ChunkerOptions, value: unknown, min: number, max: number): void {
@@ -217,10 +216,8 @@ function resolve(options: ChunkerOptions): Resolved {
     minSize,
     avgSize,
     maxSize,
-    smallHigh: MASK_HIGH[bits + 1]!,
-    smallLow: MASK_LOW[bits + 1]!,
-    largeHigh: MASK_HIGH[bits - 1]!,
-    largeLow: MASK_LOW[bits - 1]!,
+    smallMask: MASKS[bits + 1]!,
+    largeMask: MASKS[bits - 1]!,
   };
 }
 
@@ -254,12 +251,10 @@ const gearScan = (() => {
  * Rolls the gear hash over `src[from..to)` and returns the index of the first byte after which
  * `(hash & mask) == 0`, or -1 with the hash saved in `state` so that a later call can continue it.
  *
- * The crate computes `hash = (hash << 1) + GEAR[byte]` in 64 bits; masks only see bits 0..47, which depend only on
- * bits 0..47 of the operands, so `state` keeps those: bits 0..15 in state[0], bits 16..47 in state[1].
+ * The crate computes `hash = (hash << 1) + GEAR[byte]` in 64 bits, as the WebAssembly function does.
  */
-function scan(src: Uint8Array, from: number, to: number, maskHigh: number, maskLow: number, state: Int32Array): number {
-  const mask = (BigInt(maskHigh >>> 0) << 16n) | BigInt(maskLow & 0xffff);
-  gearScan.hash.value = (BigInt(state[1]! >>> 0) << 16n) | BigInt(state[0]! & 0xffff);
+function scan(src: Uint8Array, from: number, to: number, mask: bigint, state: HashState): number {
+  gearScan.hash.value = state.hash;
   for (let at = from; at < to;) {
     const n = Math.min(WASM_BLOCK, to - at);
     gearScan.heap.set(src.subarray(at, at + n), WASM_DATA);
@@ -267,14 +262,12 @@ function scan(src: Uint8Array, from: number, to: number, maskHigh: number, maskL
     if (found >= 0) return at + found - WASM_DATA;
     at += n;
   }
-  const hash = gearScan.hash.value;
-  state[0] = Number(hash & 0xffffn);
-  state[1] = Number(BigInt.asIntN(32, hash >> 16n));
+  state.hash = gearScan.hash.value;
   return -1;
 }
 
 /** Hash state for the synchronous entry points: they never yield mid-scan, so one is enough. */
-const SCRATCH = new Int32Array(2);
+const SCRATCH: HashState = { hash: 0n };
 
 /** The crate's `cut_gear` over `data[offset..end)`, `end` being the end of the input. */
 function cut(data: Uint8Array, offset: number, end: number, p: Resolved): number {
@@ -282,18 +275,17 @@ function cut(data: Uint8Array, offset: number, end: number, p: Resolved): number
   if (remaining <= p.minSize) return end;
   // Pairs are examined only when both bytes exist: up to maxSize (even), or to the last whole pair of the input.
   const scanEnd = offset + (remaining > p.maxSize ? p.maxSize : remaining - (remaining & 1));
-  SCRATCH[0] = 0;
-  SCRATCH[1] = 0;
+  SCRATCH.hash = 0n;
   let i = offset + p.minSize;
   const center = offset + p.avgSize;
   if (i < center) {
     const stop = center < scanEnd ? center : scanEnd;
-    const found = scan(data, i, stop, p.smallHigh, p.smallLow, SCRATCH);
+    const found = scan(data, i, stop, p.smallMask, SCRATCH);
     if (found >= 0) return found;
     i = stop;
   }
   if (i < scanEnd) {
-    const found = scan(data, i, scanEnd, p.largeHigh, p.largeLow, SCRATCH);
+    const found = scan(data, i, scanEnd, p.largeMask, SCRATCH);
     if (found >= 0) return found;
   }
   return remaining > p.maxSize ? offset + p.maxSize : end;
@@ -365,8 +357,8 @@ export class Chunker {
    * Consumers may keep chunks as long as they like.
    */
   async *chunks(source: AsyncIterable<Uint8Array>): AsyncGenerator<Buffer, void, undefined> {
-    const { minSize, avgSize, maxSize, smallHigh, smallLow, largeHigh, largeLow } = this.resolved;
-    const state = new Int32Array(2);
+    const { minSize, avgSize, maxSize, smallMask, largeMask } = this.resolved;
+    const state: HashState = { hash: 0n };
     // The current chunk so far: views into earlier pieces and into `staging` (own copies of small leftovers).
     let parts: Buffer[] = [];
     let held = 0;
@@ -395,19 +387,19 @@ export class Chunker {
         if (scanned < held && scanned < limit) {
           // The pending byte (see `scanned`): the piece just received completes its pair.
           const last = parts[parts.length - 1]!;
-          const [high, low] = scanned < avgSize ? [smallHigh, smallLow] : [largeHigh, largeLow];
-          if (scan(last, last.length - 1, last.length, high, low, state) >= 0) next = scanned;
+          const mask = scanned < avgSize ? smallMask : largeMask;
+          if (scan(last, last.length - 1, last.length, mask, state) >= 0) next = scanned;
           scanned++;
         }
         const base = at - held; // piece index = base + chunk-relative position
         if (next < 0 && scanned < limit && scanned < avgSize) {
           const stop = avgSize < limit ? avgSize : limit;
-          const found = scan(piece, base + scanned, base + stop, smallHigh, smallLow, state);
+          const found = scan(piece, base + scanned, base + stop, smallMask, state);
           if (found >= 0) next = found - base;
           else scanned = stop;
         }
         if (next < 0 && scanned < limit) {
-          const found = scan(piece, base + scanned, base + limit, largeHigh, largeLow, state);
+          const found = scan(piece, base + scanned, base + limit, largeMask, state);
           if (found >= 0) next = found - base;
           else scanned = limit;
         }
@@ -453,8 +445,7 @@ export class Chunker {
         }
         staged = 0;
         scanned = minSize;
-        state[0] = 0;
-        state[1] = 0;
+        state.hash = 0n;
       }
     }
     if (held > 0) yield join(Buffer.alloc(0), held);
