@@ -1,4 +1,4 @@
-import { createCipheriv, createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -15,17 +15,13 @@ import { CODECS, compressChunk } from '../../../src/snapshots/engine/codec';
 import { ChunkedSnapshotStore } from '../../../src/snapshots/engine/chunked-store';
 import { SnapshotTamperedError } from '../../../src/snapshots/engine/crypto';
 import { Keyring } from '../../../src/snapshots/engine/keyring';
+import { seeded } from '../../helpers/bytes';
 
 // The pool runs the per-chunk work on real worker threads; these tests compare it with the same work done inline.
 
 const KiB = 1024;
 const key: ChunkKey = { dataKeyId: 'dk-test', key: randomBytes(32), chunkIdKey: randomBytes(32) };
 const context = { tenant: 't', lineage: 'l', formatVersion: 2, key };
-
-function seeded(seed: number, length: number): Buffer {
-  const k = createHash('sha256').update(String(seed)).digest();
-  return createCipheriv('aes-256-ctr', k, Buffer.alloc(16)).update(Buffer.alloc(length));
-}
 
 function batchOf(...chunks: Buffer[]): { data: Buffer; sizes: number[] } {
   const data = Buffer.allocUnsafeSlow(chunks.reduce((n, c) => n + c.length, 0));

@@ -1,4 +1,4 @@
-import { createCipheriv, createHash, randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -13,6 +13,7 @@ import {
 import { Keyring } from '../../../src/snapshots/engine/keyring';
 import { FsSnapshotStore } from '../../../src/snapshots/fs-snapshot-store';
 import type { NewCheckpoint } from '../../../src/snapshots/snapshot-store';
+import { seeded } from '../../helpers/bytes';
 
 let dir: string;
 beforeEach(() => {
@@ -45,12 +46,6 @@ async function readAll(stream: Readable): Promise<Buffer> {
   const parts: Buffer[] = [];
   for await (const p of stream) parts.push(p as Buffer);
   return Buffer.concat(parts);
-}
-
-/** Deterministic incompressible bytes: an AES-CTR keystream under a key made from `seed`. */
-function seeded(seed: number, length: number): Buffer {
-  const key = createHash('sha256').update(String(seed)).digest();
-  return createCipheriv('aes-256-ctr', key, Buffer.alloc(16)).update(Buffer.alloc(length));
 }
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
