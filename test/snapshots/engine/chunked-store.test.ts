@@ -376,15 +376,16 @@ test('a manifest whose chunk list is malformed or disagrees with its size is Sna
   const s = new ChunkedSnapshotStore({ rootDir: dir, keyring: null });
   await s.write(cp(1), Readable.from([randomBytes(100_000)]));
   const file = path.join(dir, 's1', 'cp-1.manifest');
-  const opened = openObject(fs.readFileSync(file), () => Buffer.alloc(0), {
-    kind: 'manifest',
+  // Where the manifest of cp-1 belongs: the binding its (plaintext-mode) envelope must carry.
+  const binding = {
+    kind: 'manifest' as const,
     tenant: 'default',
     lineage: 's1',
     objectId: 'cp-1',
     sessionId: 's1',
     formatVersion: 2,
-    encrypted: false,
-  });
+  };
+  const opened = openObject(fs.readFileSync(file), () => Buffer.alloc(0), { ...binding, encrypted: false });
   const manifest = JSON.parse(opened.plaintext.toString('utf8')) as { chunks: unknown[][] };
   const good = manifest.chunks[0]!;
   const bad: unknown[][] = [
@@ -396,18 +397,7 @@ test('a manifest whose chunk list is malformed or disagrees with its size is Sna
     [...good.slice(0, 4), 0],
   ];
   const reseal = (content: object) =>
-    fs.writeFileSync(
-      file,
-      sealPlaintextObject(Buffer.from(JSON.stringify(content)), {
-        kind: 'manifest',
-        tenant: 'default',
-        lineage: 's1',
-        objectId: 'cp-1',
-        sessionId: 's1',
-        formatVersion: 2,
-        codec: 0,
-      }),
-    );
+    fs.writeFileSync(file, sealPlaintextObject(Buffer.from(JSON.stringify(content)), { ...binding, codec: 0 }));
   // A size that its chunks do not add up to: a reader would hand out another number of bytes than it promised.
   reseal({ ...manifest, size: (manifest as unknown as { size: number }).size + 1 });
   await expect(s.readManifest('s1', 'cp-1')).rejects.toMatchObject({
