@@ -1,5 +1,6 @@
 import type { Readable } from 'node:stream';
 import type { RuntimeSpec } from '../domain/schemas';
+import type { StateSource } from '../snapshots/state-source';
 
 /** How a runtime instance ended. `requested` is true when `stop` caused it. */
 export interface ExitInfo {
@@ -34,6 +35,17 @@ export interface RestoreRequest<S extends RuntimeSpec = RuntimeSpec> extends Sta
    * then clean up what it extracted, start nothing, and reject with the stream's error unchanged.
    */
   state: Readable;
+  /** The checkpoint the state is: a runtime may take it as the base of its next {@link CapturedState}. */
+  checkpointId?: string;
+}
+
+/**
+ * A capture that names what did not change since the instance's last stored checkpoint (its `base`). The caller
+ * stores it and then calls `stored` with the checkpoint it became: the base of the next capture. A capture that is
+ * never stored (failed, abandoned) changes nothing; the next one is relative to the same base as before.
+ */
+export interface CapturedState extends StateSource {
+  stored(checkpointId: string): void;
 }
 
 /**
@@ -53,6 +65,11 @@ export interface SessionRuntime<S extends RuntimeSpec = RuntimeSpec> {
    * stream is read; it resumes when the stream ends, errors or is destroyed.
    */
   capture(instanceId: string): Promise<Readable>;
+  /**
+   * Optional: `capture`, with the runs that are unchanged since the last stored checkpoint named instead of read.
+   * Same consistency as `capture`. Callers use it when present.
+   */
+  captureState?(instanceId: string): Promise<CapturedState>;
   /** Stops the instance (gracefully, then forcibly after the grace period) and frees its compute. */
   stop(instanceId: string, options?: { graceMs?: number }): Promise<ExitInfo>;
   /** Resolves when the instance ends, however it ends. Rejects with RuntimeNotFoundError for an unknown id. */

@@ -22,6 +22,7 @@ import {
   type SnapshotStore,
   type StoreProgress,
 } from './snapshot-store';
+import { isStateSource, sourceStream, type StateSource } from './state-source';
 
 const DATA_SUFFIX = '.data';
 const MANIFEST_SUFFIX = '.manifest.json';
@@ -72,7 +73,13 @@ export class FsSnapshotStore implements SnapshotStore {
     this.root = resolve(rootDir);
   }
 
-  async write(checkpoint: NewCheckpoint, data: Readable, options: StoreProgress = {}): Promise<CheckpointManifest> {
+  async write(
+    checkpoint: NewCheckpoint,
+    source: Readable | StateSource,
+    options: StoreProgress = {},
+  ): Promise<CheckpointManifest> {
+    // Format 1 is one data object: every byte is written, unchanged runs included.
+    const data = isStateSource(source) ? sourceStream(source) : source;
     const parsed = NewCheckpointSchema.safeParse(checkpoint);
     if (!parsed.success) {
       throw new TypeError(`invalid checkpoint: ${z.prettifyError(parsed.error)}`, { cause: parsed.error });

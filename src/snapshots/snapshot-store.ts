@@ -1,4 +1,5 @@
 import type { Readable } from 'node:stream';
+import type { StateSource } from './state-source';
 
 /** The format this code writes. Readers accept every version in SUPPORTED_FORMAT_VERSIONS. */
 export const FORMAT_VERSION = 1;
@@ -40,8 +41,11 @@ export interface SnapshotStore {
    * Streams `data` into the store and then publishes the manifest. Memory does not grow with the state's
    * size. If `data` errors, or `signal` aborts, nothing becomes visible. Writing a checkpoint id that exists
    * already is an error (checkpoints are immutable).
+   *
+   * `data` may be a {@link StateSource}: runs it names as unchanged since its base checkpoint may be stored without
+   * being read (the chunked store reuses the base's chunks); the checkpoint holds the same bytes either way.
    */
-  write(checkpoint: NewCheckpoint, data: Readable, options?: StoreProgress): Promise<CheckpointManifest>;
+  write(checkpoint: NewCheckpoint, data: Readable | StateSource, options?: StoreProgress): Promise<CheckpointManifest>;
 
   /** Reads and checks a manifest (schema, format version). Throws SnapshotNotFound/Corrupt/IncompatibleError. */
   readManifest(sessionId: string, checkpointId: string): Promise<CheckpointManifest>;

@@ -14,6 +14,7 @@ import {
 } from '../errors';
 import { CheckpointManifestSchema, FsSnapshotStore, NewCheckpointSchema } from '../fs-snapshot-store';
 import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from '../snapshot-store';
+import { isStateSource, sourceBytes, type StateSource } from '../state-source';
 import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
 import { sharedChunkPool, type ChunkPool, type PoolContext } from './chunk-pool';
 import {
@@ -23,8 +24,10 @@ import {
   type OpenEntry,
   type OpenFailure,
   type SealBatchResult,
+  type SealedEntry,
 } from './chunk-work';
 import { CODECS } from './codec';
+import { planChunks, type PlannedChunk } from './incremental';
 import {
   isEncryptedObject,
   KeyUnavailableError,
@@ -178,14 +181,30 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     return keyring ? { mode: 'aes-256-gcm', primaryKeyId: keyring.primaryKeyId } : { mode: 'none', primaryKeyId: null };
   }
 
-  async write(checkpoint: NewCheckpoint, data: Readable, options: StoreProgress = {}): Promise<CheckpointManifest> {
-    const { sessionId, checkpointId } = checkNew(NewCheckpointSchema, checkpoint);
+  async write(
+    checkpoint: NewCheckpoint,
+    data: Readable | StateSource,
+    options: StoreProgress = {},
+  ): Promise<CheckpointManifest> {
+    const source = isStateSource(data) ? data : null;
+    const release = (): void => {
+      if (source) source.close();
+      else (data as Readable).destroy();
+    };
+    let sessionId: string;
+    let checkpointId: string;
+    try {
+      ({ sessionId, checkpointId } = checkNew(NewCheckpointSchema, checkpoint));
+    } catch (err) {
+      release();
+      throw err;
+    }
     const lineage = await this.lineageOf(sessionId);
     const { signal, onProgress } = options;
     signal?.throwIfAborted();
     const manifestPath = this.manifestPath(sessionId, checkpointId);
     if ((await exists(manifestPath)) || (await exists(this.legacyManifestPath(sessionId, checkpointId)))) {
-      data.destroy();
+      release();
       throw new Error(`checkpoint ${checkpointId} of session ${sessionId} exists already; checkpoints are immutable`);
     }
     const pin = await this.pin(lineage, sessionId, checkpointId);
@@ -195,7 +214,10 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     try {
       const key = this.options.keyring ? await this.lineageKey(lineage, true) : null;
       const parent = checkpoint.parentId ? await this.parentInfo(sessionId, checkpoint.parentId) : null;
+      // The checkpoint a source's unchanged runs refer to; without it (gone, unreadable, another key) they are read.
+      const base = source?.base ? await this.baseChunks(sessionId, source.base, key) : null;
       const known = new Map<string, Location>(parent?.chunks.map((l) => [l[0], l]) ?? []);
+      for (const l of base ?? []) if (!known.has(l[0])) known.set(l[0], l);
       context = this.pool.context({
         tenant: this.tenant,
         lineage,
@@ -240,7 +262,22 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         inflight.push(sealed);
         batch = null;
       };
-      for await (const chunk of this.chunker.chunks(abortable(data, signal))) {
+      // Base chunks taken as they are, between batches: they go into the manifest in their place, unread.
+      let reused: SealedEntry[] = [];
+      const dispatchReused = () => {
+        if (reused.length === 0) return;
+        inflight.push(Promise.resolve({ objects: [], entries: reused }));
+        reused = [];
+      };
+      for await (const planned of this.plan(data, base, signal)) {
+        if ('reuse' in planned) {
+          dispatch();
+          const [id, chunkSize] = base![planned.reuse]!;
+          reused.push({ id, size: chunkSize, known: true });
+          continue;
+        }
+        dispatchReused();
+        const chunk = planned.chunk;
         if (!batch) {
           batch = Buffer.allocUnsafeSlow(capacity);
           used = 0;
@@ -254,6 +291,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         }
       }
       dispatch();
+      dispatchReused();
       while (inflight.length > 0) await consume(await inflight.shift()!);
       signal?.throwIfAborted();
       await packs.close();
@@ -280,7 +318,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       await this.publishManifest(manifest, key);
       return toPublic(manifest);
     } catch (err) {
-      data.destroy();
+      release();
       await Promise.allSettled(inflight);
       await packs.abort();
       throw err;
@@ -394,6 +432,49 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       return toPublic(manifest);
     } finally {
       await fs.rm(pin, { force: true });
+    }
+  }
+
+  /**
+   * The chunks of a state: base chunks over a source's unchanged runs when its base is usable (see planChunks),
+   * otherwise every byte read and chunked.
+   */
+  private async *plan(
+    data: Readable | StateSource,
+    base: Location[] | null,
+    signal: AbortSignal | undefined,
+  ): AsyncGenerator<PlannedChunk> {
+    if (isStateSource(data) && base) {
+      for await (const planned of planChunks(data.pieces, { sizes: base.map((l) => l[1]) }, this.chunker)) {
+        signal?.throwIfAborted();
+        yield planned;
+      }
+      return;
+    }
+    const bytes = isStateSource(data) ? sourceBytes(data) : data;
+    for await (const chunk of this.chunker.chunks(abortable(bytes, signal))) yield { chunk };
+  }
+
+  /**
+   * The chunk list of `checkpointId` for reuse by a new checkpoint of the same session, or null if it cannot serve:
+   * missing or unreadable, format 1 (no chunks), or sealed in another mode or under another data key than the new
+   * checkpoint (a manifest's chunks share one). Reading every byte instead is slower, never wrong.
+   */
+  private async baseChunks(
+    sessionId: string,
+    checkpointId: string,
+    key: LineageKey | null,
+  ): Promise<Location[] | null> {
+    try {
+      const loaded = await this.loadManifest(sessionId, checkpointId);
+      if (loaded.kind !== 'v2') return null;
+      const { encryption } = loaded.manifest;
+      const sameKey = key
+        ? encryption.mode === 'aes-256-gcm' && encryption.dataKeyId === key.dataKeyId
+        : encryption.mode === 'none';
+      return sameKey ? loaded.manifest.chunks : null;
+    } catch {
+      return null;
     }
   }
 
@@ -1117,7 +1198,7 @@ function checkIds(sessionId: string, checkpointId: string): { sessionId: string;
 }
 
 /** The pieces of `source`, stopping with the signal's reason once it aborts. */
-async function* abortable(source: Readable, signal?: AbortSignal): AsyncGenerator<Uint8Array> {
+async function* abortable(source: AsyncIterable<unknown>, signal?: AbortSignal): AsyncGenerator<Uint8Array> {
   for await (const piece of source) {
     signal?.throwIfAborted();
     yield piece as Uint8Array;

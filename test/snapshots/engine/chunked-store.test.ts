@@ -12,8 +12,9 @@ import {
 } from '../../../src/snapshots/engine/crypto';
 import { Keyring } from '../../../src/snapshots/engine/keyring';
 import { FsSnapshotStore } from '../../../src/snapshots/fs-snapshot-store';
-import type { NewCheckpoint } from '../../../src/snapshots/snapshot-store';
 import { seeded } from '../../helpers/bytes';
+import { cp, readAll } from '../../helpers/checkpoints';
+import type { NewCheckpoint } from '../../../src/snapshots/snapshot-store';
 
 let dir: string;
 beforeEach(() => {
@@ -29,23 +30,6 @@ const keyring = () => new Keyring([key1]);
 
 function store(options: Partial<ConstructorParameters<typeof ChunkedSnapshotStore>[0]> = {}) {
   return new ChunkedSnapshotStore({ rootDir: dir, keyring: keyring(), ...options });
-}
-
-function cp(sequence: number, parentId: string | null = null, sessionId = 's1'): NewCheckpoint {
-  return {
-    checkpointId: `cp-${sequence}`,
-    sessionId,
-    sequence,
-    parentId,
-    runtime: { kind: 'memory', version: '1' },
-    trigger: 'manual',
-  };
-}
-
-async function readAll(stream: Readable): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  for await (const p of stream) parts.push(p as Buffer);
-  return Buffer.concat(parts);
 }
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');

@@ -1,0 +1,55 @@
+import { Readable } from 'node:stream';
+
+/**
+ * A run of a state stream that its runtime vouches for: the same bytes as `[baseOffset, baseOffset + length)` of
+ * the state of the source's base checkpoint. The store reuses the base's chunks over such a run without reading it,
+ * which is what makes a checkpoint after a small change cost about the change, not the state.
+ *
+ * The runtime answers for the claim (a workspace by file size, times and inode, a memory state by the writes it
+ * saw); the store cannot check it without reading the bytes, which is the cost it exists to avoid.
+ */
+export interface UnchangedRange {
+  readonly baseOffset: number;
+  readonly length: number;
+  /**
+   * The bytes `[start, end)` of this run, read now. The store calls it for the edges it must chunk again (at most
+   * a few chunks per run) and for the whole run when the base cannot be used.
+   */
+  read(start: number, end: number): AsyncIterable<Uint8Array>;
+}
+
+/**
+ * A state stream told as bytes and unchanged runs, in order. With `base` null every piece is bytes.
+ *
+ * Whoever is handed a source consumes `pieces` to the end or calls `close`, which releases what the runtime holds
+ * for the capture (a frozen process, say).
+ */
+export interface StateSource {
+  /** The checkpoint of the same session that unchanged runs refer to. */
+  readonly base: string | null;
+  readonly pieces: AsyncIterable<Uint8Array | UnchangedRange>;
+  close(): void;
+}
+
+export function isUnchangedRange(piece: Uint8Array | UnchangedRange): piece is UnchangedRange {
+  return !(piece instanceof Uint8Array);
+}
+
+export function isStateSource(data: Readable | StateSource): data is StateSource {
+  return 'pieces' in data && 'base' in data;
+}
+
+/** Every byte of a source, unchanged runs read through their `read` (what a store without a base needs). */
+export async function* sourceBytes(source: StateSource): AsyncGenerator<Uint8Array> {
+  for await (const piece of source.pieces) {
+    if (!isUnchangedRange(piece)) yield piece;
+    else if (piece.length > 0) yield* piece.read(0, piece.length);
+  }
+}
+
+/** A source as a plain byte stream (closing it closes the source). */
+export function sourceStream(source: StateSource): Readable {
+  const stream = Readable.from(sourceBytes(source), { objectMode: false });
+  stream.once('close', () => source.close());
+  return stream;
+}
