@@ -132,7 +132,10 @@ export function createActivities(deps: ActivityDeps) {
       if (published) return toCheckpointRef(published);
       const ctx = Context.current();
       try {
-        const state = await runtime.capture(input.instance.instanceId);
+        // A runtime that can tell what is unchanged since its last stored checkpoint lets the store skip reading it.
+        const state = runtime.captureState
+          ? await runtime.captureState(input.instance.instanceId)
+          : await runtime.capture(input.instance.instanceId);
         const manifest = await deps.store.write(
           {
             checkpointId: input.checkpointId,
@@ -149,6 +152,7 @@ export function createActivities(deps: ActivityDeps) {
             signal: ctx.cancellationSignal,
           },
         );
+        if ('stored' in state) state.stored(manifest.checkpointId);
         log.info('checkpoint written', { checkpointId: manifest.checkpointId, size: manifest.size });
         return toCheckpointRef(manifest);
       } catch (err) {

@@ -1,13 +1,29 @@
 import { Readable } from 'node:stream';
 import type { MemoryRuntimeSpec } from '../domain/schemas';
-import type { ExitInfo, RestoreRequest, RuntimeInstanceInfo, SessionRuntime, StartRequest } from './session-runtime';
+import type { UnchangedRange } from '../snapshots/state-source';
+import type {
+  CapturedState,
+  ExitInfo,
+  RestoreRequest,
+  RuntimeInstanceInfo,
+  SessionRuntime,
+  StartRequest,
+} from './session-runtime';
 import { RuntimeFailedError, RuntimeNotFoundError } from './session-runtime';
 
 interface MemoryInstance {
   readonly sessionId: string;
   readonly instanceId: string;
   readonly startedAt: string;
-  state: Buffer;
+  /** The state is `buffer[0, length)`; the buffer has room to grow, so appends do not copy what is there. */
+  buffer: Buffer;
+  length: number;
+  /** Captures still reading `buffer`: the next write copies it first (copy on write), so they see their moment. */
+  readers: number;
+  /** The checkpoint the state was last stored as (or restored from), and its size. */
+  base: { checkpointId: string; size: number } | null;
+  /** Every byte range written since the state was `base`, as `[start, end)`, in write order. */
+  writes: Array<[number, number]>;
   exit?: ExitInfo;
   readonly exited: Promise<ExitInfo>;
   readonly markExited: (exit: ExitInfo) => void;
@@ -16,8 +32,12 @@ interface MemoryInstance {
 const VERSION = '1';
 
 /**
- * State held in this worker's memory: a byte buffer per instance, no processes. For tests and demos; the state
- * is lost with the worker unless a checkpoint captured it.
+ * State held in this worker's memory: a byte buffer per instance, no processes. For tests, demos and state an
+ * embedding program keeps in memory (an agent's conversation, say); the state is lost with the worker unless a
+ * checkpoint captured it.
+ *
+ * The runtime sees every write, so `captureState` names what is unchanged since the last stored checkpoint exactly:
+ * a checkpoint after appending a turn to a large state reads and stores about the turn.
  */
 export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
   readonly kind = 'memory';
@@ -43,14 +63,59 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
     const chunks: Buffer[] = [];
     // A failing stream rejects here with its own error object, and nothing has been kept.
     for await (const chunk of request.state) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string));
-    return this.info(this.create(request, Buffer.concat(chunks)));
+    const instance = this.create(request, Buffer.concat(chunks));
+    // The state is that checkpoint, byte for byte: the next capture can be relative to it.
+    if (request.checkpointId !== undefined)
+      instance.base = { checkpointId: request.checkpointId, size: instance.length };
+    return this.info(instance);
   }
 
   capture(instanceId: string): Promise<Readable> {
     return settled(() => {
       // A copy: later writes must not change a capture in flight.
-      const state = Buffer.from(this.get(instanceId).state);
+      const state = Buffer.from(this.read(instanceId));
       return Readable.from(state.length > 0 ? [state] : [], { objectMode: false });
+    });
+  }
+
+  captureState(instanceId: string): Promise<CapturedState> {
+    return settled(() => {
+      const instance = this.get(instanceId);
+      const { buffer, length, base } = instance;
+      const since = instance.writes.length;
+      const changed = base ? changedRanges(instance.writes, base.size, length) : [[0, length] as [number, number]];
+      instance.readers++;
+      let open = true;
+      const close = (): void => {
+        if (!open) return;
+        open = false;
+        if (instance.buffer === buffer) instance.readers--;
+      };
+      // Views of `buffer`, which no write touches while this capture is open (copy on write).
+      const view = (start: number, end: number): Buffer => buffer.subarray(start, end);
+      async function* pieces(): AsyncGenerator<Uint8Array | UnchangedRange> {
+        try {
+          let at = 0;
+          for (const [start, end] of changed) {
+            if (start > at) yield unchangedRange(at, start, view);
+            yield view(start, end);
+            at = end;
+          }
+          if (at < length) yield unchangedRange(at, length, view);
+        } finally {
+          close();
+        }
+      }
+      return {
+        base: base?.checkpointId ?? null,
+        pieces: pieces(),
+        close,
+        stored: (checkpointId: string) => {
+          // Writes made while this capture was read are changes relative to it.
+          instance.base = { checkpointId, size: length };
+          instance.writes = instance.writes.slice(since);
+        },
+      };
     });
   }
 
@@ -86,14 +151,54 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
 
   /** The instance's current state (a copy). */
   read(instanceId: string): Buffer {
-    return Buffer.from(this.get(instanceId).state);
+    const { buffer, length } = this.get(instanceId);
+    return Buffer.from(buffer.subarray(0, length));
   }
 
   /** Replaces the state of a running instance, as its program would; strings are stored as UTF-8. */
   write(instanceId: string, data: Buffer | string): void {
+    const bytes = Buffer.from(data);
+    const instance = this.writable(instanceId, 0);
+    instance.buffer = bytes;
+    instance.length = bytes.length;
+    instance.readers = 0;
+    instance.writes.push([0, bytes.length]);
+  }
+
+  /**
+   * Writes `data` at `offset` of a running instance's state, growing it if the write reaches past the end (a gap
+   * before `offset` is zero-filled).
+   */
+  writeAt(instanceId: string, offset: number, data: Buffer | string): void {
+    if (!Number.isSafeInteger(offset) || offset < 0) {
+      throw new RangeError(`offset must be a non-negative integer, got ${offset}`);
+    }
+    const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
+    const instance = this.writable(instanceId, offset + bytes.length);
+    bytes.copy(instance.buffer, offset);
+    if (offset > instance.length) instance.buffer.fill(0, instance.length, offset);
+    instance.writes.push([Math.min(offset, instance.length), offset + bytes.length]);
+    instance.length = Math.max(instance.length, offset + bytes.length);
+  }
+
+  /** Appends `data` to a running instance's state. */
+  append(instanceId: string, data: Buffer | string): void {
+    this.writeAt(instanceId, this.get(instanceId).length, data);
+  }
+
+  /** The instance, ready for a write that reaches `end`: its buffer its own (not read by a capture) and large enough. */
+  private writable(instanceId: string, end: number): MemoryInstance {
     const instance = this.get(instanceId);
     if (instance.exit) throw new RuntimeFailedError(`runtime instance ${instanceId} has stopped`);
-    instance.state = Buffer.from(data);
+    if (instance.readers > 0 || end > instance.buffer.length) {
+      const grown = Buffer.alloc(
+        end > instance.buffer.length ? Math.max(end, instance.buffer.length * 2) : instance.buffer.length,
+      );
+      instance.buffer.copy(grown, 0, 0, instance.length);
+      instance.buffer = grown;
+      instance.readers = 0;
+    }
+    return instance;
   }
 
   private get(instanceId: string): MemoryInstance {
@@ -116,7 +221,11 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
       sessionId: request.sessionId,
       instanceId: request.instanceId,
       startedAt: new Date().toISOString(),
-      state,
+      buffer: state,
+      length: state.length,
+      readers: 0,
+      base: null,
+      writes: [],
       exited,
       markExited: (exit) => {
         instance.exit = exit;
@@ -138,6 +247,37 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
       running: !instance.exit,
     };
   }
+}
+
+/**
+ * The parts of a state of `length` bytes that may differ from its base of `baseSize` bytes: every range written since,
+ * and whatever lies past the base's end, merged and in order.
+ */
+function changedRanges(
+  writes: ReadonlyArray<[number, number]>,
+  baseSize: number,
+  length: number,
+): Array<[number, number]> {
+  const ranges = writes.map(([s, e]): [number, number] => [s, Math.min(e, length)]).filter(([s, e]) => s < e);
+  if (length > baseSize) ranges.push([baseSize, length]);
+  ranges.sort((a, b) => a[0] - b[0]);
+  const merged: Array<[number, number]> = [];
+  for (const [s, e] of ranges) {
+    const last = merged[merged.length - 1];
+    if (last && s <= last[1]) last[1] = Math.max(last[1], e);
+    else merged.push([s, e]);
+  }
+  return merged;
+}
+
+function unchangedRange(start: number, end: number, view: (start: number, end: number) => Buffer): UnchangedRange {
+  return {
+    baseOffset: start,
+    length: end - start,
+    read: async function* (from: number, to: number) {
+      yield view(start + from, start + to);
+    },
+  };
 }
 
 /** The result of `fn` as a promise, a throw becoming a rejection (what an `async` method with no `await` does). */
