@@ -1,16 +1,26 @@
 import { spawn } from 'node:child_process';
-import { constants as fsConstants, createReadStream } from 'node:fs';
+import { createHash, randomUUID } from 'node:crypto';
+import { constants as fsConstants, type BigIntStats } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import * as path from 'node:path';
-import { Readable } from 'node:stream';
+import type { Readable } from 'node:stream';
 import { setTimeout as delay } from 'node:timers/promises';
 import { types } from 'node:util';
-import { extract as tarExtract, pack as tarPack } from 'tar-stream';
-import type { Extract, Header, Pack } from 'tar-stream';
+import { extract as tarExtract } from 'tar-stream';
+import type { Extract, Header } from 'tar-stream';
 import type { WorkspaceRuntimeSpec } from '../domain/schemas';
 import { writevAll } from '../fs-io';
-import type { ExitInfo, RestoreRequest, RuntimeInstanceInfo, SessionRuntime, StartRequest } from './session-runtime';
+import { sourceStream, type UnchangedRange } from '../snapshots/state-source';
+import type {
+  CapturedState,
+  ExitInfo,
+  RestoreRequest,
+  RuntimeInstanceInfo,
+  SessionRuntime,
+  StartRequest,
+} from './session-runtime';
 import { RuntimeFailedError, RuntimeNotFoundError } from './session-runtime';
+import { encodeTarHeader, tarPaddingBytes, tarTrailer, type TarEntry } from './tar-writer';
 
 /**
  * Thrown by `restore` when the state archive holds an entry that could land outside the workspace (an absolute
@@ -50,6 +60,30 @@ interface WorkspaceInstance {
   freezeCount: number;
   /** Settles once every process of a freshly frozen group has actually stopped. */
   frozen?: Promise<void>;
+  /** The layout of the last capture that was stored: what `captureState` names unchanged runs against. */
+  committed?: CommittedIndex;
+  /** Set by `stop`: captures still in flight no longer commit their index. */
+  indexDropped: boolean;
+}
+
+/**
+ * One record of a stored capture: where it lies in that capture's stream, and what a record of a later capture
+ * must match to be the same bytes.
+ */
+interface IndexedRecord {
+  readonly offset: number;
+  /** Headers, content and padding. */
+  readonly length: number;
+  /** sha256 of the header bytes (pax and ustar): name, type, mode, mtime, size, link target. */
+  readonly headerDigest: string;
+  /** Regular files: their {@link statKey} when the content was read. */
+  readonly statKey?: string;
+}
+
+/** The layout of a capture by path ({@link END_OF_ARCHIVE} for the trailer), and the checkpoint it was stored as. */
+interface CommittedIndex {
+  readonly checkpointId: string;
+  readonly records: ReadonlyMap<string, IndexedRecord>;
 }
 
 const SAFE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
@@ -89,6 +123,10 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     }
   }
 
+  /**
+   * `request.checkpointId` is not used: the restored instance's first `captureState` has no base. Making the
+   * checkpoint its base would need the checkpoint's layout, which only the capture that wrote it knew.
+   */
   async restore(request: RestoreRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
     const { dir, logPath } = await this.createWorkspace(request).catch((error: unknown) => {
       request.state.destroy();
@@ -107,20 +145,38 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   async capture(instanceId: string): Promise<Readable> {
     const instance = this.get(instanceId);
     const thaw = await this.freeze(instance);
-    const pack = tarPack();
-    // A real Node stream for callers (`stream.pipeline`); destroying it destroys the pack through the iterator.
-    const stream = Readable.from(pack, { objectMode: false });
-    // 'close' follows 'end', 'error' and `destroy()` alike, so the group is resumed whatever the consumer does.
-    stream.once('close', thaw);
-    void packDirectory(instance.dir, pack).then(
-      () => pack.finalize(),
-      (error: unknown) => pack.destroy(toError(error)),
-    );
-    return stream;
+    // The same bytes as a `captureState` without a base. The stream's 'close' follows 'end', 'error' and
+    // `destroy()` alike and closes the source, so the group is resumed whatever the consumer does.
+    return sourceStream(openCapture(instance.dir, thaw, undefined, undefined));
+  }
+
+  /**
+   * `capture`, told as pieces: records byte-identical to a record of the last stored capture are named as
+   * {@link UnchangedRange}s of it instead of read. Files are judged by their lstat (size, mtime, ctime, inode,
+   * device), everything else by its header bytes.
+   */
+  async captureState(instanceId: string): Promise<CapturedState> {
+    const instance = this.get(instanceId);
+    // Taken before any await: a `stored` that lands meanwhile must not mix one checkpoint's id with another's layout.
+    const base = instance.committed;
+    const thaw = await this.freeze(instance);
+    const clockNs = await fileSystemNow(path.dirname(instance.dir));
+    return openCapture(instance.dir, thaw, base, {
+      clockNs,
+      commit: (index) => {
+        // A disposed or stopped instance keeps no index, whatever captures were still in flight.
+        if (this.instances.get(instance.instanceId) === instance && !instance.indexDropped) {
+          instance.committed = index;
+        }
+      },
+    });
   }
 
   async stop(instanceId: string, options: { graceMs?: number } = {}): Promise<ExitInfo> {
     const instance = this.get(instanceId);
+    // Its next state is a restore into a new instance, which starts without a base.
+    instance.committed = undefined;
+    instance.indexDropped = true;
     if (instance.exit) return instance.exit;
     instance.stopping ??= this.terminate(instance, options.graceMs ?? instance.stopGraceMs ?? this.defaultStopGraceMs);
     return instance.stopping;
@@ -142,6 +198,7 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     if (!instance.exit) await this.stop(instanceId);
     await removeWorkspace(instance.dir, instance.logPath);
     this.instances.delete(instanceId);
+    instance.committed = undefined;
   }
 
   /** Stops every running instance (for worker shutdown); directories stay for a later restore or dispose. */
@@ -228,6 +285,7 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
         stopGraceMs: request.spec.stopGraceMs,
         stopRequested: false,
         freezeCount: 0,
+        indexDropped: false,
         exited: exited.then(({ code, signal }) => {
           instance.exit = { exitCode: code, signal, requested: instance.stopRequested };
           // The group must not outlive its leader: a child that ignored SIGTERM, or one left behind by a
@@ -382,77 +440,348 @@ function symlinkStaysInside(linkPath: string, target: string): boolean {
 }
 
 /**
- * Writes the tree under `root` into `pack`: directories, regular files (contents streamed, never held in
- * memory) and symlinks, in sorted order so the same tree always gives the same bytes. Sockets, fifos and
- * devices hold no state a restore could bring back and are left out.
- */
-async function packDirectory(root: string, pack: Pack): Promise<void> {
-  const walk = async (relDir: string): Promise<void> => {
-    const names = (await fsp.readdir(path.join(root, relDir))).sort();
-    for (const name of names) {
-      const relPath = relDir === '' ? name : `${relDir}/${name}`;
-      const absPath = path.join(root, relPath);
-      const stats = await fsp.lstat(absPath);
-      const header: PackHeader = { name: relPath, mode: stats.mode & 0o7777, mtime: stats.mtime };
-      if (stats.isDirectory()) {
-        await addEntry(pack, { ...header, type: 'directory' });
-        await walk(relPath);
-      } else if (stats.isFile()) {
-        await addFile(pack, { ...header, type: 'file', size: stats.size }, absPath);
-      } else if (stats.isSymbolicLink()) {
-        const target = await fsp.readlink(absPath);
-        if (!symlinkStaysInside(relPath, target)) {
-          throw new RuntimeFailedError(
-            `symlink ${relPath} points outside the workspace (${target}); it cannot be restored`,
-          );
-        }
-        await addEntry(pack, { ...header, type: 'symlink', linkname: target });
-      }
-    }
-  };
-  await walk('');
-}
-
-/** What `pack.entry` takes: a header whose fields other than the name have defaults. */
-type PackHeader = Parameters<Pack['entry']>[0];
-
-/** Adds an entry without a body (directory, symlink) and resolves once the pack has taken it. */
-function addEntry(pack: Pack, header: PackHeader): Promise<void> {
-  return new Promise((resolve, reject) => pack.entry(header, (error) => (error ? reject(error) : resolve())));
-}
-
-/**
- * File reads while capturing: 1 MiB, not the default 64 KiB. Each piece crosses the pack, a Readable and the
- * chunker, which all cost per piece (`npm run bench:sessions` prints the capture path alone: "capture → store.write").
+ * File reads while capturing: 1 MiB, not the default 64 KiB. Each piece crosses a Readable and the chunker, which
+ * both cost per piece (`npm run bench:sessions` prints the capture path alone: "capture → store.write"). Smaller
+ * pieces (headers, small files, padding) are gathered up to the same size for the same reason.
  */
 const READ_BYTES = 1024 * 1024;
 /** Bytes gathered before a file write while restoring (see writeEntry). */
 const WRITE_BYTES = 1024 * 1024;
+/** lstat calls the walk keeps in flight in each directory. */
+const STATS_AHEAD = 32;
+/** The index key of the archive's trailer: no entry has an empty path. */
+const END_OF_ARCHIVE = '';
+
+/** What a capture that may be stored does besides producing bytes. */
+interface Indexing {
+  /** The file system's clock once the group was frozen (null if unknown): see `capturePieces`. */
+  readonly clockNs: bigint | null;
+  /** Makes the capture's index the instance's base; called by `stored`. */
+  commit(index: CommittedIndex): void;
+}
 
 /**
- * Streams the first `header.size` bytes of `file` into a pack entry, with the pack's backpressure. A file that
- * shrank since it was measured fails the capture rather than producing a corrupt archive.
+ * A capture of `root` as a state source. `thaw` runs when the pieces end or fail, and on `close` (it does nothing
+ * the second time). Without `indexing` (plain `capture`) no index is built and the capture cannot be stored.
  */
-async function addFile(pack: Pack, header: PackHeader & { size: number }, file: string): Promise<void> {
-  let settle: (error?: Error | null) => void = () => {};
-  const added = new Promise<void>((resolve, reject) => (settle = (error) => (error ? reject(error) : resolve())));
-  const entry = pack.entry(header, settle);
-  try {
-    let bytesRead = 0;
-    if (header.size > 0) {
-      for await (const chunk of createReadStream(file, { start: 0, end: header.size - 1, highWaterMark: READ_BYTES })) {
-        // Destroyed with the capture: stop reading (leaving the loop closes the file); `added` says why.
-        if (entry.destroying) throw new Error('capture abandoned');
-        bytesRead += (chunk as Buffer).length;
-        if (!entry.write(chunk)) await drainedOrClosed(entry);
-      }
+function openCapture(
+  root: string,
+  thaw: () => void,
+  base: CommittedIndex | undefined,
+  indexing: Indexing | undefined,
+): CapturedState {
+  const pending = indexing && new Map<string, IndexedRecord>();
+  let complete = false;
+  async function* pieces(): AsyncGenerator<Uint8Array | UnchangedRange> {
+    try {
+      yield* capturePieces(root, base?.records, pending, indexing?.clockNs ?? null);
+      complete = true;
+    } finally {
+      thaw();
     }
-    if (bytesRead !== header.size) throw new Error(`${header.name} changed size during capture`);
-    entry.end(null);
-  } catch (error) {
-    entry.destroy(toError(error)); // no-op if already destroyed
   }
-  await added;
+  const generator = pieces();
+  return {
+    base: base?.checkpointId ?? null,
+    pieces: generator,
+    close: () => {
+      thaw();
+      // Closes a file left open mid-read; a generator that never started just ends.
+      generator.return(undefined).catch(() => undefined);
+    },
+    stored: (checkpointId) => {
+      if (!indexing || !pending || !complete) {
+        throw new Error('only a captureState whose pieces were all produced can be stored');
+      }
+      indexing.commit({ checkpointId, records: pending });
+    },
+  };
+}
+
+/** A record of the stream being captured: a tree entry, or the trailer (no entry). */
+interface CaptureRecord {
+  readonly entry: TarEntry | undefined;
+  readonly headerLength: number;
+  readonly file: FileContent | undefined;
+}
+
+/** Where a file record's content comes from, and the stat key the file must keep while it is read. */
+interface FileContent {
+  readonly absPath: string;
+  readonly statKey: string;
+}
+
+/**
+ * The capture's stream: the tar records of the tree under `root` in walk order, then the trailer. A record is
+ * named as unchanged when `base` holds the same path with the same header digest and, for a file, the same stat
+ * key; consecutive unchanged records whose base offsets follow on from each other make one range.
+ *
+ * Each record goes into `pending` at its offset in this stream, except a file whose ctime is not before
+ * `clockNs`. Time stamps are only as fine as the file system's clock: a write after the thaw, in the same tick as
+ * one before the freeze, would leave the stat key as it is with other content. A file last changed before the
+ * clock reading gets a later ctime from any change to come, so its key cannot come back with other content.
+ */
+async function* capturePieces(
+  root: string,
+  base: ReadonlyMap<string, IndexedRecord> | undefined,
+  pending: Map<string, IndexedRecord> | undefined,
+  clockNs: bigint | null,
+): AsyncGenerator<Uint8Array | UnchangedRange> {
+  const batch = new PieceBatcher();
+  let offset = 0;
+  let run: UnchangedRun | undefined;
+
+  async function* add(
+    key: string,
+    header: Buffer,
+    record: CaptureRecord,
+    indexable: boolean,
+  ): AsyncGenerator<Uint8Array | UnchangedRange> {
+    const size = record.entry?.size ?? 0;
+    const length = header.length + size + tarPaddingBytes(size);
+    const headerDigest = base || pending ? sha256(header) : '';
+    const statKey = record.file?.statKey;
+    const known = base?.get(key);
+    if (known && known.length === length && known.headerDigest === headerDigest && known.statKey === statKey) {
+      if (!run || run.baseOffset + run.length !== known.offset) {
+        yield* batch.flush();
+        if (run) yield run;
+        run = new UnchangedRun(known.offset);
+      }
+      run.add(record);
+    } else {
+      if (run) yield run;
+      run = undefined;
+      yield* batch.add(header);
+      if (record.file) yield* readContent(record, 0, size, batch, false);
+      yield* batch.add(Buffer.alloc(tarPaddingBytes(size)));
+    }
+    if (pending && indexable) pending.set(key, { offset, length, headerDigest, statKey });
+    offset += length;
+  }
+
+  for await (const { entry, absPath, stats } of walkTree(root)) {
+    const header = encodeTarHeader(entry);
+    if (entry.type === 'file') {
+      const file = { absPath, statKey: statKey(stats) };
+      const indexable = clockNs !== null && stats.ctimeNs < clockNs;
+      yield* add(entry.name, header, { entry, headerLength: header.length, file }, indexable);
+    } else {
+      yield* add(entry.name, header, { entry, headerLength: header.length, file: undefined }, true);
+    }
+  }
+  const trailer = tarTrailer();
+  yield* add(END_OF_ARCHIVE, trailer, { entry: undefined, headerLength: trailer.length, file: undefined }, true);
+  yield* batch.flush();
+  if (run) yield run;
+}
+
+/**
+ * A run of records that are, byte for byte, a run of the base capture's stream. `read` regenerates any part of it
+ * from the tree: headers (encoded again: the encoder is deterministic), file contents, padding.
+ */
+class UnchangedRun implements UnchangedRange {
+  length = 0;
+  /** Each record's start within the run, ascending. */
+  private readonly starts: number[] = [];
+  private readonly records: CaptureRecord[] = [];
+
+  constructor(readonly baseOffset: number) {}
+
+  add(record: CaptureRecord): void {
+    const size = record.entry?.size ?? 0;
+    this.starts.push(this.length);
+    this.records.push(record);
+    this.length += record.headerLength + size + tarPaddingBytes(size);
+  }
+
+  async *read(start: number, end: number): AsyncGenerator<Uint8Array> {
+    const valid = Number.isSafeInteger(start) && Number.isSafeInteger(end) && start >= 0 && end <= this.length;
+    if (!valid || start > end) throw new RangeError(`cannot read [${start}, ${end}) of a run of ${this.length} bytes`);
+    const batch = new PieceBatcher();
+    for (let i = lastAtOrBefore(this.starts, start); i < this.records.length && this.starts[i]! < end; i++) {
+      const record = this.records[i]!;
+      const recordStart = this.starts[i]!;
+      const size = record.entry?.size ?? 0;
+      const contentStart = recordStart + record.headerLength;
+      const paddingStart = contentStart + size;
+      // The part of this record to read: [from, to).
+      const from = Math.max(start, recordStart);
+      const to = Math.min(end, paddingStart + tarPaddingBytes(size));
+      if (from < contentStart) {
+        const header = record.entry ? encodeTarHeader(record.entry) : tarTrailer();
+        yield* batch.add(header.subarray(from - recordStart, Math.min(to, contentStart) - recordStart));
+      }
+      if (record.file && from < paddingStart && to > contentStart) {
+        const contentFrom = Math.max(from, contentStart) - contentStart;
+        yield* readContent(record, contentFrom, Math.min(to, paddingStart) - contentStart, batch, true);
+      }
+      if (to > paddingStart) yield* batch.add(Buffer.alloc(to - Math.max(from, paddingStart)));
+    }
+    yield* batch.flush();
+  }
+}
+
+/** The index of the last element of the ascending `values` that is at most `value` (`values[0]` is 0). */
+function lastAtOrBefore(values: readonly number[], value: number): number {
+  let low = 0;
+  let high = values.length - 1;
+  while (low < high) {
+    const middle = Math.ceil((low + high) / 2);
+    if (values[middle]! <= value) low = middle;
+    else high = middle - 1;
+  }
+  return low;
+}
+
+/**
+ * Bytes `[start, end)` of a file record's content, through `batch`, in pieces of at most READ_BYTES. A file that
+ * is shorter than that fails the capture rather than producing a corrupt archive. With `checkKey` (reading an
+ * unchanged run, which claims the base's bytes) any change since the walk fails it too.
+ */
+async function* readContent(
+  record: CaptureRecord,
+  start: number,
+  end: number,
+  batch: PieceBatcher,
+  checkKey: boolean,
+): AsyncGenerator<Uint8Array> {
+  const { entry, file } = record;
+  if (!entry || !file) throw new Error('a record without a file has no content');
+  // O_NOFOLLOW: the walk saw a regular file; whatever replaced it with a symlink is not read through.
+  const handle = await fsp.open(file.absPath, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW);
+  try {
+    if (checkKey && statKey(await handle.stat({ bigint: true })) !== file.statKey) {
+      throw new Error(`${entry.name} changed during capture`);
+    }
+    for (let position = start; position < end;) {
+      const buffer = Buffer.allocUnsafe(Math.min(READ_BYTES, end - position));
+      for (let filled = 0; filled < buffer.length;) {
+        const { bytesRead } = await handle.read(buffer, filled, buffer.length - filled, position + filled);
+        if (bytesRead === 0) throw new Error(`${entry.name} changed size during capture`);
+        filled += bytesRead;
+      }
+      position += buffer.length;
+      yield* batch.add(buffer);
+    }
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * Gathers small pieces into pieces of about READ_BYTES; a piece that large passes through uncopied. Order is kept:
+ * `flush` before anything else is yielded alongside.
+ */
+class PieceBatcher {
+  private pieces: Uint8Array[] = [];
+  private bytes = 0;
+
+  *add(piece: Uint8Array): Generator<Uint8Array> {
+    if (piece.length === 0) return;
+    if (piece.length >= READ_BYTES) {
+      yield* this.flush();
+      yield piece;
+      return;
+    }
+    this.pieces.push(piece);
+    this.bytes += piece.length;
+    if (this.bytes >= READ_BYTES) yield* this.flush();
+  }
+
+  *flush(): Generator<Uint8Array> {
+    if (this.bytes === 0) return;
+    const pieces = this.pieces;
+    const bytes = this.bytes;
+    this.pieces = [];
+    this.bytes = 0;
+    yield pieces.length === 1 ? pieces[0]! : Buffer.concat(pieces, bytes);
+  }
+}
+
+/** A tree entry as the walk meets it. */
+interface WalkedEntry {
+  readonly entry: TarEntry;
+  readonly absPath: string;
+  readonly stats: BigIntStats;
+}
+
+/**
+ * The tree under `root`: directories, regular files and symlinks, in sorted order so the same tree always gives
+ * the same bytes. Sockets, fifos and devices hold no state a restore could bring back and are left out.
+ */
+async function* walkTree(root: string, relDir = ''): AsyncGenerator<WalkedEntry> {
+  const names = (await fsp.readdir(path.join(root, relDir))).sort();
+  // Several lstat calls in flight, not one at a time: the walk is most of what an unchanged capture costs.
+  const ahead: Array<Promise<BigIntStats>> = [];
+  const statAhead = (index: number): void => {
+    const name = names[index];
+    if (name === undefined) return;
+    const stats = fsp.lstat(path.join(root, relDir, name), { bigint: true });
+    stats.catch(() => undefined); // awaited below, unless the walk fails first: never an unhandled rejection
+    ahead.push(stats);
+  };
+  for (let i = 0; i < STATS_AHEAD; i++) statAhead(i);
+  for (let i = 0; i < names.length; i++) {
+    statAhead(i + STATS_AHEAD);
+    const name = names[i]!;
+    const relPath = relDir === '' ? name : `${relDir}/${name}`;
+    const absPath = path.join(root, relPath);
+    const stats = await ahead.shift()!;
+    const common = { name: relPath, mode: Number(stats.mode & 0o7777n), mtime: floorSeconds(stats.mtimeNs) };
+    if (stats.isDirectory()) {
+      yield { entry: { ...common, type: 'directory', size: 0 }, absPath, stats };
+      yield* walkTree(root, relPath);
+    } else if (stats.isFile()) {
+      yield { entry: { ...common, type: 'file', size: Number(stats.size) }, absPath, stats };
+    } else if (stats.isSymbolicLink()) {
+      const target = await fsp.readlink(absPath);
+      if (!symlinkStaysInside(relPath, target)) {
+        throw new RuntimeFailedError(
+          `symlink ${relPath} points outside the workspace (${target}); it cannot be restored`,
+        );
+      }
+      yield { entry: { ...common, type: 'symlink', size: 0, linkname: target }, absPath, stats };
+    }
+  }
+}
+
+/** Seconds since the epoch, rounded down: what tar-stream wrote for a Date (`Math.floor(ms / 1000)`). */
+function floorSeconds(ns: bigint): number {
+  const seconds = ns / 1_000_000_000n; // rounds towards zero
+  return Number(ns < 0n && seconds * 1_000_000_000n !== ns ? seconds - 1n : seconds);
+}
+
+/**
+ * What says a file's content is as it was: any write changes its size, mtime or ctime, and a file put in its place
+ * has another inode. ctime catches a rewrite whose mtime was set back.
+ */
+function statKey(stats: BigIntStats): string {
+  return `${stats.size}:${stats.mtimeNs}:${stats.ctimeNs}:${stats.ino}:${stats.dev}`;
+}
+
+function sha256(bytes: Uint8Array): string {
+  return createHash('sha256').update(bytes).digest('base64');
+}
+
+/**
+ * The file system's current time as it stamps changes: the ctime of a file created in `dir` (beside the
+ * workspace, on the same file system, so a server's clock is the one read), or null if none can be created.
+ * Creating files there is harmless: names starting with '.' are never instance ids.
+ */
+async function fileSystemNow(dir: string): Promise<bigint | null> {
+  const file = path.join(dir, `.clock-${randomUUID()}`);
+  try {
+    const handle = await fsp.open(file, 'wx');
+    try {
+      return (await handle.stat({ bigint: true })).ctimeNs;
+    } finally {
+      await handle.close();
+      await fsp.rm(file, { force: true });
+    }
+  } catch {
+    return null;
+  }
 }
 
 /**

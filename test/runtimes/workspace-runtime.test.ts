@@ -9,6 +9,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { extract as tarExtract, pack as tarPack } from 'tar-stream';
 import type { WorkspaceRuntimeSpec } from '../../src/domain/schemas';
 import { ArchiveRejectedError, RuntimeFailedError, RuntimeNotFoundError, WorkspaceRuntime } from '../../src/runtimes';
+import { isUnchangedRange, sourceBytes, type StateSource, type UnchangedRange } from '../../src/snapshots/state-source';
 
 /** Counts up from the value in `count` (or 0), replacing the file atomically every 50 ms. */
 const COUNTER = [
@@ -85,6 +86,84 @@ async function tarOf(
   for await (const chunk of pack) chunks.push(chunk as Buffer);
   return Buffer.concat(chunks);
 }
+
+async function bytesOf(pieces: AsyncIterable<Uint8Array>): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const piece of pieces) chunks.push(Buffer.from(piece));
+  return Buffer.concat(chunks);
+}
+
+interface Materialized {
+  bytes: Buffer;
+  /** Each unchanged range with where it lies in `bytes`. */
+  ranges: Array<{ at: number; range: UnchangedRange }>;
+}
+
+/** Every byte of a source, each range read whole when it comes (as a store without a usable base does). */
+async function materialize(source: StateSource): Promise<Materialized> {
+  const chunks: Buffer[] = [];
+  const ranges: Materialized['ranges'] = [];
+  let at = 0;
+  for await (const piece of source.pieces) {
+    const bytes = isUnchangedRange(piece) ? await bytesOf(piece.read(0, piece.length)) : Buffer.from(piece);
+    if (isUnchangedRange(piece)) {
+      expect(bytes.length).toBe(piece.length);
+      ranges.push({ at, range: piece });
+    }
+    chunks.push(bytes);
+    at += bytes.length;
+  }
+  return { bytes: Buffer.concat(chunks), ranges };
+}
+
+/** Where each entry's record (header, content, padding) lies in an archive whose names all fit ustar. */
+function recordsOf(archive: Buffer): Map<string, { start: number; end: number }> {
+  const records = new Map<string, { start: number; end: number }>();
+  for (let at = 0; at + 512 <= archive.length;) {
+    const header = archive.subarray(at, at + 512);
+    if (header.every((byte) => byte === 0)) break;
+    const name = header
+      .subarray(0, 100)
+      .toString('utf8')
+      .replace(/\0[^]*$/, '');
+    const size = parseInt(header.subarray(124, 136).toString('latin1').trim(), 8);
+    const end = at + 512 + Math.ceil(size / 512) * 512;
+    records.set(name, { start: at, end });
+    at = end;
+  }
+  return records;
+}
+
+/** The entries of `archive` whose records lie wholly inside an unchanged range, in archive order. */
+function namesInRanges(archive: Buffer, ranges: Materialized['ranges']): string[] {
+  return [...recordsOf(archive)]
+    .filter(([, { start, end }]) => ranges.some(({ at, range }) => at <= start && end <= at + range.length))
+    .map(([name]) => name);
+}
+
+/**
+ * `expect(actual).toEqual(expected)` for archives, without jest's byte-by-byte comparison of large buffers; a
+ * failure says where the bytes part.
+ */
+function expectSameBytes(actual: Buffer, expected: Buffer): void {
+  const differsAt = actual.equals(expected) ? -1 : actual.findIndex((byte, i) => byte !== expected[i]);
+  expect({ length: actual.length, differsAt }).toEqual({ length: expected.length, differsAt: -1 });
+}
+
+/** Checks each range's claim: its bytes are the base capture's bytes at its base offset. */
+async function expectRangesMatchBase(ranges: Materialized['ranges'], baseBytes: Buffer): Promise<void> {
+  for (const { range } of ranges) {
+    const claimed = baseBytes.subarray(range.baseOffset, range.baseOffset + range.length);
+    expect(claimed.length).toBe(range.length);
+    expectSameBytes(await bytesOf(range.read(0, range.length)), claimed);
+  }
+}
+
+/**
+ * Lets the file system clock move past the last change: a file changed in the same clock tick as a capture is
+ * never reused by the next one.
+ */
+const settle = (): Promise<void> => delay(50);
 
 async function waitFor<T>(probe: () => T | undefined | Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
@@ -469,4 +548,204 @@ describe('WorkspaceRuntime', () => {
     });
     expect(await sha256(path.join(restored.location, 'big.bin'))).toBe(await sha256(big));
   }, 60_000);
+
+  test('captureState without a stored capture has no base, gives the bytes of capture, and restores the tree', async () => {
+    const longName = `deep/${'n'.repeat(120)}.txt`;
+    const info = await runtime.start({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(['sleep', '30'], {
+        files: { 'a.txt': 'a', [longName]: 'long', 'héllo wörld.txt': 'unicode', empty: '' },
+      }),
+    });
+    await fsp.chmod(path.join(info.location, 'a.txt'), 0o600);
+    await fsp.symlink('../a.txt', path.join(info.location, 'deep/link'));
+
+    const state = await runtime.captureState(info.instanceId);
+    expect(state.base).toBeNull();
+    const bytes = await bytesOf(sourceBytes(state));
+    expect(bytes).toEqual(await collect(await runtime.capture(info.instanceId)));
+
+    const restored = await runtime.restore({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(['sleep', '30']),
+      state: Readable.from([bytes]),
+    });
+    expect(await fsp.readFile(path.join(restored.location, longName), 'utf8')).toBe('long');
+    expect(await fsp.readFile(path.join(restored.location, 'héllo wörld.txt'), 'utf8')).toBe('unicode');
+    expect(await fsp.readlink(path.join(restored.location, 'deep/link'))).toBe('../a.txt');
+    expect((await fsp.stat(path.join(restored.location, 'a.txt'))).mode & 0o777).toBe(0o600);
+    // The same tree: the same bytes, mtimes and modes included.
+    expect(await collect(await runtime.capture(restored.instanceId))).toEqual(bytes);
+    // A restored instance starts without a base.
+    const next = await runtime.captureState(restored.instanceId);
+    expect(next.base).toBeNull();
+    next.close();
+  });
+
+  test('after a stored capture, captureState names the records that did not change as ranges of it', async () => {
+    const files = Object.fromEntries(
+      Array.from({ length: 200 }, (_, i) => [`src/f${String(i).padStart(3, '0')}.txt`, `line ${i}\n`.repeat(i % 9)]),
+    );
+    const info = await runtime.start({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(['sleep', '30'], { files: { ...files, 'top.txt': 'top' } }),
+    });
+    // Tar holds whole seconds: from an older mtime, the changes below surely change the directory's header.
+    const longAgo = new Date('2020-01-01T00:00:00Z');
+    await fsp.utimes(path.join(info.location, 'src'), longAgo, longAgo);
+    await settle();
+    const first = await runtime.captureState(info.instanceId);
+    const firstBytes = await bytesOf(sourceBytes(first));
+    first.stored('cp-1');
+
+    await fsp.writeFile(path.join(info.location, 'src/f010.txt'), 'changed, and longer than it was');
+    await fsp.writeFile(path.join(info.location, 'src/new.txt'), 'new');
+    await fsp.rm(path.join(info.location, 'src/f020.txt'));
+
+    const second = await runtime.captureState(info.instanceId);
+    expect(second.base).toBe('cp-1');
+    const { bytes, ranges } = await materialize(second);
+    expectSameBytes(bytes, await collect(await runtime.capture(info.instanceId)));
+    await expectRangesMatchBase(ranges, firstBytes);
+
+    // Everything but the directory whose entries changed (its mtime did), the changed file and the new one.
+    const names = [...recordsOf(bytes).keys()];
+    expect(names.filter((name) => !namesInRanges(bytes, ranges).includes(name))).toEqual([
+      'src',
+      'src/f010.txt',
+      'src/new.txt',
+    ]);
+    // Runs are as long as the base allows: split only where a record changed, was removed or was added.
+    expect(ranges).toHaveLength(4);
+    const unchangedBytes = ranges.reduce((sum, { range }) => sum + range.length, 0);
+    expect(unchangedBytes).toBeGreaterThan(0.9 * bytes.length);
+    // Any part of a range, as the store reads the edges it chunks again.
+    const longest = ranges.map(({ range }) => range).sort((a, b) => b.length - a.length)[0]!;
+    for (const [start, end] of [
+      [0, 1],
+      [511, 513],
+      [700, 5_000],
+      [longest.length - 1, longest.length],
+      [100, longest.length - 100],
+      [7, 7],
+    ] as const) {
+      const at = longest.baseOffset;
+      expectSameBytes(await bytesOf(longest.read(start, end)), firstBytes.subarray(at + start, at + end));
+    }
+    await expect(bytesOf(longest.read(0, longest.length + 1))).rejects.toThrow(RangeError);
+  });
+
+  test('a file rewritten with its size and its mtime set back is read again: its ctime changed', async () => {
+    const info = await runtime.start({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(['sleep', '30'], { files: { 'a.txt': 'aaaa', 'b.txt': 'bbbb' } }),
+    });
+    const mtime = new Date('2021-05-06T07:08:09Z');
+    await fsp.utimes(path.join(info.location, 'a.txt'), mtime, mtime);
+    await settle();
+    const first = await runtime.captureState(info.instanceId);
+    const firstBytes = await bytesOf(sourceBytes(first));
+    first.stored('cp-1');
+
+    await fsp.writeFile(path.join(info.location, 'a.txt'), 'AAAA');
+    await fsp.utimes(path.join(info.location, 'a.txt'), mtime, mtime);
+
+    const second = await runtime.captureState(info.instanceId);
+    const { bytes, ranges } = await materialize(second);
+    await expectRangesMatchBase(ranges, firstBytes);
+    expect(namesInRanges(bytes, ranges)).toEqual(['b.txt']);
+    // The header is the same as before, byte for byte: only the ctime tells the change.
+    const before = recordsOf(firstBytes).get('a.txt')!;
+    const after = recordsOf(bytes).get('a.txt')!;
+    expect(bytes.subarray(after.start, after.start + 512)).toEqual(
+      firstBytes.subarray(before.start, before.start + 512),
+    );
+    expect((await untar(bytes)).get('a.txt')!.data.toString()).toBe('AAAA');
+  });
+
+  test('a capture that is not stored leaves the base where it was; stop drops it', async () => {
+    const info = await runtime.start({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(['sleep', '30'], { files: { 'm.txt': 'm', 'n.txt': 'n', 'o.txt': 'o' } }),
+    });
+    await settle();
+    const first = await runtime.captureState(info.instanceId);
+    const firstBytes = await bytesOf(sourceBytes(first));
+    first.stored('cp-1');
+
+    // Sorted first, so every record of the captures below lies elsewhere than in cp-1.
+    await fsp.writeFile(path.join(info.location, 'a.txt'), 'shifts the others');
+    await settle();
+    const read = await runtime.captureState(info.instanceId);
+    expect(read.base).toBe('cp-1');
+    await bytesOf(sourceBytes(read));
+    const abandoned = await runtime.captureState(info.instanceId);
+    abandoned.close();
+    // Storing needs every piece produced: a capture closed early cannot become a base.
+    expect(() => abandoned.stored('cp-x')).toThrow(/all produced/);
+
+    const third = await runtime.captureState(info.instanceId);
+    expect(third.base).toBe('cp-1');
+    const { bytes, ranges } = await materialize(third);
+    await expectRangesMatchBase(ranges, firstBytes);
+    expect(namesInRanges(bytes, ranges)).toEqual(['m.txt', 'n.txt', 'o.txt']);
+
+    third.stored('cp-3');
+    expect((await runtime.captureState(info.instanceId)).base).toBe('cp-3');
+    await runtime.stop(info.instanceId);
+    const afterStop = await runtime.captureState(info.instanceId);
+    expect(afterStop.base).toBeNull();
+    afterStop.close();
+  });
+
+  test('reading an unchanged range fails when a file in it changed since the walk', async () => {
+    const info = await runtime.start({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(['sleep', '30'], { files: { 'a.txt': 'aaaa', 'b.txt': 'bbbb' } }),
+    });
+    await settle();
+    const first = await runtime.captureState(info.instanceId);
+    await bytesOf(sourceBytes(first));
+    first.stored('cp-1');
+
+    const second = await runtime.captureState(info.instanceId);
+    const ranges: UnchangedRange[] = [];
+    for await (const piece of second.pieces) if (isUnchangedRange(piece)) ranges.push(piece);
+    expect(ranges).toHaveLength(1);
+    const [range] = ranges as [UnchangedRange];
+    await fsp.writeFile(path.join(info.location, 'b.txt'), 'bb');
+    await expect(bytesOf(range.read(0, range.length))).rejects.toThrow(/b\.txt changed during capture/);
+    // The parts without content still read: the headers are all the run claims there.
+    await expect(bytesOf(range.read(0, 512))).resolves.toHaveLength(512);
+  });
+
+  test('closing a captureState without reading it resumes the process, once per capture', async () => {
+    const info = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(COUNTER) });
+    await waitFor(async () => ((await readCount(info.location)) >= 2 ? true : undefined));
+
+    const unread = await runtime.captureState(info.instanceId);
+    const frozenAt = await readCount(info.location);
+    const concurrent = await runtime.captureState(info.instanceId);
+    await delay(300);
+    expect(await readCount(info.location)).toBe(frozenAt);
+    // Closing one capture twice does not count as the other's close.
+    unread.close();
+    unread.close();
+    await delay(300);
+    expect(await readCount(info.location)).toBe(frozenAt);
+    concurrent.close();
+    await waitFor(async () => ((await readCount(info.location)) > frozenAt ? true : undefined));
+
+    // Read to the end: resumed as well.
+    const read = await runtime.captureState(info.instanceId);
+    const readAt = await readCount(info.location);
+    await bytesOf(sourceBytes(read));
+    await waitFor(async () => ((await readCount(info.location)) > readAt ? true : undefined));
+  });
 });
