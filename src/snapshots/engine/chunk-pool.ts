@@ -113,6 +113,18 @@ export class ChunkPool {
     return reply.result.ok ? { ok: true, chunks: reply.result.chunks.map(toBuffer) } : reply.result;
   }
 
+  /**
+   * Starts any thread that is not running, so that its start-up overlaps with what the caller does before its first
+   * batch (reading manifests); a thread that is then not used exits after the idle time like any other.
+   */
+  warm(): void {
+    for (let i = 0; i < this.size; i++) {
+      const thread = this.threads[i];
+      if (!thread || thread.dead) idleExit((this.threads[i] = startThread()));
+      else if (thread.idle) thread.idle.refresh();
+    }
+  }
+
   /** Stops every thread (batches in flight fail). */
   async close(): Promise<void> {
     const running = this.threads.filter((t): t is Thread => t !== null);
@@ -187,10 +199,7 @@ function startThread(): Thread {
     thread.pending.delete(reply.job);
     if (thread.pending.size === 0) {
       worker.unref();
-      thread.idle = setTimeout(() => {
-        thread.dead = true;
-        void worker.terminate();
-      }, IDLE_EXIT_MS).unref();
+      idleExit(thread);
     }
     waiter.resolve(reply);
   });
@@ -202,6 +211,14 @@ function startThread(): Thread {
   worker.on('error', (err) => fail(new Error(`chunk worker thread failed: ${err.message}`, { cause: err })));
   worker.on('exit', (code) => fail(new Error(`chunk worker thread exited with code ${code}`)));
   return thread;
+}
+
+/** Ends the thread once it has been idle for IDLE_EXIT_MS (a new batch cancels this). */
+function idleExit(thread: Thread): void {
+  thread.idle = setTimeout(() => {
+    thread.dead = true;
+    void thread.worker.terminate();
+  }, IDLE_EXIT_MS).unref();
 }
 
 let shared: ChunkPool | null = null;

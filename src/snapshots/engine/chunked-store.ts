@@ -207,6 +207,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       release();
       throw new Error(`checkpoint ${checkpointId} of session ${sessionId} exists already; checkpoints are immutable`);
     }
+    this.pool.warm();
     const pin = await this.pin(lineage, sessionId, checkpointId);
     const packs = new PackWriter(join(this.lineageDir(lineage), 'packs'));
     const inflight: Promise<SealBatchResult>[] = [];
@@ -215,8 +216,13 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       const key = this.options.keyring ? await this.lineageKey(lineage, true) : null;
       const parent = checkpoint.parentId ? await this.parentInfo(sessionId, checkpoint.parentId) : null;
       // The checkpoint a source's unchanged runs refer to; without it (gone, unreadable, another key) they are read.
-      const base = source?.base ? await this.baseChunks(sessionId, source.base, key) : null;
-      const known = new Map<string, Location>(parent?.chunks.map((l) => [l[0], l]) ?? []);
+      const base = source?.base
+        ? this.reusableChunks(
+            source.base === checkpoint.parentId ? parent!.manifest : await this.loadV2(sessionId, source.base),
+            key,
+          )
+        : null;
+      const known = new Map<string, Location>(parent?.manifest?.chunks.map((l) => [l[0], l]) ?? []);
       for (const l of base ?? []) if (!known.has(l[0])) known.set(l[0], l);
       context = this.pool.context({
         tenant: this.tenant,
@@ -455,27 +461,22 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     for await (const chunk of this.chunker.chunks(abortable(bytes, signal))) yield { chunk };
   }
 
+  /** A format-2 manifest, or null if it is missing, unreadable or format 1. */
+  private async loadV2(sessionId: string, checkpointId: string): Promise<ManifestV2 | null> {
+    const loaded = await this.loadManifest(sessionId, checkpointId).catch(() => null);
+    return loaded?.kind === 'v2' ? loaded.manifest : null;
+  }
+
   /**
-   * The chunk list of `checkpointId` for reuse by a new checkpoint of the same session, or null if it cannot serve:
-   * missing or unreadable, format 1 (no chunks), or sealed in another mode or under another data key than the new
-   * checkpoint (a manifest's chunks share one). Reading every byte instead is slower, never wrong.
+   * The chunk list of a base checkpoint for reuse by a new one, or null if it cannot serve: missing or unreadable,
+   * format 1 (no chunks), or sealed in another mode or under another data key than the new checkpoint (a manifest's
+   * chunks share one). Reading every byte instead is slower, never wrong.
    */
-  private async baseChunks(
-    sessionId: string,
-    checkpointId: string,
-    key: LineageKey | null,
-  ): Promise<Location[] | null> {
-    try {
-      const loaded = await this.loadManifest(sessionId, checkpointId);
-      if (loaded.kind !== 'v2') return null;
-      const { encryption } = loaded.manifest;
-      const sameKey = key
-        ? encryption.mode === 'aes-256-gcm' && encryption.dataKeyId === key.dataKeyId
-        : encryption.mode === 'none';
-      return sameKey ? loaded.manifest.chunks : null;
-    } catch {
-      return null;
-    }
+  private reusableChunks(base: ManifestV2 | null, key: LineageKey | null): Location[] | null {
+    if (!base) return null;
+    const { mode, dataKeyId } = base.encryption;
+    const sameKey = key ? mode === 'aes-256-gcm' && dataKeyId === key.dataKeyId : mode === 'none';
+    return sameKey ? base.chunks : null;
   }
 
   async readManifest(sessionId: string, checkpointId: string): Promise<CheckpointManifest> {
@@ -834,14 +835,14 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   private async parentInfo(
     sessionId: string,
     parentId: string,
-  ): Promise<{ chunks: Location[]; manifestDigest: string | null }> {
+  ): Promise<{ manifest: ManifestV2 | null; manifestDigest: string | null }> {
     try {
       const loaded = await this.loadManifest(sessionId, parentId);
-      if (loaded.kind === 'v2') return { chunks: loaded.manifest.chunks, manifestDigest: loaded.fileDigest };
+      if (loaded.kind === 'v2') return { manifest: loaded.manifest, manifestDigest: loaded.fileDigest };
     } catch {
       // A parent that cannot be read only costs deduplication; the new checkpoint stands on its own.
     }
-    return { chunks: [], manifestDigest: await this.manifestFileDigest(sessionId, parentId) };
+    return { manifest: null, manifestDigest: await this.manifestFileDigest(sessionId, parentId) };
   }
 
   private async manifestFileDigest(sessionId: string, checkpointId: string): Promise<string | null> {

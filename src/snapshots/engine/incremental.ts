@@ -9,8 +9,6 @@ export interface BaseChunks {
   readonly sizes: readonly number[];
 }
 
-const EMPTY = Buffer.alloc(0);
-
 /**
  * Chunks a state told as bytes and unchanged runs (see StateSource), reusing the base's chunks over the runs without
  * reading them. The result is the chunking {@link Chunker.chunks} gives the same bytes read in full, when the base was
@@ -19,8 +17,8 @@ const EMPTY = Buffer.alloc(0);
  *
  * Concretely, at a boundary `pos` of the new state that falls on a base boundary inside a run, the base's next chunk
  * `[s, e)` is taken as it is if the run also holds bytes `e` and `e + 1` (or the run, the base and the new state all
- * end at `e`). Anywhere else the bytes are chunked: new bytes as given, run bytes read through `read`, a chunk's worth
- * at a time, until a boundary lands on a base boundary again. So a run costs reads only around its edges: the part of
+ * end at `e`). Anywhere else the bytes are chunked: new bytes as given, run bytes read through `read` a little at a
+ * time, until a boundary lands on a base boundary again. So a run costs reads only around its edges: the part of
  * a base chunk it starts in, and about a chunk before its end.
  *
  * If the base was chunked with other options the result is still the same bytes, only cut differently.
@@ -32,7 +30,9 @@ export async function* planChunks(
   base: BaseChunks,
   chunker: Chunker,
 ): AsyncGenerator<PlannedChunk> {
-  const { maxSize, avgSize } = chunker.options;
+  // How much of a range is read at a time when its bytes must be chunked: half a chunk, so that little is read past
+  // the boundary where the chunking is back in step with the base.
+  const readStep = Math.max(chunker.options.minSize, chunker.options.avgSize / 2);
   const count = base.sizes.length;
   // starts[k]: offset of base chunk k in the base state; starts[count] is the base's size.
   const starts = new Float64Array(count + 1);
@@ -57,11 +57,8 @@ export async function* planChunks(
   let current: Uint8Array | UnchangedRange | undefined;
   let currentAt = 0; // bytes of `current` consumed (chunked, reused or held)
   let currentStart = 0; // offset of `current` in the new state
-  let streamAt = 0; // offset of the first byte not yet consumed
-  // Bytes from `pos` (the last boundary) on, read but not yet chunked: pending[pendingStart..].
-  let pending: Buffer = EMPTY;
-  let pendingStart = 0;
-  let pos = 0;
+  let streamAt = 0; // offset of the first byte handed to the chunker or reused
+  let pos = 0; // the last boundary: chunks up to it have been yielded
 
   const advance = async (): Promise<void> => {
     for (;;) {
@@ -79,78 +76,73 @@ export async function* planChunks(
       return;
     }
   };
-  const append = (parts: Buffer[]): void => {
-    const held = pending.length - pendingStart;
-    pending = held === 0 && parts.length === 1 ? parts[0]! : Buffer.concat([pending.subarray(pendingStart), ...parts]);
-    pendingStart = 0;
-    for (const p of parts) streamAt += p.length;
-  };
   /** Whether base chunk `k`, met at a boundary inside `range`, can be taken as it is (see above). */
   const reusable = (k: number, range: UnchangedRange): boolean => {
     const end = starts[k + 1]!;
     const rangeEnd = range.baseOffset + range.length;
     return end + 2 <= rangeEnd || (end === baseSize && rangeEnd === baseSize && lookahead.done === true);
   };
+  /** The base chunk that can be taken at `pos`, if `pos` lies in the current range on a base boundary; else -1. */
+  const reusableAt = (): number => {
+    if (current === undefined || !isUnchangedRange(current) || pos < currentStart) return -1;
+    const k = chunkAt(current.baseOffset + (pos - currentStart));
+    return k >= 0 && reusable(k, current) ? k : -1;
+  };
+  /** The bytes from `streamAt` on, as the chunker pulls them: pieces as given, ranges read a step at a time. */
+  async function* bytesFrom(): AsyncGenerator<Buffer> {
+    while (current !== undefined) {
+      if (!isUnchangedRange(current)) {
+        const piece = asBuffer(current).subarray(currentAt);
+        currentAt = current.length;
+        streamAt += piece.length;
+        yield piece;
+      } else {
+        const until = Math.min(current.length, currentAt + readStep);
+        let got = 0;
+        for await (const part of current.read(currentAt, until)) {
+          got += part.length;
+          streamAt += part.length;
+          yield asBuffer(part);
+        }
+        if (got !== until - currentAt) {
+          throw new Error(`an unchanged range read ${got} bytes where ${until - currentAt} were asked for`);
+        }
+        currentAt = until;
+      }
+      if (currentAt === current.length) await advance();
+    }
+  }
 
   try {
     await advance();
-    for (;;) {
-      if (pending.length === pendingStart && current !== undefined && isUnchangedRange(current)) {
-        const range = current;
-        for (let k = chunkAt(range.baseOffset + currentAt); k >= 0 && k < count && reusable(k, range); k++) {
-          yield { reuse: k };
-          const size = base.sizes[k]!;
-          currentAt += size;
-          pos += size;
-          streamAt += size;
-        }
-        if (currentAt === range.length) {
-          await advance();
-          continue;
-        }
+    while (current !== undefined) {
+      // On a boundary in step with the base: take its chunks while they lie inside the range.
+      for (let k = reusableAt(); k >= 0 && k < count && reusable(k, current as UnchangedRange); k++) {
+        yield { reuse: k };
+        const size = base.sizes[k]!;
+        currentAt += size;
+        pos += size;
+        streamAt += size;
       }
-      // Chunk from `pos`: gather bytes until the cut is final (see Chunker.cutAt).
-      let cut = -1;
-      for (;;) {
-        const end = pending.length;
-        if (end > pendingStart) {
-          cut = chunker.cutAt(pending, pendingStart, end);
-          if (current === undefined || cut < end || end - pendingStart >= maxSize) break;
-        }
-        if (current === undefined) break;
-        if (!isUnchangedRange(current)) {
-          const bytes = current;
-          append([asBuffer(bytes).subarray(currentAt)]);
-          currentAt = bytes.length;
-        } else {
-          const until = Math.min(current.length, currentAt + avgSize);
-          const parts: Buffer[] = [];
-          let got = 0;
-          for await (const part of current.read(currentAt, until)) {
-            parts.push(asBuffer(part));
-            got += part.length;
-          }
-          if (got !== until - currentAt) {
-            throw new Error(`an unchanged range read ${got} bytes where ${until - currentAt} were asked for`);
-          }
-          append(parts);
-          currentAt = until;
-        }
-        if (currentAt === current.length) await advance();
+      if (current !== undefined && currentAt === current.length) {
+        await advance();
+        continue;
       }
-      if (cut < 0) return; // no bytes left
-      yield { chunk: pending.subarray(pendingStart, cut) };
-      pos += cut - pendingStart;
-      pendingStart = cut;
-      // Back in step with the base? Then what was read past `pos` is dropped and the base's chunks take over.
-      if (current !== undefined && isUnchangedRange(current) && pos >= currentStart) {
-        const k = chunkAt(current.baseOffset + (pos - currentStart));
-        if (k >= 0 && reusable(k, current)) {
-          currentAt = pos - currentStart;
-          streamAt = pos;
-          pending = EMPTY;
-          pendingStart = 0;
+      // Otherwise chunk the bytes from `pos` (the streaming chunker scans each byte once), until a boundary is in
+      // step with the base again; what the chunker read past that boundary is dropped.
+      const chunks = chunker.chunks(bytesFrom());
+      try {
+        for await (const chunk of chunks) {
+          yield { chunk };
+          pos += chunk.length;
+          if (reusableAt() >= 0) break;
         }
+      } finally {
+        await chunks.return(undefined);
+      }
+      if (current !== undefined) {
+        currentAt = pos - currentStart;
+        streamAt = pos;
       }
     }
   } finally {
