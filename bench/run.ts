@@ -30,6 +30,7 @@ import type { WorkspaceRuntimeSpec } from '../src/domain/schemas';
 import {
   MemoryRuntime,
   WorkspaceRuntime,
+  type CapturedState,
   type ExitInfo,
   type RestoreRequest,
   type RuntimeInstanceInfo,
@@ -37,7 +38,13 @@ import {
 } from '../src/runtimes';
 import { ChunkedSnapshotStore } from '../src/snapshots/engine/chunked-store';
 import { Keyring } from '../src/snapshots/engine/keyring';
-import { type CheckpointManifest, type NewCheckpoint, type SnapshotStore, type StoreProgress } from '../src/snapshots';
+import {
+  type CheckpointManifest,
+  type NewCheckpoint,
+  type SnapshotStore,
+  type StateSource,
+  type StoreProgress,
+} from '../src/snapshots';
 import { createWorkers } from '../src/worker';
 
 const MiB = 1024 * 1024;
@@ -182,6 +189,29 @@ class ProbedWorkspaceRuntime extends WorkspaceRuntime {
     return stream;
   }
 
+  override async captureState(instanceId: string): Promise<CapturedState> {
+    this.probe.mark('capture.call');
+    const captured = await super.captureState(instanceId);
+    this.probe.mark('capture.frozen');
+    const probe = this.probe;
+    return {
+      ...captured,
+      stored: (checkpointId) => captured.stored(checkpointId),
+      close: () => {
+        captured.close();
+        probe.mark('capture.thawed');
+      },
+      pieces: (async function* () {
+        try {
+          yield* captured.pieces;
+          probe.mark('capture.packed');
+        } finally {
+          probe.mark('capture.thawed');
+        }
+      })(),
+    };
+  }
+
   override async restore(request: RestoreRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
     this.probe.mark('restore.call');
     const info = await super.restore(request);
@@ -215,7 +245,11 @@ class ProbedStore implements SnapshotStore {
     private readonly probe: Probe,
   ) {}
 
-  async write(checkpoint: NewCheckpoint, data: Readable, options: StoreProgress = {}): Promise<CheckpointManifest> {
+  async write(
+    checkpoint: NewCheckpoint,
+    data: Readable | StateSource,
+    options: StoreProgress = {},
+  ): Promise<CheckpointManifest> {
     this.probe.mark('write.call');
     const manifest = await this.inner.write(checkpoint, data, this.probe.wrapProgress(options, 'write.firstByte'));
     this.probe.mark('write.done');
@@ -611,7 +645,15 @@ async function measureBaselines(dir: string, seedDir: string, bytes: number, rou
 
 // ---- the engine --------------------------------------------------------------------------------------------
 
-type OpName = 'checkpoint' | 'pause' | 'resume' | 'checkpoint2' | 'stop' | 'direct-capture' | 'direct-restore';
+type OpName =
+  | 'checkpoint'
+  | 'pause'
+  | 'resume'
+  | 'checkpoint2'
+  | 'checkpointChanged'
+  | 'stop'
+  | 'direct-capture'
+  | 'direct-restore';
 
 interface OpRecord {
   op: OpName;
@@ -736,6 +778,18 @@ async function engineRound(
   records.push(checkpoint.record);
   // The group must have been thawed when the capture ended (S: sleeping in `sleep 1`, R: running).
   const stateAfterCheckpoint = processState(started.pid);
+
+  // One file rewritten: the runtime names the others as unchanged since the checkpoint just taken.
+  const rewritten = path.join(started.location, blobName(0));
+  fs.writeFileSync(rewritten, randomBytes(fs.statSync(rewritten).size));
+  const changed = await timedOp(
+    probe,
+    'checkpointChanged',
+    round,
+    () => handle.checkpoint(),
+    (ref) => ref.size,
+  );
+  records.push(changed.record);
 
   const pause = await timedOp(
     probe,
@@ -929,6 +983,7 @@ function report(options: Options, machine: Machine, b: Baselines, records: OpRec
   row('**baseline** `tar -x` into a fresh dir (no fsync)', throughput(b.tarBytes, b.tarExtractMs), '—', '—');
   for (const [op, label] of [
     ['checkpoint', 'checkpoint() of the running session'],
+    ['checkpointChanged', 'checkpoint() after one file was rewritten'],
     ['checkpoint2', 'checkpoint() after resume'],
     ['pause', 'pause() (checkpoint + stop + dispose)'],
   ] as const) {
