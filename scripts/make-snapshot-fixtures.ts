@@ -3,7 +3,10 @@
  * which test/snapshots/fixtures.test.ts restores in CI. Run it once when a format is released and commit the
  * output; never regenerate an old format's corpus (it stands for checkpoints already on disk).
  *
- *   npx tsx scripts/make-snapshot-fixtures.ts <format: v1 | v2 | v2-plaintext>
+ *   npx tsx scripts/make-snapshot-fixtures.ts <format: v1 | v2 | v2-plaintext | v3 | v3-plaintext>
+ *
+ * The chunked store writes only its current format: the v2 corpora were made by the code that wrote format 2; run the
+ * script for the current format only.
  *
  * The master key of the encrypted corpus is a fixed test key (below): it protects nothing.
  */
@@ -39,10 +42,11 @@ async function main(): Promise<void> {
   const dir = path.resolve(__dirname, '..', 'test', 'fixtures', 'snapshots', format ?? '');
   let store: SnapshotStore;
   if (format === 'v1') store = new FsSnapshotStore(dir);
-  else if (format === 'v2')
+  else if (format === 'v3')
     store = new ChunkedSnapshotStore({ rootDir: dir, keyring: new Keyring([FIXTURE_MASTER_KEY]) });
-  else if (format === 'v2-plaintext') store = new ChunkedSnapshotStore({ rootDir: dir, keyring: null });
-  else throw new Error('usage: make-snapshot-fixtures.ts v1 | v2 | v2-plaintext');
+  else if (format === 'v3-plaintext') store = new ChunkedSnapshotStore({ rootDir: dir, keyring: null });
+  else
+    throw new Error('usage: make-snapshot-fixtures.ts v1 | v3 | v3-plaintext (older chunked formats: their release)');
   if (fs.existsSync(dir)) throw new Error(`${dir} exists: a released corpus is never regenerated`);
   const expected: Record<string, string> = {};
   let parentId: string | null = null;

@@ -29,6 +29,14 @@ import {
 import { CODECS } from './codec';
 import { planChunks, type PlannedChunk } from './incremental';
 import {
+  decodeManifestBody,
+  encodeManifestBody,
+  ManifestBodyError,
+  TABLE_FORMAT_VERSION,
+  type Location,
+} from './manifest-codec';
+import {
+  claimedFormatVersion,
   isEncryptedObject,
   KeyUnavailableError,
   openObject,
@@ -50,9 +58,19 @@ import { createDataKey, rewrapDataKey, unwrapDataKey, wrapDataKey, WrappedDataKe
  * each (create, fsync, rename) costs more than the bytes. A pack is fsynced once, then renamed; the manifest is published last, so a
  * crash leaves at worst an unreferenced pack, which garbage collection removes.
  */
-const ENGINE_FORMAT_VERSION = 2;
+/** The manifest format this store writes: format 2's layout and chunks, with a binary chunk table (manifest-codec.ts). */
+const ENGINE_FORMAT_VERSION = TABLE_FORMAT_VERSION;
+/** The first chunked format. Its chunk objects are also format 3's (their additional data says 2), so checkpoints of
+ * both formats share chunks. */
+const CHUNKED_FORMAT_VERSION = 2;
+const CHUNK_FORMAT_VERSION = CHUNKED_FORMAT_VERSION;
 const LEGACY_FORMAT_VERSION = 1;
-export const READABLE_FORMAT_VERSIONS: readonly number[] = [LEGACY_FORMAT_VERSION, ENGINE_FORMAT_VERSION];
+export const READABLE_FORMAT_VERSIONS: readonly number[] = [
+  LEGACY_FORMAT_VERSION,
+  CHUNKED_FORMAT_VERSION,
+  ENGINE_FORMAT_VERSION,
+];
+const CHUNKED_FORMAT_VERSIONS = READABLE_FORMAT_VERSIONS.filter((v) => v >= CHUNKED_FORMAT_VERSION);
 
 const MANIFEST_SUFFIX = '.manifest';
 const LEGACY_MANIFEST_SUFFIX = '.manifest.json';
@@ -69,37 +87,9 @@ const STALE_PIN_MS = 24 * 60 * 60_000;
 
 class LineageSkipped extends Error {}
 
-/** Where a chunk is: `[chunkId, plaintext size, pack id, offset in the pack, sealed length]`. */
-type Location = [string, number, string, number, number];
-
-const CHUNK_ID = /^[0-9a-f]{64}$/;
-const PACK_ID = /^[A-Za-z0-9._-]+$/;
-const isCount = (n: unknown, min: number): n is number => typeof n === 'number' && Number.isSafeInteger(n) && n >= min;
-
-/**
- * Checked by hand, not by a zod tuple schema: a manifest lists ~13,700 chunks per GiB, and a tuple schema per entry
- * cost several times the JSON.parse of the same manifest, on the path of every restore, rewind and fork (the
- * rewind and fork rows of bench/engine.ts load a 1 GiB manifest).
- */
-function isLocationList(value: unknown): value is Location[] {
-  if (!Array.isArray(value)) return false;
-  for (const l of value as unknown[]) {
-    if (!Array.isArray(l) || l.length !== 5) return false;
-    const [id, size, packId, offset, length] = l as unknown[];
-    if (typeof id !== 'string' || !CHUNK_ID.test(id) || typeof packId !== 'string' || !PACK_ID.test(packId)) {
-      return false;
-    }
-    if (!isCount(size, 0) || !isCount(offset, 0) || !isCount(length, 1)) return false;
-  }
-  return true;
-}
-
-const Locations = z.custom<Location[]>(isLocationList, {
-  message: 'chunks must be [chunkId (64 hex), size >= 0, packId, offset >= 0, sealedLength >= 1] entries',
-});
-
-const ManifestV2 = CheckpointManifestSchema.extend({
-  formatVersion: z.literal(ENGINE_FORMAT_VERSION),
+/** A chunked manifest without its chunk list (decoded and checked by manifest-codec.ts). */
+const ChunkedManifestHeader = CheckpointManifestSchema.extend({
+  formatVersion: z.union([z.literal(CHUNKED_FORMAT_VERSION), z.literal(ENGINE_FORMAT_VERSION)]),
   lineage: SessionId,
   tenant: z.string(),
   /** SHA-256 of the parent's manifest file as stored: the timeline is a hash chain. */
@@ -108,14 +98,14 @@ const ManifestV2 = CheckpointManifestSchema.extend({
     .regex(/^sha256:[0-9a-f]{64}$/)
     .nullable(),
   encryption: z.object({ mode: z.enum(['aes-256-gcm', 'none']), dataKeyId: z.string().nullable() }),
-  chunks: Locations,
   /** First checkpoint of a fork: the checkpoint of another session of the lineage it was made from. */
   forkedFrom: z.object({ sessionId: SessionId, checkpointId: CheckpointId }).optional(),
 });
 
 /** `<session>/lineage.json` of a fork: the lineage whose key and packs the session uses. */
 const LineageFile = z.object({ lineage: SessionId });
-type ManifestV2 = z.infer<typeof ManifestV2>;
+/** A chunked checkpoint's manifest (format 2 or 3) as held in memory. */
+type ChunkedManifest = z.infer<typeof ChunkedManifestHeader> & { chunks: Location[] };
 
 export interface ChunkedStoreOptions {
   rootDir: string;
@@ -148,8 +138,9 @@ export interface GcReport {
   bytesRemoved: number;
 }
 
-/** A manifest as read: format 1, or format 2 with the SHA-256 of its file (what a child's hash-chain link names). */
-type Loaded = { kind: 'v1'; manifest: CheckpointManifest } | { kind: 'v2'; manifest: ManifestV2; fileDigest: string };
+/** A manifest as read: format 1, or a chunked one with the SHA-256 of its file (what a child's hash-chain link names). */
+type Loaded =
+  { kind: 'v1'; manifest: CheckpointManifest } | { kind: 'chunked'; manifest: ChunkedManifest; fileDigest: string };
 
 /** A lineage's unwrapped data key and the chunk-id key derived from it. */
 type LineageKey = ChunkKey;
@@ -227,7 +218,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       context = this.pool.context({
         tenant: this.tenant,
         lineage,
-        formatVersion: ENGINE_FORMAT_VERSION,
+        formatVersion: CHUNK_FORMAT_VERSION,
         key,
         known: [...known.keys()],
       });
@@ -303,7 +294,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       await packs.close();
       // Packs this checkpoint shares with older ones are touched, so a concurrent garbage collection keeps them.
       await Promise.all([...referencedPacks].map((p) => touch(join(this.lineageDir(lineage), 'packs', `${p}.pack`))));
-      const manifest: ManifestV2 = {
+      const manifest: ChunkedManifest = {
         formatVersion: ENGINE_FORMAT_VERSION,
         checkpointId,
         sessionId,
@@ -348,9 +339,9 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       throw new Error(`checkpoint ${checkpointId} of session ${sessionId} exists already; checkpoints are immutable`);
     }
     const source = await this.loadManifest(sessionId, sourceCheckpointId);
-    if (source.kind !== 'v2') {
+    if (source.kind !== 'chunked') {
       throw new SnapshotIncompatibleError(
-        `checkpoint ${sourceCheckpointId} is in format ${LEGACY_FORMAT_VERSION}, which has no chunks to share; branching needs format ${ENGINE_FORMAT_VERSION}`,
+        `checkpoint ${sourceCheckpointId} is in format ${LEGACY_FORMAT_VERSION}, which has no chunks to share; branching needs format ${CHUNKED_FORMAT_VERSION} or later`,
         sessionId,
         sourceCheckpointId,
       );
@@ -362,8 +353,9 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       const parentManifestDigest = checkpoint.parentId
         ? await this.manifestFileDigest(sessionId, checkpoint.parentId)
         : null;
-      const manifest: ManifestV2 = {
+      const manifest: ChunkedManifest = {
         ...source.manifest,
+        formatVersion: ENGINE_FORMAT_VERSION,
         checkpointId,
         sequence: checkpoint.sequence,
         parentId: checkpoint.parentId,
@@ -401,9 +393,9 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     if (existing.length > 0)
       throw new Error(`session ${sessionId} exists already in the store; a fork starts a new one`);
     const loaded = await this.loadManifest(source.sessionId, source.checkpointId);
-    if (loaded.kind !== 'v2') {
+    if (loaded.kind !== 'chunked') {
       throw new SnapshotIncompatibleError(
-        `checkpoint ${source.checkpointId} is in format ${LEGACY_FORMAT_VERSION}, which has no chunks to share; forking needs format ${ENGINE_FORMAT_VERSION}`,
+        `checkpoint ${source.checkpointId} is in format ${LEGACY_FORMAT_VERSION}, which has no chunks to share; forking needs format ${CHUNKED_FORMAT_VERSION} or later`,
         source.sessionId,
         source.checkpointId,
       );
@@ -421,8 +413,9 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       });
       if (!joined) throw new Error(`session ${sessionId} exists already in the store; a fork starts a new one`);
       this.lineages.set(sessionId, lineage);
-      const manifest: ManifestV2 = {
+      const manifest: ChunkedManifest = {
         ...origin,
+        formatVersion: ENGINE_FORMAT_VERSION,
         checkpointId,
         sessionId,
         sequence: 1,
@@ -462,9 +455,9 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   }
 
   /** A format-2 manifest, or null if it is missing, unreadable or format 1. */
-  private async loadV2(sessionId: string, checkpointId: string): Promise<ManifestV2 | null> {
+  private async loadV2(sessionId: string, checkpointId: string): Promise<ChunkedManifest | null> {
     const loaded = await this.loadManifest(sessionId, checkpointId).catch(() => null);
-    return loaded?.kind === 'v2' ? loaded.manifest : null;
+    return loaded?.kind === 'chunked' ? loaded.manifest : null;
   }
 
   /**
@@ -472,7 +465,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
    * format 1 (no chunks), or sealed in another mode or under another data key than the new checkpoint (a manifest's
    * chunks share one). Reading every byte instead is slower, never wrong.
    */
-  private reusableChunks(base: ManifestV2 | null, key: LineageKey | null): Location[] | null {
+  private reusableChunks(base: ChunkedManifest | null, key: LineageKey | null): Location[] | null {
     if (!base) return null;
     const { mode, dataKeyId } = base.encryption;
     const sameKey = key ? mode === 'aes-256-gcm' && dataKeyId === key.dataKeyId : mode === 'none';
@@ -517,7 +510,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     const context = {
       tenant: this.tenant,
       lineage: manifest.lineage,
-      formatVersion: ENGINE_FORMAT_VERSION,
+      formatVersion: CHUNK_FORMAT_VERSION,
       key,
       dataKeyId: key?.dataKeyId ?? null,
     };
@@ -623,11 +616,11 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         sequence = loaded.manifest.sequence;
         formatVersion = loaded.manifest.formatVersion;
         const link =
-          loaded.kind === 'v2'
+          loaded.kind === 'chunked'
             ? (loaded.manifest.forkedFrom ??
               (loaded.manifest.parentId ? { sessionId, checkpointId: loaded.manifest.parentId } : null))
             : null;
-        if (loaded.kind === 'v2' && link && loaded.manifest.parentManifestDigest) {
+        if (loaded.kind === 'chunked' && link && loaded.manifest.parentManifestDigest) {
           const parent = await this.manifestFileDigest(link.sessionId, link.checkpointId);
           if (parent !== null && parent !== loaded.manifest.parentManifestDigest) {
             throw new SnapshotTamperedError(
@@ -747,8 +740,8 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   // ---- internals ---------------------------------------------------------------------------------------------
 
   /** Seals a manifest (under the lineage's key, or plaintext) and publishes it: the checkpoint exists from here on. */
-  private async publishManifest(manifest: ManifestV2, key: LineageKey | null): Promise<void> {
-    const body = Buffer.from(JSON.stringify(manifest));
+  private async publishManifest(manifest: ChunkedManifest, key: LineageKey | null): Promise<void> {
+    const body = encodeManifestBody({ ...manifest, formatVersion: ENGINE_FORMAT_VERSION });
     const header = {
       kind: 'manifest' as const,
       tenant: this.tenant,
@@ -781,64 +774,73 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         'master',
       );
     }
-    const { plaintext } = openObject(sealed, () => key!.key, {
+    // The envelope's version is read before opening (it is authenticated by the opening): a manifest of a newer
+    // format is incompatible, not tampered.
+    const claimed = claimedFormatVersion(sealed);
+    if (claimed !== null && !CHUNKED_FORMAT_VERSIONS.includes(claimed)) {
+      throw new SnapshotIncompatibleError(
+        `checkpoint format version ${claimed} is not supported by this reader (supports ${READABLE_FORMAT_VERSIONS.join(', ')})`,
+        sessionId,
+        checkpointId,
+      );
+    }
+    const opened = openObject(sealed, () => key!.key, {
       kind: 'manifest',
       tenant: this.tenant,
       lineage,
       objectId: checkpointId,
       sessionId,
-      formatVersion: READABLE_FORMAT_VERSIONS.filter((v) => v >= ENGINE_FORMAT_VERSION),
+      formatVersion: CHUNKED_FORMAT_VERSIONS,
       encrypted: peek,
       ...(key ? { dataKeyId: key.dataKeyId } : {}),
     });
-    let json: unknown;
+    let body: { header: unknown; chunks: Location[] };
     try {
-      json = JSON.parse(plaintext.toString('utf8'));
+      body = decodeManifestBody(opened.header.formatVersion, opened.plaintext);
     } catch (err) {
-      throw new SnapshotCorruptError(`manifest of ${checkpointId} is not JSON`, sessionId, checkpointId, {
-        cause: err,
-      });
-    }
-    const version = (json as { formatVersion?: unknown }).formatVersion;
-    if (typeof version === 'number' && !READABLE_FORMAT_VERSIONS.includes(version)) {
-      throw new SnapshotIncompatibleError(
-        `checkpoint format version ${version} is not supported by this reader (supports ${READABLE_FORMAT_VERSIONS.join(', ')})`,
-        sessionId,
-        checkpointId,
-      );
-    }
-    const parsed = ManifestV2.safeParse(json);
-    if (!parsed.success) {
+      if (!(err instanceof ManifestBodyError)) throw err;
       throw new SnapshotCorruptError(
-        `manifest of ${checkpointId} is malformed: ${parsed.error.message}`,
+        `manifest of ${checkpointId} is malformed: ${err.message}`,
+        sessionId,
+        checkpointId,
+        {
+          cause: err,
+        },
+      );
+    }
+    const parsed = ChunkedManifestHeader.safeParse(body.header);
+    if (!parsed.success || parsed.data.formatVersion !== opened.header.formatVersion) {
+      throw new SnapshotCorruptError(
+        `manifest of ${checkpointId} is malformed: ${parsed.success ? "its format version is not its envelope's" : parsed.error.message}`,
         sessionId,
         checkpointId,
       );
     }
-    if (parsed.data.sessionId !== sessionId || parsed.data.checkpointId !== checkpointId) {
+    const manifest: ChunkedManifest = { ...parsed.data, chunks: body.chunks };
+    if (manifest.sessionId !== sessionId || manifest.checkpointId !== checkpointId) {
       throw new SnapshotTamperedError(`manifest of ${checkpointId} belongs to another checkpoint`, 'tampered', {
         sessionId,
         checkpointId,
       });
     }
-    const chunkBytes = parsed.data.chunks.reduce((n, c) => n + c[1], 0);
-    if (chunkBytes !== parsed.data.size) {
+    const chunkBytes = manifest.chunks.reduce((n, c) => n + c[1], 0);
+    if (chunkBytes !== manifest.size) {
       throw new SnapshotCorruptError(
-        `manifest of ${checkpointId} says ${parsed.data.size} bytes; its chunks add up to ${chunkBytes}`,
+        `manifest of ${checkpointId} says ${manifest.size} bytes; its chunks add up to ${chunkBytes}`,
         sessionId,
         checkpointId,
       );
     }
-    return { kind: 'v2', manifest: parsed.data, fileDigest: fileDigest(sealed) };
+    return { kind: 'chunked', manifest, fileDigest: fileDigest(sealed) };
   }
 
   private async parentInfo(
     sessionId: string,
     parentId: string,
-  ): Promise<{ manifest: ManifestV2 | null; manifestDigest: string | null }> {
+  ): Promise<{ manifest: ChunkedManifest | null; manifestDigest: string | null }> {
     try {
       const loaded = await this.loadManifest(sessionId, parentId);
-      if (loaded.kind === 'v2') return { manifest: loaded.manifest, manifestDigest: loaded.fileDigest };
+      if (loaded.kind === 'chunked') return { manifest: loaded.manifest, manifestDigest: loaded.fileDigest };
     } catch {
       // A parent that cannot be read only costs deduplication; the new checkpoint stands on its own.
     }
@@ -861,7 +863,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         const checkpointId = name.slice(0, -MANIFEST_SUFFIX.length);
         try {
           const loaded = await this.loadManifest(session, checkpointId);
-          if (loaded.kind === 'v2') for (const c of loaded.manifest.chunks) live.add(c[2]);
+          if (loaded.kind === 'chunked') for (const c of loaded.manifest.chunks) live.add(c[2]);
         } catch (err) {
           // A manifest that cannot be read might still reference packs: never sweep what it may need.
           const where = session === lineage ? '' : ` of fork ${session}`;
@@ -958,7 +960,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
    * For a new manifest over an existing one's chunks: every pack must be there, and is touched, like the packs a
    * write reuses, so that a concurrent gc keeps it.
    */
-  private async holdPacks(manifest: ManifestV2, sessionId: string, checkpointId: string): Promise<void> {
+  private async holdPacks(manifest: ChunkedManifest, sessionId: string, checkpointId: string): Promise<void> {
     const packsDir = join(this.lineageDir(manifest.lineage), 'packs');
     for (const packId of new Set(manifest.chunks.map((c) => c[2]))) {
       const now = new Date();
@@ -1163,7 +1165,7 @@ function fileDigest(bytes: Buffer): string {
   return `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
 }
 
-function toPublic(m: ManifestV2): CheckpointManifest {
+function toPublic(m: ChunkedManifest): CheckpointManifest {
   return {
     formatVersion: m.formatVersion,
     checkpointId: m.checkpointId,

@@ -104,6 +104,14 @@ const FLAG_ENCRYPTED = 0x01;
 export function isEncryptedObject(sealed: Buffer): boolean {
   return sealed.length > PREFIX_BYTES && (sealed[PREFIX_BYTES]! & FLAG_ENCRYPTED) === FLAG_ENCRYPTED;
 }
+/**
+ * The format version a sealed object's header claims, or null if the bytes are not a sealed object of this envelope.
+ * Not authenticated until the object is opened: for telling a newer format from damage before opening it.
+ */
+export function claimedFormatVersion(sealed: Buffer): number | null {
+  if (sealed.length < PREFIX_BYTES + 5 || !sealed.subarray(0, MAGIC.length).equals(MAGIC)) return null;
+  return sealed.readUInt16BE(PREFIX_BYTES + 3);
+}
 /** Plaintext bytes per cipher.update() when sealing: see sealObject. */
 const UPDATE_BYTES = 256 * 1024;
 const MAX_U16 = 0xffff;

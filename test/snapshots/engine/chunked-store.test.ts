@@ -11,6 +11,7 @@ import {
   SnapshotTamperedError,
 } from '../../../src/snapshots/engine/crypto';
 import { Keyring } from '../../../src/snapshots/engine/keyring';
+import { decodeManifestBody, encodeManifestBody } from '../../../src/snapshots/engine/manifest-codec';
 import { FsSnapshotStore } from '../../../src/snapshots/fs-snapshot-store';
 import { seeded } from '../../helpers/bytes';
 import { cp, readAll } from '../../helpers/checkpoints';
@@ -56,7 +57,7 @@ test('round trip of 8 MiB, with the manifest a reader sees', async () => {
   const s = store();
   const state = randomBytes(8 * 1024 * 1024);
   const manifest = await s.write(cp(1), Readable.from([state]));
-  expect(manifest).toMatchObject({ formatVersion: 2, checkpointId: 'cp-1', size: state.length, sequence: 1 });
+  expect(manifest).toMatchObject({ formatVersion: 3, checkpointId: 'cp-1', size: state.length, sequence: 1 });
   const { stream } = await s.open('s1', 'cp-1');
   expect(sha(await readAll(stream))).toBe(sha(state));
   expect(await s.list('s1')).toEqual([manifest]);
@@ -356,45 +357,81 @@ test('plaintext mode is explicit, reported, and still detects corruption', async
   await expect(readAll((await s.open('s1', 'cp-1')).stream)).rejects.toThrow();
 });
 
-test('a manifest whose chunk list is malformed or disagrees with its size is SnapshotCorrupt', async () => {
-  const s = new ChunkedSnapshotStore({ rootDir: dir, keyring: null });
-  await s.write(cp(1), Readable.from([randomBytes(100_000)]));
-  const file = path.join(dir, 's1', 'cp-1.manifest');
-  // Where the manifest of cp-1 belongs: the binding its (plaintext-mode) envelope must carry.
-  const binding = {
-    kind: 'manifest' as const,
-    tenant: 'default',
-    lineage: 's1',
-    objectId: 'cp-1',
-    sessionId: 's1',
-    formatVersion: 2,
-  };
-  const opened = openObject(fs.readFileSync(file), () => Buffer.alloc(0), { ...binding, encrypted: false });
-  const manifest = JSON.parse(opened.plaintext.toString('utf8')) as { chunks: unknown[][] };
-  const good = manifest.chunks[0]!;
-  const bad: unknown[][] = [
-    [...good.slice(0, 4)],
-    ['not-hex', ...good.slice(1)],
-    [good[0], -1, ...good.slice(2)],
-    [good[0], good[1], '../escape', ...good.slice(3)],
-    [...good.slice(0, 3), 1.5, good[4]],
-    [...good.slice(0, 4), 0],
-  ];
-  const reseal = (content: object) =>
-    fs.writeFileSync(file, sealPlaintextObject(Buffer.from(JSON.stringify(content)), { ...binding, codec: 0 }));
-  // A size that its chunks do not add up to: a reader would hand out another number of bytes than it promised.
-  reseal({ ...manifest, size: (manifest as unknown as { size: number }).size + 1 });
-  await expect(s.readManifest('s1', 'cp-1')).rejects.toMatchObject({
-    code: 'SnapshotCorrupt',
-    message: expect.stringContaining('its chunks add up to'),
-  });
-  for (const entry of bad) {
-    reseal({ ...manifest, chunks: [entry] });
-    await expect(s.readManifest('s1', 'cp-1')).rejects.toMatchObject({
-      code: 'SnapshotCorrupt',
-      message: expect.stringContaining('chunks must be'),
+describe('a manifest whose chunk list is malformed or disagrees with its size is SnapshotCorrupt', () => {
+  // cp-1 of a plaintext store, opened and sealed again in the shape of each case (plaintext mode: no key needed).
+  async function setup() {
+    const s = new ChunkedSnapshotStore({ rootDir: dir, keyring: null });
+    await s.write(cp(1), Readable.from([randomBytes(100_000)]));
+    const file = path.join(dir, 's1', 'cp-1.manifest');
+    const binding = { kind: 'manifest' as const, tenant: 'default', lineage: 's1', objectId: 'cp-1', sessionId: 's1' };
+    const opened = openObject(fs.readFileSync(file), () => Buffer.alloc(0), {
+      ...binding,
+      formatVersion: 3,
+      encrypted: false,
     });
+    const { header, chunks } = decodeManifestBody(3, opened.plaintext);
+    const fields = { ...(header as Record<string, unknown>) };
+    delete fields.packs;
+    delete fields.chunkCount;
+    const reseal = (formatVersion: number, body: Buffer) =>
+      fs.writeFileSync(file, sealPlaintextObject(body, { ...binding, formatVersion, codec: 0 }));
+    const corrupt = (message: string) =>
+      expect(s.readManifest('s1', 'cp-1')).rejects.toMatchObject({
+        code: 'SnapshotCorrupt',
+        message: expect.stringContaining(message),
+      });
+    return { fields, chunks, reseal, corrupt, body: opened.plaintext };
   }
+
+  test('format 3: a cut or padded table, a pack index out of range, an empty location, a version mismatch', async () => {
+    const { fields, chunks, reseal, corrupt, body } = await setup();
+    reseal(3, body.subarray(0, body.length - 1));
+    await corrupt('the chunk table has');
+    reseal(3, Buffer.concat([body, Buffer.alloc(52)]));
+    await corrupt('the chunk table has');
+    // The table by column (manifest-codec.ts): ids, sizes, pack indexes, offsets, lengths; the first chunk's fields.
+    const n = chunks.length;
+    const table = body.length - n * 52;
+    const badPack = Buffer.from(body);
+    badPack.writeUInt32LE(7, table + 36 * n);
+    reseal(3, badPack);
+    await corrupt('names no pack');
+    const empty = Buffer.from(body);
+    empty.writeUInt32LE(0, table + 48 * n);
+    reseal(3, empty);
+    await corrupt('names no pack, or an empty or impossible location');
+    reseal(3, Buffer.from('{"formatVersion":3}'));
+    await corrupt('must start with "DSM3"');
+    reseal(3, encodeManifestBody({ ...fields, formatVersion: 2, chunks }));
+    await corrupt("not its envelope's");
+    reseal(3, encodeManifestBody({ ...fields, size: (fields.size as number) + 1, chunks }));
+    await corrupt('its chunks add up to');
+  });
+
+  test('format 2: a malformed JSON chunk list, or one that disagrees with the size', async () => {
+    const { fields, chunks, reseal, corrupt } = await setup();
+    const v2 = (content: object) => reseal(2, Buffer.from(JSON.stringify({ ...fields, formatVersion: 2, ...content })));
+    // Written as format 2 would have been, it reads back.
+    v2({ chunks });
+    await expect(s().readManifest('s1', 'cp-1')).resolves.toMatchObject({ formatVersion: 2 });
+    v2({ chunks, size: (fields.size as number) + 1 });
+    await corrupt('its chunks add up to');
+    const good = chunks[0]! as unknown[];
+    const bad: unknown[][] = [
+      [...good.slice(0, 4)],
+      ['not-hex', ...good.slice(1)],
+      [good[0], -1, ...good.slice(2)],
+      [good[0], good[1], '../escape', ...good.slice(3)],
+      [...good.slice(0, 3), 1.5, good[4]],
+      [...good.slice(0, 4), 0],
+    ];
+    for (const entry of bad) {
+      v2({ chunks: [entry] });
+      await corrupt('chunks must be');
+    }
+  });
+
+  const s = () => new ChunkedSnapshotStore({ rootDir: dir, keyring: null });
 });
 
 test('format 1 checkpoints written by the filesystem store stay readable', async () => {
@@ -404,11 +441,11 @@ test('format 1 checkpoints written by the filesystem store stay readable', async
   const s = store();
   expect(await s.readManifest('s1', 'cp-1')).toMatchObject({ formatVersion: 1 });
   expect(sha(await readAll((await s.open('s1', 'cp-1')).stream))).toBe(sha(state));
-  // A format-2 child of a format-1 parent links to it in the chain.
+  // A format-3 child of a format-1 parent links to it in the chain.
   await s.write(cp(2, 'cp-1'), Readable.from([state]));
   expect((await s.verifyLineage('s1')).map((r) => [r.formatVersion, r.status])).toEqual([
     [1, 'ok'],
-    [2, 'ok'],
+    [3, 'ok'],
   ]);
 });
 
