@@ -16,6 +16,7 @@ import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { promisify } from 'node:util';
 import { ChunkedSnapshotStore } from '../src/snapshots/engine/chunked-store';
+import { chunkerFor } from '../src/snapshots/engine/chunker';
 import { Keyring } from '../src/snapshots/engine/keyring';
 import type { StateSource, UnchangedRange } from '../src/snapshots/state-source';
 
@@ -171,14 +172,24 @@ async function main(): Promise<void> {
     const readTarget = Math.min(readMBps, aeadMBps);
 
     // ---- the engine ------------------------------------------------------------------------------------------
-    const store = new ChunkedSnapshotStore({
-      rootDir: path.join(base, 'store'),
-      keyring: new Keyring([{ id: 'bench', key: randomBytes(32) }]),
-    });
-    for (const kind of ['random', 'text'] as const) {
-      const stateFile = path.join(base, `${kind}.bin`);
-      await makeState(stateFile, kind);
-      const sessionId = `bench-${kind}`;
+    const keyring = new Keyring([{ id: 'bench', key: randomBytes(32) }]);
+    // The default chunk size on both kinds of state, and 32 KiB chunks (DS_CHUNK_KIB=32) on the incompressible one,
+    // where the size decides what an incremental checkpoint writes.
+    const cases = [
+      { kind: 'random', chunkKiB: 64 },
+      { kind: 'text', chunkKiB: 64 },
+      { kind: 'random', chunkKiB: 32 },
+    ] as const;
+    for (const { kind: stateKind, chunkKiB } of cases) {
+      const store = new ChunkedSnapshotStore({
+        rootDir: path.join(base, 'store'),
+        keyring,
+        chunker: chunkerFor(chunkKiB * 1024),
+      });
+      const kind = chunkKiB === 64 ? stateKind : `${stateKind}, ${chunkKiB} KiB chunks`;
+      const stateFile = path.join(base, `${stateKind}.bin`);
+      await makeState(stateFile, stateKind);
+      const sessionId = `bench-${stateKind}-${chunkKiB}`;
       const meta = (sequence: number, parentId: string | null) => ({
         checkpointId: `cp-${sequence}`,
         sessionId,
@@ -272,6 +283,7 @@ async function main(): Promise<void> {
 
     // The same rewind on a 1 MiB state: the cost follows the chunk list, not the bytes.
     {
+      const store = new ChunkedSnapshotStore({ rootDir: path.join(base, 'store'), keyring });
       const small = path.join(base, 'small.bin');
       await makeState(small, 'random', MiB);
       const small1 = { checkpointId: 'cp-1', sessionId: 'bench-small', sequence: 1, parentId: null };

@@ -53,6 +53,17 @@ export const EnvConfig = z.object({
   DS_SNAPSHOT_ENCRYPTION: z
     .enum(['aes-256-gcm', 'none'], { message: 'expected aes-256-gcm or none' })
     .default('aes-256-gcm'),
+  /**
+   * The manifest format new checkpoints are written in: `3` (default), or `2` while workers that read only format 2
+   * share the store (they take a format-3 manifest for tampered). Both are read.
+   */
+  DS_SNAPSHOT_FORMAT: z.enum(['2', '3'], { message: 'expected 2 or 3' }).default('3'),
+  /**
+   * Average chunk size in KiB (a power of two from 16 to 256; minimum a quarter of it, maximum four times). Smaller
+   * chunks make checkpoints after small scattered changes store less, for more per-chunk work and larger manifests
+   * (`npm run bench:engine` prints both sizes' rows). Changing it costs deduplication for one checkpoint per session.
+   */
+  DS_CHUNK_KIB: z.enum(['16', '32', '64', '128', '256'], { message: 'expected 16, 32, 64, 128 or 256' }).default('64'),
   /** Master keys as `id:base64,id:base64` (the last is the primary unless DS_MASTER_KEY_PRIMARY names one). */
   DS_MASTER_KEYS: z.string().min(1).optional(),
   /** A directory of `<id>.key` files (mode 0600), instead of DS_MASTER_KEYS. */
@@ -97,6 +108,9 @@ export interface Config {
   stopGraceMs: number;
   snapshots: {
     encryption: 'aes-256-gcm' | 'none';
+    formatVersion: 2 | 3;
+    /** Average chunk size in bytes. */
+    chunkBytes: number;
     masterKeys?: string;
     masterKeyDir?: string;
     tenant: string;
@@ -148,6 +162,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     stopGraceMs: e.DS_STOP_GRACE_MS,
     snapshots: {
       encryption: e.DS_SNAPSHOT_ENCRYPTION,
+      formatVersion: e.DS_SNAPSHOT_FORMAT === '2' ? 2 : 3,
+      chunkBytes: Number(e.DS_CHUNK_KIB) * 1024,
       masterKeys: e.DS_MASTER_KEYS,
       masterKeyDir: e.DS_MASTER_KEY_DIR ? path.resolve(e.DS_MASTER_KEY_DIR) : undefined,
       tenant: e.DS_TENANT,

@@ -2,6 +2,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Config } from '../config';
 import { ChunkedSnapshotStore } from './engine/chunked-store';
+import { chunkerFor } from './engine/chunker';
 import { Keyring } from './engine/keyring';
 
 /** Thrown when encryption is on and no master key is configured: the worker never falls back to plaintext. */
@@ -58,5 +59,7 @@ export async function snapshotStoreFromConfig(config: Config): Promise<ChunkedSn
     rootDir: config.snapshotDir,
     tenant: config.snapshots.tenant,
     keyring: await keyringFromConfig(config),
+    formatVersion: config.snapshots.formatVersion,
+    chunker: chunkerFor(config.snapshots.chunkBytes),
   });
 }

@@ -118,6 +118,11 @@ export interface ChunkedStoreOptions {
   gcGraceMs?: number;
   /** Threads that id, compress, seal and open chunks; the process-wide shared pool by default. */
   pool?: ChunkPool;
+  /**
+   * The manifest format to write: 3 (default), or 2 for a store shared with readers of format 2 only (§8.1 of the
+   * design). Both are read either way.
+   */
+  formatVersion?: 2 | 3;
 }
 
 export interface VerifyResult {
@@ -153,6 +158,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   private readonly chunker: Chunker;
   private readonly gcGraceMs: number;
   private readonly pool: ChunkPool;
+  private readonly writeFormat: ChunkedManifest['formatVersion'];
   private readonly lineageKeys = new Map<string, Promise<LineageKey>>();
   /** Sessions known to be forks, and their lineage. */
   private readonly lineages = new Map<string, string>();
@@ -164,6 +170,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     this.chunker = new Chunker(options.chunker ?? DEFAULT_CHUNKER);
     this.gcGraceMs = options.gcGraceMs ?? 60 * 60_000;
     this.pool = options.pool ?? sharedChunkPool();
+    this.writeFormat = options.formatVersion ?? ENGINE_FORMAT_VERSION;
   }
 
   /** What `status` reports about protection at rest. */
@@ -295,7 +302,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       // Packs this checkpoint shares with older ones are touched, so a concurrent garbage collection keeps them.
       await Promise.all([...referencedPacks].map((p) => touch(join(this.lineageDir(lineage), 'packs', `${p}.pack`))));
       const manifest: ChunkedManifest = {
-        formatVersion: ENGINE_FORMAT_VERSION,
+        formatVersion: this.writeFormat,
         checkpointId,
         sessionId,
         lineage,
@@ -355,7 +362,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         : null;
       const manifest: ChunkedManifest = {
         ...source.manifest,
-        formatVersion: ENGINE_FORMAT_VERSION,
+        formatVersion: this.writeFormat,
         checkpointId,
         sequence: checkpoint.sequence,
         parentId: checkpoint.parentId,
@@ -415,7 +422,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       this.lineages.set(sessionId, lineage);
       const manifest: ChunkedManifest = {
         ...origin,
-        formatVersion: ENGINE_FORMAT_VERSION,
+        formatVersion: this.writeFormat,
         checkpointId,
         sessionId,
         sequence: 1,
@@ -741,14 +748,17 @@ export class ChunkedSnapshotStore implements SnapshotStore {
 
   /** Seals a manifest (under the lineage's key, or plaintext) and publishes it: the checkpoint exists from here on. */
   private async publishManifest(manifest: ChunkedManifest, key: LineageKey | null): Promise<void> {
-    const body = encodeManifestBody({ ...manifest, formatVersion: ENGINE_FORMAT_VERSION });
+    const body =
+      manifest.formatVersion >= TABLE_FORMAT_VERSION
+        ? encodeManifestBody(manifest)
+        : Buffer.from(JSON.stringify(manifest));
     const header = {
       kind: 'manifest' as const,
       tenant: this.tenant,
       lineage: manifest.lineage,
       objectId: manifest.checkpointId,
       sessionId: manifest.sessionId,
-      formatVersion: ENGINE_FORMAT_VERSION,
+      formatVersion: manifest.formatVersion,
       codec: 0,
     };
     const sealed = key

@@ -61,6 +61,13 @@ export const DEFAULT_CHUNKER: ChunkerOptions = Object.freeze({
   maxSize: 256 * KiB,
 });
 
+/** The engine's chunk sizes around another average (a power of two): a quarter of it to four times it. */
+export function chunkerFor(avgSize: number): ChunkerOptions {
+  const options = { minSize: avgSize / 4, avgSize, maxSize: avgSize * 4 };
+  validateChunkerOptions(options);
+  return options;
+}
+
 /**
  * The FastCDC gear table: entry `i` is the first 8 bytes (big-endian) of MD5 of 64 bytes of value `i`, as in the
  * C reference implementation (destor) and the `fastcdc` crate's `v2020::GEAR`.

@@ -504,3 +504,38 @@ describe('garbage collection', () => {
     }
   });
 });
+
+describe('the manifest format written', () => {
+  test("DS_SNAPSHOT_FORMAT=2 writes format 2, which today's reader reads and format 3 shares chunks with", async () => {
+    const v2 = store({ formatVersion: 2 });
+    const state = randomBytes(3 * 1024 * 1024);
+    expect(await v2.write(cp(1), Readable.from([state]))).toMatchObject({ formatVersion: 2 });
+    const v3 = store();
+    expect(sha(await readAll((await v3.open('s1', 'cp-1')).stream))).toBe(sha(state));
+    const before = packBytes();
+    // The same state again, as format 3 over a format-2 parent: every chunk is the parent's.
+    expect(await v3.write(cp(2, 'cp-1'), Readable.from([state]))).toMatchObject({ formatVersion: 3 });
+    expect(packBytes()).toBe(before);
+    // A rewind written as format 2 over a format-3 checkpoint.
+    expect(await v2.branch('cp-2', { ...cp(3, 'cp-2') })).toMatchObject({ formatVersion: 2 });
+    expect((await v3.verifyLineage('s1')).map((r) => [r.formatVersion, r.status])).toEqual([
+      [2, 'ok'],
+      [3, 'ok'],
+      [2, 'ok'],
+    ]);
+  });
+
+  test('a manifest of a newer format is SnapshotIncompatible, naming both versions', async () => {
+    const s = new ChunkedSnapshotStore({ rootDir: dir, keyring: null });
+    await s.write(cp(1), Readable.from([randomBytes(10_000)]));
+    const file = path.join(dir, 's1', 'cp-1.manifest');
+    const bytes = fs.readFileSync(file);
+    // The format version is the u16 after flags, kind and codec in the envelope's header (crypto.ts).
+    bytes.writeUInt16BE(4, 6 + 3);
+    fs.writeFileSync(file, bytes);
+    await expect(s.readManifest('s1', 'cp-1')).rejects.toMatchObject({
+      code: 'SnapshotIncompatible',
+      message: expect.stringMatching(/version 4 .*supports 1, 2, 3/),
+    });
+  });
+});
