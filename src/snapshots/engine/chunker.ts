@@ -54,6 +54,8 @@ export interface ChunkerOptions {
  * changed in 20 places" under 3% once a state passes ~200 MiB (2.0% at 256 MiB, ~3% at 128 MiB) with ~13k chunks
  * per GiB. 256 KiB writes twice as much; 16 KiB and 4 KiB write a little less on large states for 4x and 16x the
  * chunks. On a 16 MiB state that target is out of reach at 64 KiB (20 places × ~100 KiB is ~13%): it takes 4 KiB.
+ * Denser changes (bench/engine.ts: one place per 4 MiB) cost the same ~100 KiB a place; its rows for 64 and 32 KiB
+ * show what halving the size saves in bytes and costs in throughput and manifest size. `DS_CHUNK_KIB` picks the size.
  */
 export const DEFAULT_CHUNKER: ChunkerOptions = Object.freeze({
   minSize: 16 * KiB,
