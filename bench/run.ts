@@ -765,7 +765,6 @@ async function engineRound(
   });
   const started = await waitUntilRunning(handle);
   seedWorkspace(seedDir, started.location, blobCount);
-  const original = await treeDigest(started.location);
 
   const records: OpRecord[] = [];
   const checkpoint = await timedOp(
@@ -782,6 +781,8 @@ async function engineRound(
   // One file rewritten: the runtime names the others as unchanged since the checkpoint just taken.
   const rewritten = path.join(started.location, blobName(0));
   fs.writeFileSync(rewritten, randomBytes(fs.statSync(rewritten).size));
+  // What pause captures and resume must bring back.
+  const original = await treeDigest(started.location);
   const changed = await timedOp(
     probe,
     'checkpointChanged',
