@@ -29,10 +29,14 @@ import {
 import { CODECS } from './codec';
 import { planChunks, type PlannedChunk } from './incremental';
 import {
-  decodeManifestBody,
+  decodeJsonBody,
+  decodeTable,
   encodeManifestBody,
+  encodeTable,
   ManifestBodyError,
+  splitManifestBody,
   TABLE_FORMAT_VERSION,
+  type ChunkTable,
   type Location,
 } from './manifest-codec';
 import {
@@ -104,8 +108,9 @@ const ChunkedManifestHeader = CheckpointManifestSchema.extend({
 
 /** `<session>/lineage.json` of a fork: the lineage whose key and packs the session uses. */
 const LineageFile = z.object({ lineage: SessionId });
+type ChunkedHeader = z.infer<typeof ChunkedManifestHeader>;
 /** A chunked checkpoint's manifest (format 2 or 3) as held in memory. */
-type ChunkedManifest = z.infer<typeof ChunkedManifestHeader> & { chunks: Location[] };
+type ChunkedManifest = ChunkedHeader & { chunks: Location[] };
 
 export interface ChunkedStoreOptions {
   rootDir: string;
@@ -301,7 +306,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       await packs.close();
       // Packs this checkpoint shares with older ones are touched, so a concurrent garbage collection keeps them.
       await Promise.all([...referencedPacks].map((p) => touch(join(this.lineageDir(lineage), 'packs', `${p}.pack`))));
-      const manifest: ChunkedManifest = {
+      const manifest: ChunkedHeader = {
         formatVersion: this.writeFormat,
         checkpointId,
         sessionId,
@@ -317,9 +322,8 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         ...(checkpoint.label !== undefined ? { label: checkpoint.label } : {}),
         trigger: checkpoint.trigger,
         encryption: { mode: key ? 'aes-256-gcm' : 'none', dataKeyId: key?.dataKeyId ?? null },
-        chunks,
       };
-      await this.publishManifest(manifest, key);
+      await this.publishManifest(manifest, { chunks }, key);
       return toPublic(manifest);
     } catch (err) {
       release();
@@ -345,7 +349,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     if ((await exists(manifestPath)) || (await exists(this.legacyManifestPath(sessionId, checkpointId)))) {
       throw new Error(`checkpoint ${checkpointId} of session ${sessionId} exists already; checkpoints are immutable`);
     }
-    const source = await this.loadManifest(sessionId, sourceCheckpointId);
+    const source = await this.loadTable(sessionId, sourceCheckpointId);
     if (source.kind !== 'chunked') {
       throw new SnapshotIncompatibleError(
         `checkpoint ${sourceCheckpointId} is in format ${LEGACY_FORMAT_VERSION}, which has no chunks to share; branching needs format ${CHUNKED_FORMAT_VERSION} or later`,
@@ -355,13 +359,13 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     }
     const pin = await this.pin(lineage, sessionId, checkpointId);
     try {
-      const key = source.manifest.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(lineage) : null;
-      await this.holdPacks(source.manifest, sessionId, sourceCheckpointId);
+      const key = source.header.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(lineage) : null;
+      await this.holdPacks(source.header.lineage, source.table.packs, sessionId, sourceCheckpointId);
       const parentManifestDigest = checkpoint.parentId
         ? await this.manifestFileDigest(sessionId, checkpoint.parentId)
         : null;
-      const manifest: ChunkedManifest = {
-        ...source.manifest,
+      const manifest: ChunkedHeader = {
+        ...source.header,
         formatVersion: this.writeFormat,
         checkpointId,
         sequence: checkpoint.sequence,
@@ -373,7 +377,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       };
       if (manifest.label === undefined) delete manifest.label;
       delete manifest.forkedFrom;
-      await this.publishManifest(manifest, key);
+      await this.publishManifest(manifest, { table: source.table }, key);
       return toPublic(manifest);
     } finally {
       await fs.rm(pin, { force: true });
@@ -399,7 +403,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     const existing = await fs.readdir(join(this.root, sessionId)).catch(() => [] as string[]);
     if (existing.length > 0)
       throw new Error(`session ${sessionId} exists already in the store; a fork starts a new one`);
-    const loaded = await this.loadManifest(source.sessionId, source.checkpointId);
+    const loaded = await this.loadTable(source.sessionId, source.checkpointId);
     if (loaded.kind !== 'chunked') {
       throw new SnapshotIncompatibleError(
         `checkpoint ${source.checkpointId} is in format ${LEGACY_FORMAT_VERSION}, which has no chunks to share; forking needs format ${CHUNKED_FORMAT_VERSION} or later`,
@@ -407,12 +411,12 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         source.checkpointId,
       );
     }
-    const origin = loaded.manifest;
+    const origin = loaded.header;
     const lineage = origin.lineage;
     const pin = await this.pin(lineage, sessionId, checkpointId);
     try {
       const key = origin.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(lineage) : null;
-      await this.holdPacks(origin, source.sessionId, source.checkpointId);
+      await this.holdPacks(lineage, loaded.table.packs, source.sessionId, source.checkpointId);
       const parentManifestDigest = loaded.fileDigest;
       await fs.mkdir(join(this.root, sessionId), { recursive: true });
       const joined = await publish(join(this.root, sessionId, LINEAGE_FILE), Buffer.from(JSON.stringify({ lineage })), {
@@ -420,7 +424,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       });
       if (!joined) throw new Error(`session ${sessionId} exists already in the store; a fork starts a new one`);
       this.lineages.set(sessionId, lineage);
-      const manifest: ChunkedManifest = {
+      const manifest: ChunkedHeader = {
         ...origin,
         formatVersion: this.writeFormat,
         checkpointId,
@@ -434,7 +438,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         forkedFrom: { sessionId: source.sessionId, checkpointId: source.checkpointId },
       };
       if (manifest.label === undefined) delete manifest.label;
-      await this.publishManifest(manifest, key);
+      await this.publishManifest(manifest, { table: loaded.table }, key);
       return toPublic(manifest);
     } finally {
       await fs.rm(pin, { force: true });
@@ -746,12 +750,21 @@ export class ChunkedSnapshotStore implements SnapshotStore {
 
   // ---- internals ---------------------------------------------------------------------------------------------
 
-  /** Seals a manifest (under the lineage's key, or plaintext) and publishes it: the checkpoint exists from here on. */
-  private async publishManifest(manifest: ChunkedManifest, key: LineageKey | null): Promise<void> {
+  /**
+   * Seals a manifest (under the lineage's key, or plaintext) and publishes it: the checkpoint exists from here on.
+   * The chunks come as a list, or as a table read from another manifest (copied as it is in format 3).
+   */
+  private async publishManifest(
+    manifest: ChunkedHeader,
+    list: { chunks: Location[] } | { table: ChunkTable },
+    key: LineageKey | null,
+  ): Promise<void> {
     const body =
       manifest.formatVersion >= TABLE_FORMAT_VERSION
-        ? encodeManifestBody(manifest)
-        : Buffer.from(JSON.stringify(manifest));
+        ? encodeManifestBody(manifest, 'table' in list ? list.table : encodeTable(list.chunks))
+        : Buffer.from(
+            JSON.stringify({ ...manifest, chunks: 'chunks' in list ? list.chunks : decodeTable(list.table) }),
+          );
     const header = {
       kind: 'manifest' as const,
       tenant: this.tenant,
@@ -768,6 +781,55 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   }
 
   private async loadManifest(sessionId: string, checkpointId: string): Promise<Loaded> {
+    const read = await this.readManifestBody(sessionId, checkpointId);
+    if (read.kind === 'v1') return read;
+    const { version, body, fileDigest } = read;
+    const { header, chunks, size } = manifestBody(checkpointId, sessionId, () => {
+      if (version < TABLE_FORMAT_VERSION) {
+        const json = decodeJsonBody(body);
+        return { ...json, size: json.chunks.reduce((n, c) => n + c[1], 0) };
+      }
+      const { header, table } = splitManifestBody(body);
+      return { header, chunks: decodeTable(table), size: table.size };
+    });
+    return {
+      kind: 'chunked',
+      manifest: { ...this.checkHeader(header, version, size, sessionId, checkpointId), chunks },
+      fileDigest,
+    };
+  }
+
+  /**
+   * A chunked manifest with its chunks as a table (as stored in format 3, not decoded): for a new manifest over the
+   * same chunks.
+   */
+  private async loadTable(
+    sessionId: string,
+    checkpointId: string,
+  ): Promise<{ kind: 'v1' } | { kind: 'chunked'; header: ChunkedHeader; table: ChunkTable; fileDigest: string }> {
+    const read = await this.readManifestBody(sessionId, checkpointId);
+    if (read.kind === 'v1') return read;
+    const { version, body, fileDigest } = read;
+    const { header, table } = manifestBody(checkpointId, sessionId, () => {
+      if (version >= TABLE_FORMAT_VERSION) return splitManifestBody(body);
+      const json = decodeJsonBody(body);
+      return { header: json.header, table: encodeTable(json.chunks) };
+    });
+    return {
+      kind: 'chunked',
+      header: this.checkHeader(header, version, table.size, sessionId, checkpointId),
+      table,
+      fileDigest,
+    };
+  }
+
+  /** A manifest file opened (its envelope checked and decrypted), or a format-1 manifest. */
+  private async readManifestBody(
+    sessionId: string,
+    checkpointId: string,
+  ): Promise<
+    { kind: 'v1'; manifest: CheckpointManifest } | { kind: 'sealed'; version: number; body: Buffer; fileDigest: string }
+  > {
     if (!SessionId.safeParse(sessionId).success || !CheckpointId.safeParse(checkpointId).success) {
       throw new SnapshotNotFoundError(`no checkpoint ${checkpointId} of session ${sessionId}`, sessionId, checkpointId);
     }
@@ -804,36 +866,37 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       encrypted: peek,
       ...(key ? { dataKeyId: key.dataKeyId } : {}),
     });
-    let body: { header: unknown; chunks: Location[] };
-    try {
-      body = decodeManifestBody(opened.header.formatVersion, opened.plaintext);
-    } catch (err) {
-      if (!(err instanceof ManifestBodyError)) throw err;
-      throw new SnapshotCorruptError(
-        `manifest of ${checkpointId} is malformed: ${err.message}`,
-        sessionId,
-        checkpointId,
-        {
-          cause: err,
-        },
-      );
-    }
-    const parsed = ChunkedManifestHeader.safeParse(body.header);
-    if (!parsed.success || parsed.data.formatVersion !== opened.header.formatVersion) {
+    return {
+      kind: 'sealed',
+      version: opened.header.formatVersion,
+      body: opened.plaintext,
+      fileDigest: fileDigest(sealed),
+    };
+  }
+
+  /** A manifest's fields checked: schema, the envelope's format version, its address, its size against its chunks. */
+  private checkHeader(
+    header: unknown,
+    version: number,
+    chunkBytes: number,
+    sessionId: string,
+    checkpointId: string,
+  ): ChunkedHeader {
+    const parsed = ChunkedManifestHeader.safeParse(header);
+    if (!parsed.success || parsed.data.formatVersion !== version) {
       throw new SnapshotCorruptError(
         `manifest of ${checkpointId} is malformed: ${parsed.success ? "its format version is not its envelope's" : parsed.error.message}`,
         sessionId,
         checkpointId,
       );
     }
-    const manifest: ChunkedManifest = { ...parsed.data, chunks: body.chunks };
+    const manifest = parsed.data;
     if (manifest.sessionId !== sessionId || manifest.checkpointId !== checkpointId) {
       throw new SnapshotTamperedError(`manifest of ${checkpointId} belongs to another checkpoint`, 'tampered', {
         sessionId,
         checkpointId,
       });
     }
-    const chunkBytes = manifest.chunks.reduce((n, c) => n + c[1], 0);
     if (chunkBytes !== manifest.size) {
       throw new SnapshotCorruptError(
         `manifest of ${checkpointId} says ${manifest.size} bytes; its chunks add up to ${chunkBytes}`,
@@ -841,7 +904,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         checkpointId,
       );
     }
-    return { kind: 'chunked', manifest, fileDigest: fileDigest(sealed) };
+    return manifest;
   }
 
   private async parentInfo(
@@ -970,9 +1033,14 @@ export class ChunkedSnapshotStore implements SnapshotStore {
    * For a new manifest over an existing one's chunks: every pack must be there, and is touched, like the packs a
    * write reuses, so that a concurrent gc keeps it.
    */
-  private async holdPacks(manifest: ChunkedManifest, sessionId: string, checkpointId: string): Promise<void> {
-    const packsDir = join(this.lineageDir(manifest.lineage), 'packs');
-    for (const packId of new Set(manifest.chunks.map((c) => c[2]))) {
+  private async holdPacks(
+    lineage: string,
+    packIds: Iterable<string>,
+    sessionId: string,
+    checkpointId: string,
+  ): Promise<void> {
+    const packsDir = join(this.lineageDir(lineage), 'packs');
+    for (const packId of new Set(packIds)) {
       const now = new Date();
       const present = await fs.utimes(join(packsDir, `${packId}.pack`), now, now).then(
         () => true,
@@ -1171,11 +1239,28 @@ function openFailureError(failure: OpenFailure, sessionId: string, checkpointId:
   }
 }
 
+/** A manifest body decoded by `decode`, its failures as the checkpoint's corruption. */
+function manifestBody<T>(checkpointId: string, sessionId: string, decode: () => T): T {
+  try {
+    return decode();
+  } catch (err) {
+    if (!(err instanceof ManifestBodyError)) throw err;
+    throw new SnapshotCorruptError(
+      `manifest of ${checkpointId} is malformed: ${err.message}`,
+      sessionId,
+      checkpointId,
+      {
+        cause: err,
+      },
+    );
+  }
+}
+
 function fileDigest(bytes: Buffer): string {
   return `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
 }
 
-function toPublic(m: ChunkedManifest): CheckpointManifest {
+function toPublic(m: ChunkedHeader): CheckpointManifest {
   return {
     formatVersion: m.formatVersion,
     checkpointId: m.checkpointId,

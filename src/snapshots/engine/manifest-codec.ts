@@ -38,17 +38,30 @@ const U32 = 2 ** 32;
 
 const isCount = (n: unknown, min: number): n is number => typeof n === 'number' && Number.isSafeInteger(n) && n >= min;
 
-/** The format-3 body of a manifest: `manifest` without its chunks as the JSON header, the chunks as the table. */
-export function encodeManifestBody(manifest: { chunks: readonly Location[] } & Record<string, unknown>): Buffer {
-  const { chunks, ...rest } = manifest;
+/**
+ * A format-3 chunk table as stored, checked but not decoded: what a new manifest over the same chunks (a rewind, a
+ * fork) copies as it is, which spares it converting every entry twice.
+ */
+export interface ChunkTable {
+  readonly packs: readonly string[];
+  readonly count: number;
+  /** The columns: ids, sizes, pack indexes, offsets, lengths. */
+  readonly bytes: Buffer;
+  /** Sum of the chunk sizes: the bytes of the state. */
+  readonly size: number;
+}
+
+/** The table of `chunks`. */
+export function encodeTable(chunks: readonly Location[]): ChunkTable {
   const n = chunks.length;
   const packs: string[] = [];
   const packIndex = new Map<string, number>();
   const ids: string[] = new Array<string>(n);
   const numbers = Buffer.allocUnsafe(n * (ENTRY_BYTES - ID_BYTES));
   const [sizes, indexes, offsets, lengths] = [0, 4 * n, 8 * n, 16 * n];
+  let size = 0;
   for (let i = 0; i < n; i++) {
-    const [id, size, packId, offset, length] = chunks[i]!;
+    const [id, chunkSize, packId, offset, length] = chunks[i]!;
     if (id.length !== 2 * ID_BYTES) throw new TypeError(`chunk id ${JSON.stringify(id)} is not 64 hex digits`);
     ids[i] = id;
     let index = packIndex.get(packId);
@@ -56,39 +69,36 @@ export function encodeManifestBody(manifest: { chunks: readonly Location[] } & R
       index = packs.push(packId) - 1;
       packIndex.set(packId, index);
     }
-    numbers.writeUInt32LE(size, sizes + 4 * i);
+    numbers.writeUInt32LE(chunkSize, sizes + 4 * i);
     numbers.writeUInt32LE(index, indexes + 4 * i);
     numbers.writeUInt32LE(offset % U32, offsets + 8 * i);
     numbers.writeUInt32LE(Math.floor(offset / U32), offsets + 8 * i + 4);
     numbers.writeUInt32LE(length, lengths + 4 * i);
+    size += chunkSize;
   }
   const idBytes = Buffer.from(ids.join(''), 'hex');
   // Decoding stops at the first character that is not hex: a short result names a bad id.
   if (idBytes.length !== n * ID_BYTES) throw new TypeError('a chunk id is not 64 hex digits');
-  const header = Buffer.from(JSON.stringify({ ...rest, packs, chunkCount: n }));
+  return { packs, count: n, bytes: Buffer.concat([idBytes, numbers]), size };
+}
+
+/** The format-3 body of a manifest: `header` (the manifest's fields but its chunks) as JSON, then `table`. */
+export function encodeManifestBody(header: Record<string, unknown>, table: ChunkTable): Buffer {
+  const json = Buffer.from(JSON.stringify({ ...header, packs: table.packs, chunkCount: table.count }));
   const prefix = Buffer.allocUnsafe(MAGIC.length + 4);
   MAGIC.copy(prefix);
-  prefix.writeUInt32LE(header.length, MAGIC.length);
-  return Buffer.concat([prefix, header, idBytes, numbers]);
+  prefix.writeUInt32LE(json.length, MAGIC.length);
+  return Buffer.concat([prefix, json, table.bytes]);
 }
 
 /**
- * The header and chunk list of a manifest body of `formatVersion` (2 or 3).
- * @throws ManifestBodyError when the body is not JSON, its chunk list is malformed, or the table is cut or padded
+ * A format-3 body's header (parsed JSON, for the caller's schema) and its table, checked entry by entry (a pack
+ * index in range, a sealed length of at least 1, an offset below 2^53) without converting the ids.
+ * @throws ManifestBodyError when the body is not a format-3 body or an entry is malformed
  */
-export function decodeManifestBody(formatVersion: number, body: Buffer): { header: unknown; chunks: Location[] } {
-  if (formatVersion < TABLE_FORMAT_VERSION) {
-    const json = parseJson(body.toString('utf8'));
-    const chunks = (json as { chunks?: unknown } | null)?.chunks;
-    if (!isLocationList(chunks)) {
-      throw new ManifestBodyError(
-        'chunks must be [chunkId (64 hex), size >= 0, packId, offset >= 0, sealedLength >= 1] entries',
-      );
-    }
-    return { header: json, chunks };
-  }
+export function splitManifestBody(body: Buffer): { header: unknown; table: ChunkTable } {
   if (body.length < MAGIC.length + 4 || !body.subarray(0, MAGIC.length).equals(MAGIC)) {
-    throw new ManifestBodyError(`a format-${formatVersion} manifest must start with "DSM3"`);
+    throw new ManifestBodyError(`a format-${TABLE_FORMAT_VERSION} manifest must start with "DSM3"`);
   }
   const headerEnd = MAGIC.length + 4 + body.readUInt32LE(MAGIC.length);
   if (headerEnd > body.length) throw new ManifestBodyError('the manifest header runs past the end of the body');
@@ -101,26 +111,54 @@ export function decodeManifestBody(formatVersion: number, body: Buffer): { heade
   if (!Array.isArray(packs) || !packs.every((p) => typeof p === 'string' && PACK_ID.test(p)) || !isCount(n, 0)) {
     throw new ManifestBodyError('the manifest header must list its packs (ids) and its chunkCount');
   }
-  if (body.length - headerEnd !== n * ENTRY_BYTES) {
-    throw new ManifestBodyError(
-      `the chunk table has ${body.length - headerEnd} bytes; ${n} chunks take ${n * ENTRY_BYTES}`,
-    );
+  const bytes = body.subarray(headerEnd);
+  if (bytes.length !== n * ENTRY_BYTES) {
+    throw new ManifestBodyError(`the chunk table has ${bytes.length} bytes; ${n} chunks take ${n * ENTRY_BYTES}`);
   }
-  const hex = body.toString('hex', headerEnd, headerEnd + n * ID_BYTES);
-  const base = headerEnd + n * ID_BYTES;
-  const [sizes, indexes, offsets, lengths] = [base, base + 4 * n, base + 8 * n, base + 16 * n];
-  const chunks: Location[] = new Array<Location>(n);
+  const [sizes, indexes, offsets, lengths] = [ID_BYTES * n, 36 * n, 40 * n, 48 * n];
+  let size = 0;
   for (let i = 0; i < n; i++) {
-    const packId = packs[body.readUInt32LE(indexes + 4 * i)] as string | undefined;
-    const offset = body.readUInt32LE(offsets + 8 * i) + body.readUInt32LE(offsets + 8 * i + 4) * U32;
-    const length = body.readUInt32LE(lengths + 4 * i);
-    if (packId === undefined || length < 1 || !Number.isSafeInteger(offset)) {
+    const offset = bytes.readUInt32LE(offsets + 8 * i) + bytes.readUInt32LE(offsets + 8 * i + 4) * U32;
+    if (
+      bytes.readUInt32LE(indexes + 4 * i) >= packs.length ||
+      bytes.readUInt32LE(lengths + 4 * i) < 1 ||
+      offset > Number.MAX_SAFE_INTEGER
+    ) {
       throw new ManifestBodyError(`chunk ${i} of the table names no pack, or an empty or impossible location`);
     }
-    const id = hex.slice(2 * ID_BYTES * i, 2 * ID_BYTES * (i + 1));
-    chunks[i] = [id, body.readUInt32LE(sizes + 4 * i), packId, offset, length];
+    size += bytes.readUInt32LE(sizes + 4 * i);
   }
-  return { header, chunks };
+  return { header, table: { packs: packs as string[], count: n, bytes, size } };
+}
+
+/** The chunks of a table (checked by {@link splitManifestBody}). */
+export function decodeTable(table: ChunkTable): Location[] {
+  const { packs, count: n, bytes } = table;
+  const hex = bytes.toString('hex', 0, n * ID_BYTES);
+  const [sizes, indexes, offsets, lengths] = [ID_BYTES * n, 36 * n, 40 * n, 48 * n];
+  const chunks: Location[] = new Array<Location>(n);
+  for (let i = 0; i < n; i++) {
+    chunks[i] = [
+      hex.slice(2 * ID_BYTES * i, 2 * ID_BYTES * (i + 1)),
+      bytes.readUInt32LE(sizes + 4 * i),
+      packs[bytes.readUInt32LE(indexes + 4 * i)]!,
+      bytes.readUInt32LE(offsets + 8 * i) + bytes.readUInt32LE(offsets + 8 * i + 4) * U32,
+      bytes.readUInt32LE(lengths + 4 * i),
+    ];
+  }
+  return chunks;
+}
+
+/** A format-2 body's header (the parsed JSON) and its checked chunk list. */
+export function decodeJsonBody(body: Buffer): { header: unknown; chunks: Location[] } {
+  const json = parseJson(body.toString('utf8'));
+  const chunks = (json as { chunks?: unknown } | null)?.chunks;
+  if (!isLocationList(chunks)) {
+    throw new ManifestBodyError(
+      'chunks must be [chunkId (64 hex), size >= 0, packId, offset >= 0, sealedLength >= 1] entries',
+    );
+  }
+  return { header: json, chunks };
 }
 
 function parseJson(text: string): unknown {

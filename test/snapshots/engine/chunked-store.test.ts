@@ -11,7 +11,12 @@ import {
   SnapshotTamperedError,
 } from '../../../src/snapshots/engine/crypto';
 import { Keyring } from '../../../src/snapshots/engine/keyring';
-import { decodeManifestBody, encodeManifestBody } from '../../../src/snapshots/engine/manifest-codec';
+import {
+  decodeTable,
+  encodeManifestBody,
+  encodeTable,
+  splitManifestBody,
+} from '../../../src/snapshots/engine/manifest-codec';
 import { FsSnapshotStore } from '../../../src/snapshots/fs-snapshot-store';
 import { seeded } from '../../helpers/bytes';
 import { cp, readAll } from '../../helpers/checkpoints';
@@ -369,7 +374,8 @@ describe('a manifest whose chunk list is malformed or disagrees with its size is
       formatVersion: 3,
       encrypted: false,
     });
-    const { header, chunks } = decodeManifestBody(3, opened.plaintext);
+    const { header, table } = splitManifestBody(opened.plaintext);
+    const chunks = decodeTable(table);
     const fields = { ...(header as Record<string, unknown>) };
     delete fields.packs;
     delete fields.chunkCount;
@@ -402,9 +408,9 @@ describe('a manifest whose chunk list is malformed or disagrees with its size is
     await corrupt('names no pack, or an empty or impossible location');
     reseal(3, Buffer.from('{"formatVersion":3}'));
     await corrupt('must start with "DSM3"');
-    reseal(3, encodeManifestBody({ ...fields, formatVersion: 2, chunks }));
+    reseal(3, encodeManifestBody({ ...fields, formatVersion: 2 }, encodeTable(chunks)));
     await corrupt("not its envelope's");
-    reseal(3, encodeManifestBody({ ...fields, size: (fields.size as number) + 1, chunks }));
+    reseal(3, encodeManifestBody({ ...fields, size: (fields.size as number) + 1 }, encodeTable(chunks)));
     await corrupt('its chunks add up to');
   });
 
