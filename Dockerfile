@@ -9,6 +9,13 @@
 FROM node:20-bookworm-slim AS build
 WORKDIR /app
 
+# zstd-napi (optional: zstd chunk compression, faster than Brotli) compiles at install against Node's headers; without
+# a toolchain it is skipped and the worker compresses with Brotli. Every worker sharing a store needs the same choice.
+RUN apt-get update \
+  && apt-get install -y --no-install-recommends python3 make g++ \
+  && rm -rf /var/lib/apt/lists/*
+ENV npm_config_nodedir=/usr/local
+
 # Dependencies first, so source edits reuse this layer. The lockfile pins every package, native ones included.
 COPY package.json package-lock.json ./
 RUN npm ci

@@ -4,6 +4,7 @@ import { createActivities } from './activities';
 import { loadConfig, type Config } from './config';
 import { MemoryRuntime, WorkspaceRuntime } from './runtimes';
 import { snapshotStoreFromConfig } from './snapshots/store-from-config';
+import { CODECS, isCodecAvailable } from './snapshots/engine/codec';
 import { connectionOptions } from './temporal-connection';
 
 export interface SessionWorkers {
@@ -69,6 +70,12 @@ export async function runWorker(config: Config = loadConfig(), address = config.
     encryption.mode === 'none'
       ? 'snapshots are stored in PLAINTEXT (DS_SNAPSHOT_ENCRYPTION=none): integrity-checked, not confidential'
       : `snapshots are encrypted (AES-256-GCM); new data keys are wrapped by master key ${encryption.primaryKeyId}`,
+  );
+  // Every worker of a store must read what any of them writes: one with zstd needs all of them to have it.
+  console.log(
+    isCodecAvailable(CODECS.zstd)
+      ? 'chunks are compressed with zstd (every worker sharing this store needs the zstd-napi binding)'
+      : 'chunks are compressed with Brotli (the optional zstd-napi binding is not installed)',
   );
   const connection = await NativeConnection.connect(await connectionOptions(config, address));
   const workspace = new WorkspaceRuntime({ rootDir: config.workspaceDir, defaultStopGraceMs: config.stopGraceMs });
