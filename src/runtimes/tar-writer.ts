@@ -82,6 +82,18 @@ export function encodeTarHeader(entry: TarEntry): Buffer {
   return Buffer.concat([paxHeader, records, Buffer.alloc(tarPaddingBytes(records.length)), header]);
 }
 
+/**
+ * What a reader needs from a header block to find the next record: whether it is a pax extended header (its content
+ * is the pax text, and the entry's own header follows it) and its content size. The size is read in the forms this
+ * encoder writes (octal digits ended by a space or NUL, or base-256 after 0x80); null for any other form. Neither the
+ * checksum nor the magic is checked: a caller that relies on the block compares it whole with the header it expects.
+ */
+export function readTarHeaderLayout(block: Uint8Array): { pax: boolean; size: number } | null {
+  if (block.length !== TAR_BLOCK_BYTES) return null;
+  const size = readNumber12(block, 124);
+  return size === null ? null : { pax: block[156] === TYPEFLAGS.pax, size };
+}
+
 /** The zero bytes that follow `size` bytes of content, up to the next 512-byte boundary. */
 export function tarPaddingBytes(size: number): number {
   const tail = size % TAR_BLOCK_BYTES;
@@ -196,6 +208,24 @@ function writeNumber12(block: Buffer, offset: number, value: number): void {
     block[offset + i] = rest % 256;
     rest = Math.floor(rest / 256);
   }
+}
+
+/** A 12-byte field as `writeNumber12` writes it, or null when it holds anything else (or more than a safe integer). */
+function readNumber12(block: Uint8Array, offset: number): number | null {
+  const field = block.subarray(offset, offset + 12);
+  let value = 0;
+  if (field[0] === 0x80) {
+    for (let i = 1; i < 12; i++) value = value * 256 + (field[i] ?? 0);
+    return Number.isSafeInteger(value) ? value : null;
+  }
+  let digits = 0;
+  for (; digits < 12; digits++) {
+    const byte = field[digits] ?? 0;
+    if (byte === 0x20 || byte === 0) break;
+    if (byte < 0x30 || byte > 0x37) return null;
+    value = value * 8 + (byte - 0x30);
+  }
+  return digits > 0 && digits < 12 ? value : null;
 }
 
 /** The sum of the header's bytes with the checksum field counted as eight spaces. */

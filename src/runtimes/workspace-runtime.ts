@@ -20,7 +20,15 @@ import type {
   StartRequest,
 } from './session-runtime';
 import { RuntimeFailedError, RuntimeNotFoundError } from './session-runtime';
-import { encodeTarHeader, tarPaddingBytes, tarTrailer, type TarEntry } from './tar-writer';
+import {
+  encodeTarHeader,
+  readTarHeaderLayout,
+  TAR_BLOCK_BYTES,
+  TAR_TRAILER_BYTES,
+  tarPaddingBytes,
+  tarTrailer,
+  type TarEntry,
+} from './tar-writer';
 
 /**
  * Thrown by `restore` when the state archive holds an entry that could land outside the workspace (an absolute
@@ -60,15 +68,18 @@ interface WorkspaceInstance {
   freezeCount: number;
   /** Settles once every process of a freshly frozen group has actually stopped. */
   frozen?: Promise<void>;
-  /** The layout of the last capture that was stored: what `captureState` names unchanged runs against. */
+  /**
+   * The layout of the last capture that was stored, or of the checkpoint the instance was restored from: what
+   * `captureState` names unchanged runs against.
+   */
   committed?: CommittedIndex;
   /** Set by `stop`: captures still in flight no longer commit their index. */
   indexDropped: boolean;
 }
 
 /**
- * One record of a stored capture: where it lies in that capture's stream, and what a record of a later capture
- * must match to be the same bytes.
+ * One record of a stored capture (or of a restored checkpoint): where it lies in that stream, and what a record of a
+ * later capture must match to be the same bytes.
  */
 interface IndexedRecord {
   readonly offset: number;
@@ -76,7 +87,7 @@ interface IndexedRecord {
   readonly length: number;
   /** sha256 of the header bytes (pax and ustar): name, type, mode, mtime, size, link target. */
   readonly headerDigest: string;
-  /** Regular files: their {@link statKey} when the content was read. */
+  /** Regular files: their {@link statKey} when the content was read (or written, by restore). */
   readonly statKey?: string;
 }
 
@@ -124,8 +135,11 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   }
 
   /**
-   * `request.checkpointId` is not used: the restored instance's first `captureState` has no base. Making the
-   * checkpoint its base would need the checkpoint's layout, which only the capture that wrote it knew.
+   * Extracts `request.state` into a fresh directory and runs the command there. With `request.checkpointId` the
+   * checkpoint becomes the new instance's base: restore follows the record layout of the stream as it extracts it,
+   * so the first `captureState` names the records still as restored as ranges of that checkpoint. The layout is kept
+   * only when a capture of the restored tree would write every record's header exactly where and as the stream had
+   * it; a stream from another encoder, or with anything else unexpected in it, leaves the instance without a base.
    */
   async restore(request: RestoreRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
     const { dir, logPath } = await this.createWorkspace(request).catch((error: unknown) => {
@@ -133,9 +147,16 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
       throw error;
     });
     try {
-      await extractArchive(request.state, dir);
+      const { checkpointId } = request;
+      const layout = checkpointId === undefined ? undefined : new TarLayoutReader();
+      const restored = await extractArchive(request.state, dir, layout);
       // Only now has the whole stream verified: nothing runs on state that may be corrupt.
-      return this.info(await this.launch(request, dir, logPath));
+      const index =
+        checkpointId !== undefined && layout
+          ? await indexRestoredTree(dir, checkpointId, layout.finish(), restored)
+          : undefined;
+      // The index becomes the base with the instance itself: a restore that fails leaves none.
+      return this.info(await this.launch(request, dir, logPath, index));
     } catch (error) {
       await discardWorkspace(dir, logPath);
       throw error;
@@ -151,8 +172,8 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   }
 
   /**
-   * `capture`, told as pieces: records byte-identical to a record of the last stored capture are named as
-   * {@link UnchangedRange}s of it instead of read. Files are judged by their lstat (size, mtime, ctime, inode,
+   * `capture`, told as pieces: records byte-identical to a record of the instance's base (the last stored capture,
+   * or the checkpoint it was restored from) are named as {@link UnchangedRange}s of it instead of read. Files are judged by their lstat (size, mtime, ctime, inode,
    * device), everything else by its header bytes.
    */
   async captureState(instanceId: string): Promise<CapturedState> {
@@ -174,7 +195,7 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
 
   async stop(instanceId: string, options: { graceMs?: number } = {}): Promise<ExitInfo> {
     const instance = this.get(instanceId);
-    // Its next state is a restore into a new instance, which starts without a base.
+    // Its next state is a restore into a new instance, which indexes the checkpoint it restores for itself.
     instance.committed = undefined;
     instance.indexDropped = true;
     if (instance.exit) return instance.exit;
@@ -248,11 +269,12 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     return { dir, logPath: `${dir}.log` };
   }
 
-  /** Spawns the command in `dir` and registers the instance once the process exists. */
+  /** Spawns the command in `dir` and registers the instance, with `committed` as its base, once the process exists. */
   private async launch(
     request: StartRequest<WorkspaceRuntimeSpec>,
     dir: string,
     logPath: string,
+    committed?: CommittedIndex,
   ): Promise<WorkspaceInstance> {
     const [program, ...args] = request.spec.command;
     if (program === undefined) throw new RuntimeFailedError('command must name a program');
@@ -285,6 +307,7 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
         stopGraceMs: request.spec.stopGraceMs,
         stopRequested: false,
         freezeCount: 0,
+        committed,
         indexDropped: false,
         exited: exited.then(({ code, signal }) => {
           instance.exit = { exitCode: code, signal, requested: instance.stopRequested };
@@ -451,6 +474,10 @@ const WRITE_BYTES = 1024 * 1024;
 const STATS_AHEAD = 32;
 /** The index key of the archive's trailer: no entry has an empty path. */
 const END_OF_ARCHIVE = '';
+/** The most pax text one record may hold for restore to index the stream: more than any path a capture writes. */
+const MAX_PAX_BYTES = 1024 * 1024;
+/** How long restore waits at most for the file system's clock to move past the last restored file's ctime. */
+const CLOCK_WAIT_MS = 100;
 
 /** What a capture that may be stored does besides producing bytes. */
 interface Indexing {
@@ -728,22 +755,32 @@ async function* walkTree(root: string, relDir = ''): AsyncGenerator<WalkedEntry>
     const relPath = relDir === '' ? name : `${relDir}/${name}`;
     const absPath = path.join(root, relPath);
     const stats = await ahead.shift()!;
-    const common = { name: relPath, mode: Number(stats.mode & 0o7777n), mtime: floorSeconds(stats.mtimeNs) };
-    if (stats.isDirectory()) {
-      yield { entry: { ...common, type: 'directory', size: 0 }, absPath, stats };
-      yield* walkTree(root, relPath);
-    } else if (stats.isFile()) {
-      yield { entry: { ...common, type: 'file', size: Number(stats.size) }, absPath, stats };
-    } else if (stats.isSymbolicLink()) {
-      const target = await fsp.readlink(absPath);
+    let target: string | undefined;
+    if (stats.isSymbolicLink()) {
+      target = await fsp.readlink(absPath);
       if (!symlinkStaysInside(relPath, target)) {
         throw new RuntimeFailedError(
           `symlink ${relPath} points outside the workspace (${target}); it cannot be restored`,
         );
       }
-      yield { entry: { ...common, type: 'symlink', size: 0, linkname: target }, absPath, stats };
     }
+    const entry = tarEntryOf(relPath, stats, target);
+    if (!entry) continue;
+    yield { entry, absPath, stats };
+    if (entry.type === 'directory') yield* walkTree(root, relPath);
   }
+}
+
+/**
+ * The entry a capture writes for the path `name` with these stats (and, for a symlink, its target), or undefined for
+ * a path a capture leaves out. Restore judges its index by the same function, so the two cannot drift apart.
+ */
+function tarEntryOf(name: string, stats: BigIntStats, linkname: string | undefined): TarEntry | undefined {
+  const common = { name, mode: Number(stats.mode & 0o7777n), mtime: floorSeconds(stats.mtimeNs) };
+  if (stats.isDirectory()) return { ...common, type: 'directory', size: 0 };
+  if (stats.isFile()) return { ...common, type: 'file', size: Number(stats.size) };
+  if (stats.isSymbolicLink() && linkname !== undefined) return { ...common, type: 'symlink', size: 0, linkname };
+  return undefined;
 }
 
 /** Seconds since the epoch, rounded down: what tar-stream wrote for a Date (`Math.floor(ms / 1000)`). */
@@ -785,23 +822,25 @@ async function fileSystemNow(dir: string): Promise<bigint | null> {
 }
 
 /**
- * Extracts a tar stream produced by `capture` into the empty directory `root`. Resolves only after `state`
- * has ended; if `state` fails, rejects with its error object unchanged (it says why, e.g. a digest mismatch).
+ * Extracts a tar stream produced by `capture` into the empty directory `root`, and resolves with the paths written,
+ * in archive order. Resolves only after `state` has ended; if `state` fails, rejects with its error object unchanged
+ * (it says why, e.g. a digest mismatch). `layout`, if given, is shown every byte the extractor is.
  */
-async function extractArchive(state: Readable, root: string): Promise<void> {
+async function extractArchive(state: Readable, root: string, layout?: TarLayoutReader): Promise<RestoredPath[]> {
   // The iterator in `feed` reports the state's errors while it reads; an error that arrives after it stopped
   // (the extractor failed first) must not become an unhandled 'error' event that takes the worker down.
   state.on('error', () => undefined);
   const extract = tarExtract();
   let stateFailure: { error: unknown } | undefined;
   let abandoned = false;
-  const feeding = feed(state, extract).catch((error: unknown) => {
+  const feeding = feed(state, extract, layout).catch((error: unknown) => {
     if (abandoned) return; // the error of our own `state.destroy()` below
     stateFailure = { error };
     extract.destroy(toError(error));
   });
+  let restored: RestoredPath[];
   try {
-    await extractEntries(extract, root);
+    restored = await extractEntries(extract, root);
   } catch (error) {
     // A failing state stream is the root cause of whatever the extractor then reported.
     if (stateFailure) throw stateFailure.error;
@@ -816,12 +855,14 @@ async function extractArchive(state: Readable, root: string): Promise<void> {
   // Unreachable while the extractor only finishes after `end()`, but accepting failed state would be the worst
   // outcome, so check rather than assume.
   if (stateFailure) throw stateFailure.error;
+  return restored;
 }
 
-/** Writes `source` into `sink` with backpressure; returns early if the sink is destroyed. */
-async function feed(source: Readable, sink: Extract): Promise<void> {
+/** Writes `source` into `sink` with backpressure, and shows it to `layout`; returns early if the sink is destroyed. */
+async function feed(source: Readable, sink: Extract, layout: TarLayoutReader | undefined): Promise<void> {
   for await (const chunk of source) {
     if (sink.destroying) return;
+    layout?.push(chunk);
     if (!sink.write(chunk)) await drainedOrClosed(sink);
   }
   sink.end(null);
@@ -851,7 +892,8 @@ function drainedOrClosed(stream: DrainEvents): Promise<void> {
  * ".." are rejected, and symlinks are created only after every file and directory, so no write can ever go
  * through a link the archive planted (e.g. `link -> /etc` followed by `link/passwd`).
  */
-async function extractEntries(extract: Extract, root: string): Promise<void> {
+async function extractEntries(extract: Extract, root: string): Promise<RestoredPath[]> {
+  const restored: RestoredPath[] = [];
   const symlinks: Array<{ file: string; target: string; mtime: Date }> = [];
   const directories: Array<{ dir: string; mode: number; mtime: Date }> = [];
   for await (const entry of extract) {
@@ -864,12 +906,14 @@ async function extractEntries(extract: Extract, root: string): Promise<void> {
         if (segments.length === 0) throw new ArchiveRejectedError('file entry without a name', header.name);
         await fsp.mkdir(path.dirname(file), { recursive: true });
         await writeEntry(entry, file);
+        restored.push({ name: segments.join('/') });
         break;
       case 'directory':
         // Owner-writable until every entry is in; the archived mode and mtime are applied at the end.
         entry.resume();
         await fsp.mkdir(file, { recursive: true, mode: 0o700 });
         if (segments.length > 0) directories.push({ dir: file, mode: header.mode & 0o777, mtime: header.mtime });
+        restored.push({ name: segments.join('/') });
         break;
       case 'symlink': {
         // tar-stream reports an empty link name as null, whatever its types say.
@@ -879,6 +923,7 @@ async function extractEntries(extract: Extract, root: string): Promise<void> {
         }
         entry.resume();
         symlinks.push({ file, target, mtime: header.mtime });
+        restored.push({ name: segments.join('/'), linkname: target });
         break;
       }
       default:
@@ -895,6 +940,7 @@ async function extractEntries(extract: Extract, root: string): Promise<void> {
     await fsp.chmod(dir, mode);
     await fsp.utimes(dir, mtime, mtime);
   }
+  return restored;
 }
 
 /** The path segments of an archive entry name; `[]` is the workspace itself. */
@@ -930,6 +976,230 @@ async function writeEntry(entry: AsyncIterable<unknown> & { header: Header }, fi
     await handle.utimes(entry.header.mtime, entry.header.mtime);
   } finally {
     await handle.close();
+  }
+}
+
+/** A path restore wrote, as a capture names it ('' for the workspace itself, which a capture never writes). */
+interface RestoredPath {
+  readonly name: string;
+  /** A symlink's target, as created. */
+  readonly linkname?: string;
+}
+
+/** One entry's record in a state stream. */
+interface LaidOutRecord {
+  readonly offset: number;
+  /** The length and sha256 of everything before the content: the pax record, if any, and the ustar header. */
+  readonly headerLength: number;
+  readonly headerDigest: string;
+  /** Content bytes, before padding. */
+  readonly size: number;
+}
+
+/** A whole archive: its entry records in stream order, then two zero blocks that end the stream. */
+interface TarLayout {
+  readonly records: readonly LaidOutRecord[];
+  readonly trailerOffset: number;
+}
+
+/**
+ * Follows the record layout of a state stream as restore feeds it to the extractor: where each entry's record
+ * starts, its header bytes, its content size, and where the trailer starts. It knows only the layout `capturePieces`
+ * writes (ustar headers, each after at most one pax record; content padded with zeros; exactly two zero blocks at the
+ * end) and gives up on anything else, which costs the restored instance its base and nothing more. It never throws;
+ * of each record it keeps the digest of the header, as the index does, not the bytes.
+ */
+class TarLayoutReader {
+  private failed = false;
+  private phase: 'header' | 'pax' | 'content' | 'padding' | 'trailer' = 'header';
+  /** Bytes of the stream seen. */
+  private offset = 0;
+  /** Bytes the current phase still takes; the trailer takes all that come. */
+  private wanted = TAR_BLOCK_BYTES;
+  /** The header block or pax text being gathered. */
+  private gathered: Buffer[] = [];
+  /** The current record's header bytes so far: a pax record waiting for its entry's ustar header. */
+  private header: Buffer[] = [];
+  private recordStart = 0;
+  private size = 0;
+  private trailerStart = 0;
+  private readonly records: LaidOutRecord[] = [];
+
+  push(chunk: unknown): void {
+    if (this.failed) return;
+    if (!(chunk instanceof Uint8Array)) return this.fail();
+    for (let at = 0; at < chunk.length && !this.failed;) {
+      const part = chunk.subarray(at, at + Math.min(this.wanted, chunk.length - at));
+      at += part.length;
+      this.offset += part.length;
+      this.wanted -= part.length;
+      if (this.phase === 'header' || this.phase === 'pax') this.gathered.push(Buffer.from(part));
+      else if ((this.phase === 'padding' || this.phase === 'trailer') && !isAllZero(part)) this.fail();
+      while (this.wanted === 0 && !this.failed) this.next();
+    }
+  }
+
+  /** The layout, or undefined unless every byte was understood and the stream ended with the trailer's last byte. */
+  finish(): TarLayout | undefined {
+    if (this.failed || this.phase !== 'trailer' || this.offset - this.trailerStart !== TAR_TRAILER_BYTES) {
+      return undefined;
+    }
+    return { records: this.records, trailerOffset: this.trailerStart };
+  }
+
+  /** Moves on once the current phase has all its bytes. */
+  private next(): void {
+    switch (this.phase) {
+      case 'header':
+        return this.headerBlock(Buffer.concat(this.gathered));
+      case 'pax':
+        this.header.push(Buffer.concat(this.gathered));
+        return this.expect('header', TAR_BLOCK_BYTES);
+      case 'content':
+        return this.expect('padding', tarPaddingBytes(this.size));
+      case 'padding':
+        return this.expect('header', TAR_BLOCK_BYTES);
+      case 'trailer':
+        return this.fail(); // never: the trailer takes all that come
+    }
+  }
+
+  private headerBlock(block: Buffer): void {
+    const start = this.offset - TAR_BLOCK_BYTES;
+    if (isAllZero(block)) {
+      // The end of the archive, unless a pax record is still waiting for its entry. The extractor skips zero blocks
+      // and reads on, so anything but zeros from here on fails the layout.
+      if (this.header.length > 0) return this.fail();
+      this.trailerStart = start;
+      return this.expect('trailer', Infinity);
+    }
+    const layout = readTarHeaderLayout(block);
+    if (!layout) return this.fail();
+    if (this.header.length === 0) this.recordStart = start;
+    this.header.push(block);
+    if (layout.pax) {
+      // One pax record per entry, as `encodeTarHeader` writes; its text and padding belong to the entry's header.
+      if (this.header.length > 1 || layout.size > MAX_PAX_BYTES) return this.fail();
+      return this.expect('pax', layout.size + tarPaddingBytes(layout.size));
+    }
+    const header = Buffer.concat(this.header);
+    const { recordStart: offset } = this;
+    this.records.push({ offset, headerLength: header.length, headerDigest: sha256(header), size: layout.size });
+    this.header = [];
+    this.size = layout.size;
+    this.expect('content', layout.size);
+  }
+
+  private expect(phase: TarLayoutReader['phase'], bytes: number): void {
+    this.phase = phase;
+    this.wanted = bytes;
+    this.gathered = [];
+  }
+
+  private fail(): void {
+    this.failed = true;
+    this.gathered = [];
+    this.header = [];
+  }
+}
+
+function isAllZero(bytes: Uint8Array): boolean {
+  for (const byte of bytes) if (byte !== 0) return false;
+  return true;
+}
+
+/**
+ * The committed index of the tree restore extracted into `root` from checkpoint `checkpointId`, whose stream had
+ * `layout` (undefined: not one a capture writes), or undefined when it cannot be exact. Each entry record must hold,
+ * byte for byte, the header a capture of the restored path would encode now, in the same order; then the records lie
+ * where a capture of the unchanged tree puts them, and the content of each file is the bytes the stream held there.
+ * One record that does not (a stream from another encoder, a header field this encoder never writes) drops the whole
+ * index: the next capture then reads everything.
+ *
+ * Directories and symlinks are indexed by their header bytes; a file also by its stat key, under `capturePieces`'
+ * clock rule: the clock is read once every file is written and before the command runs, and a file whose ctime is
+ * not before that reading is left out.
+ */
+async function indexRestoredTree(
+  root: string,
+  checkpointId: string,
+  layout: TarLayout | undefined,
+  restored: readonly RestoredPath[],
+): Promise<CommittedIndex | undefined> {
+  if (!layout || layout.records.length !== restored.length) return undefined;
+  const stats = await lstatAll(root, restored);
+  const indexed: Array<{ name: string; record: IndexedRecord; ctimeNs: bigint | undefined }> = [];
+  const names = new Set<string>();
+  // Two names for one file (a case-insensitive file system, say) would leave one name's record with the other's bytes.
+  const files = new Set<string>();
+  let offset = 0;
+  for (const [i, { name, linkname }] of restored.entries()) {
+    const laid = layout.records[i]!;
+    const stat = stats[i];
+    const entry = name !== '' && stat ? tarEntryOf(name, stat, linkname) : undefined;
+    if (!entry || !stat || names.has(name) || laid.offset !== offset || laid.size !== entry.size) return undefined;
+    const header = encodedOrNull(entry);
+    if (header?.length !== laid.headerLength || sha256(header) !== laid.headerDigest) return undefined;
+    names.add(name);
+    const isFile = entry.type === 'file';
+    if (isFile) {
+      const inode = `${stat.dev}:${stat.ino}`;
+      if (files.has(inode)) return undefined;
+      files.add(inode);
+    }
+    const length = laid.headerLength + laid.size + tarPaddingBytes(laid.size);
+    const record = { offset, length, headerDigest: laid.headerDigest, statKey: isFile ? statKey(stat) : undefined };
+    indexed.push({ name, record, ctimeNs: isFile ? stat.ctimeNs : undefined });
+    offset += length;
+  }
+  if (layout.trailerOffset !== offset) return undefined;
+
+  const ctimes = indexed.flatMap(({ ctimeNs }) => (ctimeNs === undefined ? [] : [ctimeNs]));
+  const latestNs = ctimes.reduce((latest, ctime) => (ctime > latest ? ctime : latest), -1n);
+  const clockNs = ctimes.length === 0 ? null : await clockAfter(path.dirname(root), latestNs);
+  const records = new Map<string, IndexedRecord>();
+  for (const { name, record, ctimeNs } of indexed) {
+    if (ctimeNs === undefined || (clockNs !== null && ctimeNs < clockNs)) records.set(name, record);
+  }
+  const trailer = tarTrailer();
+  records.set(END_OF_ARCHIVE, { offset, length: trailer.length, headerDigest: sha256(trailer) });
+  return { checkpointId, records };
+}
+
+/** The lstat of each restored path, several in flight; undefined for one that cannot be read. */
+async function lstatAll(root: string, paths: readonly RestoredPath[]): Promise<Array<BigIntStats | undefined>> {
+  const stats = new Array<BigIntStats | undefined>(paths.length);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    for (let i = next++; i < paths.length; i = next++) {
+      const file = path.join(root, ...paths[i]!.name.split('/'));
+      stats[i] = await fsp.lstat(file, { bigint: true }).catch(() => undefined);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(STATS_AHEAD, paths.length) }, worker));
+  return stats;
+}
+
+/** `encodeTarHeader(entry)`, or null for an entry it refuses (which no capture writes either). */
+function encodedOrNull(entry: TarEntry): Buffer | null {
+  try {
+    return encodeTarHeader(entry);
+  } catch (error) {
+    if (error instanceof RangeError) return null;
+    throw error;
+  }
+}
+
+/**
+ * The file system's clock (see `fileSystemNow`) once it has moved past `latestNs`, or the last reading when it has not
+ * within CLOCK_WAIT_MS. Usually a tick or two: restored files are then all before the reading, so all indexable.
+ */
+async function clockAfter(dir: string, latestNs: bigint): Promise<bigint | null> {
+  const deadline = Date.now() + CLOCK_WAIT_MS;
+  for (;;) {
+    const now = await fileSystemNow(dir);
+    if (now === null || now > latestNs || Date.now() >= deadline) return now;
+    await delay(1);
   }
 }
 

@@ -91,7 +91,7 @@ test('start, checkpoint, pause, resume, status, timeline, list and stop from the
 
   const verified = await cli('verify', id);
   expect(verified.code).toBe(0);
-  expect(verified.stdout).toMatch(/^\s+1  000001-\w+\s+v2  ok$/m);
+  expect(verified.stdout).toMatch(/^\s+1  000001-\w+\s+v3  ok$/m);
   expect(verified.stdout.trim().split('\n').at(-1)).toBe('3 of 3 checkpoint(s) verify');
 
   // Tampering shows up in verify as the checkpoint it touched, with a failing exit code.

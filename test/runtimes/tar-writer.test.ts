@@ -6,6 +6,7 @@ import { promisify } from 'node:util';
 import { extract as tarExtract, pack as tarPack } from 'tar-stream';
 import {
   encodeTarHeader,
+  readTarHeaderLayout,
   TAR_BLOCK_BYTES,
   TAR_TRAILER_BYTES,
   tarPaddingBytes,
@@ -230,5 +231,29 @@ describe('encodeTarHeader', () => {
     ['a fractional mtime', { name: 'a', type: 'file', mode: 0o644, mtime: 1.5, size: 0 }],
   ])('refuses %s', (_, entry) => {
     expect(() => encodeTarHeader(entry)).toThrow(RangeError);
+  });
+});
+
+describe('readTarHeaderLayout', () => {
+  test('reads back the size and the pax flag this encoder writes, octal and base-256', () => {
+    const file = encodeTarHeader({ name: 'a.txt', type: 'file', mode: 0o644, mtime: 1_700_000_000, size: 1234 });
+    expect(readTarHeaderLayout(file)).toEqual({ pax: false, size: 1234 });
+    const huge = 10 * 1024 ** 3 + 3;
+    const big = encodeTarHeader({ name: 'huge.bin', type: 'file', mode: 0o644, mtime: 1_700_000_000, size: huge });
+    expect(readTarHeaderLayout(big)).toEqual({ pax: false, size: huge });
+    // A name too long for ustar: a pax record first, whose content is the pax text; the entry's header follows.
+    const long = encodeTarHeader({ name: 'x'.repeat(300), type: 'file', mode: 0o644, mtime: 1_700_000_000, size: 5 });
+    const pax = readTarHeaderLayout(long.subarray(0, TAR_BLOCK_BYTES));
+    expect(pax?.pax).toBe(true);
+    const paxBlocks = Math.ceil(pax!.size / TAR_BLOCK_BYTES);
+    const own = long.subarray(TAR_BLOCK_BYTES * (1 + paxBlocks), TAR_BLOCK_BYTES * (2 + paxBlocks));
+    expect(readTarHeaderLayout(own)).toEqual({ pax: false, size: 5 });
+  });
+
+  test('anything else is null: a short block, a size field that is not octal digits', () => {
+    expect(readTarHeaderLayout(Buffer.alloc(100))).toBeNull();
+    const bad = encodeTarHeader({ name: 'a', type: 'file', mode: 0o644, mtime: 0, size: 1 });
+    bad.write('9', 124);
+    expect(readTarHeaderLayout(bad)).toBeNull();
   });
 });

@@ -462,6 +462,7 @@ describe('WorkspaceRuntime', () => {
         instanceId,
         spec: spec(['sh', '-c', `touch ${marker}; sleep 30`]),
         state,
+        checkpointId: 'cp-1',
       });
       await expect(restoring).rejects.toBe(error);
       expect(runtime.describe(instanceId)).toBeUndefined();
@@ -578,7 +579,7 @@ describe('WorkspaceRuntime', () => {
     expect((await fsp.stat(path.join(restored.location, 'a.txt'))).mode & 0o777).toBe(0o600);
     // The same tree: the same bytes, mtimes and modes included.
     expect(await collect(await runtime.capture(restored.instanceId))).toEqual(bytes);
-    // A restored instance starts without a base.
+    // Restored without a checkpoint id: nothing to name ranges of.
     const next = await runtime.captureState(restored.instanceId);
     expect(next.base).toBeNull();
     next.close();
@@ -747,5 +748,181 @@ describe('WorkspaceRuntime', () => {
     const readAt = await readCount(info.location);
     await bytesOf(sourceBytes(read));
     await waitFor(async () => ((await readCount(info.location)) > readAt ? true : undefined));
+  });
+
+  describe('restore with a checkpoint id', () => {
+    /** Restores `archive` into a new instance running `command`, as checkpoint `checkpointId`. */
+    const restoreArchive = (archive: Buffer, checkpointId?: string, command = ['sleep', '30']) =>
+      runtime.restore({
+        sessionId: SESSION,
+        instanceId: newId(),
+        spec: spec(command),
+        state: Readable.from([archive]),
+        ...(checkpointId === undefined ? {} : { checkpointId }),
+      });
+
+    /** The bytes of a captureState of a new instance holding `files`. */
+    async function captureOf(
+      files: Record<string, string>,
+      prepare?: (dir: string) => Promise<unknown>,
+    ): Promise<Buffer> {
+      const info = await runtime.start({
+        sessionId: SESSION,
+        instanceId: newId(),
+        spec: spec(['sleep', '30'], { files }),
+      });
+      await prepare?.(info.location);
+      return bytesOf(sourceBytes(await runtime.captureState(info.instanceId)));
+    }
+
+    test('makes the checkpoint the base: the next captureState names what is still as restored as ranges of it', async () => {
+      const longName = `deep/${'n'.repeat(120)}.txt`;
+      const files = Object.fromEntries(
+        Array.from({ length: 50 }, (_, i) => [`f${String(i).padStart(2, '0')}.txt`, `file ${i}\n`.repeat(i * 7)]),
+      );
+      const archive = await captureOf(
+        { ...files, 'sub/inner.txt': 'inner', empty: '', [longName]: 'long' },
+        async (dir) => {
+          await fsp.symlink('../f00.txt', path.join(dir, 'sub/link'));
+          await fsp.chmod(path.join(dir, 'f01.txt'), 0o640);
+          await fsp.chmod(path.join(dir, 'sub'), 0o750);
+          const longAgo = new Date('2020-01-01T00:00:00Z');
+          await fsp.lutimes(path.join(dir, 'sub/link'), longAgo, longAgo);
+          await fsp.utimes(path.join(dir, 'sub'), longAgo, longAgo);
+        },
+      );
+      const restored = await restoreArchive(archive, 'cp-1');
+      await settle();
+      await fsp.writeFile(path.join(restored.location, 'f10.txt'), 'changed');
+      await fsp.writeFile(path.join(restored.location, 'zz-new.txt'), 'new');
+
+      const next = await runtime.captureState(restored.instanceId);
+      expect(next.base).toBe('cp-1');
+      const { bytes, ranges } = await materialize(next);
+      expectSameBytes(bytes, await collect(await runtime.capture(restored.instanceId)));
+      await expectRangesMatchBase(ranges, archive);
+      // Every record but the changed file and the new one, the pax record of the long name, the subdirectory, its
+      // symlink and the trailer included.
+      const names = [...recordsOf(bytes).keys()];
+      expect(names).toEqual(expect.arrayContaining(['PaxHeader', 'empty', 'sub', 'sub/link']));
+      expect(names.filter((name) => !namesInRanges(bytes, ranges).includes(name))).toEqual(['f10.txt', 'zz-new.txt']);
+      expect(ranges).toHaveLength(3);
+      expect(ranges.at(-1)!.range).toMatchObject({ baseOffset: archive.length - 1024, length: 1024 });
+      const unchangedBytes = ranges.reduce((sum, { range }) => sum + range.length, 0);
+      expect(unchangedBytes).toBeGreaterThan(0.9 * bytes.length);
+    });
+
+    test('without a checkpoint id leaves the instance without a base', async () => {
+      const restored = await restoreArchive(await captureOf({ 'a.txt': 'a' }));
+      const next = await runtime.captureState(restored.instanceId);
+      expect(next.base).toBeNull();
+      next.close();
+    });
+
+    /** Sets the checksum of the header at `at` for its bytes as they are now, in the form the encoder writes it. */
+    function fixChecksum(archive: Buffer, at: number): void {
+      const header = archive.subarray(at, at + 512);
+      header.fill(0x20, 148, 156);
+      const sum = header.reduce((total, byte) => total + byte, 0);
+      header.write(`${sum.toString(8).padStart(6, '0')} \0`, 148, 'latin1');
+    }
+
+    // Each change keeps the tree tar-stream extracts; the layout it is made against is checked first.
+    test.each<[string, string | null, (archive: Buffer) => Buffer]>([
+      ['as captured', 'cp-1', (archive) => archive],
+      [
+        'with a header field the encoder never writes (a uid)',
+        null,
+        (archive) => {
+          const changed = Buffer.from(archive);
+          changed.write('000007 ', 1024 + 108, 'latin1');
+          fixChecksum(changed, 1024);
+          return changed;
+        },
+      ],
+      [
+        "with a byte in a file's padding that is not zero",
+        null,
+        (archive) => {
+          const changed = Buffer.from(archive);
+          changed[512 + 100] = 0x20;
+          return changed;
+        },
+      ],
+      [
+        'with a zero block between two entries',
+        null,
+        (archive) => Buffer.concat([archive.subarray(0, 1024), Buffer.alloc(512), archive.subarray(1024)]),
+      ],
+      ['with a third zero block at the end', null, (archive) => Buffer.concat([archive, Buffer.alloc(512)])],
+      ['with the trailer cut to one zero block', null, (archive) => archive.subarray(0, archive.length - 512)],
+    ])('of a capture %s restores the tree; the next base is %s', async (_, base, change) => {
+      const archive = await captureOf({ 'a.txt': 'a', 'b/c.txt': 'c'.repeat(600) });
+      expect([...recordsOf(archive)]).toEqual([
+        ['a.txt', { start: 0, end: 1024 }],
+        ['b', { start: 1024, end: 1536 }],
+        ['b/c.txt', { start: 1536, end: 3072 }],
+      ]);
+      expect(archive.length).toBe(4096);
+      const recomputed = Buffer.from(archive);
+      fixChecksum(recomputed, 1024);
+      expectSameBytes(recomputed, archive);
+      const restored = await restoreArchive(change(archive), 'cp-1');
+      expect(await fsp.readFile(path.join(restored.location, 'a.txt'), 'utf8')).toBe('a');
+      expect(await fsp.readFile(path.join(restored.location, 'b/c.txt'), 'utf8')).toBe('c'.repeat(600));
+      // The tree itself is as captured whatever the change: only the index can tell.
+      expectSameBytes(await collect(await runtime.capture(restored.instanceId)), archive);
+      const next = await runtime.captureState(restored.instanceId);
+      expect(next.base).toBe(base);
+      const { ranges } = await materialize(next);
+      await expectRangesMatchBase(ranges, change(archive));
+      expect(ranges.length > 0).toBe(base !== null);
+    });
+
+    test("of an archive tar-stream's pack wrote (its headers differ from a capture's) leaves no base", async () => {
+      const longName = `${'n'.repeat(120)}.txt`;
+      const archive = await tarOf([
+        { name: 'short.txt', data: 'short' },
+        { name: longName, data: 'long' },
+      ]);
+      const restored = await restoreArchive(archive, 'cp-1');
+      expect(await fsp.readFile(path.join(restored.location, longName), 'utf8')).toBe('long');
+      const next = await runtime.captureState(restored.instanceId);
+      expect(next.base).toBeNull();
+      next.close();
+    });
+
+    test('files rewritten right after restore, by the command or anyone, same size and mtime, are not named unchanged', async () => {
+      const mtime = new Date('2021-05-06T07:08:09Z');
+      const archive = await captureOf({ 'a.txt': 'aaaa', 'b.txt': 'bbbb', 'p.txt': 'pppp', 'q.txt': 'qqqq' }, (dir) =>
+        Promise.all(['a.txt', 'b.txt', 'p.txt', 'q.txt'].map((name) => fsp.utimes(path.join(dir, name), mtime, mtime))),
+      );
+      // The command rewrites p.txt the moment it runs, and gives it q.txt's times (the same as p.txt's were).
+      const restored = await restoreArchive(archive, 'cp-1', [
+        'sh',
+        '-c',
+        'printf PPPP > p.txt; touch -r q.txt p.txt; touch done; exec sleep 30',
+      ]);
+      await fsp.writeFile(path.join(restored.location, 'a.txt'), 'AAAA');
+      await fsp.utimes(path.join(restored.location, 'a.txt'), mtime, mtime);
+      await waitFor(async () => ((await exists(path.join(restored.location, 'done'))) ? true : undefined));
+
+      const next = await runtime.captureState(restored.instanceId);
+      expect(next.base).toBe('cp-1');
+      const { bytes, ranges } = await materialize(next);
+      await expectRangesMatchBase(ranges, archive);
+      expect(namesInRanges(bytes, ranges)).toEqual(['b.txt', 'q.txt']);
+      // Their headers are as restored, byte for byte: only the ctime tells the change.
+      for (const name of ['a.txt', 'p.txt']) {
+        const before = recordsOf(archive).get(name)!;
+        const after = recordsOf(bytes).get(name)!;
+        expect(bytes.subarray(after.start, after.start + 512)).toEqual(
+          archive.subarray(before.start, before.start + 512),
+        );
+      }
+      const entries = await untar(bytes);
+      expect(entries.get('a.txt')!.data.toString()).toBe('AAAA');
+      expect(entries.get('p.txt')!.data.toString()).toBe('PPPP');
+    });
   });
 });
