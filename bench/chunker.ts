@@ -26,6 +26,7 @@ const MiB = 1024 * KiB;
 const CANDIDATES: ChunkerOptions[] = [
   { minSize: 1 * KiB, avgSize: 4 * KiB, maxSize: 16 * KiB },
   { minSize: 4 * KiB, avgSize: 16 * KiB, maxSize: 64 * KiB },
+  { minSize: 8 * KiB, avgSize: 32 * KiB, maxSize: 128 * KiB },
   { minSize: 16 * KiB, avgSize: 64 * KiB, maxSize: 256 * KiB },
   { minSize: 64 * KiB, avgSize: 256 * KiB, maxSize: 1 * MiB },
 ];

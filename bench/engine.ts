@@ -16,7 +16,7 @@ import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { promisify } from 'node:util';
 import { ChunkedSnapshotStore } from '../src/snapshots/engine/chunked-store';
-import { chunkerFor } from '../src/snapshots/engine/chunker';
+import { chunkerFor, DEFAULT_CHUNKER } from '../src/snapshots/engine/chunker';
 import { Keyring } from '../src/snapshots/engine/keyring';
 import type { StateSource, UnchangedRange } from '../src/snapshots/state-source';
 
@@ -173,12 +173,13 @@ async function main(): Promise<void> {
 
     // ---- the engine ------------------------------------------------------------------------------------------
     const keyring = new Keyring([{ id: 'bench', key: randomBytes(32) }]);
-    // The default chunk size on both kinds of state, and 32 KiB chunks (DS_CHUNK_KIB=32) on the incompressible one,
+    // The default chunk size on both kinds of state, and 64 KiB chunks (DS_CHUNK_KIB=64) on the incompressible one,
     // where the size decides what an incremental checkpoint writes.
+    const defaultKiB = DEFAULT_CHUNKER.avgSize / 1024;
     const cases = [
+      { kind: 'random', chunkKiB: defaultKiB },
+      { kind: 'text', chunkKiB: defaultKiB },
       { kind: 'random', chunkKiB: 64 },
-      { kind: 'text', chunkKiB: 64 },
-      { kind: 'random', chunkKiB: 32 },
     ] as const;
     for (const { kind: stateKind, chunkKiB } of cases) {
       const store = new ChunkedSnapshotStore({
@@ -186,7 +187,7 @@ async function main(): Promise<void> {
         keyring,
         chunker: chunkerFor(chunkKiB * 1024),
       });
-      const kind = chunkKiB === 64 ? stateKind : `${stateKind}, ${chunkKiB} KiB chunks`;
+      const kind = chunkKiB === defaultKiB ? stateKind : `${stateKind}, ${chunkKiB} KiB chunks`;
       const stateFile = path.join(base, `${stateKind}.bin`);
       await makeState(stateFile, stateKind);
       const sessionId = `bench-${stateKind}-${chunkKiB}`;

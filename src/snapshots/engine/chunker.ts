@@ -36,31 +36,30 @@ export interface ChunkerOptions {
 }
 
 /**
- * The engine's chunk sizes: 16 / 64 / 256 KiB (a mean of ~80 KiB on random data, ~13,500 chunks per GiB).
+ * The engine's chunk sizes: 8 / 32 / 128 KiB (a mean of ~40 KiB on random data, ~27,000 chunks per GiB).
  *
  * Measured with bench/chunker.ts: 256 MiB of random data, Node 20, a 2-core machine (best of 5 passes; the WebAssembly
- * scan). For scale, SHA-256 ran at ~1,230 MB/s. "Written" is what an incremental checkpoint adds after 1% of the
+ * scan). For scale, SHA-256 ran at ~1,360 MB/s. "Written" is what an incremental checkpoint adds after 1% of the
  * state changed in 20 scattered places: the bytes of the chunks the previous checkpoint does not have.
  *
  *   min/avg/max KiB   chunks/GiB   chunk MB/s   chunk + SHA-256 MB/s   written: 16 MiB state   256 MiB state
- *   1/4/16               215,000        1,205                    495                    2.0%            1.1%
- *   4/16/64               54,000        1,304                    622                    4.4%            1.2%
- *   16/64/256             13,700        1,387                    662                     12%            1.9%
- *   64/256/1024            3,400        1,454                    688                     46%            4.3%
+ *   1/4/16               215,000        1,351                    528                    2.0%            1.1%
+ *   4/16/64               54,000        1,394                    674                    4.7%            1.2%
+ *   8/32/128              27,000        1,493                    705                    8.1%            1.4%
+ *   16/64/256             13,400        1,426                    722                     15%            2.2%
+ *   64/256/1024            3,300        1,508                    735                     45%            4.3%
  *
- * Chunking speed does not depend on the size. A changed place costs about one chunk (~100 KiB at 64 KiB: a place
- * falls in a long chunk more often than in a short one), so the size trades what incremental checkpoints write
- * against the number of chunks: manifest entries, index lookups, per-chunk hashing and sealing. 64 KiB keeps "1%
- * changed in 20 places" under 3% once a state passes ~200 MiB (2.0% at 256 MiB, ~3% at 128 MiB) with ~13k chunks
- * per GiB. 256 KiB writes twice as much; 16 KiB and 4 KiB write a little less on large states for 4x and 16x the
- * chunks. On a 16 MiB state that target is out of reach at 64 KiB (20 places × ~100 KiB is ~13%): it takes 4 KiB.
- * Denser changes (bench/engine.ts: one place per 4 MiB) cost the same ~100 KiB a place; its rows for 64 and 32 KiB
- * show what halving the size saves in bytes and costs in throughput and manifest size. `DS_CHUNK_KIB` picks the size.
+ * Chunking speed does not depend on the size. A changed place costs about one and a half chunks (a place falls in a
+ * long chunk more often than in a short one), so the size trades what incremental checkpoints write against the
+ * number of chunks: manifest entries, per-chunk hashing and sealing. The engine's own benchmark (bench/engine.ts)
+ * changes 1% of 1 GiB in 256 places, one per 4 MiB, as an agent or a build touching many files does: there 64 KiB
+ * chunks write over 4% of the state and 32 KiB under 3%, for a full checkpoint some 10-15% slower and twice the
+ * manifest (its rows for both sizes show the trade on the machine it runs on). `DS_CHUNK_KIB` picks another size.
  */
 export const DEFAULT_CHUNKER: ChunkerOptions = Object.freeze({
-  minSize: 16 * KiB,
-  avgSize: 64 * KiB,
-  maxSize: 256 * KiB,
+  minSize: 8 * KiB,
+  avgSize: 32 * KiB,
+  maxSize: 128 * KiB,
 });
 
 /** The engine's chunk sizes around another average (a power of two): a quarter of it to four times it. */
