@@ -173,13 +173,13 @@ async function main(): Promise<void> {
 
     // ---- the engine ------------------------------------------------------------------------------------------
     const keyring = new Keyring([{ id: 'bench', key: randomBytes(32) }]);
-    // The default chunk size on both kinds of state, and 64 KiB chunks (DS_CHUNK_KIB=64) on the incompressible one,
+    // The default chunk size on both kinds of state, and 32 KiB chunks (DS_CHUNK_KIB=32) on the incompressible one,
     // where the size decides what an incremental checkpoint writes.
     const defaultKiB = DEFAULT_CHUNKER.avgSize / 1024;
     const cases = [
       { kind: 'random', chunkKiB: defaultKiB },
       { kind: 'text', chunkKiB: defaultKiB },
-      { kind: 'random', chunkKiB: 64 },
+      { kind: 'random', chunkKiB: 32 },
     ] as const;
     for (const { kind: stateKind, chunkKiB } of cases) {
       const store = new ChunkedSnapshotStore({

@@ -63,7 +63,7 @@ export const EnvConfig = z.object({
    * chunks make checkpoints after small scattered changes store less, for more per-chunk work and larger manifests
    * (`npm run bench:engine` prints both sizes' rows). Changing it costs deduplication for one checkpoint per session.
    */
-  DS_CHUNK_KIB: z.enum(['16', '32', '64', '128', '256'], { message: 'expected 16, 32, 64, 128 or 256' }).default('32'),
+  DS_CHUNK_KIB: z.enum(['16', '32', '64', '128', '256'], { message: 'expected 16, 32, 64, 128 or 256' }).default('64'),
   /** Master keys as `id:base64,id:base64` (the last is the primary unless DS_MASTER_KEY_PRIMARY names one). */
   DS_MASTER_KEYS: z.string().min(1).optional(),
   /** A directory of `<id>.key` files (mode 0600), instead of DS_MASTER_KEYS. */

@@ -170,7 +170,7 @@ function parseJson(text: string): unknown {
 }
 
 /**
- * Format 2's chunk list, checked by hand rather than by a zod tuple schema: a 1 GiB state lists ~27,000 chunks and
+ * Format 2's chunk list, checked by hand rather than by a zod tuple schema: a 1 GiB state lists ~13,400 chunks and
  * a tuple schema per entry cost several times the JSON.parse.
  */
 function isLocationList(value: unknown): value is Location[] {
