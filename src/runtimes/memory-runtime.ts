@@ -20,10 +20,15 @@ interface MemoryInstance {
   length: number;
   /** Captures still reading `buffer`: the next write copies it first (copy on write), so they see their moment. */
   readers: number;
-  /** The checkpoint the state was last stored as (or restored from), and its size. */
-  base: { checkpointId: string; size: number } | null;
-  /** Every byte range written since the state was `base`, as `[start, end)`, in write order. */
-  writes: Array<[number, number]>;
+  /**
+   * The checkpoint the state was last stored as (or restored from), its size, and the number of the first write
+   * that capture did not see.
+   */
+  base: { checkpointId: string; size: number; since: number } | null;
+  /** Writes since the base: `[start, end, number of the last write in it]`; adjoining writes share an entry. */
+  writes: Array<[number, number, number]>;
+  /** Writes made so far (each has a number: captures stored in any order agree on what came after them). */
+  writeCount: number;
   exit?: ExitInfo;
   readonly exited: Promise<ExitInfo>;
   readonly markExited: (exit: ExitInfo) => void;
@@ -65,8 +70,9 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
     for await (const chunk of request.state) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string));
     const instance = this.create(request, Buffer.concat(chunks));
     // The state is that checkpoint, byte for byte: the next capture can be relative to it.
-    if (request.checkpointId !== undefined)
-      instance.base = { checkpointId: request.checkpointId, size: instance.length };
+    if (request.checkpointId !== undefined) {
+      instance.base = { checkpointId: request.checkpointId, size: instance.length, since: 0 };
+    }
     return this.info(instance);
   }
 
@@ -82,7 +88,7 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
     return settled(() => {
       const instance = this.get(instanceId);
       const { buffer, length, base } = instance;
-      const since = instance.writes.length;
+      const since = instance.writeCount;
       const changed = base ? changedRanges(instance.writes, base.size, length) : [[0, length] as [number, number]];
       instance.readers++;
       let open = true;
@@ -111,9 +117,11 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
         pieces: pieces(),
         close,
         stored: (checkpointId: string) => {
+          // A capture older than the base (two captures stored out of order) would take the base back: ignored.
+          if (instance.base && since < instance.base.since) return;
+          instance.base = { checkpointId, size: length, since };
           // Writes made while this capture was read are changes relative to it.
-          instance.base = { checkpointId, size: length };
-          instance.writes = instance.writes.slice(since);
+          instance.writes = instance.writes.filter((w) => w[2] >= since);
         },
       };
     });
@@ -157,12 +165,14 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
 
   /** Replaces the state of a running instance, as its program would; strings are stored as UTF-8. */
   write(instanceId: string, data: Buffer | string): void {
+    const instance = this.get(instanceId);
+    if (instance.exit) throw new RuntimeFailedError(`runtime instance ${instanceId} has stopped`);
+    // A new buffer: a capture still reading the old one keeps it.
     const bytes = Buffer.from(data);
-    const instance = this.writable(instanceId, 0);
     instance.buffer = bytes;
     instance.length = bytes.length;
     instance.readers = 0;
-    instance.writes.push([0, bytes.length]);
+    recordWrite(instance, 0, bytes.length);
   }
 
   /**
@@ -177,7 +187,7 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
     const instance = this.writable(instanceId, offset + bytes.length);
     bytes.copy(instance.buffer, offset);
     if (offset > instance.length) instance.buffer.fill(0, instance.length, offset);
-    instance.writes.push([Math.min(offset, instance.length), offset + bytes.length]);
+    recordWrite(instance, Math.min(offset, instance.length), offset + bytes.length);
     instance.length = Math.max(instance.length, offset + bytes.length);
   }
 
@@ -226,6 +236,7 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
       readers: 0,
       base: null,
       writes: [],
+      writeCount: 0,
       exited,
       markExited: (exit) => {
         instance.exit = exit;
@@ -250,11 +261,27 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
 }
 
 /**
+ * Records a write of `[start, end)`. One that overlaps or adjoins the last entry extends it (an appending program
+ * makes one entry, not one per append); the entry then carries the newer write's number.
+ */
+function recordWrite(instance: MemoryInstance, start: number, end: number): void {
+  const number = instance.writeCount++;
+  const last = instance.writes[instance.writes.length - 1];
+  if (last && start <= last[1] && end >= last[0]) {
+    last[0] = Math.min(last[0], start);
+    last[1] = Math.max(last[1], end);
+    last[2] = number;
+  } else {
+    instance.writes.push([start, end, number]);
+  }
+}
+
+/**
  * The parts of a state of `length` bytes that may differ from its base of `baseSize` bytes: every range written since,
  * and whatever lies past the base's end, merged and in order.
  */
 function changedRanges(
-  writes: ReadonlyArray<[number, number]>,
+  writes: ReadonlyArray<readonly [number, number, number]>,
   baseSize: number,
   length: number,
 ): Array<[number, number]> {

@@ -153,6 +153,23 @@ describe('MemoryRuntime', () => {
       expect(await pieces(await runtime.captureState('a'))).toEqual([[0, 1], Buffer.from('QQ'), [3, 3]]);
     });
 
+    test.each([
+      ['in order', ['a', 'b']],
+      ['out of order', ['b', 'a']],
+    ] as const)('two overlapping captures stored %s leave the base at the later one', async (_, storeOrder) => {
+      await runtime.start({ sessionId: 's', instanceId: 'a', spec: { kind: 'memory', initialState: 'abcdef' } });
+      const captures = { a: await runtime.captureState('a'), b: undefined as CapturedState | undefined };
+      runtime.writeAt('a', 0, 'X');
+      captures.b = await runtime.captureState('a');
+      runtime.writeAt('a', 2, 'Y');
+      for (const c of [captures.a, captures.b]) for await (const piece of c.pieces) void piece;
+      for (const name of storeOrder) captures[name]!.stored(name === 'a' ? 'cp-1' : 'cp-2');
+      const next = await runtime.captureState('a');
+      expect(next.base).toBe('cp-2');
+      // Only the write after capture b is a change; X (before b) is part of cp-2.
+      expect(await pieces(next)).toEqual([[0, 2], Buffer.from('Y'), [3, 3]]);
+    });
+
     test('a shrinking write or a replaced state is all change; a gap written past the end is zeros', async () => {
       await runtime.start({ sessionId: 's', instanceId: 'a', spec: { kind: 'memory', initialState: 'abcdef' } });
       (await runtime.captureState('a')).stored('cp-1');

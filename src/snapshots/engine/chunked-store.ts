@@ -84,6 +84,8 @@ const LINEAGE_FILE = 'lineage.json';
 const PACK_TARGET_BYTES = 64 * 1024 * 1024;
 /** Plaintext per seal batch and sealed bytes per read batch: large enough that thread messages cost little. */
 const BATCH_BYTES = 1024 * 1024;
+/** Plaintext bytes of reused chunks after which a batch of them is closed (progress is reported per batch). */
+const REUSED_BATCH_BYTES = 64 * 1024 * 1024;
 /** Read batches in flight ahead of a restore's consumer. */
 const READ_AHEAD_BATCHES = 4;
 const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
@@ -190,32 +192,27 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     options: StoreProgress = {},
   ): Promise<CheckpointManifest> {
     const source = isStateSource(data) ? data : null;
+    // Whatever fails, the source is released (a workspace capture thaws its process group).
     const release = (): void => {
       if (source) source.close();
       else (data as Readable).destroy();
     };
-    let sessionId: string;
-    let checkpointId: string;
-    try {
-      ({ sessionId, checkpointId } = checkNew(NewCheckpointSchema, checkpoint));
-    } catch (err) {
-      release();
-      throw err;
-    }
-    const lineage = await this.lineageOf(sessionId);
-    const { signal, onProgress } = options;
-    signal?.throwIfAborted();
-    const manifestPath = this.manifestPath(sessionId, checkpointId);
-    if ((await exists(manifestPath)) || (await exists(this.legacyManifestPath(sessionId, checkpointId)))) {
-      release();
-      throw new Error(`checkpoint ${checkpointId} of session ${sessionId} exists already; checkpoints are immutable`);
-    }
-    this.pool.warm();
-    const pin = await this.pin(lineage, sessionId, checkpointId);
-    const packs = new PackWriter(join(this.lineageDir(lineage), 'packs'));
+    let pin: string | null = null;
+    let packs: PackWriter | null = null;
     const inflight: Promise<SealBatchResult>[] = [];
     let context: PoolContext | null = null;
     try {
+      const { sessionId, checkpointId } = checkNew(NewCheckpointSchema, checkpoint);
+      const lineage = await this.lineageOf(sessionId);
+      const { signal, onProgress } = options;
+      signal?.throwIfAborted();
+      if (await this.manifestExists(sessionId, checkpointId)) {
+        throw new Error(`checkpoint ${checkpointId} of session ${sessionId} exists already; checkpoints are immutable`);
+      }
+      this.pool.warm();
+      pin = await this.pin(lineage, sessionId, checkpointId);
+      packs = new PackWriter(join(this.lineageDir(lineage), 'packs'));
+      const packWriter = packs;
       const key = this.options.keyring ? await this.lineageKey(lineage, true) : null;
       const parent = checkpoint.parentId ? await this.parentInfo(sessionId, checkpoint.parentId) : null;
       // The checkpoint a source's unchanged runs refer to; without it (gone, unreadable, another key) they are read.
@@ -243,7 +240,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       // Chunks are copied into batches of about BATCH_BYTES; each batch is id'd, compressed and sealed on a pool
       // thread while this one goes on reading and chunking. Results are taken in order, so the manifest is too.
       const consume = async (result: SealBatchResult): Promise<void> => {
-        const [packId, base] = result.objects.length > 0 ? await packs.append(result.objects) : ['', 0];
+        const [packId, at] = result.objects.length > 0 ? await packWriter.append(result.objects) : ['', 0];
         for (const entry of result.entries) {
           let location = known.get(entry.id);
           if ('known' in entry) {
@@ -251,7 +248,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
             referencedPacks.add(location[2]);
           } else if (!location) {
             // (A chunk sealed twice by two threads in one write keeps its first copy; the second is dead bytes.)
-            location = [entry.id, entry.size, packId, base + entry.at, entry.length];
+            location = [entry.id, entry.size, packId, at + entry.at, entry.length];
             known.set(entry.id, location);
           }
           chunks.push(location);
@@ -260,52 +257,58 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         }
         onProgress?.(size);
       };
+      // A batch: new chunks copied into `buffer` (cut at `sizes`), and base chunks taken as they are, all in order
+      // (`order`: a new chunk's index in `sizes`, or a reused entry). Reused chunks do not cut batches, so a state
+      // with many small changes still seals about BATCH_BYTES at a time.
       const capacity = BATCH_BYTES + this.chunker.options.maxSize;
-      let batch: Buffer | null = null;
+      let buffer: Buffer | null = null;
       let used = 0;
       let sizes: number[] = [];
-      const dispatch = () => {
-        if (!batch || sizes.length === 0) return;
-        const sealed = pool.seal(sealing, batch, sizes);
-        sealed.catch(() => undefined); // awaited in order below; a failure must not count as unhandled meanwhile
-        inflight.push(sealed);
-        batch = null;
-      };
-      // Base chunks taken as they are, between batches: they go into the manifest in their place, unread.
-      let reused: SealedEntry[] = [];
-      const dispatchReused = () => {
-        if (reused.length === 0) return;
-        inflight.push(Promise.resolve({ objects: [], entries: reused }));
-        reused = [];
+      let order: (number | SealedEntry)[] = [];
+      let covered = 0;
+      const dispatch = (): void => {
+        if (order.length === 0) return;
+        const batchOrder = order;
+        const sealed =
+          sizes.length === 0
+            ? Promise.resolve<SealBatchResult>({ objects: [], entries: [] })
+            : pool.seal(sealing, buffer!, sizes);
+        const merged = sealed.then((result) => ({
+          objects: result.objects,
+          entries: batchOrder.map((item) => (typeof item === 'number' ? result.entries[item]! : item)),
+        }));
+        merged.catch(() => undefined); // awaited in order below; a failure must not count as unhandled meanwhile
+        inflight.push(merged);
+        buffer = null;
+        used = 0;
+        sizes = [];
+        order = [];
+        covered = 0;
       };
       for await (const planned of this.plan(data, base, signal)) {
         if ('reuse' in planned) {
-          dispatch();
           const [id, chunkSize] = base![planned.reuse]!;
-          reused.push({ id, size: chunkSize, known: true });
-          continue;
+          order.push({ id, size: chunkSize, known: true });
+          covered += chunkSize;
+        } else {
+          buffer ??= Buffer.allocUnsafeSlow(capacity);
+          used += planned.chunk.copy(buffer, used);
+          order.push(sizes.length);
+          sizes.push(planned.chunk.length);
         }
-        dispatchReused();
-        const chunk = planned.chunk;
-        if (!batch) {
-          batch = Buffer.allocUnsafeSlow(capacity);
-          used = 0;
-          sizes = [];
-        }
-        used += chunk.copy(batch, used);
-        sizes.push(chunk.length);
-        if (used >= BATCH_BYTES) {
+        // Reused chunks cost no sealing: a batch of them closes only every REUSED_BATCH_BYTES, for progress.
+        if (used >= BATCH_BYTES || covered >= REUSED_BATCH_BYTES) {
           dispatch();
           while (inflight.length >= pool.window) await consume(await inflight.shift()!);
         }
       }
       dispatch();
-      dispatchReused();
       while (inflight.length > 0) await consume(await inflight.shift()!);
       signal?.throwIfAborted();
-      await packs.close();
-      // Packs this checkpoint shares with older ones are touched, so a concurrent garbage collection keeps them.
-      await Promise.all([...referencedPacks].map((p) => touch(join(this.lineageDir(lineage), 'packs', `${p}.pack`))));
+      await packWriter.close();
+      // Packs this checkpoint shares with older ones must still be there, and are touched so that a concurrent
+      // garbage collection keeps them (it spares packs touched after the oldest writer's pin).
+      await this.holdPacks(lineage, referencedPacks, sessionId, checkpointId);
       const manifest: ChunkedHeader = {
         formatVersion: this.writeFormat,
         checkpointId,
@@ -328,12 +331,19 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     } catch (err) {
       release();
       await Promise.allSettled(inflight);
-      await packs.abort();
+      await packs?.abort();
       throw err;
     } finally {
       if (context) this.pool.release(context);
-      await fs.rm(pin, { force: true });
+      if (pin) await fs.rm(pin, { force: true });
     }
+  }
+
+  private async manifestExists(sessionId: string, checkpointId: string): Promise<boolean> {
+    return (
+      (await exists(this.manifestPath(sessionId, checkpointId))) ||
+      (await exists(this.legacyManifestPath(sessionId, checkpointId)))
+    );
   }
 
   /**
@@ -345,8 +355,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     const { sessionId, checkpointId } = checkNew(NewCheckpointSchema.omit({ runtime: true }), checkpoint);
     checkIds(sessionId, sourceCheckpointId);
     const lineage = await this.lineageOf(sessionId);
-    const manifestPath = this.manifestPath(sessionId, checkpointId);
-    if ((await exists(manifestPath)) || (await exists(this.legacyManifestPath(sessionId, checkpointId)))) {
+    if (await this.manifestExists(sessionId, checkpointId)) {
       throw new Error(`checkpoint ${checkpointId} of session ${sessionId} exists already; checkpoints are immutable`);
     }
     const source = await this.loadTable(sessionId, sourceCheckpointId);
@@ -777,7 +786,23 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     const sealed = key
       ? sealObject(body, key.key, { ...header, dataKeyId: key.dataKeyId })
       : sealPlaintextObject(body, header);
-    await publish(this.manifestPath(manifest.sessionId, manifest.checkpointId), sealed);
+    if (sealed.length > MAX_MANIFEST_BYTES) {
+      // Readers refuse larger manifests: a checkpoint that could never be read must not be published.
+      throw new RangeError(
+        `checkpoint ${manifest.checkpointId} would need a manifest of ${sealed.length} bytes, over the ${MAX_MANIFEST_BYTES} ` +
+          'readers accept: the state has too many chunks (a larger DS_CHUNK_KIB, or format 3, lists fewer bytes per GiB)',
+      );
+    }
+    // Linked, not renamed, into place: of two writers of one id the second fails instead of replacing the first
+    // (a runtime told the second had stored its capture would then describe a checkpoint that is not on disk).
+    const published = await publish(this.manifestPath(manifest.sessionId, manifest.checkpointId), sealed, {
+      replace: false,
+    });
+    if (!published) {
+      throw new Error(
+        `checkpoint ${manifest.checkpointId} of session ${manifest.sessionId} exists already; checkpoints are immutable`,
+      );
+    }
   }
 
   private async loadManifest(sessionId: string, checkpointId: string): Promise<Loaded> {
@@ -847,9 +872,10 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       );
     }
     // The envelope's version is read before opening (it is authenticated by the opening): a manifest of a newer
-    // format is incompatible, not tampered.
+    // format is incompatible, not tampered. Any other unexpected version is left to the opening, which calls it
+    // tampered: a flipped bit must not read as "upgrade the reader".
     const claimed = claimedFormatVersion(sealed);
-    if (claimed !== null && !CHUNKED_FORMAT_VERSIONS.includes(claimed)) {
+    if (claimed !== null && claimed > Math.max(...READABLE_FORMAT_VERSIONS)) {
       throw new SnapshotIncompatibleError(
         `checkpoint format version ${claimed} is not supported by this reader (supports ${READABLE_FORMAT_VERSIONS.join(', ')})`,
         sessionId,
@@ -1319,11 +1345,6 @@ async function readSmall(path: string): Promise<Buffer | null> {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw err;
   }
-}
-
-async function touch(path: string): Promise<void> {
-  const now = new Date();
-  await fs.utimes(path, now, now).catch(() => undefined);
 }
 
 /**

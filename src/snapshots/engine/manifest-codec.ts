@@ -181,7 +181,8 @@ function isLocationList(value: unknown): value is Location[] {
     if (typeof id !== 'string' || !CHUNK_ID.test(id) || typeof packId !== 'string' || !PACK_ID.test(packId)) {
       return false;
     }
-    if (!isCount(size, 0) || !isCount(offset, 0) || !isCount(length, 1)) return false;
+    // Sizes and lengths are 32-bit in format 3's table (a chunk is at most 16 MiB): larger ones are not chunks.
+    if (!isCount(size, 0) || !isCount(offset, 0) || !isCount(length, 1) || size >= U32 || length >= U32) return false;
   }
   return true;
 }

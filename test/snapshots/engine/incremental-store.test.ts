@@ -3,6 +3,7 @@ import * as fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
+import { ChunkPool } from '../../../src/snapshots/engine/chunk-pool';
 import { ChunkedSnapshotStore } from '../../../src/snapshots/engine/chunked-store';
 import { Keyring } from '../../../src/snapshots/engine/keyring';
 import { FsSnapshotStore } from '../../../src/snapshots/fs-snapshot-store';
@@ -134,5 +135,39 @@ describe('writing a state source: unchanged ranges reuse the base checkpoint', (
     const { stateSource } = source('cp-0', state, [[1000, 10]]);
     await legacy.write(cp(1), stateSource);
     expect((await readAll((await legacy.open('s1', 'cp-1')).stream)).equals(state)).toBe(true);
+  });
+
+  it('keeps no more batches in flight than the pool asks for, however many places changed', async () => {
+    /** A pool that counts the batches it is sealing at once. */
+    class CountingPool extends ChunkPool {
+      inFlight = 0;
+      most = 0;
+      override async seal(...args: Parameters<ChunkPool['seal']>) {
+        this.most = Math.max(this.most, ++this.inFlight);
+        try {
+          return await super.seal(...args);
+        } finally {
+          this.inFlight--;
+        }
+      }
+    }
+    const pool = new CountingPool(1);
+    try {
+      const s = new ChunkedSnapshotStore({ rootDir: dir, keyring, pool });
+      const first = seeded(1, size);
+      await s.write(cp(1), Readable.from([first]));
+      // A change every 80 KiB: reused and new chunks alternate all the way through.
+      const many: Array<[number, number]> = [];
+      for (let at = 40_000; at + 1_000 < size; at += 80 * 1024) many.push([at, 1_000]);
+      const second = Buffer.from(first);
+      for (const [offset, length] of many) seeded(offset, length).copy(second, offset);
+      const progress: number[] = [];
+      await s.write(cp(2, 'cp-1'), source('cp-1', second, many).stateSource, { onProgress: (n) => progress.push(n) });
+      expect(pool.most).toBeLessThanOrEqual(pool.window);
+      expect(progress.length).toBeGreaterThan(2);
+      expect((await readAll((await s.open('s1', 'cp-2')).stream)).equals(second)).toBe(true);
+    } finally {
+      await pool.close();
+    }
   });
 });
