@@ -61,7 +61,8 @@ export const EnvConfig = z.object({
   /**
    * Average chunk size in KiB (a power of two from 16 to 256; minimum a quarter of it, maximum four times). Smaller
    * chunks make checkpoints after small scattered changes store less, for more per-chunk work and larger manifests
-   * (`npm run bench:engine` prints both sizes' rows). Changing it costs deduplication for one checkpoint per session.
+   * (`npm run bench:engine` prints both sizes' rows). Changing it costs deduplication once per session:
+   * new chunks are cut at the new size, reused ones keep theirs.
    */
   DS_CHUNK_KIB: z.enum(['16', '32', '64', '128', '256'], { message: 'expected 16, 32, 64, 128 or 256' }).default('64'),
   /** Master keys as `id:base64,id:base64` (the last is the primary unless DS_MASTER_KEY_PRIMARY names one). */

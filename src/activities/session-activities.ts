@@ -131,32 +131,47 @@ export function createActivities(deps: ActivityDeps) {
       const published = await readManifestIfExists(deps.store, input.sessionId, input.checkpointId);
       if (published) return toCheckpointRef(published);
       const ctx = Context.current();
+      // Heartbeats from progress come per batch; a capture that reads nothing for a while (walking a large tree that
+      // did not change, say) must not look like a lost worker.
+      let bytesDone = 0;
+      const beat = setInterval(() => ctx.heartbeat({ phase: 'capture', bytesDone }), 5_000);
       try {
         // A runtime that can tell what is unchanged since its last stored checkpoint lets the store skip reading it.
         const state = runtime.captureState
           ? await runtime.captureState(input.instance.instanceId)
           : await runtime.capture(input.instance.instanceId);
-        const manifest = await deps.store.write(
-          {
-            checkpointId: input.checkpointId,
-            sessionId: input.sessionId,
-            sequence: input.sequence,
-            parentId: input.parentId,
-            runtime: { kind: runtime.kind, version: runtime.version },
-            trigger: input.trigger,
-            label: input.label,
-          },
-          state,
-          {
-            onProgress: throttled((bytesDone) => ctx.heartbeat({ phase: 'capture', bytesDone })),
-            signal: ctx.cancellationSignal,
-          },
-        );
+        let manifest: CheckpointManifest;
+        try {
+          manifest = await deps.store.write(
+            {
+              checkpointId: input.checkpointId,
+              sessionId: input.sessionId,
+              sequence: input.sequence,
+              parentId: input.parentId,
+              runtime: { kind: runtime.kind, version: runtime.version },
+              trigger: input.trigger,
+              label: input.label,
+            },
+            state,
+            {
+              onProgress: throttled((done) => ctx.heartbeat({ phase: 'capture', bytesDone: (bytesDone = done) })),
+              signal: ctx.cancellationSignal,
+            },
+          );
+        } catch (err) {
+          // The store releases what it was given; releasing again is harmless, and a frozen process must not wait on
+          // a store that failed before it got that far.
+          if ('stored' in state) state.close();
+          else state.destroy();
+          throw err;
+        }
         if ('stored' in state) state.stored(manifest.checkpointId);
         log.info('checkpoint written', { checkpointId: manifest.checkpointId, size: manifest.size });
         return toCheckpointRef(manifest);
       } catch (err) {
         throw toFailure(err);
+      } finally {
+        clearInterval(beat);
       }
     },
 

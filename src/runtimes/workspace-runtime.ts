@@ -470,6 +470,8 @@ function symlinkStaysInside(linkPath: string, target: string): boolean {
 const READ_BYTES = 1024 * 1024;
 /** Bytes gathered before a file write while restoring (see writeEntry). */
 const WRITE_BYTES = 1024 * 1024;
+/** Records in one unchanged run at most (see capturePieces). */
+const RUN_MAX_RECORDS = 4096;
 /** lstat calls the walk keeps in flight in each directory. */
 const STATS_AHEAD = 32;
 /** The index key of the archive's trailer: no entry has an empty path. */
@@ -570,7 +572,10 @@ async function* capturePieces(
     const statKey = record.file?.statKey;
     const known = base?.get(key);
     if (known && known.length === length && known.headerDigest === headerDigest && known.statKey === statKey) {
-      if (!run || run.baseOffset + run.length !== known.offset) {
+      // A run is also closed at RUN_MAX_RECORDS, so that a large unchanged tree reaches the store (and its progress)
+      // as it is walked, not all at the end, and the records a run keeps stay few. The store re-reads about one chunk
+      // where a run ends.
+      if (!run || run.baseOffset + run.length !== known.offset || run.records.length >= RUN_MAX_RECORDS) {
         yield* batch.flush();
         if (run) yield run;
         run = new UnchangedRun(known.offset);
@@ -611,7 +616,7 @@ class UnchangedRun implements UnchangedRange {
   length = 0;
   /** Each record's start within the run, ascending. */
   private readonly starts: number[] = [];
-  private readonly records: CaptureRecord[] = [];
+  readonly records: CaptureRecord[] = [];
 
   constructor(readonly baseOffset: number) {}
 

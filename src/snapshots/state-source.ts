@@ -42,8 +42,18 @@ export function isStateSource(data: Readable | StateSource): data is StateSource
 /** Every byte of a source, unchanged runs read through their `read` (what a store without a base needs). */
 export async function* sourceBytes(source: StateSource): AsyncGenerator<Uint8Array> {
   for await (const piece of source.pieces) {
-    if (!isUnchangedRange(piece)) yield piece;
-    else if (piece.length > 0) yield* piece.read(0, piece.length);
+    if (!isUnchangedRange(piece)) {
+      yield piece;
+      continue;
+    }
+    let got = 0;
+    for await (const part of piece.read(0, piece.length)) {
+      got += part.length;
+      if (got > piece.length) break;
+      yield part;
+    }
+    // A range that reads back another length would shift every byte after it.
+    if (got !== piece.length) throw new Error(`an unchanged range of ${piece.length} bytes read back ${got}`);
   }
 }
 

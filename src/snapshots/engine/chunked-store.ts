@@ -51,7 +51,7 @@ import {
 import { createDataKey, rewrapDataKey, unwrapDataKey, wrapDataKey, WrappedDataKey, type Keyring } from './keyring';
 
 /**
- * Format 2: content-defined chunks, deduplicated per lineage, compressed, sealed (AES-256-GCM) and packed.
+ * Formats 2 and 3: content-defined chunks, deduplicated, compressed, sealed (AES-256-GCM) and packed.
  *
  *   <root>/<lineage>/keys/data-key.json          the lineage's data key, wrapped by a master key
  *   <root>/<lineage>/packs/<packId>.pack          sealed chunks, appended; immutable once renamed into place
@@ -157,7 +157,7 @@ type Loaded =
 /** A lineage's unwrapped data key and the chunk-id key derived from it. */
 type LineageKey = ChunkKey;
 
-/** A SnapshotStore writing format 2 and reading formats 1 and 2. */
+/** A SnapshotStore writing format 3 (or 2 on request) and reading formats 1, 2 and 3. */
 export class ChunkedSnapshotStore implements SnapshotStore {
   readonly root: string;
   readonly tenant: string;
@@ -218,7 +218,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       // The checkpoint a source's unchanged runs refer to; without it (gone, unreadable, another key) they are read.
       const base = source?.base
         ? this.reusableChunks(
-            source.base === checkpoint.parentId ? parent!.manifest : await this.loadV2(sessionId, source.base),
+            source.base === checkpoint.parentId ? parent!.manifest : await this.loadChunked(sessionId, source.base),
             key,
           )
         : null;
@@ -474,8 +474,8 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     for await (const chunk of this.chunker.chunks(abortable(bytes, signal))) yield { chunk };
   }
 
-  /** A format-2 manifest, or null if it is missing, unreadable or format 1. */
-  private async loadV2(sessionId: string, checkpointId: string): Promise<ChunkedManifest | null> {
+  /** A chunked manifest (format 2 or 3), or null if it is missing, unreadable or format 1. */
+  private async loadChunked(sessionId: string, checkpointId: string): Promise<ChunkedManifest | null> {
     const loaded = await this.loadManifest(sessionId, checkpointId).catch(() => null);
     return loaded?.kind === 'chunked' ? loaded.manifest : null;
   }

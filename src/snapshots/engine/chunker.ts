@@ -344,15 +344,6 @@ export class Chunker {
     this.options = Object.freeze({ minSize: options.minSize, avgSize: options.avgSize, maxSize: options.maxSize });
   }
 
-  /**
-   * The cut point of the chunk that starts at `offset` of `data` (see {@link cutPoint}), treating `end` as the end
-   * of the input. The answer is final if `end` is the end of the input, if `end - offset >= maxSize`, or if it is
-   * below `end` (the first cut found does not depend on what follows it).
-   */
-  cutAt(data: Uint8Array, offset: number, end: number): number {
-    return cut(data, offset, end, this.resolved);
-  }
-
   /** Chunks of a buffer already in memory, as views into it (no copies). */
   *split(data: Uint8Array): Generator<Buffer, void, undefined> {
     const buffer = asBuffer(data);
