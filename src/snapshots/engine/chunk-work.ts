@@ -8,7 +8,7 @@
  * batch's sealed objects are appended to a pack with one (vectored) write.
  */
 import { createHash, createHmac } from 'node:crypto';
-import { compressChunk, decompressChunk } from './codec';
+import { ChunkCodecError, compressChunk, decompressChunk } from './codec';
 import { openObject, sealObject, sealPlaintextObject, SnapshotTamperedError, type CryptoFailureReason } from './crypto';
 
 /** The lineage key material a batch needs. */
@@ -104,6 +104,7 @@ export interface OpenEntry {
 export type OpenFailure =
   | { kind: 'sealed'; reason: Exclude<CryptoFailureReason, 'missing-key'>; message: string; id: string }
   | { kind: 'decode'; message: string; id: string }
+  | { kind: 'unavailable'; message: string; id: string }
   | { kind: 'id-mismatch'; id: string }
   | { kind: 'other'; message: string; id: string };
 
@@ -168,7 +169,9 @@ export function decodeBodies(bodies: readonly OpenedBody[], checkIds: boolean): 
     try {
       chunk = decompressChunk(codec, body, size);
     } catch (err) {
-      return refuse({ kind: 'decode', message: messageOf(err), id });
+      // A codec this machine lacks says nothing about the checkpoint: reported apart from bytes that do not decode.
+      const unavailable = err instanceof ChunkCodecError && err.reason === 'CodecUnavailable';
+      return refuse({ kind: unavailable ? 'unavailable' : 'decode', message: messageOf(err), id });
     }
     if (checkIds && chunkId(chunk, null) !== id) return refuse({ kind: 'id-mismatch', id });
     chunks.push(chunk);

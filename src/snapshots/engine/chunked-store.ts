@@ -1258,6 +1258,10 @@ function openFailureError(failure: OpenFailure, sessionId: string, checkpointId:
       });
     case 'decode':
       return new SnapshotCorruptError(`${where} does not decode: ${failure.message}`, sessionId, checkpointId);
+    case 'unavailable':
+      // Not the checkpoint's fault: a retryable error, so that a restore is not failed over to an older checkpoint
+      // (or the session failed) because this worker lacks what another one wrote with.
+      return new Error(`this worker cannot decode ${where}: ${failure.message}`);
     case 'id-mismatch':
       return new SnapshotCorruptError(`${where} does not match its id`, sessionId, checkpointId);
     case 'other':
