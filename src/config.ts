@@ -65,6 +65,12 @@ export const EnvConfig = z.object({
    * new chunks are cut at the new size, reused ones keep theirs.
    */
   DS_CHUNK_KIB: z.enum(['16', '32', '64', '128', '256'], { message: 'expected 16, 32, 64, 128 or 256' }).default('64'),
+  /**
+   * How new chunks are compressed: `auto` (zstd where the optional zstd-napi binding is installed, Brotli otherwise),
+   * `zstd` (the worker refuses to start without the binding) or `brotli` (for a store shared with workers that lack
+   * it: they cannot read zstd chunks). Reading handles every codec the machine has.
+   */
+  DS_SNAPSHOT_CODEC: z.enum(['auto', 'zstd', 'brotli'], { message: 'expected auto, zstd or brotli' }).default('auto'),
   /** Master keys as `id:base64,id:base64` (the last is the primary unless DS_MASTER_KEY_PRIMARY names one). */
   DS_MASTER_KEYS: z.string().min(1).optional(),
   /** A directory of `<id>.key` files (mode 0600), instead of DS_MASTER_KEYS. */
@@ -110,6 +116,7 @@ export interface Config {
   snapshots: {
     encryption: 'aes-256-gcm' | 'none';
     formatVersion: 2 | 3;
+    codec: 'auto' | 'zstd' | 'brotli';
     /** Average chunk size in bytes. */
     chunkBytes: number;
     masterKeys?: string;
@@ -164,6 +171,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     snapshots: {
       encryption: e.DS_SNAPSHOT_ENCRYPTION,
       formatVersion: e.DS_SNAPSHOT_FORMAT === '2' ? 2 : 3,
+      codec: e.DS_SNAPSHOT_CODEC,
       chunkBytes: Number(e.DS_CHUNK_KIB) * 1024,
       masterKeys: e.DS_MASTER_KEYS,
       masterKeyDir: e.DS_MASTER_KEY_DIR ? path.resolve(e.DS_MASTER_KEY_DIR) : undefined,

@@ -71,12 +71,15 @@ export async function runWorker(config: Config = loadConfig(), address = config.
       ? 'snapshots are stored in PLAINTEXT (DS_SNAPSHOT_ENCRYPTION=none): integrity-checked, not confidential'
       : `snapshots are encrypted (AES-256-GCM); new data keys are wrapped by master key ${encryption.primaryKeyId}`,
   );
-  // Every worker of a store must read what any of them writes: one with zstd needs all of them to have it.
+  // Every worker of a store must read what any of them writes: one that writes zstd needs all of them to have it.
+  const writesZstd =
+    config.snapshots.codec === 'zstd' || (config.snapshots.codec === 'auto' && isCodecAvailable(CODECS.zstd));
   console.log(
-    isCodecAvailable(CODECS.zstd)
+    writesZstd
       ? 'chunks are compressed with zstd (every worker sharing this store needs the zstd-napi binding)'
-      : 'chunks are compressed with Brotli (the optional zstd-napi binding is not installed)',
+      : `chunks are compressed with Brotli (${config.snapshots.codec === 'brotli' ? 'DS_SNAPSHOT_CODEC=brotli' : 'the optional zstd-napi binding is not installed'})`,
   );
+
   const connection = await NativeConnection.connect(await connectionOptions(config, address));
   const workspace = new WorkspaceRuntime({ rootDir: config.workspaceDir, defaultStopGraceMs: config.stopGraceMs });
   const workers = await createWorkers({

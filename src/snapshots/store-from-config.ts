@@ -3,6 +3,7 @@ import path from 'node:path';
 import type { Config } from '../config';
 import { ChunkedSnapshotStore } from './engine/chunked-store';
 import { chunkerFor } from './engine/chunker';
+import { CODECS, isCodecAvailable, type CodecId } from './engine/codec';
 import { Keyring } from './engine/keyring';
 
 /** Thrown when encryption is on and no master key is configured: the worker never falls back to plaintext. */
@@ -54,12 +55,36 @@ export async function ensureDevMasterKey(dataDir: string): Promise<string> {
   return dir;
 }
 
+/**
+ * The codec new chunks are compressed with (undefined: this machine's default).
+ * @throws Error for `zstd` on a machine without the zstd-napi binding: a worker must not start and then write what
+ *   it was told not to, or fail every checkpoint.
+ */
+export function chunkCodecFor(
+  setting: Config['snapshots']['codec'],
+  zstdAvailable = isCodecAvailable(CODECS.zstd),
+): CodecId | undefined {
+  if (setting === 'brotli') return CODECS.brotli;
+  if (setting === 'zstd') {
+    if (!zstdAvailable) {
+      throw new Error(
+        'DS_SNAPSHOT_CODEC=zstd, but the zstd-napi binding is not installed (it is an optional dependency built at ' +
+          'install: it needs a C++ toolchain and Node headers); install it, or set DS_SNAPSHOT_CODEC=brotli or auto',
+      );
+    }
+    return CODECS.zstd;
+  }
+  return undefined;
+}
+
 export async function snapshotStoreFromConfig(config: Config): Promise<ChunkedSnapshotStore> {
+  const codec = chunkCodecFor(config.snapshots.codec);
   return new ChunkedSnapshotStore({
     rootDir: config.snapshotDir,
     tenant: config.snapshots.tenant,
     keyring: await keyringFromConfig(config),
     formatVersion: config.snapshots.formatVersion,
     chunker: chunkerFor(config.snapshots.chunkBytes),
+    ...(codec !== undefined ? { codec } : {}),
   });
 }

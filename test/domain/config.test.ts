@@ -1,5 +1,7 @@
 import { ConfigError, loadConfig } from '../../src/config';
 import { chunkerFor, DEFAULT_CHUNKER } from '../../src/snapshots/engine/chunker';
+import { CODECS } from '../../src/snapshots/engine/codec';
+import { chunkCodecFor } from '../../src/snapshots/store-from-config';
 
 describe('snapshot settings from the environment', () => {
   test("defaults: format 3, the engine's chunk sizes", () => {
@@ -17,5 +19,15 @@ describe('snapshot settings from the environment', () => {
   test('other values are refused, naming the variable', () => {
     expect(() => loadConfig({ DS_SNAPSHOT_FORMAT: '4' })).toThrow(ConfigError);
     expect(() => loadConfig({ DS_CHUNK_KIB: '48' })).toThrow(/DS_CHUNK_KIB: expected 16, 32, 64, 128 or 256/);
+  });
+
+  test('DS_SNAPSHOT_CODEC: auto by default; brotli forces Brotli; zstd refuses a machine without the binding', () => {
+    expect(loadConfig({}).snapshots.codec).toBe('auto');
+    expect(loadConfig({ DS_SNAPSHOT_CODEC: 'brotli' }).snapshots.codec).toBe('brotli');
+    expect(() => loadConfig({ DS_SNAPSHOT_CODEC: 'lz4' })).toThrow(/DS_SNAPSHOT_CODEC: expected auto, zstd or brotli/);
+    expect(chunkCodecFor('auto', true)).toBeUndefined();
+    expect(chunkCodecFor('brotli', true)).toBe(CODECS.brotli);
+    expect(chunkCodecFor('zstd', true)).toBe(CODECS.zstd);
+    expect(() => chunkCodecFor('zstd', false)).toThrow(/zstd-napi binding is not installed/);
   });
 });

@@ -182,6 +182,7 @@ function toWire(context: PoolContext): WireContext {
         }
       : null,
     known: value.known,
+    ...(value.codec !== undefined ? { codec: value.codec } : {}),
   };
 }
 

@@ -3,6 +3,7 @@
  * ArrayBuffers where they own one (no copy), otherwise as copies.
  */
 import type { OpenBatchResult, OpenedBody, SealBatchResult, SealContext } from './chunk-work';
+import type { CodecId } from './codec';
 
 /** A seal context as it crosses the thread boundary. */
 export interface WireContext {
@@ -11,6 +12,7 @@ export interface WireContext {
   formatVersion: number;
   key: { dataKeyId: string; key: Uint8Array; chunkIdKey: Uint8Array } | null;
   known: readonly string[];
+  codec?: CodecId;
 }
 
 export type PoolRequest =
@@ -35,6 +37,7 @@ export function fromWireContext(wire: WireContext): SealContext {
     lineage: wire.lineage,
     formatVersion: wire.formatVersion,
     known: wire.known,
+    ...(wire.codec !== undefined ? { codec: wire.codec } : {}),
     key: wire.key
       ? { dataKeyId: wire.key.dataKeyId, key: toBuffer(wire.key.key), chunkIdKey: toBuffer(wire.key.chunkIdKey) }
       : null,

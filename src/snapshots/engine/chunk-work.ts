@@ -8,7 +8,7 @@
  * batch's sealed objects are appended to a pack with one (vectored) write.
  */
 import { createHash, createHmac } from 'node:crypto';
-import { ChunkCodecError, compressChunk, decompressChunk } from './codec';
+import { ChunkCodecError, compressChunk, decompressChunk, type CodecId } from './codec';
 import { openObject, sealObject, sealPlaintextObject, SnapshotTamperedError, type CryptoFailureReason } from './crypto';
 
 /** The lineage key material a batch needs. */
@@ -31,6 +31,8 @@ export interface ChunkContext {
 /** A seal context also knows which chunks are stored already (the parent checkpoint's): those are not sealed. */
 export interface SealContext extends ChunkContext {
   known: readonly string[];
+  /** The codec new chunks are compressed with; this machine's default (`defaultCodec`) when absent. */
+  codec?: CodecId;
 }
 
 /** A chunk of a seal batch: either stored already (only its id is returned) or sealed into the segment. */
@@ -53,7 +55,7 @@ export function chunkId(chunk: Buffer, key: ChunkKey | null): string {
  * every id sealed here is added to it, so a chunk repeated within a write is sealed once per known-set.
  */
 export function sealBatch(
-  context: ChunkContext,
+  context: ChunkContext & { codec?: CodecId },
   known: Set<string>,
   data: Buffer,
   sizes: readonly number[],
@@ -71,7 +73,7 @@ export function sealBatch(
       continue;
     }
     known.add(id);
-    const { codec, data: body } = compressChunk(chunk);
+    const { codec, data: body } = compressChunk(chunk, context.codec !== undefined ? { codec: context.codec } : {});
     const header = {
       kind: 'chunk' as const,
       tenant: context.tenant,

@@ -26,7 +26,7 @@ import {
   type SealBatchResult,
   type SealedEntry,
 } from './chunk-work';
-import { CODECS } from './codec';
+import { CODECS, type CodecId } from './codec';
 import { planChunks, type PlannedChunk } from './incremental';
 import {
   decodeJsonBody,
@@ -130,6 +130,8 @@ export interface ChunkedStoreOptions {
    * design). Both are read either way.
    */
   formatVersion?: 2 | 3;
+  /** The codec new chunks are compressed with; this machine's default (zstd if installed, else Brotli) when absent. */
+  codec?: CodecId;
 }
 
 export interface VerifyResult {
@@ -230,6 +232,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         formatVersion: CHUNK_FORMAT_VERSION,
         key,
         known: [...known.keys()],
+        ...(this.options.codec !== undefined ? { codec: this.options.codec } : {}),
       });
       const pool = this.pool;
       const sealing = context;

@@ -6,8 +6,9 @@ import path from 'node:path';
 import { Readable } from 'node:stream';
 import { promisify } from 'node:util';
 import { ChunkedSnapshotStore } from '../../../src/snapshots/engine/chunked-store';
-import { CODECS, isCodecAvailable } from '../../../src/snapshots/engine/codec';
+import { CODECS, isCodecAvailable, type CodecId } from '../../../src/snapshots/engine/codec';
 import { Keyring } from '../../../src/snapshots/engine/keyring';
+import { chunkCodecFor } from '../../../src/snapshots/store-from-config';
 import { cp } from '../../helpers/checkpoints';
 
 /**
@@ -16,17 +17,20 @@ import { cp } from '../../helpers/checkpoints';
  */
 const withZstd = isCodecAvailable(CODECS.zstd) ? it : it.skip;
 
-withZstd(
-  'a worker without the zstd binding reports what it lacks, not a corrupt checkpoint',
-  async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-no-zstd-'));
-    try {
-      const key = randomBytes(32);
-      const store = new ChunkedSnapshotStore({ rootDir: dir, keyring: new Keyring([{ id: 'k', key }]) });
-      const text = Buffer.from('a line of text that compresses well\n'.repeat(20_000));
-      await store.write(cp(1), Readable.from([text]));
-      // The other worker: a process in which `zstd-napi` cannot be loaded, decoding on its own thread.
-      const script = `
+/** Writes a compressible checkpoint here (`codec` as DS_SNAPSHOT_CODEC resolves it); opens it where zstd is missing. */
+async function openWithoutZstd(codec: CodecId | undefined): Promise<{ ok: boolean; code?: string; message?: string }> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-no-zstd-'));
+  try {
+    const key = randomBytes(32);
+    const store = new ChunkedSnapshotStore({
+      rootDir: dir,
+      keyring: new Keyring([{ id: 'k', key }]),
+      ...(codec !== undefined ? { codec } : {}),
+    });
+    const text = Buffer.from('a line of text that compresses well\n'.repeat(20_000));
+    await store.write(cp(1), Readable.from([text]));
+    // The other worker: a process in which `zstd-napi` cannot be loaded, decoding on its own thread.
+    const script = `
       const Module = require('node:module');
       const resolve = Module._resolveFilename;
       Module._resolveFilename = function (request, ...rest) {
@@ -45,19 +49,33 @@ withZstd(
         .then(() => console.log(JSON.stringify({ ok: true })),
               (err) => console.log(JSON.stringify({ ok: false, name: err.name, code: err.code, message: err.message })));
     `;
-      const { stdout } = await promisify(execFile)(process.execPath, [
-        '--require',
-        require.resolve('tsx/cjs'),
-        '-e',
-        script,
-      ]);
-      const result = JSON.parse(stdout.trim().split('\n').at(-1)!) as { ok: boolean; code?: string; message?: string };
-      expect(result.ok).toBe(false);
-      expect(result.code).toBeUndefined();
-      expect(result.message).toMatch(/this worker cannot decode chunk .* zstd is not installed/);
-    } finally {
-      fs.rmSync(dir, { recursive: true, force: true });
-    }
+    const { stdout } = await promisify(execFile)(process.execPath, [
+      '--require',
+      require.resolve('tsx/cjs'),
+      '-e',
+      script,
+    ]);
+    return JSON.parse(stdout.trim().split('\n').at(-1)!) as { ok: boolean; code?: string; message?: string };
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+withZstd(
+  'a worker without the zstd binding reports what it lacks, not a corrupt checkpoint',
+  async () => {
+    const result = await openWithoutZstd(undefined);
+    expect(result.ok).toBe(false);
+    expect(result.code).toBeUndefined();
+    expect(result.message).toMatch(/this worker cannot decode chunk .* zstd is not installed/);
+  },
+  60_000,
+);
+
+withZstd(
+  'with DS_SNAPSHOT_CODEC=brotli a worker that has zstd writes what one without it reads',
+  async () => {
+    expect(await openWithoutZstd(chunkCodecFor('brotli'))).toEqual({ ok: true });
   },
   60_000,
 );
