@@ -4,7 +4,9 @@
  * with the default engine, in this process, and prints the process's peak resident memory during each as JSON.
  * Run by bench/engine.ts; by hand:
  *
- *   npx tsx bench/bounded.ts <size-mb> <scratch-dir> [random|text] [<threads>]
+ *   npx tsx bench/bounded.ts <size-mb> <scratch-dir> [random|text] [<threads>|default] [<chunk-kib>]
+ *
+ * e.g. `npx tsx bench/bounded.ts 2048 /tmp text default 32` for the memory of 32 KiB chunks (DS_CHUNK_KIB=32).
  */
 import { createCipheriv, randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
@@ -13,6 +15,7 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { ChunkPool } from '../src/snapshots/engine/chunk-pool';
+import { chunkerFor } from '../src/snapshots/engine/chunker';
 import { ChunkedSnapshotStore } from '../src/snapshots/engine/chunked-store';
 import { Keyring } from '../src/snapshots/engine/keyring';
 
@@ -57,7 +60,10 @@ async function main(): Promise<void> {
     const store = new ChunkedSnapshotStore({
       rootDir: path.join(dir, 'store'),
       keyring: new Keyring([{ id: 'bench', key: randomBytes(32) }]),
-      ...(process.argv[5] !== undefined ? { pool: new ChunkPool(Number(process.argv[5])) } : {}),
+      ...(process.argv[5] !== undefined && process.argv[5] !== 'default'
+        ? { pool: new ChunkPool(Number(process.argv[5])) }
+        : {}),
+      ...(process.argv[6] !== undefined ? { chunker: chunkerFor(Number(process.argv[6]) * 1024) } : {}),
     });
     const checkpoint = {
       checkpointId: 'cp-1',

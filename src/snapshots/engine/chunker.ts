@@ -55,7 +55,7 @@ export interface ChunkerOptions {
  * (bench/engine.ts) also changes 1% of 1 GiB in 256 places, one per 4 MiB: there 64 KiB chunks write about 4% of the
  * state and 32 KiB under 3%, but 32 KiB full checkpoints run slower, and every chunk costs a cipher context whose
  * native memory is freed only when its JavaScript object is collected: restoring 2 GiB of text took the process
- * past 256 MiB (bench/bounded.ts) where 64 KiB stays under. So 64 KiB, and `DS_CHUNK_KIB=32` for sessions whose
+ * past 256 MiB where 64 KiB stays under (`npx tsx bench/bounded.ts 2048 /tmp text default 32`, and without the 32). So 64 KiB, and `DS_CHUNK_KIB=32` for sessions whose
  * changes are many and small (its rows in bench/engine.ts show the trade on the machine at hand).
  */
 export const DEFAULT_CHUNKER: ChunkerOptions = Object.freeze({

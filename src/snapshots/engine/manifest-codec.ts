@@ -4,7 +4,8 @@
  * Format 2: the manifest as JSON, its chunk list an array of `[chunkId, size, packId, offset, sealedLength]`.
  *
  * Format 3: the same manifest with the chunk list as a binary table, because the list is most of a manifest (one
- * entry per ~64 KiB of state) and parsing and checking it as JSON took most of the time of a rewind or a fork:
+ * entry per chunk) and every restore, rewind, fork and incremental checkpoint loads it (the rewind and fork rows of
+ * bench/engine.ts load a 1 GiB one):
  *
  *   "DSM3" | header length u32 | header: the manifest as JSON without `chunks`, plus `packs` (the pack ids the
  *   table refers to) and `chunkCount` (n) | table, by column: n chunk ids (32 bytes each) | n sizes (u32) |
@@ -170,8 +171,8 @@ function parseJson(text: string): unknown {
 }
 
 /**
- * Format 2's chunk list, checked by hand rather than by a zod tuple schema: a 1 GiB state lists ~13,400 chunks and
- * a tuple schema per entry cost several times the JSON.parse.
+ * Format 2's chunk list, checked by hand rather than by a zod tuple schema: a 1 GiB state lists ~13,400 chunks
+ * (bench/chunker.ts), and a schema parse per entry would run on every load.
  */
 function isLocationList(value: unknown): value is Location[] {
   if (!Array.isArray(value)) return false;
