@@ -78,8 +78,8 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
 
   capture(instanceId: string): Promise<Readable> {
     return settled(() => {
-      // A copy: later writes must not change a capture in flight.
-      const state = Buffer.from(this.read(instanceId));
+      // `read` copies: later writes must not change a capture in flight.
+      const state = this.read(instanceId);
       return Readable.from(state.length > 0 ? [state] : [], { objectMode: false });
     });
   }
