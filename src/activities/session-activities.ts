@@ -140,31 +140,23 @@ export function createActivities(deps: ActivityDeps) {
         const state = runtime.captureState
           ? await runtime.captureState(input.instance.instanceId)
           : await runtime.capture(input.instance.instanceId);
-        let manifest: CheckpointManifest;
-        try {
-          manifest = await deps.store.write(
-            {
-              checkpointId: input.checkpointId,
-              sessionId: input.sessionId,
-              sequence: input.sequence,
-              parentId: input.parentId,
-              runtime: { kind: runtime.kind, version: runtime.version },
-              trigger: input.trigger,
-              label: input.label,
-            },
-            state,
-            {
-              onProgress: throttled((done) => ctx.heartbeat({ phase: 'capture', bytesDone: (bytesDone = done) })),
-              signal: ctx.cancellationSignal,
-            },
-          );
-        } catch (err) {
-          // The store releases what it was given; releasing again is harmless, and a frozen process must not wait on
-          // a store that failed before it got that far.
-          if ('stored' in state) state.close();
-          else state.destroy();
-          throw err;
-        }
+        // The store releases the state whatever happens (SnapshotStore.write).
+        const manifest = await deps.store.write(
+          {
+            checkpointId: input.checkpointId,
+            sessionId: input.sessionId,
+            sequence: input.sequence,
+            parentId: input.parentId,
+            runtime: { kind: runtime.kind, version: runtime.version },
+            trigger: input.trigger,
+            label: input.label,
+          },
+          state,
+          {
+            onProgress: throttled((done) => ctx.heartbeat({ phase: 'capture', bytesDone: (bytesDone = done) })),
+            signal: ctx.cancellationSignal,
+          },
+        );
         if ('stored' in state) state.stored(manifest.checkpointId);
         log.info('checkpoint written', { checkpointId: manifest.checkpointId, size: manifest.size });
         return toCheckpointRef(manifest);

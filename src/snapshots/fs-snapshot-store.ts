@@ -80,6 +80,21 @@ export class FsSnapshotStore implements SnapshotStore {
   ): Promise<CheckpointManifest> {
     // Format 1 is one data object: every byte is written, unchanged runs included.
     const data = isStateSource(source) ? sourceStream(source) : source;
+    try {
+      return await this.writeStream(checkpoint, data, options);
+    } catch (err) {
+      // Released whatever failed (a no-op once the pipeline has destroyed it); a source at once, not on 'close'.
+      data.destroy();
+      if (isStateSource(source)) source.close();
+      throw err;
+    }
+  }
+
+  private async writeStream(
+    checkpoint: NewCheckpoint,
+    data: Readable,
+    options: StoreProgress,
+  ): Promise<CheckpointManifest> {
     const parsed = NewCheckpointSchema.safeParse(checkpoint);
     if (!parsed.success) {
       throw new TypeError(`invalid checkpoint: ${z.prettifyError(parsed.error)}`, { cause: parsed.error });

@@ -40,7 +40,8 @@ export interface SnapshotStore {
   /**
    * Streams `data` into the store and then publishes the manifest. Memory does not grow with the state's
    * size. If `data` errors, or `signal` aborts, nothing becomes visible. Writing a checkpoint id that exists
-   * already is an error (checkpoints are immutable).
+   * already is an error (checkpoints are immutable). Whatever happens, `data` is consumed or released (destroyed,
+   * or closed for a StateSource): a caller whose capture holds a process frozen need not release it again.
    *
    * `data` may be a {@link StateSource}: runs it names as unchanged since its base checkpoint may be stored without
    * being read (the chunked store reuses the base's chunks); the checkpoint holds the same bytes either way.

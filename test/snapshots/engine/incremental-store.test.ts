@@ -135,6 +135,10 @@ describe('writing a state source: unchanged ranges reuse the base checkpoint', (
     const { stateSource } = source('cp-0', state, [[1000, 10]]);
     await legacy.write(cp(1), stateSource);
     expect((await readAll((await legacy.open('s1', 'cp-1')).stream)).equals(state)).toBe(true);
+    // Refused before a byte is read (the id exists): the source is still released.
+    const again = source('cp-0', state, [[1000, 10]]);
+    await expect(legacy.write(cp(1), again.stateSource)).rejects.toThrow();
+    expect(again.counters.closed).toBe(1);
   });
 
   it('keeps no more batches in flight than the pool asks for, however many places changed', async () => {
