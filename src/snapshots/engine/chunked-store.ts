@@ -657,7 +657,16 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         for await (const piece of (await this.openLoaded(loaded, sessionId, checkpointId)).stream) void piece;
         results.push({ checkpointId, sequence, formatVersion, status: 'ok' });
       } catch (err) {
-        results.push({ checkpointId, sequence, formatVersion, status: statusOf(err), detail: messageOf(err) });
+        // What is not a snapshot error is not the checkpoint's (a failing disk, a codec this worker lacks): the
+        // verification itself failed, and says so, rather than calling a sound checkpoint corrupt.
+        if (!(err instanceof SnapshotError)) throw err;
+        results.push({
+          checkpointId,
+          sequence,
+          formatVersion,
+          status: verificationStatusOf(err),
+          detail: err.message,
+        });
       }
     }
     return results.sort(
@@ -1385,11 +1394,6 @@ async function publish(path: string, bytes: Buffer, options: { replace?: boolean
   }
   await fsyncDir(dir);
   return true;
-}
-
-function statusOf(err: unknown): VerificationStatus {
-  // Anything else that stops a checkpoint from being read (bad JSON, say) is damage too.
-  return err instanceof SnapshotError ? verificationStatusOf(err) : 'corrupt';
 }
 
 function messageOf(err: unknown): string {

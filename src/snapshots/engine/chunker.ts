@@ -49,7 +49,7 @@ export interface ChunkerOptions {
  *   16/64/256             13,400        1,426                    722                     15%            2.2%
  *   64/256/1024            3,300        1,508                    735                     45%            4.3%
  *
- * Chunking speed does not depend on the size. A changed place costs about one and a half chunks (a place falls in a
+ * Chunking speed does not depend on the size. A changed place costs a chunk or more (a place falls in a
  * long chunk more often than in a short one), so the size trades what incremental checkpoints write against the
  * number of chunks: manifest entries, per-chunk hashing, sealing and opening. The engine's own benchmark
  * (bench/engine.ts) also changes 1% of 1 GiB in 256 places, one per 4 MiB: there 64 KiB chunks write about 4% of the

@@ -5,8 +5,8 @@
  * The default is Zstandard level 1 when the `zstd-napi` binding is installed, Brotli quality 1 (node:zlib) otherwise.
  * On chunk-sized inputs zstd-1 compresses text 1.2–2× and decompresses it 2.5–4× faster than brotli-1, at a ~3 % better
  * ratio, and passes incompressible data through 2× faster (`npx tsx bench/codec.ts`). A chunk is stored as is
- * (`none`) unless compression saves at least 1/16 of it, and a 2 KiB sample is compressed first so that random or
- * already-compressed data costs a few microseconds, not a full compression.
+ * (`none`) unless compression saves at least 1/16 of it, and chunks are probed first (see `looksIncompressible`) so
+ * that random or already-compressed data is not run through a compressor at all.
  *
  * Everything here is synchronous: a 256 KiB chunk takes 1–2 ms at worst (brotli, text), and the codec contexts are
  * per-thread state. To use more cores, run the whole chunk pipeline (hash, compress, encrypt) in worker_threads, each
@@ -125,7 +125,7 @@ let zstdState: Zstd | null | undefined;
 /**
  * The zstd binding and this thread's contexts, or null when `zstd-napi` is not installed. Loaded on first use and
  * not imported statically so that the module (and every chunk that is not zstd) works without the package. One
- * context of each kind per thread, reused: that saves a few µs per chunk, and calls never interleave (synchronous).
+ * context of each kind per thread, reused rather than made per chunk; calls never interleave (synchronous).
  */
 function zstd(): Zstd | null {
   if (zstdState === undefined) {
