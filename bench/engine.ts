@@ -39,9 +39,7 @@ const mbps = (bytes: number, ms: number) => bytes / MiB / (ms / 1000);
 const fmt = (n: number) => `${n.toFixed(0)} MiB/s`;
 
 /** Peak resident memory above the level before `fn`, sampled every 20 ms. */
-async function measured<T>(
-  fn: () => Promise<T>,
-): Promise<{ result: T; ms: number; peakRssMiB: number; peakAbsoluteMiB: number }> {
+async function measured<T>(fn: () => Promise<T>): Promise<{ result: T; ms: number; peakRssMiB: number }> {
   global.gc?.();
   const before = process.memoryUsage().rss;
   let peak = before;
@@ -53,7 +51,6 @@ async function measured<T>(
       result,
       ms: performance.now() - start,
       peakRssMiB: (Math.max(peak, process.memoryUsage().rss) - before) / MiB,
-      peakAbsoluteMiB: Math.max(peak, process.memoryUsage().rss) / MiB,
     };
   } finally {
     clearInterval(timer);

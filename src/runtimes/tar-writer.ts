@@ -94,6 +94,11 @@ export function readTarHeaderLayout(block: Uint8Array): { pax: boolean; size: nu
   return size === null ? null : { pax: block[156] === TYPEFLAGS.pax, size };
 }
 
+/** The bytes of a whole record: its headers, `size` bytes of content and the padding after them. */
+export function tarRecordLength(headerLength: number, size: number): number {
+  return headerLength + size + tarPaddingBytes(size);
+}
+
 /** The zero bytes that follow `size` bytes of content, up to the next 512-byte boundary. */
 export function tarPaddingBytes(size: number): number {
   const tail = size % TAR_BLOCK_BYTES;

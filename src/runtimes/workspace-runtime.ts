@@ -26,6 +26,7 @@ import {
   TAR_BLOCK_BYTES,
   TAR_TRAILER_BYTES,
   tarPaddingBytes,
+  tarRecordLength,
   tarTrailer,
   type TarEntry,
 } from './tar-writer';
@@ -219,7 +220,6 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     if (!instance.exit) await this.stop(instanceId);
     await removeWorkspace(instance.dir, instance.logPath);
     this.instances.delete(instanceId);
-    instance.committed = undefined;
   }
 
   /** Stops every running instance (for worker shutdown); directories stay for a later restore or dispose. */
@@ -567,7 +567,7 @@ async function* capturePieces(
     indexable: boolean,
   ): AsyncGenerator<Uint8Array | UnchangedRange> {
     const size = record.entry?.size ?? 0;
-    const length = header.length + size + tarPaddingBytes(size);
+    const length = tarRecordLength(header.length, size);
     const headerDigest = base || pending ? sha256(header) : '';
     const statKey = record.file?.statKey;
     const known = base?.get(key);
@@ -624,7 +624,7 @@ class UnchangedRun implements UnchangedRange {
     const size = record.entry?.size ?? 0;
     this.starts.push(this.length);
     this.records.push(record);
-    this.length += record.headerLength + size + tarPaddingBytes(size);
+    this.length += tarRecordLength(record.headerLength, size);
   }
 
   async *read(start: number, end: number): AsyncGenerator<Uint8Array> {
@@ -1152,7 +1152,7 @@ async function indexRestoredTree(
       if (files.has(inode)) return undefined;
       files.add(inode);
     }
-    const length = laid.headerLength + laid.size + tarPaddingBytes(laid.size);
+    const length = tarRecordLength(laid.headerLength, laid.size);
     const record = { offset, length, headerDigest: laid.headerDigest, statKey: isFile ? statKey(stat) : undefined };
     indexed.push({ name, record, ctimeNs: isFile ? stat.ctimeNs : undefined });
     offset += length;

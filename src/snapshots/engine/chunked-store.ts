@@ -67,7 +67,6 @@ const ENGINE_FORMAT_VERSION = TABLE_FORMAT_VERSION;
 /** The first chunked format. Its chunk objects are also format 3's (their additional data says 2), so checkpoints of
  * both formats share chunks. */
 const CHUNKED_FORMAT_VERSION = 2;
-const CHUNK_FORMAT_VERSION = CHUNKED_FORMAT_VERSION;
 const LEGACY_FORMAT_VERSION = 1;
 export const READABLE_FORMAT_VERSIONS: readonly number[] = [
   LEGACY_FORMAT_VERSION,
@@ -156,9 +155,6 @@ export interface GcReport {
 type Loaded =
   { kind: 'v1'; manifest: CheckpointManifest } | { kind: 'chunked'; manifest: ChunkedManifest; fileDigest: string };
 
-/** A lineage's unwrapped data key and the chunk-id key derived from it. */
-type LineageKey = ChunkKey;
-
 /** A SnapshotStore writing format 3 (or 2 on request) and reading formats 1, 2 and 3. */
 export class ChunkedSnapshotStore implements SnapshotStore {
   readonly root: string;
@@ -168,7 +164,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   private readonly gcGraceMs: number;
   private readonly pool: ChunkPool;
   private readonly writeFormat: ChunkedManifest['formatVersion'];
-  private readonly lineageKeys = new Map<string, Promise<LineageKey>>();
+  private readonly lineageKeys = new Map<string, Promise<ChunkKey>>();
   /** Sessions known to be forks, and their lineage. */
   private readonly lineages = new Map<string, string>();
 
@@ -229,7 +225,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       context = this.pool.context({
         tenant: this.tenant,
         lineage,
-        formatVersion: CHUNK_FORMAT_VERSION,
+        formatVersion: CHUNKED_FORMAT_VERSION,
         key,
         known: [...known.keys()],
         ...(this.options.codec !== undefined ? { codec: this.options.codec } : {}),
@@ -488,7 +484,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
    * format 1 (no chunks), or sealed in another mode or under another data key than the new checkpoint (a manifest's
    * chunks share one). Reading every byte instead is slower, never wrong.
    */
-  private reusableChunks(base: ChunkedManifest | null, key: LineageKey | null): Location[] | null {
+  private reusableChunks(base: ChunkedManifest | null, key: ChunkKey | null): Location[] | null {
     if (!base) return null;
     const { mode, dataKeyId } = base.encryption;
     const sameKey = key ? mode === 'aes-256-gcm' && dataKeyId === key.dataKeyId : mode === 'none';
@@ -533,7 +529,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     const context = {
       tenant: this.tenant,
       lineage: manifest.lineage,
-      formatVersion: CHUNK_FORMAT_VERSION,
+      formatVersion: CHUNKED_FORMAT_VERSION,
       key,
       dataKeyId: key?.dataKeyId ?? null,
     };
@@ -778,7 +774,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   private async publishManifest(
     manifest: ChunkedHeader,
     list: { chunks: Location[] } | { table: ChunkTable },
-    key: LineageKey | null,
+    key: ChunkKey | null,
   ): Promise<void> {
     const body =
       manifest.formatVersion >= TABLE_FORMAT_VERSION
@@ -986,17 +982,17 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   }
 
   /** The lineage's data key; only a writer (`create`) makes one: a reader never invents a key. */
-  private lineageKey(lineage: string, create = false): Promise<LineageKey> {
+  private lineageKey(lineage: string, create = false): Promise<ChunkKey> {
     let pending = this.lineageKeys.get(lineage);
     if (!pending) {
-      pending = this.loadOrCreateLineageKey(lineage, create);
+      pending = this.loadOrCreateChunkKey(lineage, create);
       pending.catch(() => this.lineageKeys.delete(lineage));
       this.lineageKeys.set(lineage, pending);
     }
     return pending;
   }
 
-  private async loadOrCreateLineageKey(lineage: string, create: boolean): Promise<LineageKey> {
+  private async loadOrCreateChunkKey(lineage: string, create: boolean): Promise<ChunkKey> {
     const keyring = this.requireKeyring();
     const context = { tenant: this.tenant, lineage };
     const path = join(this.lineageDir(lineage), 'keys', DATA_KEY_FILE);
