@@ -1,4 +1,3 @@
-import type { Readable } from 'node:stream';
 import type { NewCheckpoint } from '../../src/snapshots/snapshot-store';
 
 /** Checkpoint `cp-<sequence>` of a memory-runtime session, taken by hand. */
@@ -13,9 +12,9 @@ export function cp(sequence: number, parentId: string | null = null, sessionId =
   };
 }
 
-/** Every byte of a stream. */
-export async function readAll(stream: Readable): Promise<Buffer> {
+/** Every byte of a stream (or of any iterable of byte pieces). */
+export async function readAll(stream: AsyncIterable<unknown>): Promise<Buffer> {
   const parts: Buffer[] = [];
-  for await (const p of stream) parts.push(p as Buffer);
+  for await (const p of stream) parts.push(Buffer.isBuffer(p) ? p : Buffer.from(p as Uint8Array));
   return Buffer.concat(parts);
 }

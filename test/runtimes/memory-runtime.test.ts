@@ -8,12 +8,6 @@ import { isUnchangedRange, sourceBytes, type UnchangedRange } from '../../src/sn
 import { seeded } from '../helpers/bytes';
 import { cp, readAll } from '../helpers/checkpoints';
 
-async function collect(stream: Readable): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of stream) chunks.push(chunk as Buffer);
-  return Buffer.concat(chunks);
-}
-
 describe('MemoryRuntime', () => {
   let runtime: MemoryRuntime;
   beforeEach(() => {
@@ -39,14 +33,14 @@ describe('MemoryRuntime', () => {
     runtime.write('a', 'one');
     const capture = await runtime.capture('a');
     runtime.write('a', Buffer.from([0, 1, 2]));
-    expect((await collect(capture)).toString()).toBe('one');
+    expect((await readAll(capture)).toString()).toBe('one');
     expect(runtime.read('a')).toEqual(Buffer.from([0, 1, 2]));
-    expect(await collect(await runtime.capture('a'))).toEqual(Buffer.from([0, 1, 2]));
+    expect(await readAll(await runtime.capture('a'))).toEqual(Buffer.from([0, 1, 2]));
   });
 
   test('an instance without initial state starts empty and captures to an empty stream', async () => {
     await runtime.start({ sessionId: 's', instanceId: 'a', spec: { kind: 'memory' } });
-    expect(await collect(await runtime.capture('a'))).toEqual(Buffer.alloc(0));
+    expect(await readAll(await runtime.capture('a'))).toEqual(Buffer.alloc(0));
   });
 
   test('restore rebuilds the state in a new instance', async () => {
@@ -79,7 +73,7 @@ describe('MemoryRuntime', () => {
     expect(await runtime.stop('a')).toEqual(exit);
     expect(runtime.describe('a')?.running).toBe(false);
     expect(() => runtime.write('a', 'y')).toThrow(RuntimeFailedError);
-    expect((await collect(await runtime.capture('a'))).toString()).toBe('x');
+    expect((await readAll(await runtime.capture('a'))).toString()).toBe('x');
   });
 
   test('waitForExit rejects with an AbortError when its signal aborts', async () => {
@@ -226,7 +220,7 @@ describe('MemoryRuntime', () => {
         await store.write(cp(2, 'cp-1'), counted);
         expect((await readAll((await store.open('s1', 'cp-2')).stream)).equals(runtime.read('a'))).toBe(true);
         expect(read).toBeLessThan(512 * 1024);
-        const materialized = Buffer.concat(await collectAll(sourceBytes(await runtime.captureState('a'))));
+        const materialized = await readAll(sourceBytes(await runtime.captureState('a')));
         expect(materialized.equals(runtime.read('a'))).toBe(true);
       } finally {
         fs.rmSync(dir, { recursive: true, force: true });
@@ -234,9 +228,3 @@ describe('MemoryRuntime', () => {
     });
   });
 });
-
-async function collectAll(source: AsyncIterable<Uint8Array>): Promise<Buffer[]> {
-  const out: Buffer[] = [];
-  for await (const p of source) out.push(Buffer.from(p));
-  return out;
-}

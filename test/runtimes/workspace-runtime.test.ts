@@ -10,6 +10,7 @@ import { extract as tarExtract, pack as tarPack } from 'tar-stream';
 import type { WorkspaceRuntimeSpec } from '../../src/domain/schemas';
 import { ArchiveRejectedError, RuntimeFailedError, RuntimeNotFoundError, WorkspaceRuntime } from '../../src/runtimes';
 import { isUnchangedRange, sourceBytes, type StateSource, type UnchangedRange } from '../../src/snapshots/state-source';
+import { readAll } from '../helpers/checkpoints';
 
 /** Counts up from the value in `count` (or 0), replacing the file atomically every 50 ms. */
 const COUNTER = [
@@ -57,12 +58,6 @@ afterAll(async () => {
   await fsp.rm(tmp, { recursive: true, force: true });
 });
 
-async function collect(stream: Readable): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of stream) chunks.push(chunk as Buffer);
-  return Buffer.concat(chunks);
-}
-
 async function untar(archive: Buffer): Promise<Map<string, TarEntry>> {
   const entries = new Map<string, TarEntry>();
   const extract = tarExtract();
@@ -87,12 +82,6 @@ async function tarOf(
   return Buffer.concat(chunks);
 }
 
-async function bytesOf(pieces: AsyncIterable<Uint8Array>): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  for await (const piece of pieces) chunks.push(Buffer.from(piece));
-  return Buffer.concat(chunks);
-}
-
 interface Materialized {
   bytes: Buffer;
   /** Each unchanged range with where it lies in `bytes`. */
@@ -105,7 +94,7 @@ async function materialize(source: StateSource): Promise<Materialized> {
   const ranges: Materialized['ranges'] = [];
   let at = 0;
   for await (const piece of source.pieces) {
-    const bytes = isUnchangedRange(piece) ? await bytesOf(piece.read(0, piece.length)) : Buffer.from(piece);
+    const bytes = isUnchangedRange(piece) ? await readAll(piece.read(0, piece.length)) : Buffer.from(piece);
     if (isUnchangedRange(piece)) {
       expect(bytes.length).toBe(piece.length);
       ranges.push({ at, range: piece });
@@ -155,7 +144,7 @@ async function expectRangesMatchBase(ranges: Materialized['ranges'], baseBytes: 
   for (const { range } of ranges) {
     const claimed = baseBytes.subarray(range.baseOffset, range.baseOffset + range.length);
     expect(claimed.length).toBe(range.length);
-    expectSameBytes(await bytesOf(range.read(0, range.length)), claimed);
+    expectSameBytes(await readAll(range.read(0, range.length)), claimed);
   }
 }
 
@@ -241,7 +230,7 @@ describe('WorkspaceRuntime', () => {
     });
     await waitFor(async () => ((await readCount(first.location)) >= 3 ? true : undefined));
 
-    const archive = await collect(await runtime.capture(first.instanceId));
+    const archive = await readAll(await runtime.capture(first.instanceId));
     const captured = await untar(archive);
     const capturedCount = Number(captured.get('count')!.data.toString().trim());
     expect(capturedCount).toBeGreaterThanOrEqual(3);
@@ -260,7 +249,7 @@ describe('WorkspaceRuntime', () => {
       state: Readable.from([archive]),
     });
     expect(await fsp.readFile(path.join(still.location, 'count'), 'utf8')).toBe(`${capturedCount}\n`);
-    const recaptured = await untar(await collect(await runtime.capture(still.instanceId)));
+    const recaptured = await untar(await readAll(await runtime.capture(still.instanceId)));
     expect([...recaptured.keys()]).toEqual([...captured.keys()]);
     for (const [name, entry] of captured) expect(recaptured.get(name)).toEqual(entry);
 
@@ -288,7 +277,7 @@ describe('WorkspaceRuntime', () => {
 
     let previous = 0;
     for (let i = 0; i < 5; i++) {
-      const entries = await untar(await collect(await runtime.capture(info.instanceId)));
+      const entries = await untar(await readAll(await runtime.capture(info.instanceId)));
       const text = entries.get('count')!.data.toString();
       expect(text).toMatch(/^\d+\n$/);
       expect(Number(text)).toBeGreaterThanOrEqual(previous);
@@ -303,10 +292,10 @@ describe('WorkspaceRuntime', () => {
     expect(await readCount(info.location)).toBe(frozenAt);
     // Two captures at once: the group resumes only when both are done.
     const concurrent = await runtime.capture(info.instanceId);
-    await collect(pending);
+    await readAll(pending);
     await delay(300);
     expect(await readCount(info.location)).toBe(frozenAt);
-    await collect(concurrent);
+    await readAll(concurrent);
     await waitFor(async () => ((await readCount(info.location)) > frozenAt ? true : undefined));
 
     // Destroyed before it was read: resumed all the same.
@@ -329,7 +318,7 @@ describe('WorkspaceRuntime', () => {
     const mtime = new Date('2020-01-02T03:04:05Z');
     await fsp.utimes(path.join(info.location, 'data/x.txt'), mtime, mtime);
 
-    const archive = await collect(await runtime.capture(info.instanceId));
+    const archive = await readAll(await runtime.capture(info.instanceId));
     const entries = await untar(archive);
     expect([...entries.keys()]).toEqual(['bin', 'bin/run.sh', 'bin/x-link', 'data', 'data/x.txt', 'empty']);
     expect(entries.get('bin/x-link')).toMatchObject({ type: 'symlink', linkname: '../data/x.txt' });
@@ -348,7 +337,7 @@ describe('WorkspaceRuntime', () => {
     expect(await fsp.readFile(at('bin/x-link'), 'utf8')).toBe('x');
     expect((await fsp.stat(at('data/x.txt'))).mtime).toEqual(mtime);
     // Capture is deterministic: the same tree gives the same bytes.
-    expect(await collect(await runtime.capture(restored.instanceId))).toEqual(archive);
+    expect(await readAll(await runtime.capture(restored.instanceId))).toEqual(archive);
     // Read-only directories do not keep dispose from removing the workspace.
     await runtime.dispose(info.instanceId);
     await runtime.dispose(restored.instanceId);
@@ -359,7 +348,7 @@ describe('WorkspaceRuntime', () => {
   test('capture fails on a symlink that points outside the workspace, which restore would refuse', async () => {
     const info = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(['sleep', '30']) });
     await fsp.symlink('/etc/hostname', path.join(info.location, 'outside'));
-    await expect(collect(await runtime.capture(info.instanceId))).rejects.toThrow(RuntimeFailedError);
+    await expect(readAll(await runtime.capture(info.instanceId))).rejects.toThrow(RuntimeFailedError);
     // Resumed after the failed capture.
     expect(runtime.describe(info.instanceId)?.running).toBe(true);
   });
@@ -403,7 +392,7 @@ describe('WorkspaceRuntime', () => {
     expect(runtime.describe(info.instanceId)?.running).toBe(false);
     expect(await runtime.stop(info.instanceId)).toEqual(exit);
     // The files are still there to capture.
-    await expect(collect(await runtime.capture(info.instanceId))).resolves.toBeInstanceOf(Buffer);
+    await expect(readAll(await runtime.capture(info.instanceId))).resolves.toBeInstanceOf(Buffer);
   });
 
   test('waitForExit rejects with an AbortError when its signal aborts', async () => {
@@ -564,8 +553,8 @@ describe('WorkspaceRuntime', () => {
 
     const state = await runtime.captureState(info.instanceId);
     expect(state.base).toBeNull();
-    const bytes = await bytesOf(sourceBytes(state));
-    expect(bytes).toEqual(await collect(await runtime.capture(info.instanceId)));
+    const bytes = await readAll(sourceBytes(state));
+    expect(bytes).toEqual(await readAll(await runtime.capture(info.instanceId)));
 
     const restored = await runtime.restore({
       sessionId: SESSION,
@@ -578,7 +567,7 @@ describe('WorkspaceRuntime', () => {
     expect(await fsp.readlink(path.join(restored.location, 'deep/link'))).toBe('../a.txt');
     expect((await fsp.stat(path.join(restored.location, 'a.txt'))).mode & 0o777).toBe(0o600);
     // The same tree: the same bytes, mtimes and modes included.
-    expect(await collect(await runtime.capture(restored.instanceId))).toEqual(bytes);
+    expect(await readAll(await runtime.capture(restored.instanceId))).toEqual(bytes);
     // Restored without a checkpoint id: nothing to name ranges of.
     const next = await runtime.captureState(restored.instanceId);
     expect(next.base).toBeNull();
@@ -599,7 +588,7 @@ describe('WorkspaceRuntime', () => {
     await fsp.utimes(path.join(info.location, 'src'), longAgo, longAgo);
     await settle();
     const first = await runtime.captureState(info.instanceId);
-    const firstBytes = await bytesOf(sourceBytes(first));
+    const firstBytes = await readAll(sourceBytes(first));
     first.stored('cp-1');
 
     await fsp.writeFile(path.join(info.location, 'src/f010.txt'), 'changed, and longer than it was');
@@ -609,7 +598,7 @@ describe('WorkspaceRuntime', () => {
     const second = await runtime.captureState(info.instanceId);
     expect(second.base).toBe('cp-1');
     const { bytes, ranges } = await materialize(second);
-    expectSameBytes(bytes, await collect(await runtime.capture(info.instanceId)));
+    expectSameBytes(bytes, await readAll(await runtime.capture(info.instanceId)));
     await expectRangesMatchBase(ranges, firstBytes);
 
     // Everything but the directory whose entries changed (its mtime did), the changed file and the new one.
@@ -634,9 +623,9 @@ describe('WorkspaceRuntime', () => {
       [7, 7],
     ] as const) {
       const at = longest.baseOffset;
-      expectSameBytes(await bytesOf(longest.read(start, end)), firstBytes.subarray(at + start, at + end));
+      expectSameBytes(await readAll(longest.read(start, end)), firstBytes.subarray(at + start, at + end));
     }
-    await expect(bytesOf(longest.read(0, longest.length + 1))).rejects.toThrow(RangeError);
+    await expect(readAll(longest.read(0, longest.length + 1))).rejects.toThrow(RangeError);
   });
 
   test('a file rewritten with its size and its mtime set back is read again: its ctime changed', async () => {
@@ -649,7 +638,7 @@ describe('WorkspaceRuntime', () => {
     await fsp.utimes(path.join(info.location, 'a.txt'), mtime, mtime);
     await settle();
     const first = await runtime.captureState(info.instanceId);
-    const firstBytes = await bytesOf(sourceBytes(first));
+    const firstBytes = await readAll(sourceBytes(first));
     first.stored('cp-1');
 
     await fsp.writeFile(path.join(info.location, 'a.txt'), 'AAAA');
@@ -676,7 +665,7 @@ describe('WorkspaceRuntime', () => {
     });
     await settle();
     const first = await runtime.captureState(info.instanceId);
-    const firstBytes = await bytesOf(sourceBytes(first));
+    const firstBytes = await readAll(sourceBytes(first));
     first.stored('cp-1');
 
     // Sorted first, so every record of the captures below lies elsewhere than in cp-1.
@@ -684,7 +673,7 @@ describe('WorkspaceRuntime', () => {
     await settle();
     const read = await runtime.captureState(info.instanceId);
     expect(read.base).toBe('cp-1');
-    await bytesOf(sourceBytes(read));
+    await readAll(sourceBytes(read));
     const abandoned = await runtime.captureState(info.instanceId);
     abandoned.close();
     // Storing needs every piece produced: a capture closed early cannot become a base.
@@ -712,7 +701,7 @@ describe('WorkspaceRuntime', () => {
     });
     await settle();
     const first = await runtime.captureState(info.instanceId);
-    await bytesOf(sourceBytes(first));
+    await readAll(sourceBytes(first));
     first.stored('cp-1');
 
     const second = await runtime.captureState(info.instanceId);
@@ -721,9 +710,9 @@ describe('WorkspaceRuntime', () => {
     expect(ranges).toHaveLength(1);
     const [range] = ranges as [UnchangedRange];
     await fsp.writeFile(path.join(info.location, 'b.txt'), 'bb');
-    await expect(bytesOf(range.read(0, range.length))).rejects.toThrow(/b\.txt changed during capture/);
+    await expect(readAll(range.read(0, range.length))).rejects.toThrow(/b\.txt changed during capture/);
     // The parts without content still read: the headers are all the run claims there.
-    await expect(bytesOf(range.read(0, 512))).resolves.toHaveLength(512);
+    await expect(readAll(range.read(0, 512))).resolves.toHaveLength(512);
   });
 
   test('closing a captureState without reading it resumes the process, once per capture', async () => {
@@ -746,7 +735,7 @@ describe('WorkspaceRuntime', () => {
     // Read to the end: resumed as well.
     const read = await runtime.captureState(info.instanceId);
     const readAt = await readCount(info.location);
-    await bytesOf(sourceBytes(read));
+    await readAll(sourceBytes(read));
     await waitFor(async () => ((await readCount(info.location)) > readAt ? true : undefined));
   });
 
@@ -772,7 +761,7 @@ describe('WorkspaceRuntime', () => {
         spec: spec(['sleep', '30'], { files }),
       });
       await prepare?.(info.location);
-      return bytesOf(sourceBytes(await runtime.captureState(info.instanceId)));
+      return readAll(sourceBytes(await runtime.captureState(info.instanceId)));
     }
 
     test('makes the checkpoint the base: the next captureState names what is still as restored as ranges of it', async () => {
@@ -799,7 +788,7 @@ describe('WorkspaceRuntime', () => {
       const next = await runtime.captureState(restored.instanceId);
       expect(next.base).toBe('cp-1');
       const { bytes, ranges } = await materialize(next);
-      expectSameBytes(bytes, await collect(await runtime.capture(restored.instanceId)));
+      expectSameBytes(bytes, await readAll(await runtime.capture(restored.instanceId)));
       await expectRangesMatchBase(ranges, archive);
       // Every record but the changed file and the new one, the pax record of the long name, the subdirectory, its
       // symlink and the trailer included.
@@ -871,7 +860,7 @@ describe('WorkspaceRuntime', () => {
       expect(await fsp.readFile(path.join(restored.location, 'a.txt'), 'utf8')).toBe('a');
       expect(await fsp.readFile(path.join(restored.location, 'b/c.txt'), 'utf8')).toBe('c'.repeat(600));
       // The tree itself is as captured whatever the change: only the index can tell.
-      expectSameBytes(await collect(await runtime.capture(restored.instanceId)), archive);
+      expectSameBytes(await readAll(await runtime.capture(restored.instanceId)), archive);
       const next = await runtime.captureState(restored.instanceId);
       expect(next.base).toBe(base);
       const { ranges } = await materialize(next);

@@ -163,10 +163,20 @@ describe('planChunks: chunking with unchanged ranges', () => {
     await expect(plan([seeded(9, 100), short], base, chunker)).rejects.toThrow(/read 10 bytes/);
   });
 
-  it('yields planned chunks that are either a base chunk number or bytes', async () => {
-    const base = seeded(10, 5_000);
+  it('names each reused chunk by its number in the base, in order, and the rest as bytes', async () => {
+    const base = seeded(10, 50_000);
+    const sizes = [...chunker.split(base)].map((c) => c.length);
+    const reads = { bytes: 0 };
+    const change = seeded(11, 300);
+    const pieces = [range(base, 0, 20_000, reads), change, range(base, 20_300, base.length - 20_300, reads)];
     const planned: PlannedChunk[] = [];
-    for await (const p of planChunks(from([base]), { sizes: [] }, chunker)) planned.push(p);
-    expect(planned.every((p) => 'chunk' in p)).toBe(true);
+    for await (const p of planChunks(from(pieces), { sizes }, chunker)) planned.push(p);
+    const reused = planned.flatMap((p) => ('reuse' in p ? [p.reuse] : []));
+    expect(reused.length).toBeGreaterThan(0);
+    expect(planned.some((p) => 'chunk' in p)).toBe(true);
+    // Numbers of base chunks, each taken once, in the base's order.
+    expect(reused.every((k) => Number.isInteger(k) && k >= 0 && k < sizes.length)).toBe(true);
+    expect([...reused].sort((a, b) => a - b)).toEqual(reused);
+    expect(new Set(reused).size).toBe(reused.length);
   });
 });
