@@ -4,7 +4,6 @@ import { createActivities } from './activities';
 import { loadConfig, type Config } from './config';
 import { MemoryRuntime, WorkspaceRuntime } from './runtimes';
 import { snapshotStoreFromConfig } from './snapshots/store-from-config';
-import { CODECS, isCodecAvailable } from './snapshots/engine/codec';
 import { connectionOptions } from './temporal-connection';
 
 export interface SessionWorkers {
@@ -72,12 +71,10 @@ export async function runWorker(config: Config = loadConfig(), address = config.
       : `snapshots are encrypted (AES-256-GCM); new data keys are wrapped by master key ${encryption.primaryKeyId}`,
   );
   // Every worker of a store must read what any of them writes: one that writes zstd needs all of them to have it.
-  const writesZstd =
-    config.snapshots.codec === 'zstd' || (config.snapshots.codec === 'auto' && isCodecAvailable(CODECS.zstd));
   console.log(
-    writesZstd
+    store.describeCodec() === 'zstd'
       ? 'chunks are compressed with zstd (every worker sharing this store needs the zstd-napi binding)'
-      : `chunks are compressed with Brotli (${config.snapshots.codec === 'brotli' ? 'DS_SNAPSHOT_CODEC=brotli' : 'the optional zstd-napi binding is not installed'})`,
+      : 'chunks are compressed with Brotli (DS_SNAPSHOT_CODEC=brotli, or the optional zstd-napi binding is not installed)',
   );
 
   const connection = await NativeConnection.connect(await connectionOptions(config, address));

@@ -52,6 +52,18 @@ export const NewCheckpointSchema = CheckpointManifestSchema.omit({
   createdAt: true,
 }) satisfies z.ZodType<NewCheckpoint>;
 
+/** Refuses a new checkpoint the store could not read back (bad id, label, sequence…) before anything is written. */
+export function checkNew<T extends { sessionId: string; checkpointId: string }>(
+  schema: z.ZodType<T>,
+  value: unknown,
+): T {
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) {
+    throw new TypeError(`invalid checkpoint: ${z.prettifyError(parsed.error)}`, { cause: parsed.error });
+  }
+  return parsed.data;
+}
+
 const CheckpointAddress = z.object({ sessionId: SessionId, checkpointId: CheckpointId });
 
 /** Read before the full schema, so a manifest from a newer writer is reported as incompatible, not corrupt. */
@@ -95,11 +107,8 @@ export class FsSnapshotStore implements SnapshotStore {
     data: Readable,
     options: StoreProgress,
   ): Promise<CheckpointManifest> {
-    const parsed = NewCheckpointSchema.safeParse(checkpoint);
-    if (!parsed.success) {
-      throw new TypeError(`invalid checkpoint: ${z.prettifyError(parsed.error)}`, { cause: parsed.error });
-    }
-    const { sessionId, checkpointId } = parsed.data;
+    const parsed = checkNew(NewCheckpointSchema, checkpoint);
+    const { sessionId, checkpointId } = parsed;
     const { signal, onProgress } = options;
     signal?.throwIfAborted();
     const paths = this.paths(sessionId, checkpointId);
@@ -123,7 +132,7 @@ export class FsSnapshotStore implements SnapshotStore {
 
     const manifest: CheckpointManifest = {
       formatVersion: FORMAT_VERSION,
-      ...parsed.data,
+      ...parsed,
       size: meter.bytes,
       digest: meter.digest(),
       createdAt: new Date().toISOString(),

@@ -1,6 +1,7 @@
 import { ConfigError, loadConfig } from '../../src/config';
 import { chunkerFor, DEFAULT_CHUNKER } from '../../src/snapshots/engine/chunker';
-import { CODECS } from '../../src/snapshots/engine/codec';
+import { ChunkedSnapshotStore } from '../../src/snapshots/engine/chunked-store';
+import { CODECS, isCodecAvailable, type CodecId } from '../../src/snapshots/engine/codec';
 import { chunkCodecFor } from '../../src/snapshots/store-from-config';
 
 describe('snapshot settings from the environment', () => {
@@ -29,5 +30,9 @@ describe('snapshot settings from the environment', () => {
     expect(chunkCodecFor('brotli', true)).toBe(CODECS.brotli);
     expect(chunkCodecFor('zstd', true)).toBe(CODECS.zstd);
     expect(() => chunkCodecFor('zstd', false)).toThrow(/zstd-napi binding is not installed/);
+    // What a worker says at start is what its store writes.
+    const store = (codec?: CodecId) => new ChunkedSnapshotStore({ rootDir: '/nonexistent', keyring: null, codec });
+    expect(store(chunkCodecFor('brotli')).describeCodec()).toBe('brotli');
+    expect(store().describeCodec()).toBe(isCodecAvailable(CODECS.zstd) ? 'zstd' : 'brotli');
   });
 });

@@ -12,7 +12,7 @@ import {
   SnapshotNotFoundError,
   verificationStatusOf,
 } from '../errors';
-import { CheckpointManifestSchema, FsSnapshotStore, NewCheckpointSchema } from '../fs-snapshot-store';
+import { checkNew, CheckpointManifestSchema, FsSnapshotStore, NewCheckpointSchema } from '../fs-snapshot-store';
 import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from '../snapshot-store';
 import { isStateSource, sourceBytes, type StateSource } from '../state-source';
 import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
@@ -26,7 +26,7 @@ import {
   type SealBatchResult,
   type SealedEntry,
 } from './chunk-work';
-import { CODECS, type CodecId } from './codec';
+import { CODECS, defaultCodec, type CodecId } from './codec';
 import { planChunks, type PlannedChunk } from './incremental';
 import {
   decodeJsonBody,
@@ -182,6 +182,11 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   describeEncryption(): { mode: 'aes-256-gcm' | 'none'; primaryKeyId: string | null } {
     const keyring = this.options.keyring;
     return keyring ? { mode: 'aes-256-gcm', primaryKeyId: keyring.primaryKeyId } : { mode: 'none', primaryKeyId: null };
+  }
+
+  /** The codec new chunks are compressed with (what the worker says at start). */
+  describeCodec(): 'zstd' | 'brotli' {
+    return (this.options.codec ?? defaultCodec()) === CODECS.zstd ? 'zstd' : 'brotli';
   }
 
   async write(
@@ -1313,15 +1318,6 @@ function toPublic(m: ChunkedHeader): CheckpointManifest {
     trigger: m.trigger,
     encryption: m.encryption.mode,
   };
-}
-
-/** Refuses a new checkpoint the store could not read back (bad id, label, sequence…) before anything is written. */
-function checkNew<T extends { sessionId: string; checkpointId: string }>(schema: z.ZodType<T>, value: unknown): T {
-  const parsed = schema.safeParse(value);
-  if (!parsed.success) {
-    throw new TypeError(`invalid checkpoint: ${z.prettifyError(parsed.error)}`, { cause: parsed.error });
-  }
-  return parsed.data;
 }
 
 function checkIds(sessionId: string, checkpointId: string): { sessionId: string; checkpointId: string } {
