@@ -632,11 +632,15 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       else if (n.endsWith(MANIFEST_SUFFIX)) ids.add(n.slice(0, -MANIFEST_SUFFIX.length));
     }
     const results: VerifyResult[] = [];
-    for (const checkpointId of ids) {
+    // File digests of the manifests loaded so far: a parent verified before its child is not read again for the
+    // child's link (ids sort by sequence as the workflow names them, so parents usually come first).
+    const digests = new Map<string, string>();
+    for (const checkpointId of [...ids].sort()) {
       let sequence: number | null = null;
       let formatVersion: number | null = null;
       try {
         const loaded = await this.loadManifest(sessionId, checkpointId);
+        if (loaded.kind === 'chunked') digests.set(checkpointId, loaded.fileDigest);
         sequence = loaded.manifest.sequence;
         formatVersion = loaded.manifest.formatVersion;
         const link =
@@ -645,7 +649,9 @@ export class ChunkedSnapshotStore implements SnapshotStore {
               (loaded.manifest.parentId ? { sessionId, checkpointId: loaded.manifest.parentId } : null))
             : null;
         if (loaded.kind === 'chunked' && link && loaded.manifest.parentManifestDigest) {
-          const parent = await this.manifestFileDigest(link.sessionId, link.checkpointId);
+          const parent =
+            (link.sessionId === sessionId ? digests.get(link.checkpointId) : undefined) ??
+            (await this.manifestFileDigest(link.sessionId, link.checkpointId));
           if (parent !== null && parent !== loaded.manifest.parentManifestDigest) {
             throw new SnapshotTamperedError(
               `checkpoint ${checkpointId}: its parent ${link.checkpointId} is not the manifest it was written after`,
