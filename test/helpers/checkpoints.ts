@@ -1,3 +1,5 @@
+import * as fs from 'node:fs';
+import path from 'node:path';
 import type { NewCheckpoint } from '../../src/snapshots/snapshot-store';
 
 /** Checkpoint `cp-<sequence>` of a memory-runtime session, taken by hand. */
@@ -17,4 +19,14 @@ export async function readAll(stream: AsyncIterable<unknown>): Promise<Buffer> {
   const parts: Buffer[] = [];
   for await (const p of stream) parts.push(Buffer.isBuffer(p) ? p : Buffer.from(p as Uint8Array));
   return Buffer.concat(parts);
+}
+
+/** Bytes of the `.pack` files under `root` (a store, a lineage or its packs folder): what checkpoints cost on disk. */
+export function packBytes(root: string): number {
+  if (!fs.existsSync(root)) return 0;
+  let total = 0;
+  for (const e of fs.readdirSync(root, { withFileTypes: true, recursive: true })) {
+    if (e.isFile() && e.name.endsWith('.pack')) total += fs.statSync(path.join(e.parentPath, e.name)).size;
+  }
+  return total;
 }

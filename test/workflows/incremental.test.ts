@@ -1,6 +1,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { packBytes } from '../helpers/checkpoints';
 import { runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
 /**
@@ -33,12 +34,6 @@ function expectSameTree(actual: Map<string, Buffer>, expected: Map<string, Buffe
   for (const [name, bytes] of expected) expect(actual.get(name)!.equals(bytes)).toBe(true);
 }
 
-/** Bytes of packs in the session's store directory: what checkpoints cost on disk. */
-function packBytes(sessionId: string): number {
-  const dir = path.join(sys.store.root, sessionId, 'packs');
-  return fs.existsSync(dir) ? fs.readdirSync(dir).reduce((n, f) => n + fs.statSync(path.join(dir, f)).size, 0) : 0;
-}
-
 test('a checkpoint after a few files changed stores about those files, and each checkpoint restores its own tree', async () => {
   const sessionId = `incremental-${crypto.randomUUID().slice(0, 8)}`;
   const session = await sys.sessions.start({ sessionId, runtime: { kind: 'workspace', command: SLEEPER } });
@@ -50,7 +45,7 @@ test('a checkpoint after a few files changed stores about those files, and each 
   await new Promise((resolve) => setTimeout(resolve, 50));
   const first = tree(dir);
   const cp1 = await session.checkpoint();
-  const afterFirst = packBytes(sessionId);
+  const afterFirst = packBytes(path.join(sys.store.root, sessionId));
   expect(afterFirst).toBeGreaterThan(40 * FILE_BYTES);
 
   fs.writeFileSync(path.join(dir, 'data', 'f7.bin'), crypto.randomBytes(FILE_BYTES));
@@ -60,7 +55,7 @@ test('a checkpoint after a few files changed stores about those files, and each 
   const cp2 = await session.checkpoint();
   expect(cp2.size).toBeGreaterThan(39 * FILE_BYTES);
   // One file's worth of new chunks (and a chunk or two around it), not the 10 MiB of the tree.
-  expect(packBytes(sessionId) - afterFirst).toBeLessThan(4 * FILE_BYTES);
+  expect(packBytes(path.join(sys.store.root, sessionId)) - afterFirst).toBeLessThan(4 * FILE_BYTES);
 
   await session.pause();
   const resumed = await session.resume({ checkpointId: cp2.checkpointId });

@@ -16,6 +16,7 @@ import { ChunkedSnapshotStore } from '../../../src/snapshots/engine/chunked-stor
 import { SnapshotTamperedError } from '../../../src/snapshots/engine/crypto';
 import { Keyring } from '../../../src/snapshots/engine/keyring';
 import { seeded } from '../../helpers/bytes';
+import { cp, packBytes, readAll } from '../../helpers/checkpoints';
 
 // The pool runs the per-chunk work on real worker threads; these tests compare it with the same work done inline.
 
@@ -28,11 +29,6 @@ function batchOf(...chunks: Buffer[]): { data: Buffer; sizes: number[] } {
   let at = 0;
   for (const c of chunks) at += c.copy(data, at);
   return { data, sizes: chunks.map((c) => c.length) };
-}
-
-/** Bytes of the packs in `dir`: what checkpoints really cost on disk. */
-function packBytes(dir: string): number {
-  return fs.readdirSync(dir).reduce((n, name) => n + fs.statSync(path.join(dir, name)).size, 0);
 }
 
 function located(result: SealBatchResult): Buffer {
@@ -142,22 +138,6 @@ test('a pool size outside 0..64 is refused', () => {
   expect(() => new ChunkPool(65)).toThrow(RangeError);
 });
 
-/** Checkpoint `sequence` of session s1. */
-const meta = (sequence: number, parentId: string | null = null) => ({
-  checkpointId: `cp-${sequence}`,
-  sessionId: 's1',
-  sequence,
-  parentId,
-  runtime: { kind: 'memory', version: '1' },
-  trigger: 'manual' as const,
-});
-
-async function readAll(store: ChunkedSnapshotStore, checkpointId: string): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  for await (const p of (await store.open('s1', checkpointId)).stream) parts.push(p as Buffer);
-  return Buffer.concat(parts);
-}
-
 describe('stores on pools of different sizes', () => {
   let dir: string;
   beforeEach(() => {
@@ -173,17 +153,17 @@ describe('stores on pools of different sizes', () => {
     const threaded = new ChunkedSnapshotStore({ rootDir: dir, keyring, pool: pool(3) });
     // 6 MiB: several batches in flight on every thread at once.
     const state = Buffer.concat([seeded(9, 3 * 1024 * KiB), Buffer.from('log line\n'.repeat(350_000))]);
-    const one = await threaded.write(meta(1), Readable.from([state]));
+    const one = await threaded.write(cp(1), Readable.from([state]));
     const firstBytes = packBytes(path.join(dir, 's1', 'packs'));
     const changed = Buffer.from(state);
     changed[1_000_000] = changed[1_000_000]! ^ 0xff;
-    const two = await inline.write(meta(2, 'cp-1'), Readable.from([changed]));
+    const two = await inline.write(cp(2, 'cp-1'), Readable.from([changed]));
     // The second checkpoint (inline) reused every chunk but the changed one from the first (threaded): it wrote
     // one chunk (at most 256 KiB, incompressible here) and its seal, not a second copy of the state.
     expect(packBytes(path.join(dir, 's1', 'packs')) - firstBytes).toBeLessThan(300 * KiB);
     for (const s of [inline, threaded]) {
-      expect((await readAll(s, 'cp-1')).equals(state)).toBe(true);
-      expect((await readAll(s, 'cp-2')).equals(changed)).toBe(true);
+      expect((await readAll((await s.open('s1', 'cp-1')).stream)).equals(state)).toBe(true);
+      expect((await readAll((await s.open('s1', 'cp-2')).stream)).equals(changed)).toBe(true);
     }
     expect(one.digest).not.toBe(two.digest);
     const list = await threaded.verifyLineage('s1');
@@ -197,15 +177,15 @@ describe('stores on pools of different sizes', () => {
     for (const keyring of [new Keyring([{ id: 'k1', key: randomBytes(32) }]), null]) {
       const root = fs.mkdtempSync(path.join(dir, 'store-'));
       const s = new ChunkedSnapshotStore({ rootDir: root, keyring, pool: pool(2) });
-      await s.write(meta(1), Readable.from([state]));
-      expect((await readAll(s, 'cp-1')).equals(state)).toBe(true);
+      await s.write(cp(1), Readable.from([state]));
+      expect((await readAll((await s.open('s1', 'cp-1')).stream)).equals(state)).toBe(true);
     }
   });
 
   test('a tampered chunk is SnapshotTampered naming the checkpoint', async () => {
     const keyring = new Keyring([{ id: 'k1', key: randomBytes(32) }]);
     const s = new ChunkedSnapshotStore({ rootDir: dir, keyring, pool: pool(2) });
-    await s.write(meta(1), Readable.from([seeded(10, 2 * 1024 * KiB)]));
+    await s.write(cp(1), Readable.from([seeded(10, 2 * 1024 * KiB)]));
     const packs = path.join(dir, 's1', 'packs');
     const pack = path.join(packs, fs.readdirSync(packs)[0]!);
     const bytes = fs.readFileSync(pack);

@@ -19,7 +19,7 @@ import {
 } from '../../../src/snapshots/engine/manifest-codec';
 import { FsSnapshotStore } from '../../../src/snapshots/fs-snapshot-store';
 import { seeded } from '../../helpers/bytes';
-import { cp, readAll } from '../../helpers/checkpoints';
+import { cp, packBytes, readAll } from '../../helpers/checkpoints';
 import type { NewCheckpoint } from '../../../src/snapshots/snapshot-store';
 
 let dir: string;
@@ -39,20 +39,6 @@ function store(options: Partial<ConstructorParameters<typeof ChunkedSnapshotStor
 }
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
-
-/** Bytes under the store's packs folders: what a checkpoint really cost on disk. */
-function packBytes(): number {
-  let total = 0;
-  const walk = (d: string) => {
-    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
-      const p = path.join(d, e.name);
-      if (e.isDirectory()) walk(p);
-      else if (e.name.endsWith('.pack')) total += fs.statSync(p).size;
-    }
-  };
-  walk(dir);
-  return total;
-}
 
 function packFiles(): string[] {
   return fs.readdirSync(path.join(dir, 's1', 'packs')).map((n) => path.join(dir, 's1', 'packs', n));
@@ -97,7 +83,7 @@ test('a checkpoint after changing 1% in scattered places writes at most 3% of th
   // Seeded bytes, so the scenario (and the chunk boundaries) are the same on every run.
   const state = seeded(1, 32 * 1024 * 1024);
   await s.write(cp(1), Readable.from([state]));
-  const before = packBytes();
+  const before = packBytes(dir);
   const changed = Buffer.from(state);
   // 1% of the bytes in 4 places (one per 8 MiB): each place costs its own bytes plus one or two chunks around it.
   // Denser changes cost more (bench/engine.ts reports one place per 4 MiB).
@@ -107,7 +93,7 @@ test('a checkpoint after changing 1% in scattered places writes at most 3% of th
     seeded(100 + i, span).copy(changed, Math.floor(((i + 0.5) / places) * changed.length));
   }
   await s.write(cp(2, 'cp-1'), Readable.from([changed]));
-  const written = packBytes() - before;
+  const written = packBytes(dir) - before;
   expect(written / state.length).toBeLessThanOrEqual(0.03);
   expect(sha(await readAll((await s.open('s1', 'cp-2')).stream))).toBe(sha(changed));
   expect(sha(await readAll((await s.open('s1', 'cp-1')).stream))).toBe(sha(state));
@@ -117,9 +103,9 @@ test('the same state again writes no chunk', async () => {
   const s = store();
   const state = randomBytes(4 * 1024 * 1024);
   await s.write(cp(1), Readable.from([state]));
-  const before = packBytes();
+  const before = packBytes(dir);
   await s.write(cp(2, 'cp-1'), Readable.from([state]));
-  expect(packBytes()).toBe(before);
+  expect(packBytes(dir)).toBe(before);
 });
 
 describe('tampering and wrong keys: typed errors and nothing restored', () => {
@@ -205,9 +191,9 @@ describe('branch: a rewind point over an older checkpoint', () => {
     const first = seeded(11, 2_000_000);
     await s.write(cp(1), Readable.from([first]));
     await s.write(cp(2, 'cp-1'), Readable.from([seeded(12, 2_000_000)]));
-    const before = packBytes();
+    const before = packBytes(dir);
     const branched = await s.branch('cp-1', { ...cp(3, 'cp-2'), label: 'back to one' });
-    expect(packBytes()).toBe(before);
+    expect(packBytes(dir)).toBe(before);
     expect(branched).toMatchObject({ checkpointId: 'cp-3', sequence: 3, parentId: 'cp-2', size: first.length });
     expect(branched.label).toBe('back to one');
     expect(branched.digest).toBe((await s.readManifest('s1', 'cp-1')).digest);
@@ -215,7 +201,7 @@ describe('branch: a rewind point over an older checkpoint', () => {
     expect((await s.verifyLineage('s1')).map((r) => r.status)).toEqual(['ok', 'ok', 'ok']);
     // The next checkpoint after a rewind deduplicates against it like against any parent.
     await s.write(cp(4, 'cp-3'), Readable.from([first]));
-    expect(packBytes()).toBe(before);
+    expect(packBytes(dir)).toBe(before);
   });
 
   test('the branch keeps its chunks when the source is deleted and collected', async () => {
@@ -253,9 +239,9 @@ describe('fork: a new session over a checkpoint of another, in the same lineage'
     const s = store();
     const state = seeded(21, 3_000_000);
     await s.write(cp(1), Readable.from([state]));
-    const before = packBytes();
+    const before = packBytes(dir);
     const fork = await forkOf(s, 'experiment');
-    expect(packBytes()).toBe(before);
+    expect(packBytes(dir)).toBe(before);
     expect(fork).toMatchObject({
       sessionId: 's2',
       checkpointId: 'f-1',
@@ -271,7 +257,7 @@ describe('fork: a new session over a checkpoint of another, in the same lineage'
     const changed = Buffer.from(state);
     changed[1_500_000] = changed[1_500_000]! ^ 0xff;
     await s.write({ ...cp(2, 'f-1', 's2') }, Readable.from([changed]));
-    expect(packBytes() - before).toBeLessThan(state.length * 0.2);
+    expect(packBytes(dir) - before).toBeLessThan(state.length * 0.2);
     expect(sha(await readAll((await s.open('s2', 'cp-2')).stream))).toBe(sha(changed));
     expect((await s.verifyLineage('s2')).map((r) => r.status)).toEqual(['ok', 'ok']);
     expect((await s.list('s2')).map((m) => m.checkpointId)).toEqual(['f-1', 'cp-2']);
@@ -518,10 +504,10 @@ describe('the manifest format written', () => {
     expect(await v2.write(cp(1), Readable.from([state]))).toMatchObject({ formatVersion: 2 });
     const v3 = store();
     expect(sha(await readAll((await v3.open('s1', 'cp-1')).stream))).toBe(sha(state));
-    const before = packBytes();
+    const before = packBytes(dir);
     // The same state again, as format 3 over a format-2 parent: every chunk is the parent's.
     expect(await v3.write(cp(2, 'cp-1'), Readable.from([state]))).toMatchObject({ formatVersion: 3 });
-    expect(packBytes()).toBe(before);
+    expect(packBytes(dir)).toBe(before);
     // A rewind written as format 2 over a format-3 checkpoint.
     expect(await v2.branch('cp-2', { ...cp(3, 'cp-2') })).toMatchObject({ formatVersion: 2 });
     expect((await v3.verifyLineage('s1')).map((r) => [r.formatVersion, r.status])).toEqual([

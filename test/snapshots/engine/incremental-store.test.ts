@@ -9,7 +9,7 @@ import { Keyring } from '../../../src/snapshots/engine/keyring';
 import { FsSnapshotStore } from '../../../src/snapshots/fs-snapshot-store';
 import type { StateSource, UnchangedRange } from '../../../src/snapshots/state-source';
 import { seeded } from '../../helpers/bytes';
-import { cp, readAll } from '../../helpers/checkpoints';
+import { cp, packBytes, readAll } from '../../helpers/checkpoints';
 
 let dir: string;
 beforeEach(() => {
@@ -21,14 +21,6 @@ afterEach(() => {
 
 const MiB = 1024 * 1024;
 const keyring = new Keyring([{ id: 'k1', key: randomBytes(32) }]);
-
-function packBytes(): number {
-  let total = 0;
-  for (const e of fs.readdirSync(dir, { withFileTypes: true, recursive: true })) {
-    if (e.isFile() && e.name.endsWith('.pack')) total += fs.statSync(path.join(e.parentPath, e.name)).size;
-  }
-  return total;
-}
 
 /**
  * `state` with `changes` (offset → new bytes, same length) told the way a runtime that tracks its writes tells it:
@@ -81,10 +73,10 @@ describe('writing a state source: unchanged ranges reuse the base checkpoint', (
     ['plaintext', null],
   ])('%s: restores the new bytes, cut as a full read would, reading only around the changes', async (_, ring) => {
     const { s, second } = await setup({ keyring: ring });
-    const before = packBytes();
+    const before = packBytes(dir);
     const { stateSource, counters } = source('cp-1', second, changes);
     const manifest = await s.write(cp(2, 'cp-1'), stateSource);
-    const written = packBytes() - before;
+    const written = packBytes(dir) - before;
     expect((await readAll((await s.open('s1', 'cp-2')).stream)).equals(second)).toBe(true);
     expect(manifest.size).toBe(size);
     // The same bytes written in full give the same chunk list (the digest commits to it).
