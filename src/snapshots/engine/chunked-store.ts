@@ -520,15 +520,13 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     const { manifest } = loaded;
     const key = manifest.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(manifest.lineage) : null;
     const packsDir = join(this.lineageDir(manifest.lineage), 'packs');
-    for (const packId of new Set(manifest.chunks.map((c) => c[2]))) {
-      if (!(await exists(join(packsDir, `${packId}.pack`)))) {
-        throw new SnapshotNotFoundError(
-          `checkpoint ${checkpointId} of session ${sessionId} is missing pack ${packId}`,
-          sessionId,
-          checkpointId,
-        );
-      }
-    }
+    await this.requirePacks(
+      manifest.lineage,
+      manifest.chunks.map((c) => c[2]),
+      sessionId,
+      checkpointId,
+      false,
+    );
     const reader = new PackReader(packsDir);
     const pool = this.pool;
     const context = {
@@ -1078,19 +1076,33 @@ export class ChunkedSnapshotStore implements SnapshotStore {
    * For a new manifest over an existing one's chunks: every pack must be there, and is touched, like the packs a
    * write reuses, so that a concurrent gc keeps it.
    */
-  private async holdPacks(
+  private holdPacks(
     lineage: string,
     packIds: Iterable<string>,
     sessionId: string,
     checkpointId: string,
   ): Promise<void> {
+    return this.requirePacks(lineage, packIds, sessionId, checkpointId, true);
+  }
+
+  /** Every pack named must exist (else SnapshotNotFound); with `touch`, each is touched too (see holdPacks). */
+  private async requirePacks(
+    lineage: string,
+    packIds: Iterable<string>,
+    sessionId: string,
+    checkpointId: string,
+    touch: boolean,
+  ): Promise<void> {
     const packsDir = join(this.lineageDir(lineage), 'packs');
     for (const packId of new Set(packIds)) {
+      const path = join(packsDir, `${packId}.pack`);
       const now = new Date();
-      const present = await fs.utimes(join(packsDir, `${packId}.pack`), now, now).then(
-        () => true,
-        () => false,
-      );
+      const present = touch
+        ? await fs.utimes(path, now, now).then(
+            () => true,
+            () => false,
+          )
+        : await exists(path);
       if (!present) {
         throw new SnapshotNotFoundError(
           `checkpoint ${checkpointId} of session ${sessionId} is missing pack ${packId}`,
