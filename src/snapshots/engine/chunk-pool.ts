@@ -87,9 +87,22 @@ export class ChunkPool {
     context.known = null;
   }
 
-  /** Seals the chunks of `data` cut at `sizes`. `data` is moved to the thread: do not use it afterwards. */
-  async seal(context: PoolContext, data: Buffer, sizes: number[]): Promise<SealBatchResult> {
-    if (this.size === 0) return sealBatch(context.value, (context.known ??= new Set(context.value.known)), data, sizes);
+  /**
+   * Seals the chunks of `data` cut at `sizes`, into `spare` when it is large enough. `data` and `spare` are moved to
+   * the thread: do not use them afterwards; `data` comes back with the result, for the next batch.
+   */
+  async seal(
+    context: PoolContext,
+    data: Buffer,
+    sizes: number[],
+    spare: Buffer | null = null,
+  ): Promise<SealBatchResult & { data: Buffer }> {
+    if (this.size === 0) {
+      return {
+        ...sealBatch(context.value, (context.known ??= new Set(context.value.known)), data, sizes, spare),
+        data,
+      };
+    }
     const reply = await this.run(context, (job, wire) => ({
       type: 'seal',
       job,
@@ -97,9 +110,10 @@ export class ChunkPool {
       ...(wire ? { context: wire } : {}),
       data,
       sizes,
+      ...(spare ? { spare } : {}),
     }));
     if (reply.type !== 'seal') throw new Error(`chunk worker answered ${reply.type} to a seal`);
-    return { objects: reply.result.objects.map(toBuffer), entries: reply.result.entries };
+    return { sealed: toBuffer(reply.result.sealed), entries: reply.result.entries, data: toBuffer(reply.data) };
   }
 
   /**

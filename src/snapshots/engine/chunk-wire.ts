@@ -16,12 +16,21 @@ export interface WireContext {
 }
 
 export type PoolRequest =
-  | { type: 'seal'; job: number; contextId: number; context?: WireContext; data: Uint8Array; sizes: number[] }
+  | {
+      type: 'seal';
+      job: number;
+      contextId: number;
+      context?: WireContext;
+      data: Uint8Array;
+      sizes: number[];
+      /** A buffer the thread may seal into (an earlier batch's output, written out since). */
+      spare?: Uint8Array;
+    }
   | { type: 'decode'; job: number; bodies: OpenedBody[]; checkIds: boolean }
   | { type: 'release'; contextId: number };
 
 export type PoolReply =
-  | { job: number; type: 'seal'; result: SealBatchResult }
+  | { job: number; type: 'seal'; result: SealBatchResult; data: Uint8Array }
   | { job: number; type: 'decode'; result: OpenBatchResult }
   | { job: number; type: 'error'; message: string };
 
@@ -59,10 +68,16 @@ function ownsBuffer(bytes: Uint8Array): boolean {
 /** What to transfer with a message: the large byte arrays it carries that own their memory. */
 export function transferList(message: PoolRequest | PoolReply): ArrayBuffer[] {
   const bytes: Uint8Array[] = [];
+  const buffers: ArrayBuffer[] = [];
   if ('data' in message) bytes.push(message.data);
-  if (message.type === 'seal' && 'result' in message) bytes.push(...message.result.objects);
+  if (message.type === 'seal' && 'spare' in message && message.spare) bytes.push(message.spare);
+  // A seal's output is a view of the start of a buffer its batch owns whole (the unused end goes along, to be reused).
+  if (message.type === 'seal' && 'result' in message && message.result.sealed.byteOffset === 0) {
+    const { buffer } = message.result.sealed;
+    if (buffer.byteLength > 0 && !(buffer instanceof SharedArrayBuffer)) buffers.push(buffer);
+  }
   if (message.type === 'decode' && 'bodies' in message) bytes.push(...message.bodies.map((b) => b.body));
   if (message.type === 'decode' && 'result' in message && message.result.ok) bytes.push(...message.result.chunks);
   // A buffer listed twice cannot be transferred (a body returned undecoded is its own chunk): once each.
-  return [...new Set(bytes.filter(ownsBuffer).map((b) => b.buffer as ArrayBuffer))];
+  return [...new Set([...buffers, ...bytes.filter(ownsBuffer).map((b) => b.buffer as ArrayBuffer)])];
 }

@@ -9,7 +9,14 @@
  */
 import { createHash, createHmac } from 'node:crypto';
 import { ChunkCodecError, compressChunk, decompressChunk, type CodecId } from './codec';
-import { openObject, sealObject, sealPlaintextObject, SnapshotTamperedError, type CryptoFailureReason } from './crypto';
+import {
+  openObject,
+  sealedLength,
+  sealObjectInto,
+  sealPlaintextObjectInto,
+  SnapshotTamperedError,
+  type CryptoFailureReason,
+} from './crypto';
 
 /** The lineage key material a batch needs. */
 export interface ChunkKey {
@@ -40,8 +47,11 @@ export type SealedEntry =
   { id: string; size: number; known: true } | { id: string; size: number; at: number; length: number };
 
 export interface SealBatchResult {
-  /** The sealed objects of the new chunks, in order; written back to back, `at`/`length` of each entry locate it. */
-  objects: Buffer[];
+  /**
+   * The sealed objects of the new chunks, back to back (`at`/`length` of each entry locate it): a view of one buffer,
+   * the caller's afterwards (it may come back as the `spare` of a later batch).
+   */
+  sealed: Buffer;
   entries: SealedEntry[];
 }
 
@@ -50,21 +60,33 @@ export function chunkId(chunk: Buffer, key: ChunkKey | null): string {
   return (key ? createHmac('sha256', key.chunkIdKey) : createHash('sha256')).update(chunk).digest('hex');
 }
 
+/** Output buffers are allocated in steps of this size, so that one fits most batches and can be reused. */
+const OUTPUT_STEP = 256 * 1024;
+
 /**
- * Ids, compresses and seals the chunks of `data` (cut at `sizes`). Chunks whose id is in `known` are skipped, and
- * every id sealed here is added to it, so a chunk repeated within a write is sealed once per known-set.
+ * Ids, compresses and seals the chunks of `data` (cut at `sizes`) into one buffer: `spare` when it is large enough
+ * (the output of an earlier batch, written out since), else a new one. Chunks whose id is in `known` are skipped,
+ * and every id sealed here is added to it, so a chunk repeated within a write is sealed once per known-set.
  */
 export function sealBatch(
   context: ChunkContext & { codec?: CodecId },
   known: Set<string>,
   data: Buffer,
   sizes: readonly number[],
+  spare: Buffer | null = null,
 ): SealBatchResult {
-  const sealed: Buffer[] = [];
   const entries: SealedEntry[] = [];
+  const header = {
+    kind: 'chunk' as const,
+    tenant: context.tenant,
+    lineage: context.lineage,
+    formatVersion: context.formatVersion,
+  };
+  let out: Buffer | null = null;
   let offset = 0;
-  let segmentLength = 0;
-  for (const size of sizes) {
+  let length = 0;
+  for (let i = 0; i < sizes.length; i++) {
+    const size = sizes[i]!;
     const chunk = data.subarray(offset, offset + size);
     offset += size;
     const id = chunkId(chunk, context.key);
@@ -73,24 +95,34 @@ export function sealBatch(
       continue;
     }
     known.add(id);
-    const { codec, data: body } = compressChunk(chunk, context.codec !== undefined ? { codec: context.codec } : {});
-    const header = {
-      kind: 'chunk' as const,
-      tenant: context.tenant,
-      lineage: context.lineage,
-      objectId: id,
-      formatVersion: context.formatVersion,
-      codec,
-    };
-    const object = context.key
-      ? sealObject(body, context.key.key, { ...header, dataKeyId: context.key.dataKeyId })
-      : sealPlaintextObject(body, header);
-    entries.push({ id, size, at: segmentLength, length: object.length });
-    sealed.push(object);
-    segmentLength += object.length;
+    if (!out) {
+      // Room for every chunk from here on stored as is (a compressed body is never larger): ids are all 64 hex
+      // digits, so every object of the batch has the same envelope around its body.
+      const overhead = sealedLength(
+        { ...header, objectId: id, codec: 0, ...(context.key ? { dataKeyId: context.key.dataKeyId } : {}) },
+        0,
+      );
+      const room = data.length - (offset - size) + (sizes.length - i) * overhead;
+      out = spare && spare.length >= room ? spare : Buffer.allocUnsafeSlow(Math.ceil(room / OUTPUT_STEP) * OUTPUT_STEP);
+    }
+    const options = { transient: true, ...(context.codec !== undefined ? { codec: context.codec } : {}) };
+    const { codec, data: body } = compressChunk(chunk, options);
+    const written = context.key
+      ? sealObjectInto(
+          body,
+          context.key.key,
+          { ...header, objectId: id, codec, dataKeyId: context.key.dataKeyId },
+          out,
+          length,
+        )
+      : sealPlaintextObjectInto(body, { ...header, objectId: id, codec }, out, length);
+    entries.push({ id, size, at: length, length: written });
+    length += written;
   }
-  return { objects: sealed, entries };
+  return { sealed: (out ?? EMPTY).subarray(0, length), entries };
 }
+
+const EMPTY = Buffer.alloc(0);
 
 /** Where a chunk to open is in a read batch, and what it must turn out to be. */
 export interface OpenEntry {

@@ -41,11 +41,10 @@ port.on('message', (request: PoolRequest) => {
       reply = { job: request.job, type: 'decode', result: decodeBodies(bodies, request.checkIds) };
     } else {
       const { context, known } = contextFor(request.contextId, request.context);
-      reply = {
-        job: request.job,
-        type: 'seal',
-        result: sealBatch(context, known, toBuffer(request.data), request.sizes),
-      };
+      const spare = request.spare ? toBuffer(request.spare) : null;
+      const result = sealBatch(context, known, toBuffer(request.data), request.sizes, spare);
+      // The input goes back, for the caller's next batch.
+      reply = { job: request.job, type: 'seal', result, data: request.data };
     }
   } catch (err) {
     reply = { job: request.job, type: 'error', message: err instanceof Error ? err.message : String(err) };

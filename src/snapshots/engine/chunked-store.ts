@@ -21,6 +21,7 @@ import {
   decodeBodies,
   openBodies,
   type ChunkKey,
+  type OpenBatchResult,
   type OpenEntry,
   type OpenFailure,
   type SealBatchResult,
@@ -87,10 +88,13 @@ const BATCH_BYTES = 1024 * 1024;
 const REUSED_BATCH_BYTES = 64 * 1024 * 1024;
 /** Read batches in flight ahead of a restore's consumer. */
 const READ_AHEAD_BATCHES = 4;
+/** Restore: batches waiting for decompression on each pool thread before this thread decompresses one itself. */
+const DECODE_QUEUE = 2;
 const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
 const STALE_PIN_MS = 24 * 60 * 60_000;
 
 class LineageSkipped extends Error {}
+const EMPTY = Buffer.alloc(0);
 
 /** A chunked manifest without its chunk list (decoded and checked by manifest-codec.ts). */
 const ChunkedManifestHeader = CheckpointManifestSchema.extend({
@@ -243,8 +247,22 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       let size = 0;
       // Chunks are copied into batches of about BATCH_BYTES; each batch is id'd, compressed and sealed on a pool
       // thread while this one goes on reading and chunking. Results are taken in order, so the manifest is too.
+      // Batch buffers are reused: a batch's input comes back with its result, and its output once it is written.
+      const inputs: Buffer[] = [];
+      const outputs: Buffer[] = [];
       const consume = async (result: SealBatchResult): Promise<void> => {
-        const [packId, at] = result.objects.length > 0 ? await packWriter.append(result.objects) : ['', 0];
+        let packId = '';
+        let at = 0;
+        if (result.sealed.length > 0) {
+          const { sealed } = result;
+          let written: Promise<void>;
+          [packId, at, written] = await packWriter.append([sealed]);
+          void written.then(
+            () =>
+              outputs.length <= pool.window && outputs.push(Buffer.from(sealed.buffer, 0, sealed.buffer.byteLength)),
+            () => undefined, // the write's failure reaches the caller through the pack writer
+          );
+        }
         for (const entry of result.entries) {
           let location = known.get(entry.id);
           if ('known' in entry) {
@@ -275,12 +293,15 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         const batchOrder = order;
         const sealed =
           sizes.length === 0
-            ? Promise.resolve<SealBatchResult>({ objects: [], entries: [] })
-            : pool.seal(sealing, buffer!, sizes);
-        const merged = sealed.then((result) => ({
-          objects: result.objects,
-          entries: batchOrder.map((item) => (typeof item === 'number' ? result.entries[item]! : item)),
-        }));
+            ? Promise.resolve<SealBatchResult & { data: Buffer | null }>({ sealed: EMPTY, entries: [], data: null })
+            : pool.seal(sealing, buffer!, sizes, outputs.pop() ?? null);
+        const merged = sealed.then((result) => {
+          if (result.data && inputs.length <= pool.window) inputs.push(result.data);
+          return {
+            sealed: result.sealed,
+            entries: batchOrder.map((item) => (typeof item === 'number' ? result.entries[item]! : item)),
+          };
+        });
         merged.catch(() => undefined); // awaited in order below; a failure must not count as unhandled meanwhile
         inflight.push(merged);
         buffer = null;
@@ -295,7 +316,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
           order.push({ id, size: chunkSize, known: true });
           covered += chunkSize;
         } else {
-          buffer ??= Buffer.allocUnsafeSlow(capacity);
+          buffer ??= inputs.pop() ?? Buffer.allocUnsafeSlow(capacity);
           used += planned.chunk.copy(buffer, used);
           order.push(sizes.length);
           sizes.push(planned.chunk.length);
@@ -542,21 +563,29 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     // Encrypted chunks open into new buffers, so a batch's read buffer is free again once it is opened: reused,
     // instead of leaving a MiB of garbage per batch. (Plaintext chunks are views of it: never reused.)
     const spare: Buffer[] = [];
-    let decodeTurn = 0;
+    let onThreads = 0;
     const readAndOpen = async (batch: Location[]): Promise<Buffer[]> => {
       const { sealed, entries } = await reader.readBatch(batch, spare.pop());
       const opened = openBodies(context, sealed, entries);
       if (!opened.ok) throw openFailureError(opened.failure, sessionId, checkpointId);
-      // Decompression, when there is any, shared between the pool's threads and this one: every batch but one in
-      // pool.size + 1 goes to a thread. Plaintext bodies are views of `sealed`: copied before they are handed over.
+      // Decompression, when there is any, is shared between the pool's threads and this one, which also reads,
+      // decrypts and feeds the consumer: a batch goes to a thread unless the threads have DECODE_QUEUE batches each
+      // already, so whichever side has time takes the next one. Plaintext bodies are views of `sealed`: copied
+      // before they are handed over.
       const compressed = opened.bodies.some((b) => b.codec !== CODECS.none);
-      const onThread = compressed && pool.size > 0 && decodeTurn++ % (pool.size + 1) !== pool.size;
-      const decoded = onThread
-        ? await pool.decode(
+      const onThread = compressed && pool.size > 0 && onThreads < pool.size * DECODE_QUEUE;
+      let decoded: OpenBatchResult;
+      if (onThread) {
+        onThreads++;
+        try {
+          decoded = await pool.decode(
             opened.bodies.map((b) => (key ? b : { ...b, body: Buffer.from(b.body) })),
             key === null,
-          )
-        : decodeBodies(opened.bodies, key === null);
+          );
+        } finally {
+          onThreads--;
+        }
+      } else decoded = decodeBodies(opened.bodies, key === null);
       if (!decoded.ok) throw openFailureError(decoded.failure, sessionId, checkpointId);
       if (key && sealed.byteOffset === 0) spare.push(Buffer.from(sealed.buffer, 0, sealed.buffer.byteLength));
       return decoded.chunks;
@@ -1132,64 +1161,82 @@ export class ChunkedSnapshotStore implements SnapshotStore {
  * stays flat).
  */
 class PackWriter {
-  private current: { id: string; tmp: string; handle: fs.FileHandle; size: number } | null = null;
+  private current: { id: string; tmp: string; handle: fs.FileHandle; size: number; writes: Promise<unknown>[] } | null =
+    null;
+  /** Writes in flight, across packs (bounded by MAX_INFLIGHT). */
   private inflight: Promise<unknown>[] = [];
+  /** Full packs being synced and renamed while the next one is written (at most MAX_SEALING). */
+  private sealing: Promise<void>[] = [];
   private readonly temps: string[] = [];
   private wrote = false;
   private static readonly MAX_INFLIGHT = 8;
+  private static readonly MAX_SEALING = 2;
 
   constructor(private readonly dir: string) {}
 
-  /** Appends `objects` back to back (one vectored write); returns the pack and the offset of the first. */
-  async append(objects: Buffer[]): Promise<[string, number]> {
+  /**
+   * Appends `objects` back to back (one vectored write); returns the pack, the offset of the first, and the write
+   * (settled once the bytes are written: `objects` may be reused then).
+   */
+  async append(objects: Buffer[]): Promise<[string, number, Promise<void>]> {
     if (!this.current || this.current.size >= PACK_TARGET_BYTES) {
-      await this.seal();
+      // A full pack is synced and renamed in the background: the next one is written meanwhile (an fsync of a pack
+      // takes as long as writing a good part of it). close() waits for all of them.
+      this.startSeal();
+      while (this.sealing.length >= PackWriter.MAX_SEALING) await this.sealing.shift();
       await fs.mkdir(this.dir, { recursive: true });
       const id = `${Date.now().toString(36)}-${randomBytes(8).toString('hex')}`;
       const tmp = join(this.dir, `.${id}.tmp`);
       this.temps.push(tmp);
-      this.current = { id, tmp, handle: await fs.open(tmp, 'wx'), size: 0 };
+      this.current = { id, tmp, handle: await fs.open(tmp, 'wx'), size: 0, writes: [] };
     }
     const pack = this.current;
     const offset = pack.size;
     for (const object of objects) pack.size += object.length;
     const write = writevAll(pack.handle, objects, offset);
-    write.catch(() => undefined); // awaited below or by drain(); a failure must not count as unhandled meanwhile
+    write.catch(() => undefined); // awaited below or when the pack is sealed; must not count as unhandled meanwhile
     this.inflight.push(write);
+    pack.writes.push(write);
     // A sliding window: wait for the oldest write only, so that writing overlaps with chunking and sealing.
     while (this.inflight.length >= PackWriter.MAX_INFLIGHT) await this.inflight.shift();
-    return [pack.id, offset];
+    return [pack.id, offset, write.then(() => undefined)];
   }
 
   async close(): Promise<void> {
-    await this.seal();
+    this.startSeal();
+    const sealing = this.sealing;
+    this.sealing = [];
+    await Promise.all(sealing);
     if (this.wrote) await fsyncDir(this.dir);
   }
 
   async abort(): Promise<void> {
-    await Promise.allSettled(this.inflight);
+    await Promise.allSettled([...this.inflight, ...this.sealing]);
     this.inflight = [];
+    this.sealing = [];
     await this.current?.handle.close().catch(() => undefined);
     this.current = null;
     await Promise.all(this.temps.map((t) => fs.rm(t, { force: true })));
     // Renamed packs of a failed write are unreferenced: garbage collection removes them after the grace period.
   }
 
-  private async drain(): Promise<void> {
-    const pending = this.inflight;
-    this.inflight = [];
-    await Promise.all(pending);
-  }
-
-  private async seal(): Promise<void> {
+  /** Syncs, closes and renames the current pack once its writes are done. */
+  private startSeal(): void {
     const pack = this.current;
     if (!pack) return;
-    await this.drain();
     this.current = null;
-    await pack.handle.sync();
-    await pack.handle.close();
-    await fs.rename(pack.tmp, join(this.dir, `${pack.id}.pack`));
-    this.wrote = true;
+    const sealed = (async () => {
+      try {
+        await Promise.all(pack.writes);
+        await pack.handle.sync();
+      } finally {
+        await pack.handle.close().catch(() => undefined);
+      }
+      await fs.rename(pack.tmp, join(this.dir, `${pack.id}.pack`));
+      this.wrote = true;
+    })();
+    sealed.catch(() => undefined); // awaited by append, close or abort
+    this.sealing.push(sealed);
   }
 }
 

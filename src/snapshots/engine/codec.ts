@@ -46,6 +46,11 @@ export interface CompressedChunk {
 interface CompressOptions {
   /** Compress with this codec instead of the default (still stored as `none` when it does not pay). */
   codec?: CodecId;
+  /**
+   * The caller uses the result before the next call on this thread: a zstd result may then be a view of the reused
+   * scratch buffer instead of a copy.
+   */
+  transient?: boolean;
 }
 
 /** Why a chunk body could not be decoded: the closed set of `ChunkCodecError.reason` values. */
@@ -214,8 +219,8 @@ export function compressChunk(plain: Buffer, options: CompressOptions = {}): Com
   if (plain.length >= PROBE_MIN_SIZE && looksIncompressible(plain)) return stored;
   const compressed = encode(codec, plain);
   if (compressed.length > plain.length - Math.ceil(plain.length / MIN_SAVING_DIVISOR)) return stored;
-  // zstd's output is a view of the reused scratch buffer: copy it out (a memcpy, next to compressing it).
-  return { codec, data: codec === CODECS.zstd ? Buffer.from(compressed) : compressed };
+  // zstd's output is a view of the reused scratch buffer: copied out unless the caller uses it at once.
+  return { codec, data: codec === CODECS.zstd && !options.transient ? Buffer.from(compressed) : compressed };
 }
 
 /**

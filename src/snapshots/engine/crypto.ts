@@ -197,28 +197,64 @@ export function canonicalJson(record: Readonly<Record<string, string | number>>)
 }
 
 /**
+ * Random nonces, drawn from the CSPRNG NONCE_RESERVE at a time: one randomFillSync call costs as much as sealing a few
+ * KiB, and a checkpoint seals a chunk every 64 KiB. Every nonce is fresh random bytes, handed out once (each thread has
+ * its own reserve; a process never forks with it).
+ */
+const NONCE_RESERVE = 4096 - (4096 % NONCE_BYTES);
+const nonces = Buffer.alloc(NONCE_RESERVE);
+let nonceAt = NONCE_RESERVE;
+
+function takeNonce(into: Buffer, at: number): void {
+  if (nonceAt === NONCE_RESERVE) {
+    randomFillSync(nonces);
+    nonceAt = 0;
+  }
+  nonces.copy(into, at, nonceAt, nonceAt + NONCE_BYTES);
+  nonces.fill(0, nonceAt, nonceAt + NONCE_BYTES);
+  nonceAt += NONCE_BYTES;
+}
+
+/**
  * Encrypts `plaintext` under the 32-byte data `key` into a sealed object bound to `header`.
  * Nonces are random: keep well under 2^32 objects per data key (one data key per lineage is far below that).
  */
 export function sealObject(plaintext: Buffer, key: Buffer, header: ObjectHeader): Buffer {
   checkKey(key);
-  const trailer = NONCE_BYTES + plaintext.length + TAG_BYTES;
-  const out = encodePrefix(header, true, plaintext.length, keyCommitment(key), trailer);
-  const headerEnd = out.length - trailer;
-  randomFillSync(out, headerEnd, NONCE_BYTES);
+  const prefix = encodePrefix(header, true, plaintext.length, keyCommitment(key));
+  const out = Buffer.allocUnsafe(prefix.length + NONCE_BYTES + plaintext.length + TAG_BYTES);
+  sealWithPrefix(prefix, plaintext, key, out, 0);
+  return out;
+}
+
+/**
+ * `sealObject` into `out` at `at` (for many objects in one buffer); returns the sealed object's length. A RangeError,
+ * and nothing written, when it does not fit: `sealedLength` tells the room an object needs.
+ */
+export function sealObjectInto(plaintext: Buffer, key: Buffer, header: ObjectHeader, out: Buffer, at: number): number {
+  checkKey(key);
+  const prefix = encodePrefix(header, true, plaintext.length, keyCommitment(key));
+  return sealWithPrefix(prefix, plaintext, key, out, at);
+}
+
+function sealWithPrefix(prefix: Buffer, plaintext: Buffer, key: Buffer, out: Buffer, start: number): number {
+  const length = prefix.length + NONCE_BYTES + plaintext.length + TAG_BYTES;
+  roomFor(out, start, length);
+  const headerEnd = start + prefix.copy(out, start);
+  takeNonce(out, headerEnd);
   const nonce = out.subarray(headerEnd, headerEnd + NONCE_BYTES);
   const cipher = createCipheriv('aes-256-gcm', key, nonce, { authTagLength: TAG_BYTES });
-  cipher.setAAD(out.subarray(0, headerEnd));
-  // The result is allocated once, header included; update() output (Node cannot encrypt into a given buffer) is
-  // copied in from pieces of at most UPDATE_BYTES, so the temporary stays small and cache-hot.
+  cipher.setAAD(out.subarray(start, headerEnd));
+  // update() output (Node cannot encrypt into a given buffer) is copied in from pieces of at most UPDATE_BYTES, so
+  // the temporary stays small and cache-hot.
   let at = headerEnd + NONCE_BYTES;
   for (let offset = 0; offset < plaintext.length; offset += UPDATE_BYTES) {
     at += cipher.update(plaintext.subarray(offset, offset + UPDATE_BYTES)).copy(out, at);
   }
   at += cipher.final().copy(out, at); // GCM's final() is empty
-  if (at !== out.length - TAG_BYTES) throw new Error(`AES-256-GCM produced ${at - headerEnd - NONCE_BYTES} bytes`);
+  if (at !== start + length - TAG_BYTES) throw new Error(`AES-256-GCM produced ${at - headerEnd - NONCE_BYTES} bytes`);
   cipher.getAuthTag().copy(out, at);
-  return out;
+  return length;
 }
 
 /**
@@ -226,17 +262,49 @@ export function sealObject(plaintext: Buffer, key: Buffer, header: ObjectHeader)
  * configured without encryption; detects corruption, not tampering.
  */
 export function sealPlaintextObject(plaintext: Buffer, header: PlaintextObjectHeader): Buffer {
-  const out = encodePrefix(
-    { ...header, dataKeyId: '' },
-    false,
-    plaintext.length,
-    null,
-    plaintext.length + DIGEST_BYTES,
-  );
-  const bodyEnd = out.length - DIGEST_BYTES;
-  plaintext.copy(out, bodyEnd - plaintext.length);
-  createHash('sha256').update(out.subarray(0, bodyEnd)).digest().copy(out, bodyEnd);
+  const prefix = encodePrefix({ ...header, dataKeyId: '' }, false, plaintext.length, null);
+  const out = Buffer.allocUnsafe(prefix.length + plaintext.length + DIGEST_BYTES);
+  plaintextWithPrefix(prefix, plaintext, out, 0);
   return out;
+}
+
+/** `sealPlaintextObject` into `out` at `at`; returns the sealed object's length (see sealObjectInto). */
+export function sealPlaintextObjectInto(
+  plaintext: Buffer,
+  header: PlaintextObjectHeader,
+  out: Buffer,
+  at: number,
+): number {
+  const prefix = encodePrefix({ ...header, dataKeyId: '' }, false, plaintext.length, null);
+  return plaintextWithPrefix(prefix, plaintext, out, at);
+}
+
+function plaintextWithPrefix(prefix: Buffer, plaintext: Buffer, out: Buffer, start: number): number {
+  const length = prefix.length + plaintext.length + DIGEST_BYTES;
+  roomFor(out, start, length);
+  prefix.copy(out, start);
+  const bodyEnd = start + length - DIGEST_BYTES;
+  plaintext.copy(out, bodyEnd - plaintext.length);
+  createHash('sha256').update(out.subarray(start, bodyEnd)).digest().copy(out, bodyEnd);
+  return length;
+}
+
+/** The bytes a sealed object with this header and a body of `bodyLength` bytes takes. */
+export function sealedLength(header: PlaintextObjectHeader & { dataKeyId?: string }, bodyLength: number): number {
+  const encrypted = header.dataKeyId !== undefined;
+  const prefix = encodePrefix(
+    { ...header, dataKeyId: header.dataKeyId ?? '' },
+    encrypted,
+    bodyLength,
+    encrypted ? NO_COMMITMENT : null,
+  );
+  return prefix.length + bodyLength + (encrypted ? NONCE_BYTES + TAG_BYTES : DIGEST_BYTES);
+}
+
+function roomFor(out: Buffer, at: number, length: number): void {
+  if (!Number.isSafeInteger(at) || at < 0 || at + length > out.length) {
+    throw new RangeError(`a sealed object of ${length} bytes does not fit at ${at} in ${out.length} bytes`);
+  }
 }
 
 /**
@@ -312,13 +380,7 @@ function checkKey(key: Buffer): void {
 }
 
 /** Magic, length and header, with `reserve` uninitialized bytes after them for the rest of the object. */
-function encodePrefix(
-  header: ObjectHeader,
-  encrypted: boolean,
-  bodyLength: number,
-  commitment: Buffer | null,
-  reserve: number,
-): Buffer {
+function encodePrefix(header: ObjectHeader, encrypted: boolean, bodyLength: number, commitment: Buffer | null): Buffer {
   const kind = KIND_CODES[header.kind];
   if (kind === undefined) throw new TypeError(`unknown object kind ${quote(String(header.kind))}`);
   if (header.kind === 'manifest' && !header.sessionId) throw new TypeError('a manifest header needs a sessionId');
@@ -337,7 +399,7 @@ function encodePrefix(
   const headerLength = FIXED_HEADER_BYTES + strings.reduce((sum, s) => sum + s.length, 0);
   if (headerLength > MAX_U16) throw new RangeError(`an object header is at most ${MAX_U16} bytes`);
 
-  const out = Buffer.allocUnsafe(PREFIX_BYTES + headerLength + reserve);
+  const out = Buffer.allocUnsafe(PREFIX_BYTES + headerLength);
   MAGIC.copy(out, 0);
   let at = out.writeUInt16BE(headerLength, MAGIC.length);
   at = out.writeUInt8(encrypted ? FLAG_ENCRYPTED : 0, at);

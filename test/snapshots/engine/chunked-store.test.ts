@@ -99,6 +99,35 @@ test('a checkpoint after changing 1% in scattered places writes at most 3% of th
   expect(sha(await readAll((await s.open('s1', 'cp-1')).stream))).toBe(sha(state));
 });
 
+test('a state larger than a pack is written to several packs, each synced and renamed into place', async () => {
+  const s = store();
+  // 144 MiB in 1 MiB pieces, so batch buffers and outputs are reused many times over: three 64 MiB packs.
+  const MiB = 1024 * 1024;
+  const pieces = Array.from({ length: 144 }, (_, i) => seeded(1000 + i, MiB));
+  const digest = createHash('sha256');
+  for (const p of pieces) digest.update(p);
+  await s.write(cp(1), Readable.from(pieces));
+  const packs = packFiles();
+  expect(packs.filter((p) => p.endsWith('.pack'))).toHaveLength(3);
+  expect(packs.filter((p) => !p.endsWith('.pack'))).toEqual([]);
+  expect(
+    createHash('sha256')
+      .update(await readAll((await s.open('s1', 'cp-1')).stream))
+      .digest('hex'),
+  ).toBe(digest.digest('hex'));
+
+  // A write that fails after its first pack leaves no temporary file behind (and no manifest).
+  const failing = Readable.from(
+    (async function* () {
+      for (let i = 0; i < 100; i++) yield seeded(5000 + i, MiB);
+      throw new Error('the runtime went away');
+    })(),
+  );
+  await expect(s.write(cp(2, 'cp-1'), failing)).rejects.toThrow(/the runtime went away/);
+  expect(packFiles().filter((p) => !p.endsWith('.pack'))).toEqual([]);
+  expect((await s.list('s1')).map((m) => m.checkpointId)).toEqual(['cp-1']);
+});
+
 test('the same state again writes no chunk', async () => {
   const s = store();
   const state = randomBytes(4 * 1024 * 1024);

@@ -4,8 +4,11 @@ import {
   KeyUnavailableError,
   keyCommitment,
   openObject,
+  sealedLength,
   sealObject,
+  sealObjectInto,
   sealPlaintextObject,
+  sealPlaintextObjectInto,
   SnapshotTamperedError,
   type CryptoFailureReason,
   type ExpectedBinding,
@@ -111,6 +114,44 @@ describe('sealObject / openObject (AES-256-GCM)', () => {
     expect(openObject(sealed, keyFor, { ...expectationOf(header), formatVersion: [1, 2] }).plaintext.toString()).toBe(
       'x',
     );
+  });
+
+  it('seals into a given buffer at an offset, touching only the bytes it reports, or refuses when it does not fit', () => {
+    const header = chunkHeader({ objectId: 'c'.repeat(64), codec: 2 });
+    const plaintext = randomBytes(5000);
+    const length = sealedLength(header, plaintext.length);
+    expect(length).toBe(sealObject(plaintext, KEY, header).length);
+    const out = Buffer.alloc(100 + length + 50, 0xee);
+    expect(sealObjectInto(plaintext, KEY, header, out, 100)).toBe(length);
+    expect(out.subarray(0, 100).equals(Buffer.alloc(100, 0xee))).toBe(true);
+    expect(out.subarray(100 + length).equals(Buffer.alloc(50, 0xee))).toBe(true);
+    const opened = openObject(out.subarray(100, 100 + length), keyFor, expectationOf(header));
+    expect(opened.plaintext.equals(plaintext)).toBe(true);
+
+    const tight = Buffer.alloc(length - 1, 0xee);
+    expect(() => sealObjectInto(plaintext, KEY, header, tight, 0)).toThrow(RangeError);
+    expect(() => sealObjectInto(plaintext, KEY, header, out, -1)).toThrow(RangeError);
+    expect(tight.equals(Buffer.alloc(length - 1, 0xee))).toBe(true);
+
+    // Plaintext mode, the same way.
+    const plain = plaintextHeaderOf(header);
+    const plainLength = sealedLength(plain, plaintext.length);
+    expect(plainLength).toBe(sealPlaintextObject(plaintext, plain).length);
+    const into = Buffer.alloc(plainLength + 8, 0xee);
+    expect(sealPlaintextObjectInto(plaintext, plain, into, 8)).toBe(plainLength);
+    expect(into.subarray(0, 8).equals(Buffer.alloc(8, 0xee))).toBe(true);
+    expect(into.subarray(8).equals(sealPlaintextObject(plaintext, plain))).toBe(true);
+    expect(() => sealPlaintextObjectInto(plaintext, plain, into, 9)).toThrow(RangeError);
+  });
+
+  it('never hands out one nonce twice, across many objects', () => {
+    const seen = new Set<string>();
+    for (let i = 0; i < 2000; i++) {
+      const sealed = sealObject(Buffer.from('x'), KEY, chunkHeader());
+      const { headerEnd, bodyStart } = layout(sealed);
+      seen.add(sealed.subarray(headerEnd, bodyStart).toString('hex'));
+    }
+    expect(seen.size).toBe(2000);
   });
 
   it('hides the plaintext and uses a fresh nonce for every object', () => {
