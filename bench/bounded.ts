@@ -6,7 +6,7 @@
  *
  *   npx tsx bench/bounded.ts <size-mb> <scratch-dir> [random|text] [<threads>|default] [<chunk-kib>]
  *
- * e.g. `npx tsx bench/bounded.ts 2048 /tmp text default 32` for the memory of 32 KiB chunks (DS_CHUNK_KIB=32).
+ * e.g. `npx tsx bench/bounded.ts 2048 /tmp text default 64` for the memory of 64 KiB chunks (DS_CHUNK_KIB=64).
  */
 import { createCipheriv, randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';

@@ -64,7 +64,7 @@ export const EnvConfig = z.object({
    * (`npm run bench:engine` prints both sizes' rows). Changing it costs deduplication once per session:
    * new chunks are cut at the new size, reused ones keep theirs.
    */
-  DS_CHUNK_KIB: z.enum(['16', '32', '64', '128', '256'], { message: 'expected 16, 32, 64, 128 or 256' }).default('64'),
+  DS_CHUNK_KIB: z.enum(['16', '32', '64', '128', '256'], { message: 'expected 16, 32, 64, 128 or 256' }).default('32'),
   /**
    * How new chunks are compressed: `auto` (zstd where the optional zstd-napi binding is installed, Brotli otherwise),
    * `zstd` (the worker refuses to start without the binding) or `brotli` (for a store shared with workers that lack

@@ -12,9 +12,9 @@ describe('snapshot settings from the environment', () => {
   });
 
   test('DS_SNAPSHOT_FORMAT and DS_CHUNK_KIB', () => {
-    const { snapshots } = loadConfig({ DS_SNAPSHOT_FORMAT: '2', DS_CHUNK_KIB: '32' });
-    expect(snapshots).toMatchObject({ formatVersion: 2, chunkBytes: 32 * 1024 });
-    expect(chunkerFor(snapshots.chunkBytes)).toEqual({ minSize: 8 * 1024, avgSize: 32 * 1024, maxSize: 128 * 1024 });
+    const { snapshots } = loadConfig({ DS_SNAPSHOT_FORMAT: '2', DS_CHUNK_KIB: '64' });
+    expect(snapshots).toMatchObject({ formatVersion: 2, chunkBytes: 64 * 1024 });
+    expect(chunkerFor(snapshots.chunkBytes)).toEqual({ minSize: 16 * 1024, avgSize: 64 * 1024, maxSize: 256 * 1024 });
   });
 
   test('other values are refused, naming the variable', () => {

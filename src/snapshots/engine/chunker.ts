@@ -36,7 +36,7 @@ export interface ChunkerOptions {
 }
 
 /**
- * The engine's chunk sizes: 16 / 64 / 256 KiB (a mean of ~80 KiB on random data, ~13,400 chunks per GiB).
+ * The engine's chunk sizes: 8 / 32 / 128 KiB.
  *
  * Measured with bench/chunker.ts: 256 MiB of random data, Node 20, a 2-core machine (best of 5 passes; the WebAssembly
  * scan). For scale, SHA-256 ran at ~1,360 MB/s. "Written" is what an incremental checkpoint adds after 1% of the
@@ -52,16 +52,16 @@ export interface ChunkerOptions {
  * Chunking speed does not depend on the size. A changed place costs a chunk or more (a place falls in a
  * long chunk more often than in a short one), so the size trades what incremental checkpoints write against the
  * number of chunks: manifest entries, per-chunk hashing, sealing and opening. The engine's own benchmark
- * (bench/engine.ts) also changes 1% of 1 GiB in 256 places, one per 4 MiB: there 64 KiB chunks write about 4% of the
- * state and 32 KiB under 3%, but 32 KiB full checkpoints run slower, and every chunk costs a cipher context whose
- * native memory is freed only when its JavaScript object is collected: restoring 2 GiB of text took the process
- * past 256 MiB where 64 KiB stays under (`npx tsx bench/bounded.ts 2048 /tmp text default 32`, and without the 32). So 64 KiB, and `DS_CHUNK_KIB=32` for sessions whose
- * changes are many and small (its rows in bench/engine.ts show the trade on the machine at hand).
+ * (bench/engine.ts) changes 1% of 1 GiB in 256 places, one per 4 MiB, and prints the default next to 64 KiB chunks:
+ * 64 KiB write about 4% of the state there, 32 KiB under 3%, for full checkpoints somewhat slower (a chunk has fixed
+ * costs: a cipher, an HMAC, a header) and twice the manifest entries. Both keep a 2 GiB capture or restore under
+ * 256 MiB (`npx tsx bench/bounded.ts 2048 /tmp text default 32`). So 32 KiB; `DS_CHUNK_KIB=64` for states that are
+ * mostly written whole.
  */
 export const DEFAULT_CHUNKER: ChunkerOptions = Object.freeze({
-  minSize: 16 * KiB,
-  avgSize: 64 * KiB,
-  maxSize: 256 * KiB,
+  minSize: 8 * KiB,
+  avgSize: 32 * KiB,
+  maxSize: 128 * KiB,
 });
 
 /** The engine's chunk sizes around another average (a power of two): a quarter of it to four times it. */

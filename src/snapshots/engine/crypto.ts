@@ -197,9 +197,9 @@ export function canonicalJson(record: Readonly<Record<string, string | number>>)
 }
 
 /**
- * Random nonces, drawn from the CSPRNG NONCE_RESERVE at a time: one randomFillSync call costs as much as sealing a few
- * KiB, and a checkpoint seals a chunk every 64 KiB. Every nonce is fresh random bytes, handed out once (each thread has
- * its own reserve; a process never forks with it).
+ * Random nonces, drawn from the CSPRNG NONCE_RESERVE bytes at a time: one randomFillSync call costs as much as sealing
+ * a few KiB, and a checkpoint seals a chunk every few tens of KiB. Every nonce is fresh random bytes, handed out once
+ * (each thread has its own reserve; a process never forks with it).
  */
 const NONCE_RESERVE = 4096 - (4096 % NONCE_BYTES);
 const nonces = Buffer.alloc(NONCE_RESERVE);
