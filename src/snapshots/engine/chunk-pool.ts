@@ -1,13 +1,11 @@
 /**
  * Seals chunks (chunk-work.ts: id, compress, AES-GCM) on worker threads, so that a checkpoint uses more than one core
- * while the calling thread reads, chunks and writes; and decompresses restored chunks. With size 0 the same work runs
- * on the calling thread.
+ * while the calling thread reads, chunks and writes; and opens restored batches (authenticate, decrypt, decompress)
+ * beside the calling thread, which reads and feeds the consumer and opens the batches the threads have no room for.
+ * With size 0 the same work runs on the calling thread.
  *
- * Restores authenticate and decrypt on the calling thread: AES-GCM open is about as cheap per byte as handing the
- * sealed batches to a thread and back, which also leaves their garbage in two heaps (tried: no faster, more resident
- * memory). Only
- * decompression, several ns a byte of output with Brotli, goes to the threads (`decode`): the compressed bodies are
- * small to hand over, and no key material is involved.
+ * Key material crosses to the threads (the process's own memory; never further): once per write for sealing, with
+ * each batch for opening.
  *
  * Threads start on first use, are unref'd while idle (an idle pool never keeps a process alive) and exit after
  * IDLE_EXIT_MS without work. A thread that dies fails the batches it had and is replaced by the next batch.
@@ -16,10 +14,12 @@ import { availableParallelism } from 'node:os';
 import { extname, join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import {
-  decodeBodies,
+  openBatch,
   sealBatch,
+  type ChunkContext,
+  type ChunkKey,
+  type OpenEntry,
   type OpenBatchResult,
-  type OpenedBody,
   type SealBatchResult,
   type SealContext,
 } from './chunk-work';
@@ -124,14 +124,33 @@ export class ChunkPool {
   }
 
   /**
-   * Decompresses opened chunk bodies (and checks their ids in plaintext mode). Bodies that own their memory are moved
-   * to the thread: do not use them afterwards. No key material is involved.
+   * Opens a read batch (openBatch: authenticate, decrypt, decompress, in plaintext mode check ids) on a thread.
+   * `sealed` is moved to the thread and comes back with the result (plaintext chunks are views of it).
    */
-  async decode(bodies: OpenedBody[], checkIds: boolean): Promise<OpenBatchResult> {
-    if (this.size === 0) return decodeBodies(bodies, checkIds);
-    const reply = await this.run(null, (job) => ({ type: 'decode', job, bodies, checkIds }));
-    if (reply.type !== 'decode') throw new Error(`chunk worker answered ${reply.type} to a decode`);
-    return reply.result.ok ? { ok: true, chunks: reply.result.chunks.map(toBuffer) } : reply.result;
+  async open(
+    context: ChunkContext & { dataKeyId: string | null },
+    sealed: Buffer,
+    entries: OpenEntry[],
+  ): Promise<{ result: OpenBatchResult; sealed: Buffer }> {
+    if (this.size === 0) return { result: openBatch(context, sealed, entries), sealed };
+    const reply = await this.run(null, (job) => ({
+      type: 'open',
+      job,
+      context: {
+        tenant: context.tenant,
+        lineage: context.lineage,
+        formatVersion: context.formatVersion,
+        dataKeyId: context.dataKeyId,
+        key: context.key ? wireKey(context.key) : null,
+      },
+      sealed,
+      entries,
+    }));
+    if (reply.type !== 'open') throw new Error(`chunk worker answered ${reply.type} to an open`);
+    const result: OpenBatchResult = reply.result.ok
+      ? { ok: true, chunks: reply.result.chunks.map(toBuffer) }
+      : reply.result;
+    return { result, sealed: toBuffer(reply.sealed) };
   }
 
   /**
@@ -194,17 +213,15 @@ function toWire(context: PoolContext): WireContext {
     tenant: value.tenant,
     lineage: value.lineage,
     formatVersion: value.formatVersion,
-    // Copies that own their memory: a pooled Buffer would carry its whole pool (other data) across.
-    key: value.key
-      ? {
-          dataKeyId: value.key.dataKeyId,
-          key: new Uint8Array(value.key.key),
-          chunkIdKey: new Uint8Array(value.key.chunkIdKey),
-        }
-      : null,
+    key: value.key ? wireKey(value.key) : null,
     known: value.known,
     ...(value.codec !== undefined ? { codec: value.codec } : {}),
   };
+}
+
+/** Key material as it crosses: copies that own their memory (a pooled Buffer would carry its whole pool across). */
+function wireKey(key: ChunkKey): { dataKeyId: string; key: Uint8Array; chunkIdKey: Uint8Array } {
+  return { dataKeyId: key.dataKeyId, key: new Uint8Array(key.key), chunkIdKey: new Uint8Array(key.chunkIdKey) };
 }
 
 function startThread(): Thread {

@@ -2,7 +2,7 @@
  * Messages between chunk-pool.ts and its worker threads (chunk-worker.ts). Buffers cross as transferred
  * ArrayBuffers where they own one (no copy), otherwise as copies.
  */
-import type { OpenBatchResult, OpenedBody, SealBatchResult, SealContext } from './chunk-work';
+import type { ChunkContext, OpenBatchResult, OpenEntry, SealBatchResult, SealContext } from './chunk-work';
 import type { CodecId } from './codec';
 
 /** A seal context as it crosses the thread boundary. */
@@ -26,17 +26,39 @@ export type PoolRequest =
       /** A buffer the thread may seal into (an earlier batch's output, written out since). */
       spare?: Uint8Array;
     }
-  | { type: 'decode'; job: number; bodies: OpenedBody[]; checkIds: boolean }
+  | { type: 'open'; job: number; context: OpenWireContext; sealed: Uint8Array; entries: OpenEntry[] }
   | { type: 'release'; contextId: number };
+
+/** What opening a read batch needs: a read's context, as it crosses the thread boundary. */
+export interface OpenWireContext {
+  tenant: string;
+  lineage: string;
+  formatVersion: number;
+  key: { dataKeyId: string; key: Uint8Array; chunkIdKey: Uint8Array } | null;
+  dataKeyId: string | null;
+}
 
 export type PoolReply =
   | { job: number; type: 'seal'; result: SealBatchResult; data: Uint8Array }
-  | { job: number; type: 'decode'; result: OpenBatchResult }
+  | { job: number; type: 'open'; result: OpenBatchResult; sealed: Uint8Array }
   | { job: number; type: 'error'; message: string };
 
 /** A Buffer view of bytes that arrived as a Uint8Array (structured clone does not keep the Buffer class). */
 export function toBuffer(bytes: Uint8Array): Buffer {
   return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+/** A read's context, rebuilt on the worker's side. */
+export function fromOpenWireContext(wire: OpenWireContext): ChunkContext & { dataKeyId: string | null } {
+  return {
+    tenant: wire.tenant,
+    lineage: wire.lineage,
+    formatVersion: wire.formatVersion,
+    dataKeyId: wire.dataKeyId,
+    key: wire.key
+      ? { dataKeyId: wire.key.dataKeyId, key: toBuffer(wire.key.key), chunkIdKey: toBuffer(wire.key.chunkIdKey) }
+      : null,
+  };
 }
 
 /** The context of a write, rebuilt on the worker's side. */
@@ -76,8 +98,14 @@ export function transferList(message: PoolRequest | PoolReply): ArrayBuffer[] {
     const { buffer } = message.result.sealed;
     if (buffer.byteLength > 0 && !(buffer instanceof SharedArrayBuffer)) buffers.push(buffer);
   }
-  if (message.type === 'decode' && 'bodies' in message) bytes.push(...message.bodies.map((b) => b.body));
-  if (message.type === 'decode' && 'result' in message && message.result.ok) bytes.push(...message.result.chunks);
-  // A buffer listed twice cannot be transferred (a body returned undecoded is its own chunk): once each.
+  // An open's sealed batch goes whole both ways (a read buffer with headroom; plaintext chunks are views of it).
+  if (message.type === 'open') {
+    const { buffer } = message.sealed;
+    if (message.sealed.byteOffset === 0 && buffer.byteLength > 0 && !(buffer instanceof SharedArrayBuffer)) {
+      buffers.push(buffer);
+    }
+    if ('result' in message && message.result.ok) bytes.push(...message.result.chunks);
+  }
+  // A buffer listed twice cannot be transferred: once each.
   return [...new Set([...buffers, ...bytes.filter(ownsBuffer).map((b) => b.buffer as ArrayBuffer)])];
 }

@@ -157,7 +157,7 @@ export interface OpenedBody {
  * Opens the sealed chunks in `sealed`: authenticates and decrypts each (AES-GCM, or the plaintext-mode digest) and
  * returns the bodies, still compressed. The first chunk that fails stops the batch: nothing of it is returned then.
  */
-export function openBodies(
+function openBodies(
   context: ChunkContext & { dataKeyId: string | null },
   sealed: Buffer,
   entries: readonly OpenEntry[],
@@ -192,7 +192,7 @@ export function openBodies(
  * else binds the bytes to the id; with a key, GCM already did), compares each with its id. Needs no key: it may run
  * on a pool thread.
  */
-export function decodeBodies(bodies: readonly OpenedBody[], checkIds: boolean): OpenBatchResult {
+function decodeBodies(bodies: readonly OpenedBody[], checkIds: boolean): OpenBatchResult {
   const chunks: Buffer[] = [];
   const refuse = (failure: OpenFailure): OpenBatchResult => {
     chunks.forEach((c, i) => c !== bodies[i]!.body && c.fill(0));

@@ -1,11 +1,12 @@
 /**
- * Entry point of a chunk worker thread (started by chunk-pool.ts): seals batches of chunks and decompresses opened
- * ones (chunk-work.ts) for the thread that started it. Contexts (key material, the ids already stored) arrive once per write or read and stay
- * until released; they never leave the process.
+ * Entry point of a chunk worker thread (started by chunk-pool.ts): seals batches of chunks and opens read batches
+ * (chunk-work.ts) for the thread that started it. Seal contexts (key material, the ids already stored) arrive once
+ * per write and stay until released; an open brings its own. Neither leaves the process.
  */
 import { parentPort } from 'node:worker_threads';
-import { decodeBodies, sealBatch } from './chunk-work';
+import { openBatch, sealBatch } from './chunk-work';
 import {
+  fromOpenWireContext,
   fromWireContext,
   toBuffer,
   transferList,
@@ -36,9 +37,9 @@ port.on('message', (request: PoolRequest) => {
   }
   let reply: PoolReply;
   try {
-    if (request.type === 'decode') {
-      const bodies = request.bodies.map((b) => ({ ...b, body: toBuffer(b.body) }));
-      reply = { job: request.job, type: 'decode', result: decodeBodies(bodies, request.checkIds) };
+    if (request.type === 'open') {
+      const result = openBatch(fromOpenWireContext(request.context), toBuffer(request.sealed), request.entries);
+      reply = { job: request.job, type: 'open', result, sealed: request.sealed };
     } else {
       const { context, known } = contextFor(request.contextId, request.context);
       const spare = request.spare ? toBuffer(request.spare) : null;

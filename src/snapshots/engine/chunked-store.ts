@@ -18,8 +18,7 @@ import { isStateSource, sourceBytes, type StateSource } from '../state-source';
 import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
 import { sharedChunkPool, type ChunkPool, type PoolContext } from './chunk-pool';
 import {
-  decodeBodies,
-  openBodies,
+  openBatch,
   type ChunkKey,
   type OpenBatchResult,
   type OpenEntry,
@@ -88,8 +87,8 @@ const BATCH_BYTES = 1024 * 1024;
 const REUSED_BATCH_BYTES = 64 * 1024 * 1024;
 /** Read batches in flight ahead of a restore's consumer. */
 const READ_AHEAD_BATCHES = 4;
-/** Restore: batches waiting for decompression on each pool thread before this thread decompresses one itself. */
-const DECODE_QUEUE = 2;
+/** Restore: batches waiting on each pool thread before this thread opens one itself. */
+const THREAD_QUEUE = 2;
 const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
 const STALE_PIN_MS = 24 * 60 * 60_000;
 
@@ -566,29 +565,22 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     let onThreads = 0;
     const readAndOpen = async (batch: Location[]): Promise<Buffer[]> => {
       const { sealed, entries } = await reader.readBatch(batch, spare.pop());
-      const opened = openBodies(context, sealed, entries);
-      if (!opened.ok) throw openFailureError(opened.failure, sessionId, checkpointId);
-      // Decompression, when there is any, is shared between the pool's threads and this one, which also reads,
-      // decrypts and feeds the consumer: a batch goes to a thread unless the threads have DECODE_QUEUE batches each
-      // already, so whichever side has time takes the next one. Plaintext bodies are views of `sealed`: copied
-      // before they are handed over.
-      const compressed = opened.bodies.some((b) => b.codec !== CODECS.none);
-      const onThread = compressed && pool.size > 0 && onThreads < pool.size * DECODE_QUEUE;
-      let decoded: OpenBatchResult;
-      if (onThread) {
+      // A batch is opened (authenticated, decrypted, decompressed) on a pool thread unless the threads have
+      // THREAD_QUEUE batches each already; then here, where the reads and the consumer are also served. So whichever
+      // side has time takes the next batch.
+      let opened: OpenBatchResult;
+      let back = sealed;
+      if (pool.size > 0 && onThreads < pool.size * THREAD_QUEUE) {
         onThreads++;
         try {
-          decoded = await pool.decode(
-            opened.bodies.map((b) => (key ? b : { ...b, body: Buffer.from(b.body) })),
-            key === null,
-          );
+          ({ result: opened, sealed: back } = await pool.open(context, sealed, entries));
         } finally {
           onThreads--;
         }
-      } else decoded = decodeBodies(opened.bodies, key === null);
-      if (!decoded.ok) throw openFailureError(decoded.failure, sessionId, checkpointId);
-      if (key && sealed.byteOffset === 0) spare.push(Buffer.from(sealed.buffer, 0, sealed.buffer.byteLength));
-      return decoded.chunks;
+      } else opened = openBatch(context, sealed, entries);
+      if (!opened.ok) throw openFailureError(opened.failure, sessionId, checkpointId);
+      if (key && back.byteOffset === 0) spare.push(Buffer.from(back.buffer, 0, back.buffer.byteLength));
+      return opened.chunks;
     };
     async function* chunks(): AsyncGenerator<Buffer> {
       const inflight: Promise<Buffer[]>[] = [];

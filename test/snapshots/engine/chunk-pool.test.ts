@@ -4,16 +4,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { ChunkPool } from '../../../src/snapshots/engine/chunk-pool';
-import {
-  chunkId,
-  decodeBodies,
-  openBatch,
-  type ChunkKey,
-  type SealBatchResult,
-} from '../../../src/snapshots/engine/chunk-work';
+import { chunkId, openBatch, type ChunkKey, type SealBatchResult } from '../../../src/snapshots/engine/chunk-work';
 import { CODECS, compressChunk } from '../../../src/snapshots/engine/codec';
 import { ChunkedSnapshotStore } from '../../../src/snapshots/engine/chunked-store';
-import { SnapshotTamperedError } from '../../../src/snapshots/engine/crypto';
+import { sealPlaintextObject, SnapshotTamperedError } from '../../../src/snapshots/engine/crypto';
 import { Keyring } from '../../../src/snapshots/engine/keyring';
 import { seeded } from '../../helpers/bytes';
 import { cp, packBytes, readAll } from '../../helpers/checkpoints';
@@ -84,28 +78,55 @@ test('threads id, skip and seal exactly what the calling thread does, and what t
   expect(opened.ok && Buffer.concat(opened.chunks).equals(Buffer.concat([chunks[0]!, chunks[2]!]))).toBe(true);
 });
 
-test('decompression on a thread returns what the calling thread would, and refuses a corrupt body', async () => {
+test('opening on a thread returns what the calling thread would, and refuses what does not verify', async () => {
   const p = pool(1);
+  const inline = pool(0);
   const text = Buffer.from('a line of a log, repeated\n'.repeat(3000));
-  const compressed = compressChunk(text);
-  expect(compressed.codec).not.toBe(CODECS.none);
   const raw = seeded(30, 20 * KiB);
-  const bodies = () => [
-    { id: 'a', size: text.length, codec: compressed.codec, body: Buffer.from(compressed.data) },
-    { id: 'b', size: raw.length, codec: CODECS.none, body: Buffer.from(raw) },
-  ];
-  const inline = decodeBodies(bodies(), false);
-  const threaded = await p.decode(bodies(), false);
-  if (!threaded.ok || !inline.ok) throw new Error('a valid body was refused');
-  expect(threaded.chunks.map((c) => c.toString('hex'))).toEqual(inline.chunks.map((c) => c.toString('hex')));
-  expect(Buffer.concat(threaded.chunks).equals(Buffer.concat([text, raw]))).toBe(true);
+  const batch = batchOf(text, raw);
+  const sealed = await inline.seal(inline.context({ ...context, known: [] }), batch.data, batch.sizes);
+  expect(compressChunk(text).codec).not.toBe(CODECS.none);
+  const entries = sealed.entries.flatMap((e) =>
+    'known' in e ? [] : [{ id: e.id, size: e.size, at: e.at, length: e.length }],
+  );
+  const readContext = { ...context, dataKeyId: key.dataKeyId };
+  const local = openBatch(readContext, Buffer.from(sealed.sealed), entries);
+  const threaded = await p.open(readContext, Buffer.from(sealed.sealed), entries);
+  if (!threaded.result.ok || !local.ok) throw new Error('a valid batch was refused');
+  expect(Buffer.concat(threaded.result.chunks).equals(Buffer.concat([text, raw]))).toBe(true);
+  expect(threaded.result.chunks.map((c) => c.length)).toEqual(local.chunks.map((c) => c.length));
+  // The sealed batch comes back whole, for the next read.
+  expect(threaded.sealed.equals(sealed.sealed)).toBe(true);
 
-  const corrupt = bodies();
-  corrupt[0]!.body[10] = corrupt[0]!.body[10]! ^ 0xff;
-  const refused = await p.decode(corrupt, false);
-  expect(refused).toMatchObject({ ok: false, failure: { kind: 'decode', id: 'a' } });
-  // Plaintext mode: the bytes must match their id too.
-  expect(await p.decode(bodies(), true)).toMatchObject({ ok: false, failure: { kind: 'id-mismatch', id: 'a' } });
+  const tampered = Buffer.from(sealed.sealed);
+  tampered[entries[0]!.at + entries[0]!.length - 20]! ^= 1;
+  expect((await p.open(readContext, tampered, entries)).result).toMatchObject({
+    ok: false,
+    failure: { kind: 'sealed', reason: 'tampered', id: entries[0]!.id },
+  });
+
+  // Plaintext mode: the bytes must match their id too (nothing else binds them to it).
+  const plain = { ...context, key: null, dataKeyId: null };
+  const lie = sealPlaintextObject(raw, {
+    kind: 'chunk',
+    tenant: context.tenant,
+    lineage: context.lineage,
+    objectId: chunkId(text, null),
+    formatVersion: context.formatVersion,
+    codec: CODECS.none,
+  });
+  const refused = await p.open(plain, lie, [{ id: chunkId(text, null), size: raw.length, at: 0, length: lie.length }]);
+  expect(refused.result).toMatchObject({ ok: false, failure: { kind: 'id-mismatch' } });
+  const honest = sealPlaintextObject(raw, {
+    kind: 'chunk',
+    tenant: context.tenant,
+    lineage: context.lineage,
+    objectId: chunkId(raw, null),
+    formatVersion: context.formatVersion,
+    codec: CODECS.none,
+  });
+  const ok = await p.open(plain, honest, [{ id: chunkId(raw, null), size: raw.length, at: 0, length: honest.length }]);
+  expect(ok.result.ok && ok.result.chunks[0]!.equals(raw)).toBe(true);
 });
 
 test('a chunk repeated within one write is sealed once by a thread', async () => {
