@@ -322,8 +322,8 @@ export function openObject(
     checkpointId: expected.kind === 'manifest' ? expected.objectId : undefined,
     objectId: expected.objectId,
   };
-  const what = `${expected.kind} ${quote(expected.objectId)} of lineage ${quote(expected.lineage)}`;
   const fail = (reason: Exclude<CryptoFailureReason, 'missing-key'>, detail: string): never => {
+    const what = `${expected.kind} ${quote(expected.objectId)} of lineage ${quote(expected.lineage)}`;
     throw new SnapshotTamperedError(`${what} ${detail}`, reason, context);
   };
 
