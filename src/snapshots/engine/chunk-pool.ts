@@ -133,6 +133,13 @@ export class ChunkPool {
     entries: OpenEntry[],
   ): Promise<{ result: OpenBatchResult; sealed: Buffer }> {
     if (this.size === 0) return { result: openBatch(context, sealed, entries), sealed };
+    // The batch's memory moves to the thread; bytes that share theirs with others (a slice of Node's pool, of a
+    // larger buffer) are copied first, so nothing else moves with them.
+    if (sealed.byteOffset !== 0 || sealed.buffer.byteLength <= Buffer.poolSize) {
+      const own = Buffer.allocUnsafeSlow(sealed.length);
+      sealed.copy(own);
+      sealed = own;
+    }
     const reply = await this.run(null, (job) => ({
       type: 'open',
       job,
@@ -181,12 +188,13 @@ export class ChunkPool {
     const wire = !context || context.sentTo.has(thread) ? undefined : toWire(context);
     const request = build(job, wire);
     const reply = await new Promise<PoolReply>((resolve, reject) => {
+      // Posted first: a message that cannot be sent (a buffer that cannot be cloned) leaves the thread as it was.
+      thread.worker.postMessage(request, transferList(request));
       thread.pending.set(job, { resolve, reject });
       if (thread.idle) clearTimeout(thread.idle);
       thread.idle = null;
       if (thread.pending.size === 1) thread.worker.ref();
       context?.sentTo.add(thread);
-      thread.worker.postMessage(request, transferList(request));
     });
     if (reply.type === 'error') throw new Error(`chunk worker failed: ${reply.message}`);
     return reply;

@@ -98,7 +98,11 @@ export function transferList(message: PoolRequest | PoolReply): ArrayBuffer[] {
     const { buffer } = message.result.sealed;
     if (buffer.byteLength > 0 && !(buffer instanceof SharedArrayBuffer)) buffers.push(buffer);
   }
-  // An open's sealed batch goes whole both ways (a read buffer with headroom; plaintext chunks are views of it).
+  // An open's sealed batch goes whole both ways (a read buffer with headroom; plaintext chunks are views of it), and
+  // the key copies made for it go rather than being copied again.
+  if (message.type === 'open' && 'context' in message && message.context.key) {
+    buffers.push(message.context.key.key.buffer as ArrayBuffer, message.context.key.chunkIdKey.buffer as ArrayBuffer);
+  }
   if (message.type === 'open') {
     const { buffer } = message.sealed;
     if (message.sealed.byteOffset === 0 && buffer.byteLength > 0 && !(buffer instanceof SharedArrayBuffer)) {

@@ -3,8 +3,8 @@
  * over batches of chunks. Pure functions of their inputs, so they run the same on a worker thread (chunk-pool.ts)
  * and on the calling thread.
  *
- * Batches, not single chunks, cross the thread boundary: a message costs tens of microseconds, a 64 KiB chunk about
- * a hundred to seal, so one message per chunk would cost the main thread a fifth of the work it hands off. A seal
+ * Batches, not single chunks, cross the thread boundary: a message costs tens of microseconds, about what sealing a
+ * chunk costs, so one message per chunk would cost the main thread a good part of the work it hands off. A seal
  * batch's sealed objects are appended to a pack with one (vectored) write.
  */
 import { createHash, createHmac } from 'node:crypto';
@@ -96,13 +96,14 @@ export function sealBatch(
     }
     known.add(id);
     if (!out) {
-      // Room for every chunk from here on stored as is (a compressed body is never larger): ids are all 64 hex
-      // digits, so every object of the batch has the same envelope around its body.
+      // Room for every chunk stored as is (a compressed body is never larger): ids are all 64 hex digits, so every
+      // object of the batch has the same envelope around its body. Sized by the whole batch buffer, so that the
+      // outputs of one write are alike and each fits any later batch.
       const overhead = sealedLength(
         { ...header, objectId: id, codec: 0, ...(context.key ? { dataKeyId: context.key.dataKeyId } : {}) },
         0,
       );
-      const room = data.length - (offset - size) + (sizes.length - i) * overhead;
+      const room = data.length + sizes.length * overhead;
       out = spare && spare.length >= room ? spare : Buffer.allocUnsafeSlow(Math.ceil(room / OUTPUT_STEP) * OUTPUT_STEP);
     }
     const options = { transient: true, ...(context.codec !== undefined ? { codec: context.codec } : {}) };
@@ -119,7 +120,8 @@ export function sealBatch(
     entries.push({ id, size, at: length, length: written });
     length += written;
   }
-  return { sealed: (out ?? EMPTY).subarray(0, length), entries };
+  // (With no new chunk the spare goes back unused, for a later batch.)
+  return { sealed: (out ?? spare ?? EMPTY).subarray(0, length), entries };
 }
 
 const EMPTY = Buffer.alloc(0);

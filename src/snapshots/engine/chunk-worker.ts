@@ -38,7 +38,14 @@ port.on('message', (request: PoolRequest) => {
   let reply: PoolReply;
   try {
     if (request.type === 'open') {
-      const result = openBatch(fromOpenWireContext(request.context), toBuffer(request.sealed), request.entries);
+      const context = fromOpenWireContext(request.context);
+      const sealed = toBuffer(request.sealed);
+      const result = openBatch(context, sealed, request.entries);
+      context.key?.key.fill(0);
+      context.key?.chunkIdKey.fill(0);
+      // A chunk that shares its memory with other data (a small decoder output is a slice of Node's pool) is copied
+      // into its own, so that only its bytes cross back.
+      if (result.ok) result.chunks = result.chunks.map((c) => (c.buffer === sealed.buffer ? c : ownCopy(c)));
       reply = { job: request.job, type: 'open', result, sealed: request.sealed };
     } else {
       const { context, known } = contextFor(request.contextId, request.context);
@@ -52,3 +59,11 @@ port.on('message', (request: PoolRequest) => {
   }
   port.postMessage(reply, transferList(reply));
 });
+
+/** `bytes` itself if it fills its own memory, else a copy that does. */
+function ownCopy(bytes: Buffer): Buffer {
+  if (bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength) return bytes;
+  const own = Buffer.allocUnsafeSlow(bytes.length);
+  bytes.copy(own);
+  return own;
+}

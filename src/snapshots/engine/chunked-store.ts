@@ -257,10 +257,12 @@ export class ChunkedSnapshotStore implements SnapshotStore {
           let written: Promise<void>;
           [packId, at, written] = await packWriter.append([sealed]);
           void written.then(
-            () =>
-              outputs.length <= pool.window && outputs.push(Buffer.from(sealed.buffer, 0, sealed.buffer.byteLength)),
+            () => outputs.length < pool.window && outputs.push(Buffer.from(sealed.buffer, 0, sealed.buffer.byteLength)),
             () => undefined, // the write's failure reaches the caller through the pack writer
           );
+        } else if (result.sealed.buffer.byteLength > 0 && outputs.length < pool.window) {
+          // A spare the batch did not need (every chunk stored already) comes back unused.
+          outputs.push(Buffer.from(result.sealed.buffer, 0, result.sealed.buffer.byteLength));
         }
         for (const entry of result.entries) {
           let location = known.get(entry.id);
@@ -295,7 +297,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
             ? Promise.resolve<SealBatchResult & { data: Buffer | null }>({ sealed: EMPTY, entries: [], data: null })
             : pool.seal(sealing, buffer!, sizes, outputs.pop() ?? null);
         const merged = sealed.then((result) => {
-          if (result.data && inputs.length <= pool.window) inputs.push(result.data);
+          if (result.data && inputs.length < pool.window) inputs.push(result.data);
           return {
             sealed: result.sealed,
             entries: batchOrder.map((item) => (typeof item === 'number' ? result.entries[item]! : item)),
@@ -557,8 +559,8 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       dataKeyId: key?.dataKeyId ?? null,
     };
     // Batches of consecutive chunks are read (one read per run of adjacent objects) a few batches ahead of the
-    // consumer, authenticated and decrypted here and decompressed on a pool thread (see chunk-pool.ts); plaintext
-    // is yielded in manifest order.
+    // consumer and opened — authenticated, decrypted, decompressed — on a pool thread or here (see below);
+    // plaintext is yielded in manifest order.
     // Encrypted chunks open into new buffers, so a batch's read buffer is free again once it is opened: reused,
     // instead of leaving a MiB of garbage per batch. (Plaintext chunks are views of it: never reused.)
     const spare: Buffer[] = [];
@@ -1157,12 +1159,11 @@ class PackWriter {
     null;
   /** Writes in flight, across packs (bounded by MAX_INFLIGHT). */
   private inflight: Promise<unknown>[] = [];
-  /** Full packs being synced and renamed while the next one is written (at most MAX_SEALING). */
+  /** Full packs being synced and renamed: one while the next is written (see append). */
   private sealing: Promise<void>[] = [];
   private readonly temps: string[] = [];
   private wrote = false;
   private static readonly MAX_INFLIGHT = 8;
-  private static readonly MAX_SEALING = 2;
 
   constructor(private readonly dir: string) {}
 
@@ -1172,10 +1173,10 @@ class PackWriter {
    */
   async append(objects: Buffer[]): Promise<[string, number, Promise<void>]> {
     if (!this.current || this.current.size >= PACK_TARGET_BYTES) {
-      // A full pack is synced and renamed in the background: the next one is written meanwhile (an fsync of a pack
-      // takes as long as writing a good part of it). close() waits for all of them.
+      // A full pack is synced and renamed in the background while the next one is written (an fsync of a pack takes
+      // as long as writing a good part of it); one at a time. close() waits for all of them.
       this.startSeal();
-      while (this.sealing.length >= PackWriter.MAX_SEALING) await this.sealing.shift();
+      while (this.sealing.length > 1) await this.sealing.shift();
       await fs.mkdir(this.dir, { recursive: true });
       const id = `${Date.now().toString(36)}-${randomBytes(8).toString('hex')}`;
       const tmp = join(this.dir, `.${id}.tmp`);
@@ -1196,9 +1197,10 @@ class PackWriter {
 
   async close(): Promise<void> {
     this.startSeal();
-    const sealing = this.sealing;
+    // Every pack settles before a failure is reported, so that abort() never runs beside a pack still being synced.
+    const failed = (await Promise.allSettled(this.sealing)).find((r) => r.status === 'rejected');
     this.sealing = [];
-    await Promise.all(sealing);
+    if (failed) throw failed.reason;
     if (this.wrote) await fsyncDir(this.dir);
   }
 

@@ -232,6 +232,18 @@ describe('stores on pools of different sizes', () => {
     expect(list.map((r) => r.status)).toEqual(['ok', 'ok']);
   });
 
+  test('with one thread, restores open batches on it and on the calling thread alike, encrypted and in plaintext', async () => {
+    // 8 MiB of incompressible bytes: more batches in flight than the thread takes, so some open on each side; in
+    // plaintext mode the chunks are views of the read buffers, which must then never be reused for a later read.
+    const state = seeded(12, 8 * 1024 * KiB);
+    for (const keyring of [new Keyring([{ id: 'k1', key: randomBytes(32) }]), null]) {
+      const root = fs.mkdtempSync(path.join(dir, 'store-'));
+      const s = new ChunkedSnapshotStore({ rootDir: root, keyring, pool: pool(1) });
+      await s.write(cp(1), Readable.from([state]));
+      expect((await readAll((await s.open('s1', 'cp-1')).stream)).equals(state)).toBe(true);
+    }
+  });
+
   test('compressible state round-trips through decompression threads, encrypted and in plaintext mode', async () => {
     const state = Buffer.from(
       Array.from({ length: 120_000 }, (_, i) => `step ${i} tool=shell exit=${i % 3} in /work/${i % 17}\n`).join(''),
