@@ -76,9 +76,12 @@ export class ChunkPool {
     this.threads = Array.from({ length: size }, () => null);
   }
 
-  /** How many batches a caller should keep in flight to keep every thread busy. */
+  /**
+   * How many batches a caller should keep in flight: two for each thread, and two more that the caller may seal
+   * itself while the threads are busy.
+   */
   get window(): number {
-    return Math.max(2, this.size * 2);
+    return this.size * 2 + 2;
   }
 
   context(value: SealContext): PoolContext {
@@ -96,15 +99,17 @@ export class ChunkPool {
 
   /**
    * Seals the chunks of `data` cut at `sizes`, into `spare` when it is large enough. `data` and `spare` are moved to
-   * the thread: do not use them afterwards; `data` comes back with the result, for the next batch.
+   * the thread: do not use them afterwards; `data` comes back with the result, for the next batch. With `here`, on
+   * the calling thread (whose known ids are its own: a chunk new to both sides in one write is sealed twice).
    */
   async seal(
     context: PoolContext,
     data: Buffer,
     sizes: number[],
     spare: Buffer | null = null,
+    here = false,
   ): Promise<SealBatchResult & { data: Buffer }> {
-    if (this.size === 0) {
+    if (this.size === 0 || here) {
       return {
         ...sealBatch(context.value, (context.known ??= new Set(context.value.known)), data, sizes, spare),
         data,

@@ -89,6 +89,8 @@ const REUSED_BATCH_BYTES = 64 * 1024 * 1024;
 const READ_AHEAD_BATCHES = 4;
 /** Restore: batches waiting on each pool thread before this thread opens one itself. */
 const THREAD_QUEUE = 2;
+/** Checkpoint: batches waiting on each pool thread before this thread seals one itself. */
+const SEAL_QUEUE = 2;
 const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
 const STALE_PIN_MS = 24 * 60 * 60_000;
 
@@ -289,13 +291,19 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       let sizes: number[] = [];
       let order: (number | SealedEntry)[] = [];
       let covered = 0;
+      let onThreads = 0;
       const dispatch = (): void => {
         if (order.length === 0) return;
         const batchOrder = order;
+        // A batch goes to a thread unless the threads have SEAL_QUEUE batches each already; then it is sealed here,
+        // so that this thread's time between reads is not spent waiting.
+        const onThread = sizes.length > 0 && onThreads < pool.size * SEAL_QUEUE;
+        if (onThread) onThreads++;
         const sealed =
           sizes.length === 0
             ? Promise.resolve<SealBatchResult & { data: Buffer | null }>({ sealed: EMPTY, entries: [], data: null })
-            : pool.seal(sealing, buffer!, sizes, outputs.pop() ?? null);
+            : pool.seal(sealing, buffer!, sizes, outputs.pop() ?? null, !onThread);
+        if (onThread) void sealed.finally(() => onThreads--).catch(() => undefined);
         const merged = sealed.then((result) => {
           if (result.data && inputs.length < pool.window) inputs.push(result.data);
           return {

@@ -232,6 +232,32 @@ describe('stores on pools of different sizes', () => {
     expect(list.map((r) => r.status)).toEqual(['ok', 'ok']);
   });
 
+  test('a checkpoint seals batches itself while its thread is busy, and they restore like the thread ones', async () => {
+    // The thread is made slow, so that batches queue for it and the calling thread takes some.
+    class SlowThreadPool extends ChunkPool {
+      sealedHere = 0;
+      sealedThere = 0;
+      override async seal(...args: Parameters<ChunkPool['seal']>): ReturnType<ChunkPool['seal']> {
+        if (args[4]) this.sealedHere++;
+        else {
+          this.sealedThere++;
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        return super.seal(...args);
+      }
+    }
+    const slow = new SlowThreadPool(1);
+    pools.push(slow);
+    const keyring = new Keyring([{ id: 'k1', key: randomBytes(32) }]);
+    const s = new ChunkedSnapshotStore({ rootDir: dir, keyring, pool: slow });
+    const state = seeded(13, 8 * 1024 * KiB);
+    await s.write(cp(1), Readable.from([state]));
+    expect(slow.sealedHere).toBeGreaterThan(0);
+    expect(slow.sealedThere).toBeGreaterThan(0);
+    expect((await readAll((await s.open('s1', 'cp-1')).stream)).equals(state)).toBe(true);
+    expect((await s.verifyLineage('s1')).map((r) => r.status)).toEqual(['ok']);
+  });
+
   test('with one thread, restores open batches on it and on the calling thread alike, encrypted and in plaintext', async () => {
     // 8 MiB of incompressible bytes: more batches in flight than the thread takes, so some open on each side; in
     // plaintext mode the chunks are views of the read buffers, which must then never be reused for a later read.
