@@ -40,9 +40,13 @@ port.on('message', (request: PoolRequest) => {
     if (request.type === 'open') {
       const context = fromOpenWireContext(request.context);
       const sealed = toBuffer(request.sealed);
-      const result = openBatch(context, sealed, request.entries);
-      context.key?.key.fill(0);
-      context.key?.chunkIdKey.fill(0);
+      let result: ReturnType<typeof openBatch>;
+      try {
+        result = openBatch(context, sealed, request.entries);
+      } finally {
+        context.key?.key.fill(0);
+        context.key?.chunkIdKey.fill(0);
+      }
       // A chunk that shares its memory with other data (a small decoder output is a slice of Node's pool) is copied
       // into its own, so that only its bytes cross back.
       if (result.ok) result.chunks = result.chunks.map((c) => (c.buffer === sealed.buffer ? c : ownCopy(c)));

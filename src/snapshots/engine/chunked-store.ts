@@ -272,9 +272,11 @@ export class ChunkedSnapshotStore implements SnapshotStore {
             if (!location) throw new Error(`chunk ${entry.id} was reported as stored but is not`);
             referencedPacks.add(location[2]);
           } else if (!location) {
-            // (A chunk sealed twice by two threads in one write keeps its first copy; the second is dead bytes.)
+            // (A chunk sealed twice in one write — by two threads, or by a thread and this one — keeps its first copy;
+            // the second is dead bytes. What a thread sealed, this thread's own seals skip from now on.)
             location = [entry.id, entry.size, packId, at + entry.at, entry.length];
             known.set(entry.id, location);
+            sealing.known?.add(entry.id);
           }
           chunks.push(location);
           listDigest.update(entry.id, 'hex');

@@ -250,7 +250,9 @@ describe('stores on pools of different sizes', () => {
     pools.push(slow);
     const keyring = new Keyring([{ id: 'k1', key: randomBytes(32) }]);
     const s = new ChunkedSnapshotStore({ rootDir: dir, keyring, pool: slow });
-    const state = seeded(13, 8 * 1024 * KiB);
+    // A block repeated through the state: chunks that both sides meet first in this write.
+    const block = seeded(13, 1536 * KiB);
+    const state = Buffer.concat([...Array.from({ length: 5 }, () => block), seeded(14, 2 * 1024 * KiB)]);
     await s.write(cp(1), Readable.from([state]));
     expect(slow.sealedHere).toBeGreaterThan(0);
     expect(slow.sealedThere).toBeGreaterThan(0);
