@@ -130,17 +130,20 @@ export class ChunkPool {
 
   /**
    * Opens a read batch (openBatch: authenticate, decrypt, decompress, in plaintext mode check ids) on a thread.
-   * `sealed` is moved to the thread and comes back with the result (plaintext chunks are views of it).
+   * `sealed` is moved to the thread (copied first if it does not fill its memory, unless `move` says that memory is
+   * all the batch's) and comes back with the result: plaintext chunks are views of it.
    */
   async open(
     context: ChunkContext & { dataKeyId: string | null },
     sealed: Buffer,
     entries: OpenEntry[],
+    options: { move?: boolean } = {},
   ): Promise<{ result: OpenBatchResult; sealed: Buffer }> {
     if (this.size === 0) return { result: openBatch(context, sealed, entries), sealed };
-    // The batch's memory moves to the thread; bytes that share theirs with others (a slice of Node's pool, of a
-    // larger buffer) are copied first, so nothing else moves with them.
-    if (sealed.byteOffset !== 0 || sealed.buffer.byteLength <= Buffer.poolSize) {
+    // The batch's memory moves to the thread. Unless the caller says all of it is the batch's (`move`: a read buffer
+    // with headroom), bytes that do not fill their memory are copied first, so that nothing else moves with them.
+    const fills = sealed.byteOffset === 0 && sealed.byteLength === sealed.buffer.byteLength;
+    if (!fills && !(options.move && sealed.byteOffset === 0)) {
       const own = Buffer.allocUnsafeSlow(sealed.length);
       sealed.copy(own);
       sealed = own;

@@ -585,7 +585,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       if (pool.size > 0 && onThreads < pool.size * THREAD_QUEUE) {
         onThreads++;
         try {
-          ({ result: opened, sealed: back } = await pool.open(context, sealed, entries));
+          ({ result: opened, sealed: back } = await pool.open(context, sealed, entries, { move: true }));
         } finally {
           onThreads--;
         }

@@ -129,6 +129,26 @@ test('opening on a thread returns what the calling thread would, and refuses wha
   expect(ok.result.ok && ok.result.chunks[0]!.equals(raw)).toBe(true);
 });
 
+test('opening bytes that share their memory on a thread moves nothing else with them', async () => {
+  const p = pool(1);
+  const inline = pool(0);
+  const chunk = seeded(31, 20 * KiB);
+  const sealed = await inline.seal(inline.context({ ...context, known: [] }), batchOf(chunk).data, [chunk.length]);
+  const entry = sealed.entries[0]!;
+  const entries = 'known' in entry ? [] : [{ id: entry.id, size: entry.size, at: 0, length: entry.length }];
+  // The sealed object at the start of a larger buffer whose other bytes belong to someone else.
+  const shared = Buffer.alloc(sealed.sealed.length + 4096, 7);
+  sealed.sealed.copy(shared);
+  const opened = await p.open(
+    { ...context, dataKeyId: key.dataKeyId },
+    shared.subarray(0, sealed.sealed.length),
+    entries,
+  );
+  expect(opened.result.ok && opened.result.chunks[0]!.equals(chunk)).toBe(true);
+  expect(shared.length).toBe(sealed.sealed.length + 4096);
+  expect(shared.subarray(sealed.sealed.length).equals(Buffer.alloc(4096, 7))).toBe(true);
+});
+
 test('a chunk repeated within one write is sealed once by a thread', async () => {
   const p = pool(1);
   const ctx = p.context({ ...context, known: [] });
