@@ -58,7 +58,7 @@ import { createDataKey, rewrapDataKey, unwrapDataKey, wrapDataKey, WrappedDataKe
  *   <root>/<lineage>/pins/<checkpointId>          present while a writer runs: garbage collection keeps its packs
  *   <root>/<sessionId>/<checkpointId>.manifest    the sealed manifest: chunk list, parent's manifest digest
  *
- * Packs rather than one file per chunk: a checkpoint of 1 GiB is ~13,400 chunks (bench/chunker.ts), and a file
+ * Packs rather than one file per chunk: a checkpoint of 1 GiB is tens of thousands of chunks (bench/chunker.ts), and a file
  * each (create, fsync, rename) costs more than the bytes. A pack is fsynced once, then renamed; the manifest is published last, so a
  * crash leaves at worst an unreferenced pack, which garbage collection removes.
  */

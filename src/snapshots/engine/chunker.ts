@@ -55,7 +55,7 @@ export interface ChunkerOptions {
  * (bench/engine.ts) changes 1% of 1 GiB in 256 places, one per 4 MiB, and prints the default next to 64 KiB chunks:
  * 64 KiB write about 4% of the state there, 32 KiB under 3%, for full checkpoints somewhat slower (a chunk has fixed
  * costs: a cipher, an HMAC, a header) and twice the manifest entries. Both keep a 2 GiB capture or restore under
- * 256 MiB (`npx tsx bench/bounded.ts 2048 /tmp text default 32`). So 32 KiB; `DS_CHUNK_KIB=64` for states that are
+ * 256 MiB (`npx tsx bench/bounded.ts 2048 /tmp text default 32`, and `... 64`). So 32 KiB; `DS_CHUNK_KIB=64` for states that are
  * mostly written whole.
  */
 export const DEFAULT_CHUNKER: ChunkerOptions = Object.freeze({

@@ -197,8 +197,8 @@ export function canonicalJson(record: Readonly<Record<string, string | number>>)
 }
 
 /**
- * Random nonces, drawn from the CSPRNG NONCE_RESERVE bytes at a time: one randomFillSync call costs as much as sealing
- * a few KiB, and a checkpoint seals a chunk every few tens of KiB. Every nonce is fresh random bytes, handed out once
+ * Random nonces, drawn from the CSPRNG NONCE_RESERVE bytes at a time rather than with one randomFillSync call per
+ * chunk (a call has a fixed cost that small draws pay in full). Every nonce is fresh random bytes, handed out once
  * (each thread has its own reserve; a process never forks with it).
  */
 const NONCE_RESERVE = 4096 - (4096 % NONCE_BYTES);

@@ -171,7 +171,7 @@ function parseJson(text: string): unknown {
 }
 
 /**
- * Format 2's chunk list, checked by hand rather than by a zod tuple schema: a 1 GiB state lists ~13,400 chunks
+ * Format 2's chunk list, checked by hand rather than by a zod tuple schema: a 1 GiB state lists tens of thousands of chunks
  * (bench/chunker.ts), and a schema parse per entry would run on every load.
  */
 function isLocationList(value: unknown): value is Location[] {
