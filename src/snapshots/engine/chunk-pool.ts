@@ -36,7 +36,7 @@ const DEFAULT_CHUNK_THREADS = Math.max(1, Math.min(availableParallelism() - 1, 3
 export interface PoolContext {
   readonly id: number;
   readonly value: SealContext;
-  /** Inline mode only: the ids stored so far (built on first use; threads keep their own). */
+  /** The ids this thread has stored or seen sealed so far, for its own seals (built on first use; threads keep theirs). */
   known: Set<string> | null;
   /** Threads that hold this context. */
   readonly sentTo: Set<Thread>;
@@ -125,6 +125,8 @@ export class ChunkPool {
       ...(spare ? { spare } : {}),
     }));
     if (reply.type !== 'seal') throw new Error(`chunk worker answered ${reply.type} to a seal`);
+    // What a thread sealed, the calling thread's own seals of this write skip from now on.
+    for (const entry of reply.result.entries) if (!('known' in entry)) context.known?.add(entry.id);
     return { sealed: toBuffer(reply.result.sealed), entries: reply.result.entries, data: toBuffer(reply.data) };
   }
 

@@ -82,6 +82,7 @@ export function sealBatch(
     lineage: context.lineage,
     formatVersion: context.formatVersion,
   };
+  const options = { transient: true, ...(context.codec !== undefined ? { codec: context.codec } : {}) };
   let out: Buffer | null = null;
   let offset = 0;
   let length = 0;
@@ -106,7 +107,6 @@ export function sealBatch(
       const room = data.length + sizes.length * overhead;
       out = spare && spare.length >= room ? spare : Buffer.allocUnsafeSlow(Math.ceil(room / OUTPUT_STEP) * OUTPUT_STEP);
     }
-    const options = { transient: true, ...(context.codec !== undefined ? { codec: context.codec } : {}) };
     const { codec, data: body } = compressChunk(chunk, options);
     const written = context.key
       ? sealObjectInto(
@@ -124,7 +124,8 @@ export function sealBatch(
   return { sealed: (out ?? spare ?? EMPTY).subarray(0, length), entries };
 }
 
-const EMPTY = Buffer.alloc(0);
+/** No bytes: the output of a batch with nothing to seal and no spare. */
+export const EMPTY = Buffer.alloc(0);
 
 /** Where a chunk to open is in a read batch, and what it must turn out to be. */
 export interface OpenEntry {
@@ -147,7 +148,7 @@ export type OpenFailure =
 export type OpenBatchResult = { ok: true; chunks: Buffer[] } | { ok: false; failure: OpenFailure };
 
 /** A chunk authenticated and decrypted, not yet decompressed. */
-export interface OpenedBody {
+interface OpenedBody {
   id: string;
   /** Plaintext size from the manifest. */
   size: number;

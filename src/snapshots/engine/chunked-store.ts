@@ -18,6 +18,7 @@ import { isStateSource, sourceBytes, type StateSource } from '../state-source';
 import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
 import { sharedChunkPool, type ChunkPool, type PoolContext } from './chunk-pool';
 import {
+  EMPTY,
   openBatch,
   type ChunkKey,
   type OpenBatchResult,
@@ -95,7 +96,6 @@ const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
 const STALE_PIN_MS = 24 * 60 * 60_000;
 
 class LineageSkipped extends Error {}
-const EMPTY = Buffer.alloc(0);
 
 /** A chunked manifest without its chunk list (decoded and checked by manifest-codec.ts). */
 const ChunkedManifestHeader = CheckpointManifestSchema.extend({
@@ -273,10 +273,9 @@ export class ChunkedSnapshotStore implements SnapshotStore {
             referencedPacks.add(location[2]);
           } else if (!location) {
             // (A chunk sealed twice in one write — by two threads, or by a thread and this one — keeps its first copy;
-            // the second is dead bytes. What a thread sealed, this thread's own seals skip from now on.)
+            // the second is dead bytes.)
             location = [entry.id, entry.size, packId, at + entry.at, entry.length];
             known.set(entry.id, location);
-            sealing.known?.add(entry.id);
           }
           chunks.push(location);
           listDigest.update(entry.id, 'hex');

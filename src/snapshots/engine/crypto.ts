@@ -379,7 +379,7 @@ function checkKey(key: Buffer): void {
   }
 }
 
-/** Magic, length and header, with `reserve` uninitialized bytes after them for the rest of the object. */
+/** Magic, length and header: everything of a sealed object before its nonce (or plaintext body). */
 function encodePrefix(header: ObjectHeader, encrypted: boolean, bodyLength: number, commitment: Buffer | null): Buffer {
   const kind = KIND_CODES[header.kind];
   if (kind === undefined) throw new TypeError(`unknown object kind ${quote(String(header.kind))}`);
