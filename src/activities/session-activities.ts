@@ -135,6 +135,7 @@ export function createActivities(deps: ActivityDeps) {
       // did not change, say) must not look like a lost worker.
       let bytesDone = 0;
       const beat = setInterval(() => ctx.heartbeat({ phase: 'capture', bytesDone }), 5_000);
+      const report = throttled((done) => ctx.heartbeat({ phase: 'capture', bytesDone: done }));
       try {
         // A runtime that can tell what is unchanged since its last stored checkpoint lets the store skip reading it.
         const state = runtime.captureState
@@ -153,7 +154,11 @@ export function createActivities(deps: ActivityDeps) {
           },
           state,
           {
-            onProgress: throttled((done) => ctx.heartbeat({ phase: 'capture', bytesDone: (bytesDone = done) })),
+            onProgress: (done) => {
+              // Every report counts for the timer's heartbeats, also those the throttle leaves out.
+              bytesDone = done;
+              report(done);
+            },
             signal: ctx.cancellationSignal,
           },
         );

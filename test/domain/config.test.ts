@@ -1,8 +1,7 @@
 import { ConfigError, loadConfig } from '../../src/config';
 import { chunkerFor, DEFAULT_CHUNKER } from '../../src/snapshots/engine/chunker';
-import { ChunkedSnapshotStore } from '../../src/snapshots/engine/chunked-store';
-import { CODECS, isCodecAvailable, type CodecId } from '../../src/snapshots/engine/codec';
-import { chunkCodecFor } from '../../src/snapshots/store-from-config';
+import { CODECS, isCodecAvailable } from '../../src/snapshots/engine/codec';
+import { chunkCodecFor, snapshotStoreFromConfig } from '../../src/snapshots/store-from-config';
 
 describe('snapshot settings from the environment', () => {
   test("defaults: format 3, the engine's chunk sizes", () => {
@@ -30,9 +29,12 @@ describe('snapshot settings from the environment', () => {
     expect(chunkCodecFor('brotli', true)).toBe(CODECS.brotli);
     expect(chunkCodecFor('zstd', true)).toBe(CODECS.zstd);
     expect(() => chunkCodecFor('zstd', false)).toThrow(/zstd-napi binding is not installed/);
-    // What a worker says at start is what its store writes.
-    const store = (codec?: CodecId) => new ChunkedSnapshotStore({ rootDir: '/nonexistent', keyring: null, codec });
-    expect(store(chunkCodecFor('brotli')).describeCodec()).toBe('brotli');
-    expect(store().describeCodec()).toBe(isCodecAvailable(CODECS.zstd) ? 'zstd' : 'brotli');
+  });
+
+  test('the store a worker builds from its settings reports the codec they name (what the worker prints at start)', async () => {
+    const store = (env: Record<string, string>) =>
+      snapshotStoreFromConfig(loadConfig({ DS_SNAPSHOT_ENCRYPTION: 'none', DS_SNAPSHOT_DIR: '/nonexistent', ...env }));
+    expect((await store({ DS_SNAPSHOT_CODEC: 'brotli' })).describeCodec()).toBe('brotli');
+    expect((await store({})).describeCodec()).toBe(isCodecAvailable(CODECS.zstd) ? 'zstd' : 'brotli');
   });
 });
