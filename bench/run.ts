@@ -767,14 +767,20 @@ async function engineRound(
   seedWorkspace(seedDir, started.location, blobCount);
 
   const records: OpRecord[] = [];
-  const checkpoint = await timedOp(
-    probe,
-    'checkpoint',
-    round,
-    () => handle.checkpoint(),
-    (ref) => ref.size,
-  );
-  records.push(checkpoint.record);
+  /** Times one control of this round and keeps its record. */
+  const op = async <T>(name: OpName, fn: () => Promise<T>, bytesOf: (result: T) => number): Promise<T> => {
+    const { result, record } = await timedOp(probe, name, round, fn, bytesOf);
+    records.push(record);
+    return result;
+  };
+  const checkpointOp = (name: OpName) =>
+    op(
+      name,
+      () => handle.checkpoint(),
+      (ref) => ref.size,
+    );
+
+  await checkpointOp('checkpoint');
   // The group must have been thawed when the capture ended (S: sleeping in `sleep 1`, R: running).
   const stateAfterCheckpoint = processState(started.pid);
 
@@ -783,34 +789,21 @@ async function engineRound(
   fs.writeFileSync(rewritten, randomBytes(fs.statSync(rewritten).size));
   // What pause captures and resume must bring back.
   const original = await treeDigest(started.location);
-  const changed = await timedOp(
-    probe,
-    'checkpointChanged',
-    round,
-    () => handle.checkpoint(),
-    (ref) => ref.size,
-  );
-  records.push(changed.record);
+  await checkpointOp('checkpointChanged');
 
-  const pause = await timedOp(
-    probe,
+  await op(
     'pause',
-    round,
     () => handle.pause(),
     (ref) => ref.size,
   );
-  records.push(pause.record);
   const oldPidGone = processState(started.pid) === undefined;
 
-  const resume = await timedOp(
-    probe,
+  const resumed = await op(
     'resume',
-    round,
     () => handle.resume(),
     (r) => r.restoredFrom.size,
   );
-  records.push(resume.record);
-  const { pid, location } = resume.result.runtime;
+  const { pid, location } = resumed.runtime;
   const state = pid === undefined ? undefined : processState(pid);
   const pidAlive = state !== undefined && state !== 'Z' && state !== 'X';
   let cwdMatches = false;
@@ -821,23 +814,13 @@ async function engineRound(
   }
   const restored = await treeDigest(location);
 
-  const checkpoint2 = await timedOp(
-    probe,
-    'checkpoint2',
-    round,
-    () => handle.checkpoint(),
-    (ref) => ref.size,
-  );
-  records.push(checkpoint2.record);
+  await checkpointOp('checkpoint2');
 
-  const stop = await timedOp(
-    probe,
+  await op(
     'stop',
-    round,
     () => handle.stop({ checkpoint: false }),
     () => 0,
   );
-  records.push(stop.record);
   ended = true;
   // Three checkpoints of the full state per round: free the disk (and its page cache) for the next round.
   await fsp.rm(path.join(snapshotsDir, sessionId), { recursive: true, force: true });
