@@ -165,8 +165,7 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
 
   /** Replaces the state of a running instance, as its program would; strings are stored as UTF-8. */
   write(instanceId: string, data: Buffer | string): void {
-    const instance = this.get(instanceId);
-    if (instance.exit) throw new RuntimeFailedError(`runtime instance ${instanceId} has stopped`);
+    const instance = this.running(instanceId);
     // A new buffer: a capture still reading the old one keeps it.
     const bytes = Buffer.from(data);
     instance.buffer = bytes;
@@ -196,10 +195,16 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
     this.writeAt(instanceId, this.get(instanceId).length, data);
   }
 
-  /** The instance, ready for a write that reaches `end`: its buffer its own (not read by a capture) and large enough. */
-  private writable(instanceId: string, end: number): MemoryInstance {
+  /** The instance, which must not have stopped (writes go only to running instances). */
+  private running(instanceId: string): MemoryInstance {
     const instance = this.get(instanceId);
     if (instance.exit) throw new RuntimeFailedError(`runtime instance ${instanceId} has stopped`);
+    return instance;
+  }
+
+  /** The instance, ready for a write that reaches `end`: its buffer its own (not read by a capture) and large enough. */
+  private writable(instanceId: string, end: number): MemoryInstance {
+    const instance = this.running(instanceId);
     if (instance.readers > 0 || end > instance.buffer.length) {
       const grown = Buffer.alloc(
         end > instance.buffer.length ? Math.max(end, instance.buffer.length * 2) : instance.buffer.length,

@@ -149,13 +149,12 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     });
     try {
       const { checkpointId } = request;
-      const layout = checkpointId === undefined ? undefined : new TarLayoutReader();
-      const restored = await extractArchive(request.state, dir, layout);
+      const restoring = checkpointId === undefined ? undefined : { checkpointId, layout: new TarLayoutReader() };
+      const restored = await extractArchive(request.state, dir, restoring?.layout);
       // Only now has the whole stream verified: nothing runs on state that may be corrupt.
-      const index =
-        checkpointId !== undefined && layout
-          ? await indexRestoredTree(dir, checkpointId, layout.finish(), restored)
-          : undefined;
+      const index = restoring
+        ? await indexRestoredTree(dir, restoring.checkpointId, restoring.layout.finish(), restored)
+        : undefined;
       // The index becomes the base with the instance itself: a restore that fails leaves none.
       return this.info(await this.launch(request, dir, logPath, index));
     } catch (error) {
@@ -575,7 +574,7 @@ async function* capturePieces(
       // A run is also closed at RUN_MAX_RECORDS, so that a large unchanged tree reaches the store (and its progress)
       // as it is walked, not all at the end, and the records a run keeps stay few. The store re-reads about one chunk
       // where a run ends.
-      if (!run || run.baseOffset + run.length !== known.offset || run.records.length >= RUN_MAX_RECORDS) {
+      if (!run || run.baseOffset + run.length !== known.offset || run.count >= RUN_MAX_RECORDS) {
         yield* batch.flush();
         if (run) yield run;
         run = new UnchangedRun(known.offset);
@@ -596,7 +595,7 @@ async function* capturePieces(
     const header = encodeTarHeader(entry);
     if (entry.type === 'file') {
       const file = { absPath, statKey: statKey(stats) };
-      const indexable = clockNs !== null && stats.ctimeNs < clockNs;
+      const indexable = beforeClock(stats.ctimeNs, clockNs);
       yield* add(entry.name, header, { entry, headerLength: header.length, file }, indexable);
     } else {
       yield* add(entry.name, header, { entry, headerLength: header.length, file: undefined }, true);
@@ -609,6 +608,15 @@ async function* capturePieces(
 }
 
 /**
+ * Whether a file changed at `ctimeNs` may be named unchanged later: only if the change came before the fs-clock
+ * reading taken after the capture (a write in the same clock tick would leave the stat key as it was). Capture and
+ * restore index files by this one rule.
+ */
+function beforeClock(ctimeNs: bigint, clockNs: bigint | null): boolean {
+  return clockNs !== null && ctimeNs < clockNs;
+}
+
+/**
  * A run of records that are, byte for byte, a run of the base capture's stream. `read` regenerates any part of it
  * from the tree: headers (encoded again: the encoder is deterministic), file contents, padding.
  */
@@ -616,9 +624,13 @@ class UnchangedRun implements UnchangedRange {
   length = 0;
   /** Each record's start within the run, ascending. */
   private readonly starts: number[] = [];
-  readonly records: CaptureRecord[] = [];
+  private readonly records: CaptureRecord[] = [];
 
   constructor(readonly baseOffset: number) {}
+
+  get count(): number {
+    return this.records.length;
+  }
 
   add(record: CaptureRecord): void {
     const size = record.entry?.size ?? 0;
@@ -1164,7 +1176,7 @@ async function indexRestoredTree(
   const clockNs = ctimes.length === 0 ? null : await clockAfter(path.dirname(root), latestNs);
   const records = new Map<string, IndexedRecord>();
   for (const { name, record, ctimeNs } of indexed) {
-    if (ctimeNs === undefined || (clockNs !== null && ctimeNs < clockNs)) records.set(name, record);
+    if (ctimeNs === undefined || beforeClock(ctimeNs, clockNs)) records.set(name, record);
   }
   const trailer = tarTrailer();
   records.set(END_OF_ARCHIVE, { offset, length: trailer.length, headerDigest: sha256(trailer) });
