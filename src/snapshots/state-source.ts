@@ -46,14 +46,23 @@ export async function* sourceBytes(source: StateSource): AsyncGenerator<Uint8Arr
       yield piece;
       continue;
     }
-    let got = 0;
-    for await (const part of piece.read(0, piece.length)) {
-      got += part.length;
-      if (got > piece.length) break;
-      yield part;
-    }
-    // A range that reads back another length would shift every byte after it.
-    if (got !== piece.length) throw new Error(`an unchanged range of ${piece.length} bytes read back ${got}`);
+    yield* readExactly(piece, 0, piece.length);
+  }
+}
+
+/**
+ * The bytes `[start, end)` of an unchanged range, read through its `read`; an Error when they come back as more or
+ * fewer bytes (which would shift every byte after them), before any byte past `end` is handed on.
+ */
+export async function* readExactly(range: UnchangedRange, start: number, end: number): AsyncGenerator<Uint8Array> {
+  let got = 0;
+  for await (const part of range.read(start, end)) {
+    got += part.length;
+    if (got > end - start) break;
+    yield part;
+  }
+  if (got !== end - start) {
+    throw new Error(`an unchanged range read ${got} bytes where ${end - start} were asked for`);
   }
 }
 

@@ -17,13 +17,12 @@ import {
   openBatch,
   sealBatch,
   type ChunkContext,
-  type ChunkKey,
   type OpenEntry,
   type OpenBatchResult,
   type SealBatchResult,
   type SealContext,
 } from './chunk-work';
-import { toBuffer, transferList, type PoolReply, type PoolRequest, type WireContext } from './chunk-wire';
+import { toBuffer, toWireKey, transferList, type PoolReply, type PoolRequest, type WireContext } from './chunk-wire';
 
 /**
  * Threads of the shared pool: one per core but the one the calling thread reads, chunks and writes on; at least one,
@@ -158,7 +157,7 @@ export class ChunkPool {
         lineage: context.lineage,
         formatVersion: context.formatVersion,
         dataKeyId: context.dataKeyId,
-        key: context.key ? wireKey(context.key) : null,
+        key: context.key ? toWireKey(context.key) : null,
       },
       sealed,
       entries,
@@ -231,15 +230,10 @@ function toWire(context: PoolContext): WireContext {
     tenant: value.tenant,
     lineage: value.lineage,
     formatVersion: value.formatVersion,
-    key: value.key ? wireKey(value.key) : null,
+    key: value.key ? toWireKey(value.key) : null,
     known: value.known,
     ...(value.codec !== undefined ? { codec: value.codec } : {}),
   };
-}
-
-/** Key material as it crosses: copies that own their memory (a pooled Buffer would carry its whole pool across). */
-function wireKey(key: ChunkKey): { dataKeyId: string; key: Uint8Array; chunkIdKey: Uint8Array } {
-  return { dataKeyId: key.dataKeyId, key: new Uint8Array(key.key), chunkIdKey: new Uint8Array(key.chunkIdKey) };
 }
 
 function startThread(): Thread {

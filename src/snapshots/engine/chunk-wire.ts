@@ -2,15 +2,31 @@
  * Messages between chunk-pool.ts and its worker threads (chunk-worker.ts). Buffers cross as transferred
  * ArrayBuffers where they own one (no copy), otherwise as copies.
  */
-import type { ChunkContext, OpenBatchResult, OpenEntry, SealBatchResult, SealContext } from './chunk-work';
+import type { ChunkContext, ChunkKey, OpenBatchResult, OpenEntry, SealBatchResult, SealContext } from './chunk-work';
 import type { CodecId } from './codec';
+
+/** Lineage key material as it crosses the thread boundary. */
+export interface WireKey {
+  dataKeyId: string;
+  key: Uint8Array;
+  chunkIdKey: Uint8Array;
+}
+
+/** Key material as it crosses: copies that own their memory (a pooled Buffer would carry its whole pool across). */
+export function toWireKey(key: ChunkKey): WireKey {
+  return { dataKeyId: key.dataKeyId, key: new Uint8Array(key.key), chunkIdKey: new Uint8Array(key.chunkIdKey) };
+}
+
+function fromWireKey(wire: WireKey): ChunkKey {
+  return { dataKeyId: wire.dataKeyId, key: toBuffer(wire.key), chunkIdKey: toBuffer(wire.chunkIdKey) };
+}
 
 /** A seal context as it crosses the thread boundary. */
 export interface WireContext {
   tenant: string;
   lineage: string;
   formatVersion: number;
-  key: { dataKeyId: string; key: Uint8Array; chunkIdKey: Uint8Array } | null;
+  key: WireKey | null;
   known: readonly string[];
   codec?: CodecId;
 }
@@ -34,7 +50,7 @@ export interface OpenWireContext {
   tenant: string;
   lineage: string;
   formatVersion: number;
-  key: { dataKeyId: string; key: Uint8Array; chunkIdKey: Uint8Array } | null;
+  key: WireKey | null;
   dataKeyId: string | null;
 }
 
@@ -55,9 +71,7 @@ export function fromOpenWireContext(wire: OpenWireContext): ChunkContext & { dat
     lineage: wire.lineage,
     formatVersion: wire.formatVersion,
     dataKeyId: wire.dataKeyId,
-    key: wire.key
-      ? { dataKeyId: wire.key.dataKeyId, key: toBuffer(wire.key.key), chunkIdKey: toBuffer(wire.key.chunkIdKey) }
-      : null,
+    key: wire.key ? fromWireKey(wire.key) : null,
   };
 }
 
@@ -69,9 +83,7 @@ export function fromWireContext(wire: WireContext): SealContext {
     formatVersion: wire.formatVersion,
     known: wire.known,
     ...(wire.codec !== undefined ? { codec: wire.codec } : {}),
-    key: wire.key
-      ? { dataKeyId: wire.key.dataKeyId, key: toBuffer(wire.key.key), chunkIdKey: toBuffer(wire.key.chunkIdKey) }
-      : null,
+    key: wire.key ? fromWireKey(wire.key) : null,
   };
 }
 

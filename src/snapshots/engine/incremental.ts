@@ -1,4 +1,4 @@
-import { isUnchangedRange, type UnchangedRange } from '../state-source';
+import { isUnchangedRange, readExactly, type UnchangedRange } from '../state-source';
 import type { Chunker } from './chunker';
 
 /** One chunk of the new state: the base's chunk number `reuse`, or new bytes to store. */
@@ -98,14 +98,9 @@ export async function* planChunks(
         yield piece;
       } else {
         const until = Math.min(current.length, currentAt + readStep);
-        let got = 0;
-        for await (const part of current.read(currentAt, until)) {
-          got += part.length;
+        for await (const part of readExactly(current, currentAt, until)) {
           streamAt += part.length;
           yield asBuffer(part);
-        }
-        if (got !== until - currentAt) {
-          throw new Error(`an unchanged range read ${got} bytes where ${until - currentAt} were asked for`);
         }
         currentAt = until;
       }

@@ -114,6 +114,35 @@ describe('writing a state source: unchanged ranges reuse the base checkpoint', (
     expect((await s.list('s1')).map((m) => m.checkpointId)).toEqual(['cp-1']);
   });
 
+  it('refuses a range that reads back another length than it claims, with or without a usable base', async () => {
+    const { s, second } = await setup();
+    for (const [base, checkpoint] of [
+      ['cp-1', cp(2, 'cp-1')],
+      ['gone', cp(3, 'cp-1')],
+    ] as const) {
+      const { stateSource, counters } = source(base, second, changes);
+      // Every range hands back one byte short of what was asked.
+      const shortened = (async function* () {
+        for await (const piece of stateSource.pieces) {
+          if (piece instanceof Uint8Array) yield piece;
+          else {
+            yield {
+              ...piece,
+              read: async function* (start: number, end: number) {
+                for await (const part of piece.read(start, end - 1)) yield part;
+              },
+            };
+          }
+        }
+      })();
+      await expect(s.write(checkpoint, { ...stateSource, pieces: shortened })).rejects.toThrow(
+        /an unchanged range read \d+ bytes where \d+ were asked for/,
+      );
+      expect(counters.closed).toBe(1);
+    }
+    expect((await s.list('s1')).map((m) => m.checkpointId)).toEqual(['cp-1']);
+  });
+
   it('closes the source when the checkpoint is refused before any read', async () => {
     const { s, second } = await setup();
     const { stateSource, counters } = source('cp-1', second, changes);
