@@ -62,11 +62,12 @@ export async function ensureDevMasterKey(dataDir: string): Promise<string> {
  */
 export function chunkCodecFor(
   setting: Config['snapshots']['codec'],
-  zstdAvailable = isCodecAvailable(CODECS.zstd),
+  zstdAvailable: () => boolean = () => isCodecAvailable(CODECS.zstd),
 ): CodecId | undefined {
   if (setting === 'brotli') return CODECS.brotli;
   if (setting === 'zstd') {
-    if (!zstdAvailable) {
+    // Asked only here: the binding is loaded when a setting needs it.
+    if (!zstdAvailable()) {
       throw new Error(
         'DS_SNAPSHOT_CODEC=zstd, but the zstd-napi binding is not installed (it is an optional dependency built at ' +
           'install: it needs a C++ toolchain and Node headers); install it, or set DS_SNAPSHOT_CODEC=brotli or auto',

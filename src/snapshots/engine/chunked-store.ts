@@ -343,7 +343,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       await packWriter.close();
       // Packs this checkpoint shares with older ones must still be there, and are touched so that a concurrent
       // garbage collection keeps them (it spares packs touched after the oldest writer's pin).
-      await this.holdPacks(lineage, referencedPacks, sessionId, checkpointId);
+      await this.requirePacks(lineage, referencedPacks, sessionId, checkpointId, { touch: true });
       const manifest: ChunkedHeader = {
         formatVersion: this.writeFormat,
         checkpointId,
@@ -404,7 +404,9 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     const pin = await this.pin(lineage, sessionId, checkpointId);
     try {
       const key = source.header.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(lineage) : null;
-      await this.holdPacks(source.header.lineage, source.table.packs, sessionId, sourceCheckpointId);
+      await this.requirePacks(source.header.lineage, source.table.packs, sessionId, sourceCheckpointId, {
+        touch: true,
+      });
       const parentManifestDigest = checkpoint.parentId
         ? await this.manifestFileDigest(sessionId, checkpoint.parentId)
         : null;
@@ -460,7 +462,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     const pin = await this.pin(lineage, sessionId, checkpointId);
     try {
       const key = origin.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(lineage) : null;
-      await this.holdPacks(lineage, loaded.table.packs, source.sessionId, source.checkpointId);
+      await this.requirePacks(lineage, loaded.table.packs, source.sessionId, source.checkpointId, { touch: true });
       const parentManifestDigest = loaded.fileDigest;
       await fs.mkdir(join(this.root, sessionId), { recursive: true });
       const joined = await publish(join(this.root, sessionId, LINEAGE_FILE), Buffer.from(JSON.stringify({ lineage })), {
@@ -556,7 +558,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       manifest.chunks.map((c) => c[2]),
       sessionId,
       checkpointId,
-      false,
+      { touch: false },
     );
     const reader = new PackReader(packsDir);
     const pool = this.pool;
@@ -1105,25 +1107,15 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   }
 
   /**
-   * For a new manifest over an existing one's chunks: every pack must be there, and is touched, like the packs a
-   * write reuses, so that a concurrent gc keeps it.
+   * Every pack named must exist (else SnapshotNotFound). With `touch` (a new manifest over existing chunks: a write's
+   * reused packs, a rewind's or a fork's source), each is touched too, so that a concurrent gc keeps it.
    */
-  private holdPacks(
-    lineage: string,
-    packIds: Iterable<string>,
-    sessionId: string,
-    checkpointId: string,
-  ): Promise<void> {
-    return this.requirePacks(lineage, packIds, sessionId, checkpointId, true);
-  }
-
-  /** Every pack named must exist (else SnapshotNotFound); with `touch`, each is touched too (see holdPacks). */
   private async requirePacks(
     lineage: string,
     packIds: Iterable<string>,
     sessionId: string,
     checkpointId: string,
-    touch: boolean,
+    { touch }: { touch: boolean },
   ): Promise<void> {
     const packsDir = join(this.lineageDir(lineage), 'packs');
     for (const packId of new Set(packIds)) {
