@@ -62,6 +62,9 @@ const IDLE_EXIT_MS = 1_000;
  */
 const THREAD_YOUNG_GENERATION_MB = 8;
 
+/** Batches waiting on a thread before the calling thread takes the next one itself. */
+const THREAD_QUEUE = 2;
+
 let nextContextId = 1;
 let nextJob = 1;
 
@@ -76,11 +79,19 @@ export class ChunkPool {
   }
 
   /**
-   * How many batches a caller should keep in flight: two for each thread, and two more that the caller may seal
-   * itself while the threads are busy.
+   * How many batches a caller should keep in flight: THREAD_QUEUE for each thread, and two more that the calling
+   * thread may take itself while the threads are busy.
    */
   get window(): number {
-    return this.size * 2 + 2;
+    return this.size * THREAD_QUEUE + 2;
+  }
+
+  /**
+   * Whether work should stay on the calling thread: there are no threads, or every one has THREAD_QUEUE batches
+   * waiting (of any caller), so that the calling thread's time between reads is not spent waiting.
+   */
+  private busy(): boolean {
+    return this.threads.every((t) => t !== null && !t.dead && t.pending.size >= THREAD_QUEUE);
   }
 
   context(value: SealContext): PoolContext {
@@ -98,17 +109,17 @@ export class ChunkPool {
 
   /**
    * Seals the chunks of `data` cut at `sizes`, into `spare` when it is large enough. `data` and `spare` are moved to
-   * the thread: do not use them afterwards; `data` comes back with the result, for the next batch. With `here`, on
-   * the calling thread (whose known ids are its own: a chunk new to both sides in one write is sealed twice).
+   * the thread: do not use them afterwards; `data` comes back with the result, for the next batch. While every thread
+   * has THREAD_QUEUE batches waiting, the batch is sealed on the calling thread instead (whose known ids are its own:
+   * a chunk new to both sides in one write is sealed twice).
    */
   async seal(
     context: PoolContext,
     data: Buffer,
     sizes: number[],
     spare: Buffer | null = null,
-    here = false,
   ): Promise<SealBatchResult & { data: Buffer }> {
-    if (this.size === 0 || here) {
+    if (this.busy()) {
       return {
         ...sealBatch(context.value, (context.known ??= new Set(context.value.known)), data, sizes, spare),
         data,
@@ -132,7 +143,8 @@ export class ChunkPool {
   /**
    * Opens a read batch (openBatch: authenticate, decrypt, decompress, in plaintext mode check ids) on a thread.
    * `sealed` is moved to the thread (copied first if it does not fill its memory, unless `move` says that memory is
-   * all the batch's) and comes back with the result: plaintext chunks are views of it.
+   * all the batch's) and comes back with the result: plaintext chunks are views of it. Opened on the calling thread
+   * while every thread has THREAD_QUEUE batches waiting.
    */
   async open(
     context: ChunkContext & { dataKeyId: string | null },
@@ -140,7 +152,7 @@ export class ChunkPool {
     entries: OpenEntry[],
     options: { move?: boolean } = {},
   ): Promise<{ result: OpenBatchResult; sealed: Buffer }> {
-    if (this.size === 0) return { result: openBatch(context, sealed, entries), sealed };
+    if (this.busy()) return { result: openBatch(context, sealed, entries), sealed };
     // The batch's memory moves to the thread. Unless the caller says all of it is the batch's (`move`: a read buffer
     // with headroom), bytes that do not fill their memory are copied first, so that nothing else moves with them.
     const fills = sealed.byteOffset === 0 && sealed.byteLength === sealed.buffer.byteLength;
@@ -198,7 +210,7 @@ export class ChunkPool {
     const request = build(job, wire);
     const reply = await new Promise<PoolReply>((resolve, reject) => {
       // Posted first: a message that cannot be sent (a buffer that cannot be cloned) leaves the thread as it was.
-      thread.worker.postMessage(request, transferList(request));
+      this.post(thread.worker, request);
       thread.pending.set(job, { resolve, reject });
       if (thread.idle) clearTimeout(thread.idle);
       thread.idle = null;
@@ -207,6 +219,11 @@ export class ChunkPool {
     });
     if (reply.type === 'error') throw new Error(`chunk worker failed: ${reply.message}`);
     return reply;
+  }
+
+  /** Hands a request to a thread (a seam: tests slow a thread down here). */
+  protected post(worker: Worker, request: PoolRequest): void {
+    worker.postMessage(request, transferList(request));
   }
 
   /** The thread with the fewest batches in flight (started if needed), taking turns among equals. */

@@ -19,9 +19,7 @@ import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
 import { sharedChunkPool, type ChunkPool, type PoolContext } from './chunk-pool';
 import {
   EMPTY,
-  openBatch,
   type ChunkKey,
-  type OpenBatchResult,
   type OpenEntry,
   type OpenFailure,
   type SealBatchResult,
@@ -88,10 +86,6 @@ const BATCH_BYTES = 1024 * 1024;
 const REUSED_BATCH_BYTES = 64 * 1024 * 1024;
 /** Read batches in flight ahead of a restore's consumer. */
 const READ_AHEAD_BATCHES = 4;
-/** Restore: batches waiting on each pool thread before this thread opens one itself. */
-const THREAD_QUEUE = 2;
-/** Checkpoint: batches waiting on each pool thread before this thread seals one itself. */
-const SEAL_QUEUE = 2;
 const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
 const STALE_PIN_MS = 24 * 60 * 60_000;
 
@@ -292,19 +286,14 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       let sizes: number[] = [];
       let order: (number | SealedEntry)[] = [];
       let covered = 0;
-      let onThreads = 0;
       const dispatch = (): void => {
         if (order.length === 0) return;
         const batchOrder = order;
-        // A batch goes to a thread unless the threads have SEAL_QUEUE batches each already; then it is sealed here,
-        // so that this thread's time between reads is not spent waiting.
-        const onThread = sizes.length > 0 && onThreads < pool.size * SEAL_QUEUE;
-        if (onThread) onThreads++;
+        // On a pool thread, or here while the threads are busy (ChunkPool.seal).
         const sealed =
           sizes.length === 0
             ? Promise.resolve<SealBatchResult & { data: Buffer | null }>({ sealed: EMPTY, entries: [], data: null })
-            : pool.seal(sealing, buffer!, sizes, outputs.pop() ?? null, !onThread);
-        if (onThread) void sealed.finally(() => onThreads--).catch(() => undefined);
+            : pool.seal(sealing, buffer!, sizes, outputs.pop() ?? null);
         const merged = sealed.then((result) => {
           if (result.data && inputs.length < pool.window) inputs.push(result.data);
           return {
@@ -575,22 +564,11 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     // Encrypted chunks open into new buffers, so a batch's read buffer is free again once it is opened: reused,
     // instead of leaving a MiB of garbage per batch. (Plaintext chunks are views of it: never reused.)
     const spare: Buffer[] = [];
-    let onThreads = 0;
     const readAndOpen = async (batch: Location[]): Promise<Buffer[]> => {
       const { sealed, entries } = await reader.readBatch(batch, spare.pop());
-      // A batch is opened (authenticated, decrypted, decompressed) on a pool thread unless the threads have
-      // THREAD_QUEUE batches each already; then here, where the reads and the consumer are also served. So whichever
-      // side has time takes the next batch.
-      let opened: OpenBatchResult;
-      let back = sealed;
-      if (pool.size > 0 && onThreads < pool.size * THREAD_QUEUE) {
-        onThreads++;
-        try {
-          ({ result: opened, sealed: back } = await pool.open(context, sealed, entries, { move: true }));
-        } finally {
-          onThreads--;
-        }
-      } else opened = openBatch(context, sealed, entries);
+      // Opened (authenticated, decrypted, decompressed) on a pool thread, or here while the threads are busy
+      // (ChunkPool.open): whichever side has time takes the next batch.
+      const { result: opened, sealed: back } = await pool.open(context, sealed, entries, { move: true });
       if (!opened.ok) throw openFailureError(opened.failure, sessionId, checkpointId);
       if (key && back.byteOffset === 0) spare.push(Buffer.from(back.buffer, 0, back.buffer.byteLength));
       return opened.chunks;

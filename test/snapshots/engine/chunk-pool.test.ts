@@ -253,17 +253,21 @@ describe('stores on pools of different sizes', () => {
   });
 
   test('a checkpoint seals batches itself while its thread is busy, and they restore like the thread ones', async () => {
-    // The thread is made slow, so that batches queue for it and the calling thread takes some.
+    // The thread is made slow (each request reaches it 20 ms late), so that batches queue for it and the calling
+    // thread takes some: every seal not posted to the thread was sealed here.
     class SlowThreadPool extends ChunkPool {
-      sealedHere = 0;
+      seals = 0;
       sealedThere = 0;
-      override async seal(...args: Parameters<ChunkPool['seal']>): ReturnType<ChunkPool['seal']> {
-        if (args[4]) this.sealedHere++;
-        else {
-          this.sealedThere++;
-          await new Promise((r) => setTimeout(r, 20));
-        }
+      get sealedHere(): number {
+        return this.seals - this.sealedThere;
+      }
+      override seal(...args: Parameters<ChunkPool['seal']>): ReturnType<ChunkPool['seal']> {
+        this.seals++;
         return super.seal(...args);
+      }
+      protected override post(...args: Parameters<ChunkPool['post']>): void {
+        if (args[1].type === 'seal') this.sealedThere++;
+        setTimeout(() => super.post(...args), 20);
       }
     }
     const slow = new SlowThreadPool(1);
