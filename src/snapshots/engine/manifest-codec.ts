@@ -52,14 +52,25 @@ export interface ChunkTable {
   readonly size: number;
 }
 
+/**
+ * Where each column of a table of `n` chunks starts: ids (32 bytes each), sizes (u32), pack indexes (u32), offsets
+ * (u64), sealed lengths (u32).
+ */
+function columns(n: number): { sizes: number; indexes: number; offsets: number; lengths: number } {
+  const sizes = ID_BYTES * n;
+  const indexes = sizes + 4 * n;
+  const offsets = indexes + 4 * n;
+  return { sizes, indexes, offsets, lengths: offsets + 8 * n };
+}
+
 /** The table of `chunks`. */
 export function encodeTable(chunks: readonly Location[]): ChunkTable {
   const n = chunks.length;
   const packs: string[] = [];
   const packIndex = new Map<string, number>();
   const ids: string[] = new Array<string>(n);
-  const numbers = Buffer.allocUnsafe(n * (ENTRY_BYTES - ID_BYTES));
-  const [sizes, indexes, offsets, lengths] = [0, 4 * n, 8 * n, 16 * n];
+  const bytes = Buffer.allocUnsafe(n * ENTRY_BYTES);
+  const { sizes, indexes, offsets, lengths } = columns(n);
   let size = 0;
   for (let i = 0; i < n; i++) {
     const [id, chunkSize, packId, offset, length] = chunks[i]!;
@@ -70,17 +81,16 @@ export function encodeTable(chunks: readonly Location[]): ChunkTable {
       index = packs.push(packId) - 1;
       packIndex.set(packId, index);
     }
-    numbers.writeUInt32LE(chunkSize, sizes + 4 * i);
-    numbers.writeUInt32LE(index, indexes + 4 * i);
-    numbers.writeUInt32LE(offset % U32, offsets + 8 * i);
-    numbers.writeUInt32LE(Math.floor(offset / U32), offsets + 8 * i + 4);
-    numbers.writeUInt32LE(length, lengths + 4 * i);
+    bytes.writeUInt32LE(chunkSize, sizes + 4 * i);
+    bytes.writeUInt32LE(index, indexes + 4 * i);
+    bytes.writeUInt32LE(offset % U32, offsets + 8 * i);
+    bytes.writeUInt32LE(Math.floor(offset / U32), offsets + 8 * i + 4);
+    bytes.writeUInt32LE(length, lengths + 4 * i);
     size += chunkSize;
   }
-  const idBytes = Buffer.from(ids.join(''), 'hex');
-  // Decoding stops at the first character that is not hex: a short result names a bad id.
-  if (idBytes.length !== n * ID_BYTES) throw new TypeError('a chunk id is not 64 hex digits');
-  return { packs, count: n, bytes: Buffer.concat([idBytes, numbers]), size };
+  // Decoding stops at the first character that is not hex: a short write names a bad id.
+  if (bytes.write(ids.join(''), 0, 'hex') !== n * ID_BYTES) throw new TypeError('a chunk id is not 64 hex digits');
+  return { packs, count: n, bytes, size };
 }
 
 /** The format-3 body of a manifest: `header` (the manifest's fields but its chunks) as JSON, then `table`. */
@@ -116,7 +126,7 @@ export function splitManifestBody(body: Buffer): { header: unknown; table: Chunk
   if (bytes.length !== n * ENTRY_BYTES) {
     throw new ManifestBodyError(`the chunk table has ${bytes.length} bytes; ${n} chunks take ${n * ENTRY_BYTES}`);
   }
-  const [sizes, indexes, offsets, lengths] = [ID_BYTES * n, 36 * n, 40 * n, 48 * n];
+  const { sizes, indexes, offsets, lengths } = columns(n);
   let size = 0;
   for (let i = 0; i < n; i++) {
     const offset = bytes.readUInt32LE(offsets + 8 * i) + bytes.readUInt32LE(offsets + 8 * i + 4) * U32;
@@ -136,7 +146,7 @@ export function splitManifestBody(body: Buffer): { header: unknown; table: Chunk
 export function decodeTable(table: ChunkTable): Location[] {
   const { packs, count: n, bytes } = table;
   const hex = bytes.toString('hex', 0, n * ID_BYTES);
-  const [sizes, indexes, offsets, lengths] = [ID_BYTES * n, 36 * n, 40 * n, 48 * n];
+  const { sizes, indexes, offsets, lengths } = columns(n);
   const chunks: Location[] = new Array<Location>(n);
   for (let i = 0; i < n; i++) {
     chunks[i] = [

@@ -129,6 +129,17 @@ test('a state larger than a pack is written to several packs, each synced and re
   expect((await s.list('s1')).map((m) => m.checkpointId)).toEqual(['cp-1']);
 });
 
+test('a chunk table refuses ids that are not 64 hex digits, and round-trips the ones that are', () => {
+  const id = (c: string) => c.repeat(64);
+  const chunks: Array<[string, number, string, number, number]> = [
+    [id('a'), 10, 'p1', 0, 40],
+    [id('b'), 20, 'p2', 2 ** 40, 50],
+  ];
+  expect(decodeTable(encodeTable(chunks))).toEqual(chunks);
+  expect(() => encodeTable([[`${id('a').slice(0, 62)}zz`, 10, 'p1', 0, 40]])).toThrow(/not 64 hex digits/);
+  expect(() => encodeTable([[id('a').slice(0, 62), 10, 'p1', 0, 40]])).toThrow(/not 64 hex digits/);
+});
+
 test('the same state again writes no chunk', async () => {
   const s = store();
   const state = randomBytes(4 * 1024 * 1024);
