@@ -47,6 +47,20 @@ export class SessionAlreadyExistsError extends SessionError {
   }
 }
 
+/** Thrown when a control reaches a session that has ended (stopped, or failed for good). */
+export class SessionClosedError extends SessionError {
+  constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.SessionClosed, message, sessionId, options);
+  }
+}
+
+/** Thrown when the snapshot store has no room or is read-only: the checkpoint was not written, nothing changed. */
+export class StoreFullError extends SessionError {
+  constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.StoreFull, message, sessionId, options);
+  }
+}
+
 /** Thrown when a checkpoint's objects are missing from the snapshot store. */
 export class SnapshotNotFoundError extends SessionError {
   constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
@@ -119,6 +133,10 @@ export function sessionErrorFor(
       return new SessionNotFoundError(message, sessionId, options);
     case ERROR_CODES.SessionAlreadyExists:
       return new SessionAlreadyExistsError(message, sessionId, options);
+    case ERROR_CODES.SessionClosed:
+      return new SessionClosedError(message, sessionId, options);
+    case ERROR_CODES.StoreFull:
+      return new StoreFullError(message, sessionId, options);
     case ERROR_CODES.SnapshotNotFound:
       return new SnapshotNotFoundError(message, sessionId, options);
     case ERROR_CODES.SnapshotCorrupt:

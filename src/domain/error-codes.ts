@@ -9,8 +9,10 @@ export const ERROR_CODES = {
   InvalidTransition: 'InvalidTransition',
   /** No session with that id exists. */
   SessionNotFound: 'SessionNotFound',
-  /** A session with that id exists already (or existed). */
+  /** A session with that id exists already (or existed): session ids are never reused. */
   SessionAlreadyExists: 'SessionAlreadyExists',
+  /** The session has ended (stopped or failed for good): no control can change it. */
+  SessionClosed: 'SessionClosed',
   /** The checkpoint's objects are not in the snapshot store. */
   SnapshotNotFound: 'SnapshotNotFound',
   /** The checkpoint's bytes do not match its manifest (digest, size, structure). */
@@ -27,6 +29,8 @@ export const ERROR_CODES = {
   RuntimeLost: 'RuntimeLost',
   /** No checkpoint of the session could be restored. */
   RestoreFailed: 'RestoreFailed',
+  /** The snapshot store has no room or is read-only (ENOSPC, EDQUOT, EROFS): retrying will not help. */
+  StoreFull: 'StoreFull',
 } as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES];

@@ -30,6 +30,14 @@ export class SnapshotIncompatibleError extends SnapshotError {
   readonly code = ERROR_CODES.SnapshotIncompatible;
 }
 
+/**
+ * Thrown when the store cannot take a write: no space, quota exhausted or a read-only filesystem (ENOSPC, EDQUOT,
+ * EROFS). Nothing of the checkpoint is visible; retrying will not help until an operator makes room.
+ */
+export class StoreFullError extends SnapshotError {
+  readonly code = ERROR_CODES.StoreFull;
+}
+
 /** What a snapshot error means for a verification report (store `verify` and the session's `verify`). */
 export function verificationStatusOf(err: SnapshotError): Exclude<VerificationStatus, 'ok'> {
   switch (err.code) {
