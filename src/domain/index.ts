@@ -2,3 +2,4 @@ export * from './error-codes';
 export * from './schemas';
 export * from './session-state';
 export * from './retention';
+export * from './strict';
