@@ -3,3 +3,4 @@ export * from './schemas';
 export * from './session-state';
 export * from './retention';
 export * from './strict';
+export * from './records';

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { strictObject } from './strict';
 
 /**
  * Session ids become workflow ids, directory names and object-store keys, so they are restricted to a
@@ -24,12 +25,25 @@ export const CheckpointId = z
   .refine((s) => !s.includes('..'), 'checkpoint id must not contain ".."');
 export type CheckpointId = z.infer<typeof CheckpointId>;
 
+/**
+ * Control characters and the bidirectional overrides and isolates (U+202A–U+202E, U+2066–U+2069): text shown in a
+ * terminal or the Web UI must not be able to move the cursor or reorder what an operator reads.
+ */
+const UNPRINTABLE = /[\p{Cc}\u202a-\u202e\u2066-\u2069]/u;
+
+/** Text an operator reads (labels, reasons: one line; descriptions may have line breaks and tabs). */
+function displayText(what: string, max: number, { lines = false } = {}) {
+  return z
+    .string()
+    .max(max, `${what} must be at most ${max} characters`)
+    .refine(
+      (s) => !UNPRINTABLE.test(lines ? s.replace(/[\n\t]/g, ' ') : s),
+      `${what} must not contain control or bidirectional-override characters`,
+    );
+}
+
 /** Human labels are shown in the CLI and Web UI: one line of printable text. */
-export const Label = z
-  .string()
-  .min(1, 'label must not be empty')
-  .max(200, 'label must be at most 200 characters')
-  .regex(/^[^\p{Cc}]*$/u, 'label must not contain control characters');
+export const Label = displayText('label', 200).refine((s) => s.length > 0, 'label must not be empty');
 
 export const IdempotencyKey = z
   .string()
@@ -38,18 +52,59 @@ export const IdempotencyKey = z
   .regex(/^[\x21-\x7e]+$/, 'idempotency key must be printable ASCII without spaces');
 
 /** Why a pause or stop was asked for; kept in the timeline next to the checkpoint it took. */
-export const Reason = z.string().max(500, 'reason must be at most 500 characters');
+export const Reason = displayText('reason', 500);
 
-/** Relative path inside a workspace: no absolute paths, no `..` segments. */
+/**
+ * Relative path inside a workspace: no absolute paths, no `.` or `..` segments, no empty segments, no NUL, and
+ * segments a filesystem can hold (at most 255 bytes).
+ */
 export const WorkspacePath = z
   .string()
-  .min(1)
-  .max(1024)
-  .refine((p) => !p.startsWith('/') && !p.split(/[\\/]/).some((seg) => seg === '..' || seg === ''), {
-    message: 'path must be relative and must not contain ".." or empty segments',
+  .min(1, 'path must not be empty')
+  .max(1024, 'path must be at most 1024 characters')
+  .refine((p) => !p.includes('\0'), 'path must not contain NUL')
+  .refine((p) => !p.startsWith('/') && !p.split(/[\\/]/).some((seg) => seg === '..' || seg === '.' || seg === ''), {
+    message: 'path must be relative and must not contain ".", ".." or empty segments',
+  })
+  .refine(
+    (p) => p.split(/[\\/]/).every((seg) => utf8Length(seg) <= 255),
+    'each path segment must be at most 255 bytes',
+  );
+
+/**
+ * A record whose keys are checked by `key`, with the key's own message at the key's path (zod's record reports only
+ * "Invalid key in record").
+ */
+function namedRecord<V extends z.ZodType>(key: z.ZodType<string>, value: V) {
+  return z.record(z.string(), value).superRefine((record, ctx) => {
+    for (const name of Object.keys(record)) {
+      for (const issue of key.safeParse(name).error?.issues ?? []) {
+        ctx.addIssue({ code: 'custom', message: issue.message, path: [name] });
+      }
+    }
   });
+}
+
+/** A seed file that is also the directory of another (`a` and `a/b`) cannot be written. */
+function seedPathConflict(paths: readonly string[]): string | undefined {
+  const files = new Set(paths.map((p) => p.replace(/\\/g, '/')));
+  for (const p of files) {
+    const segments = p.split('/');
+    for (let i = 1; i < segments.length; i++) {
+      const dir = segments.slice(0, i).join('/');
+      if (files.has(dir)) return `seed file "${dir}" is also the directory of "${p}"`;
+    }
+  }
+  return undefined;
+}
 
 const MAX_SEED_BYTES = 256 * 1024;
+
+/** A start spec travels through history on every start: keep it far below Temporal's payload warning (256 KiB). */
+export const MAX_SPEC_BYTES = 384 * 1024;
+
+/** Names the session's command may not set: the worker's own configuration and Temporal credentials. */
+const RESERVED_ENV = /^(DS_|TEMPORAL_)/;
 
 /** UTF-8 length without Buffer, which the workflow sandbox does not have. */
 function utf8Length(s: string): number {
@@ -62,20 +117,31 @@ function utf8Length(s: string): number {
 }
 
 /** A working directory with a command running in it (a real child process on one worker host). */
-export const WorkspaceRuntimeSpec = z.object({
+export const WorkspaceRuntimeSpec = strictObject({
   kind: z.literal('workspace'),
   /** argv of the command, run with the workspace as its working directory. */
   command: z.array(z.string().min(1).max(4096)).min(1, 'command must name a program').max(256),
   /** Extra environment variables for the command. */
-  env: z
-    .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'env names must be shell identifiers'), z.string().max(32768))
-    .optional(),
+  env: namedRecord(
+    z
+      .string()
+      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'env names must be shell identifiers')
+      .max(256, 'env names must be at most 256 characters')
+      .refine((name) => !RESERVED_ENV.test(name), 'env names starting with DS_ or TEMPORAL_ are reserved'),
+    z
+      .string()
+      .max(32768, 'env values must be at most 32768 characters')
+      .refine((v) => !v.includes('\0'), 'env values must not contain NUL'),
+  ).optional(),
   /** Small seed files written before the first start (total at most 256 KiB). */
-  files: z
-    .record(WorkspacePath, z.string())
+  files: namedRecord(WorkspacePath, z.string())
     .optional()
     .refine((files) => !files || Object.values(files).reduce((n, s) => n + utf8Length(s), 0) <= MAX_SEED_BYTES, {
       message: `seed files must total at most ${MAX_SEED_BYTES} bytes`,
+    })
+    .superRefine((files, ctx) => {
+      const conflict = files && seedPathConflict(Object.keys(files));
+      if (conflict) ctx.addIssue({ code: 'custom', message: conflict });
     }),
   /** How long `stop` waits after SIGTERM before SIGKILL. */
   stopGraceMs: z.number().int().min(0).max(600_000).optional(),
@@ -83,7 +149,7 @@ export const WorkspaceRuntimeSpec = z.object({
 export type WorkspaceRuntimeSpec = z.infer<typeof WorkspaceRuntimeSpec>;
 
 /** In-process state held by the worker (a UTF-8 string): fast, for tests and demos. */
-export const MemoryRuntimeSpec = z.object({
+export const MemoryRuntimeSpec = strictObject({
   kind: z.literal('memory'),
   initialState: z.string().max(MAX_SEED_BYTES).optional(),
 });
@@ -97,7 +163,7 @@ export type RuntimeKind = RuntimeSpec['kind'];
  * How quickly a lost worker host is noticed. A session's runtime lives on one host; when that host stops
  * heartbeating (or stops polling its queue), the session is recovered from its newest checkpoint elsewhere.
  */
-export const LivenessOptions = z.object({
+export const LivenessOptions = strictObject({
   /** The runtime watcher must heartbeat at least this often (default 30 s). */
   heartbeatTimeoutMs: z.number().int().min(1_000).max(3_600_000).optional(),
   /** A host must pick up work on its queue within this time (default 60 s). */
@@ -106,7 +172,7 @@ export const LivenessOptions = z.object({
 export type LivenessOptions = z.infer<typeof LivenessOptions>;
 
 /** Which checkpoints a session keeps. Deleted checkpoints' space is reclaimed by `gc`. */
-export const RetentionPolicy = z.object({
+export const RetentionPolicy = strictObject({
   /** Keep the newest N checkpoints (the head is always kept). */
   keepLast: z.number().int().min(1).max(100_000).optional(),
   /** Delete checkpoints older than this (the head is always kept). */
@@ -116,7 +182,7 @@ export const RetentionPolicy = z.object({
 });
 export type RetentionPolicy = z.infer<typeof RetentionPolicy>;
 
-export const StartSessionInput = z.object({
+const StartSessionFields = strictObject({
   sessionId: SessionId,
   runtime: RuntimeSpec,
   liveness: LivenessOptions.optional(),
@@ -127,47 +193,58 @@ export const StartSessionInput = z.object({
    */
   backgroundVerify: z.boolean().optional(),
   /** Free-form description shown in the Web UI. */
-  description: z.string().max(1000).optional(),
+  description: displayText('description', 1000, { lines: true }).optional(),
 });
+
+export const StartSessionInput = StartSessionFields.refine(
+  (spec) => utf8Length(JSON.stringify(spec)) <= MAX_SPEC_BYTES,
+  `the start spec must be at most ${MAX_SPEC_BYTES} bytes as JSON`,
+);
 export type StartSessionInput = z.infer<typeof StartSessionInput>;
 
-export const CheckpointInput = z.object({
+export const CheckpointInput = strictObject({
   label: Label.optional(),
   idempotencyKey: IdempotencyKey.optional(),
 });
 export type CheckpointInput = z.infer<typeof CheckpointInput>;
 
-export const PauseInput = z.object({
+export const PauseInput = strictObject({
   reason: Reason.optional(),
   idempotencyKey: IdempotencyKey.optional(),
 });
 export type PauseInput = z.infer<typeof PauseInput>;
 
-export const ResumeInput = z.object({
+export const ResumeInput = strictObject({
   /** Restore this checkpoint instead of the newest one. */
   checkpointId: CheckpointId.optional(),
   idempotencyKey: IdempotencyKey.optional(),
 });
 export type ResumeInput = z.infer<typeof ResumeInput>;
 
-export const VerifyInput = z.object({
+export const VerifyInput = strictObject({
   /** Verify this checkpoint only; by default every checkpoint the session keeps, oldest first. */
   checkpointId: CheckpointId.optional(),
 });
 export type VerifyInput = z.infer<typeof VerifyInput>;
 
+export const VerificationStatus = z.enum(['ok', 'missing', 'corrupt', 'tampered', 'incompatible', 'key-unavailable']);
 /** What a verification found, per checkpoint (the same words as the store's `verify`). */
-export type VerificationStatus = 'ok' | 'missing' | 'corrupt' | 'tampered' | 'incompatible' | 'key-unavailable';
+export type VerificationStatus = z.infer<typeof VerificationStatus>;
 
-export interface VerificationResult {
-  checkpointId: string;
-  status: VerificationStatus;
+export const verificationFields = {
+  checkpointId: CheckpointId,
+  status: VerificationStatus,
   /** Why, when the status is not `ok`. */
-  detail?: string;
-  at: string;
-}
+  detail: z
+    .string()
+    .max(64 * 1024)
+    .optional(),
+  at: z.string().max(64),
+};
+export const VerificationResult = strictObject(verificationFields);
+export type VerificationResult = z.infer<typeof VerificationResult>;
 
-export const StopInput = z.object({
+export const StopInput = strictObject({
   /** Take a final checkpoint before stopping a running session (default true). */
   checkpoint: z.boolean().optional(),
   reason: Reason.optional(),
@@ -183,7 +260,7 @@ export type CheckpointTrigger = z.infer<typeof CheckpointTrigger>;
  * The small reference to a checkpoint that travels through workflow history. The bytes stay in the
  * snapshot store; this is all the workflow ever sees of them.
  */
-export const CheckpointRef = z.object({
+export const CheckpointRef = strictObject({
   checkpointId: CheckpointId,
   sessionId: SessionId,
   sequence: z.number().int().min(1),
