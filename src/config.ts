@@ -1,6 +1,7 @@
 import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
+import { closestName } from './domain/strict';
 
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'], { message: 'expected true or false' })
@@ -11,6 +12,65 @@ const port = z.coerce
   .int('expected a port number')
   .min(1, 'expected a port number from 1 to 65535')
   .max(65535, 'expected a port number from 1 to 65535');
+
+/**
+ * Variables whose value is a secret or says where one lies. A session's processes never receive them: they receive
+ * no `DS_*` or `TEMPORAL_*` variable at all, and this list is the second fence beside that rule.
+ */
+export const SECRET_VARIABLES = [
+  'DS_MASTER_KEYS',
+  'DS_MASTER_KEY_DIR',
+  'TEMPORAL_API_KEY',
+  'TEMPORAL_TLS_KEY_PATH',
+] as const;
+
+/** The prefixes of the worker's own variables: a session's environment holds none of them. */
+export const WORKER_VARIABLE_PREFIXES = ['DS_', 'TEMPORAL_'] as const;
+
+/** Whether `name` is one of the worker's own variables (or a secret), which a session's environment never holds. */
+export function isWorkerVariable(name: string): boolean {
+  return (
+    WORKER_VARIABLE_PREFIXES.some((prefix) => name.startsWith(prefix)) ||
+    (SECRET_VARIABLES as readonly string[]).includes(name)
+  );
+}
+
+/**
+ * Why `pattern` cannot be an entry of a session environment's allow-list, or undefined when it can. An entry is a
+ * variable name, or a prefix ending in `*` (`LC_*`); one that could match a worker variable is refused, not ignored.
+ */
+export function envAllowProblem(pattern: string): string | undefined {
+  if (!/^[A-Za-z_][A-Za-z0-9_]*\*?$|^\*$/.test(pattern)) {
+    return `${JSON.stringify(pattern)} is not a variable name or a prefix ending in *`;
+  }
+  const reaches = pattern.endsWith('*')
+    ? (prefix: string) => prefix.startsWith(pattern.slice(0, -1)) || pattern.startsWith(prefix)
+    : (prefix: string) => pattern.startsWith(prefix);
+  if (WORKER_VARIABLE_PREFIXES.some(reaches) || isWorkerVariable(pattern)) {
+    return `${pattern} would pass the worker's own variables (DS_*, TEMPORAL_*) to sessions`;
+  }
+  return undefined;
+}
+
+/** A workspace user: a name looked up on the host, or `uid:gid`. Root is refused: it would undo the point. */
+const workspaceUser = z
+  .string()
+  .regex(/^(?:[a-z_][a-z0-9_.-]*\$?|\d+:\d+)$/, 'expected a user name or uid:gid')
+  .refine((v) => v !== 'root' && !/^0:/.test(v), 'expected an unprivileged user, not root')
+  .transform((v) => {
+    const ids = /^(\d+):(\d+)$/.exec(v);
+    return ids ? { uid: Number(ids[1]), gid: Number(ids[2]) } : v;
+  });
+
+const envAllowList = z
+  .string()
+  .transform((v) => v.split(',').map((name) => name.trim()))
+  .check((ctx) => {
+    for (const pattern of ctx.value) {
+      const problem = envAllowProblem(pattern);
+      if (problem) ctx.issues.push({ code: 'custom', message: problem, input: ctx.value });
+    }
+  });
 
 const duration = z.coerce.number({ message: 'expected milliseconds' }).int().min(0, 'expected milliseconds ≥ 0');
 
@@ -87,6 +147,16 @@ export const EnvConfig = z.object({
     .default('default'),
   /** Where workspace runtimes keep their working directories on this host. */
   DS_WORKSPACE_DIR: z.string().min(1).optional(),
+  /**
+   * The worker's variables a workspace command inherits, comma-separated (`PATH,HOME,LC_*`); replaces the default
+   * list (`DEFAULT_WORKSPACE_ENV_ALLOW`). The spec's `env` comes on top. `DS_*` and `TEMPORAL_*` are refused.
+   */
+  DS_WORKSPACE_ENV_ALLOW: envAllowList.optional(),
+  /**
+   * Run workspace commands as this unprivileged user (a name, or `uid:gid`); the worker must run as root. Unset:
+   * commands run as the worker's user.
+   */
+  DS_WORKSPACE_USER: workspaceUser.optional(),
   /** Grace period between SIGTERM and SIGKILL when a workspace process is stopped. */
   DS_STOP_GRACE_MS: duration.default(10_000),
   /** Embedded dev server (only when TEMPORAL_ADDRESS is unset). */
@@ -112,6 +182,10 @@ export interface Config {
   dataDir: string;
   snapshotDir: string;
   workspaceDir: string;
+  /** The worker's variables a workspace command inherits; undefined: the runtime's default list. */
+  workspaceEnvAllow?: string[];
+  /** Who workspace commands run as; undefined: the worker's user. */
+  workspaceUser?: string | { uid: number; gid: number };
   stopGraceMs: number;
   snapshots: {
     encryption: 'aes-256-gcm' | 'none';
@@ -127,7 +201,10 @@ export interface Config {
   logLevel: EnvConfig['LOG_LEVEL'];
 }
 
-/** Thrown when an environment variable has a value the schema refuses. The message names each variable. */
+/**
+ * Thrown when an environment variable has a value the schema refuses, or a `DS_` variable is not one the worker
+ * knows. The message names each variable.
+ */
 export class ConfigError extends Error {
   constructor(readonly issues: z.core.$ZodIssue[]) {
     super(
@@ -138,11 +215,31 @@ export class ConfigError extends Error {
   }
 }
 
+/** The `DS_` variables the worker reads. */
+const KNOWN_DS_VARIABLES = Object.keys(EnvConfig.shape).filter((name) => name.startsWith('DS_'));
+
+/**
+ * A `DS_` variable the worker does not know is a mistake to report, not to ignore: `DS_SNAPSHOT_DRI` would otherwise
+ * put the snapshots in the default directory. Other variables are the environment's business. `DS_TEST_*` are the
+ * test suite's own.
+ */
+function unknownVariableIssues(env: Record<string, string | undefined>): z.core.$ZodIssue[] {
+  return Object.keys(env)
+    .filter((name) => name.startsWith('DS_') && !name.startsWith('DS_TEST_') && !KNOWN_DS_VARIABLES.includes(name))
+    .sort()
+    .map((name) => {
+      const near = closestName(name, KNOWN_DS_VARIABLES);
+      const message = `unknown variable${near ? ` (did you mean ${near}?)` : ''}`;
+      return { code: 'custom', path: [name], message, input: undefined };
+    });
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   // Empty strings mean "unset", as in most shells and compose files.
   const present = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
   const parsed = EnvConfig.safeParse(present);
-  if (!parsed.success) throw new ConfigError(parsed.error.issues);
+  const issues = [...unknownVariableIssues(present), ...(parsed.success ? [] : parsed.error.issues)];
+  if (!parsed.success || issues.length > 0) throw new ConfigError(issues);
   const e = parsed.data;
   const dataDir = path.resolve(e.DS_DATA_DIR);
   const workerId = e.DS_WORKER_ID ?? `${os.hostname().replace(/[^A-Za-z0-9._-]/g, '-')}-${process.pid}`;
@@ -167,6 +264,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     dataDir,
     snapshotDir: path.resolve(e.DS_SNAPSHOT_DIR ?? path.join(dataDir, 'snapshots')),
     workspaceDir: path.resolve(e.DS_WORKSPACE_DIR ?? path.join(dataDir, 'workspaces')),
+    workspaceEnvAllow: e.DS_WORKSPACE_ENV_ALLOW,
+    workspaceUser: e.DS_WORKSPACE_USER,
     stopGraceMs: e.DS_STOP_GRACE_MS,
     snapshots: {
       encryption: e.DS_SNAPSHOT_ENCRYPTION,

@@ -1,4 +1,4 @@
-import { ConfigError, loadConfig } from '../../src/config';
+import { ConfigError, loadConfig, SECRET_VARIABLES } from '../../src/config';
 import { chunkerFor, DEFAULT_CHUNKER } from '../../src/snapshots/engine/chunker';
 import { CODECS, isCodecAvailable } from '../../src/snapshots/engine/codec';
 import { chunkCodecFor, snapshotStoreFromConfig } from '../../src/snapshots/store-from-config';
@@ -38,3 +38,81 @@ describe('snapshot settings from the environment', () => {
     expect((await store({})).describeCodec()).toBe(isCodecAvailable(CODECS.zstd) ? 'zstd' : 'brotli');
   });
 });
+
+describe('variables the worker does not know', () => {
+  test('an unknown DS_ variable is refused, naming it and the variable it probably meant', () => {
+    expect(() => loadConfig({ DS_SNAPSHOT_DRI: '/srv/snapshots' })).toThrow(ConfigError);
+    expect(() => loadConfig({ DS_SNAPSHOT_DRI: '/srv/snapshots' })).toThrow(
+      'DS_SNAPSHOT_DRI: unknown variable (did you mean DS_SNAPSHOT_DIR?)',
+    );
+    expect(() => loadConfig({ DS_FROBNICATE: '1' })).toThrow(/DS_FROBNICATE: unknown variable$/m);
+    // Other variables, and the test suite's DS_TEST_*, are the environment's business.
+    const tests = { DS_TEST_TEMPORAL_ADDRESS: '127.0.0.1:1', DS_TEST_WORKFLOW_BUNDLE: 'b', DS_TEST_TMP: 't' };
+    expect(() => loadConfig({ ...tests, HOME: '/root', DSX: '1', ds_lower: '1' })).not.toThrow();
+  });
+
+  test('every mistake at once: unknown variables and refused values', () => {
+    const error = catchConfigError({ DS_WORKSPACE_DRI: 'w', DS_CHUNK_KIB: '48' });
+    expect(error.issues.map((issue) => [issue.path.join('.'), issue.message])).toEqual([
+      ['DS_WORKSPACE_DRI', 'unknown variable (did you mean DS_WORKSPACE_DIR?)'],
+      ['DS_CHUNK_KIB', 'expected 16, 32, 64, 128 or 256'],
+    ]);
+  });
+});
+
+describe('what workspace commands inherit and who runs them', () => {
+  test('DS_WORKSPACE_ENV_ALLOW: unset leaves the default to the runtime; a list replaces it', () => {
+    expect(loadConfig({}).workspaceEnvAllow).toBeUndefined();
+    expect(loadConfig({ DS_WORKSPACE_ENV_ALLOW: 'PATH, HOME,LC_*' }).workspaceEnvAllow).toEqual([
+      'PATH',
+      'HOME',
+      'LC_*',
+    ]);
+  });
+
+  test('DS_WORKSPACE_ENV_ALLOW refuses entries that would pass the worker variables', () => {
+    const error = catchConfigError({ DS_WORKSPACE_ENV_ALLOW: 'PATH,DS_*,TEMPORAL_API_KEY,*,a-b' });
+    expect(error.message).toBe(
+      [
+        'invalid configuration:',
+        "  DS_WORKSPACE_ENV_ALLOW: DS_* would pass the worker's own variables (DS_*, TEMPORAL_*) to sessions",
+        "  DS_WORKSPACE_ENV_ALLOW: TEMPORAL_API_KEY would pass the worker's own variables (DS_*, TEMPORAL_*) to sessions",
+        "  DS_WORKSPACE_ENV_ALLOW: * would pass the worker's own variables (DS_*, TEMPORAL_*) to sessions",
+        '  DS_WORKSPACE_ENV_ALLOW: "a-b" is not a variable name or a prefix ending in *',
+      ].join('\n'),
+    );
+  });
+
+  test('DS_WORKSPACE_USER: a name or uid:gid, never root', () => {
+    expect(loadConfig({}).workspaceUser).toBeUndefined();
+    expect(loadConfig({ DS_WORKSPACE_USER: 'ds-session' }).workspaceUser).toBe('ds-session');
+    expect(loadConfig({ DS_WORKSPACE_USER: '1000:1001' }).workspaceUser).toEqual({ uid: 1000, gid: 1001 });
+    for (const root of ['root', '0:0']) {
+      expect(() => loadConfig({ DS_WORKSPACE_USER: root })).toThrow(
+        'DS_WORKSPACE_USER: expected an unprivileged user, not root',
+      );
+    }
+    expect(() => loadConfig({ DS_WORKSPACE_USER: 'a b' })).toThrow(
+      'DS_WORKSPACE_USER: expected a user name or uid:gid',
+    );
+  });
+
+  test('the secret variables are the master keys and the Temporal credentials', () => {
+    expect(SECRET_VARIABLES).toEqual([
+      'DS_MASTER_KEYS',
+      'DS_MASTER_KEY_DIR',
+      'TEMPORAL_API_KEY',
+      'TEMPORAL_TLS_KEY_PATH',
+    ]);
+  });
+});
+
+function catchConfigError(env: NodeJS.ProcessEnv): ConfigError {
+  try {
+    loadConfig(env);
+  } catch (error) {
+    if (error instanceof ConfigError) return error;
+    throw error;
+  }
+  throw new Error('expected a ConfigError');
+}
