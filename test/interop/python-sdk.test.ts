@@ -1,0 +1,162 @@
+import { execFile } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { startTestSystem, type TestSystem } from '../helpers/temporal';
+
+/** The Python SDK is installed next to the Temporal CLI by scripts/install-temporal.sh (`npm run setup`). */
+const ROOT = path.join(__dirname, '..', '..');
+const PYTHON = path.join(ROOT, '.tools', 'venv', 'bin', 'python');
+const PROGRAM = path.join(ROOT, 'examples', 'python', 'sessions_raw.py');
+
+interface Step {
+  step: string;
+  [field: string]: unknown;
+}
+
+let sys: TestSystem;
+let sessionId: string;
+let run: { code: number; stdout: string; stderr: string };
+let steps: Step[];
+
+/** Runs the example as a separate process, as a Python backend would, against the run's server and worker. */
+function runPython(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(
+      PYTHON,
+      [PROGRAM, ...args],
+      {
+        env: { ...process.env, TEMPORAL_ADDRESS: process.env.DS_TEST_TEMPORAL_ADDRESS, DS_TASK_QUEUE: sys.taskQueue },
+        timeout: 100_000,
+      },
+      (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+function stepNamed(step: string): Step {
+  const found = steps.find((s) => s.step === step);
+  if (!found) throw new Error(`the program printed no "${step}" step:\n${run.stdout}${run.stderr}`);
+  return found;
+}
+
+function refusal(kase: string): Step {
+  const found = steps.find((s) => s.step === 'refused' && s.case === kase);
+  if (!found) throw new Error(`the program printed no refusal "${kase}":\n${run.stdout}${run.stderr}`);
+  return found;
+}
+
+beforeAll(async () => {
+  if (!fs.existsSync(PYTHON)) throw new Error(`${PYTHON} is missing: run npm run setup`);
+  sys = await startTestSystem();
+  sessionId = `py-${crypto.randomUUID().slice(0, 8)}`;
+  run = await runPython(sessionId);
+  steps = run.stdout
+    .split('\n')
+    .filter((line) => line.trim() !== '')
+    .map((line) => JSON.parse(line) as Step);
+});
+afterAll(async () => {
+  await sys?.close();
+});
+
+test('the program runs to its end, exit code 0 and nothing on stderr', () => {
+  expect(run).toMatchObject({ code: 0, stderr: '' });
+  expect(steps.map((s) => s.step)).toEqual([
+    'started',
+    'checkpoint',
+    'checkpoint-repeated',
+    'paused',
+    'resumed',
+    'timeline',
+    'refused',
+    'refused',
+    'refused',
+    'refused',
+    'refused',
+    'stopped',
+    'refused',
+  ]);
+});
+
+test('update-with-start answers once the memory session runs', () => {
+  expect(stepNamed('started')).toEqual({ step: 'started', sessionId, phase: 'running', runtimeKind: 'memory' });
+});
+
+test('a checkpoint repeated with its idempotency key returns the same checkpoint', () => {
+  const first = stepNamed('checkpoint');
+  expect(first).toEqual({
+    step: 'checkpoint',
+    checkpointId: expect.stringMatching(/^000001-[0-9a-f]{8}$/),
+    sequence: 1,
+  });
+  expect(stepNamed('checkpoint-repeated')).toEqual({
+    step: 'checkpoint-repeated',
+    checkpointId: first.checkpointId,
+    sequence: 1,
+  });
+});
+
+test('pause and resume: the phases and the checkpoint restored', () => {
+  const paused = stepNamed('paused');
+  expect(paused).toEqual({
+    step: 'paused',
+    checkpointId: expect.stringMatching(/^000002-[0-9a-f]{8}$/),
+    phase: 'paused',
+  });
+  // Two checkpoints, not three: the repeated key captured nothing.
+  expect(stepNamed('resumed')).toEqual({
+    step: 'resumed',
+    restoredFrom: paused.checkpointId,
+    phase: 'running',
+    checkpointCount: 2,
+  });
+  expect(stepNamed('timeline')).toEqual({ step: 'timeline', kinds: ['checkpoint', 'checkpoint', 'restored'] });
+});
+
+test('a snake_case key is refused with InvalidInput naming the camelCase field', () => {
+  expect(refusal('snake-case-key')).toMatchObject({
+    code: 'InvalidInput',
+    message: 'invalid input: input: unknown field "checkpoint_id" (did you mean "checkpointId"?)',
+  });
+  expect(refusal('bad-spec')).toMatchObject({
+    code: 'InvalidInput',
+    message: 'invalid input: spec.runtime: unknown field "initial_state" (did you mean "initialState"?)',
+  });
+});
+
+test('each refusal carries its error code', () => {
+  expect(refusal('resume-while-running')).toMatchObject({
+    code: 'InvalidTransition',
+    message: 'cannot resume while the session is running',
+  });
+  expect(refusal('id-in-use')).toMatchObject({ code: 'SessionAlreadyExists' });
+  expect(refusal('unknown-session')).toMatchObject({
+    code: 'SessionNotFound',
+    message: expect.stringContaining(`session-${sessionId}-missing`),
+  });
+  expect(refusal('after-stop')).toMatchObject({
+    code: 'SessionClosed',
+    message: 'the session has ended: no control can change it',
+  });
+});
+
+test('what Python left is what the TypeScript client sees', async () => {
+  const stopped = stepNamed('stopped');
+  expect(stopped).toEqual({
+    step: 'stopped',
+    phase: 'completed',
+    finalCheckpointId: expect.stringMatching(/^000003-[0-9a-f]{8}$/),
+  });
+  const status = await sys.sessions.get(sessionId).status();
+  expect(status).toMatchObject({ phase: 'completed', checkpointCount: 3 });
+  expect(status.head?.checkpointId).toBe(stopped.finalCheckpointId);
+  // The refused id reuse changed nothing, and the refused spec never ran.
+  expect((await sys.sessions.get(sessionId).timeline()).map((e) => e.kind)).toEqual([
+    'checkpoint',
+    'checkpoint',
+    'restored',
+    'checkpoint',
+  ]);
+  await expect(sys.sessions.get(`${sessionId}-bad`).result()).rejects.toMatchObject({ code: 'InvalidInput' });
+});
