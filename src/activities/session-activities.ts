@@ -108,6 +108,18 @@ export function createActivities(deps: ActivityDeps) {
   };
 
   return {
+    /**
+     * Claims a session id for the session whose first run is `owner`, once: session ids are never reused, so a run
+     * under an id that already has a lineage in the store is refused (SessionAlreadyExists) before it touches it.
+     */
+    async claimSession(input: { sessionId: string; owner: string }): Promise<void> {
+      try {
+        await deps.store.claim(input.sessionId, input.owner);
+      } catch (err) {
+        throw toFailure(err);
+      }
+    },
+
     /** Runs on the shared queue; whichever worker picks it up becomes the session's host. */
     async placeSession(): Promise<{ hostTaskQueue: string }> {
       return { hostTaskQueue: deps.hostTaskQueue };
@@ -351,6 +363,7 @@ function toRef(info: RuntimeInstanceInfo, hostTaskQueue: string): RuntimeInstanc
     kind: info.kind,
     hostTaskQueue,
     location: info.location,
+    ...(info.output !== undefined ? { output: info.output } : {}),
     pid: info.pid,
     startedAt: info.startedAt,
   };

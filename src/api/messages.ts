@@ -7,9 +7,10 @@ import type {
   RuntimeKind,
   StartSessionInput,
   StopInput,
-  VerificationResult,
   VerifyInput,
 } from '../domain/schemas';
+import type { VerificationResult } from '../domain/schemas';
+import type { FailureInfo, RejectedSignal, RuntimeInstanceRef, TimelineEntry } from '../domain/records';
 import type { Phase } from '../domain/session-state';
 
 /**
@@ -22,16 +23,6 @@ export const DEFAULT_TASK_QUEUE = 'durable-sessions';
 /** One workflow per session; its id is derived from the session id so callers can address it. */
 export function sessionWorkflowId(sessionId: string): string {
   return `session-${sessionId}`;
-}
-
-export interface RuntimeInstanceRef {
-  instanceId: string;
-  kind: RuntimeKind;
-  /** The task queue of the worker host the instance lives on. */
-  hostTaskQueue: string;
-  location: string;
-  pid?: number;
-  startedAt: string;
 }
 
 export interface ResumeResult {
@@ -47,20 +38,8 @@ export interface StopResult {
   finalCheckpoint: CheckpointRef | null;
 }
 
-export interface FailureInfo {
-  type: string;
-  message: string;
-  at: string;
-}
-
-export type TimelineEntry =
-  | { kind: 'checkpoint'; at: string; checkpoint: CheckpointRef; reason?: string }
-  | { kind: 'restored'; at: string; checkpointId: string; instanceId: string; cause: 'resume' | 'recovery' }
-  | { kind: 'fallback'; at: string; fromCheckpointId: string; toCheckpointId: string | null; reason: string }
-  | { kind: 'runtime-exited'; at: string; exitCode: number | null; signal: string | null }
-  | { kind: 'runtime-lost'; at: string; instanceId: string; reason: string }
-  | { kind: 'checkpoint-deleted'; at: string; checkpointId: string; reason: 'retention' }
-  | ({ kind: 'verified'; cause: 'background' | 'request' } & VerificationResult);
+export type { FailureInfo, RejectedSignal, RuntimeInstanceRef, TimelineEntry, VerificationResult };
+export type { SessionWorkflowInput } from '../domain/records';
 
 export interface SessionStatus {
   sessionId: string;
@@ -77,18 +56,20 @@ export interface SessionStatus {
   lastRestore: { checkpointId: string; at: string; fallbackFrom: string[] } | null;
   /** The newest verification of a checkpoint (background or requested), whatever it found. */
   lastVerification: VerificationResult | null;
-  /** A fire-and-forget control that could not be applied (signals have no caller to tell). */
-  lastRejectedSignal: { signal: string; reason: string; at: string } | null;
+  /** The newest fire-and-forget control that could not be applied (signals have no caller to tell). */
+  lastRejectedSignal: RejectedSignal | null;
+  /** The newest refused signals (at most ten), oldest first; each is in the timeline too. */
+  rejectedSignals: RejectedSignal[];
   startedAt: string;
   updatedAt: string;
 }
 
-export interface SessionWorkflowInput {
-  spec: StartSessionInput;
-  /** State carried across continue-as-new; absent on the first run. */
-  carried?: unknown;
-}
-
+/**
+ * Answers once the session has started: its status when running, or the typed failure that ended the start. Sent
+ * with the start (update-with-start), so a caller learns in one call whether its session runs. Its argument is the
+ * start spec; a different spec under a session id that is in use is refused (SessionAlreadyExists).
+ */
+export const startUpdate = defineUpdate<SessionStatus, [StartSessionInput]>('start');
 export const checkpointUpdate = defineUpdate<CheckpointRef, [CheckpointInput]>('checkpoint');
 export const pauseUpdate = defineUpdate<CheckpointRef, [PauseInput]>('pause');
 export const resumeUpdate = defineUpdate<ResumeResult, [ResumeInput]>('resume');

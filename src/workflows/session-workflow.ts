@@ -7,8 +7,11 @@ import {
   continueAsNew,
   isCancellation,
   log,
+  patched,
   proxyActivities,
   setCurrentDetails,
+  setDefaultSignalHandler,
+  setDefaultUpdateHandler,
   setHandler,
   TimeoutFailure,
   upsertSearchAttributes,
@@ -25,19 +28,20 @@ import {
   resumeSignal,
   resumeUpdate,
   sessionWorkflowId,
+  startUpdate,
   statusQuery,
   stopSignal,
   stopUpdate,
   timelineQuery,
   verifyUpdate,
-  type FailureInfo,
   type ResumeResult,
   type RuntimeInstanceRef,
   type SessionStatus,
-  type SessionWorkflowInput,
   type StopResult,
   type TimelineEntry,
 } from '../api/messages';
+import { type CarriedState, SessionWorkflowInput, type RejectedSignal, type RememberedResult } from '../domain/records';
+import { closestName } from '../domain/strict';
 import { sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
 import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS, type ErrorCode } from '../domain/error-codes';
 import {
@@ -76,8 +80,24 @@ const IO_RETRY: ActivityOptions['retry'] = {
     ERROR_CODES.KeyUnavailable,
     ERROR_CODES.RuntimeFailed,
     ERROR_CODES.RuntimeLost,
+    ERROR_CODES.StoreFull,
+    ERROR_CODES.SessionAlreadyExists,
   ],
 };
+
+/**
+ * Behaviour that differs from histories recorded before it (committed histories replay without it): the session id
+ * is claimed in the store before anything else, and what the store might still repair leaves a session paused
+ * instead of failed.
+ */
+const CONTRACTS_PATCH = 'strict-contracts';
+
+/** Refused signals kept in status (each is in the timeline as well). */
+const MAX_REJECTED_SIGNALS = 10;
+
+/** Updates and signals a caller may send, for the "did you mean" of an unknown name. */
+const CONTROL_NAMES = ['start', 'checkpoint', 'pause', 'resume', 'stop', 'verify'];
+const SIGNAL_NAMES = ['requestCheckpoint', 'requestPause', 'requestResume', 'requestStop'];
 
 const shared = proxyActivities<SessionActivities>({
   startToCloseTimeout: '1 minute',
@@ -132,36 +152,18 @@ const PLACEMENT_ATTEMPTS = 3;
 /** Idempotency results kept (and carried across continue-as-new) per session. */
 const MAX_REMEMBERED_RESULTS = 200;
 
-/** The outcome of a control sent with an idempotency key: a repeat of the key gets the same outcome. */
-interface RememberedResult {
-  key: string;
-  control: Control;
-  outcome: { ok: true; value: unknown } | { ok: false; type: ErrorCode; message: string };
-}
-
 /** Everything a run hands to the next one at continue-as-new. */
-interface SessionState {
-  spec: StartSessionInput;
-  phase: Phase;
-  runtime: RuntimeInstanceRef | null;
-  head: CheckpointRef | null;
-  checkpoints: CheckpointRef[];
-  timeline: TimelineEntry[];
-  nextSequence: number;
-  failure: FailureInfo | null;
-  lastRestore: SessionStatus['lastRestore'];
-  lastRejectedSignal: SessionStatus['lastRejectedSignal'];
-  results: RememberedResult[];
-  startedAt: string;
-  updatedAt: string;
-}
+type SessionState = CarriedState & { rejectedSignals: RejectedSignal[] };
 
 /**
  * One workflow per session: it owns the session's lifecycle. Handlers only validate and enqueue; controls
  * run one at a time, in the order they were accepted, through `serial`.
  */
-export async function sessionWorkflow(input: SessionWorkflowInput): Promise<StopResult> {
-  const state: SessionState = (input.carried as SessionState | undefined) ?? initialState(input.spec);
+export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopResult> {
+  // Whatever started this run (another SDK, the `temporal` CLI) is checked like any other input: a bad start fails
+  // the run with InvalidInput here, at its first task, before anything exists.
+  const input = parse(SessionWorkflowInput, raw);
+  const state: SessionState = input.carried ? carriedState(input) : initialState(input.spec);
   const sessionId = state.spec.sessionId;
 
   // ---- serial execution of operations -------------------------------------------------------------
@@ -225,9 +227,10 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
    * no trace in history and changes nothing.
    */
   function validate<S extends z.ZodType<{ idempotencyKey?: string }>>(control: Control, schema: S, raw: unknown): void {
-    const input = parse(schema, raw);
+    const input = parseControl(schema, raw);
     const key = input.idempotencyKey;
     if (key !== undefined && isRepeat(key, control)) return; // the handler answers with the first outcome
+    if (isFinal(projected)) throw closed();
     const plan = planControl(projected, control);
     if (!plan.ok) throw invalidTransition(plan.reason);
     if (control === 'resume') checkResumeTarget((input as ResumeInput).checkpointId);
@@ -247,6 +250,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
   ): Promise<R> {
     const key = input.idempotencyKey;
     if (key !== undefined && isRepeat(key, control)) return outcomeOf(key) as Promise<R>;
+    if (isFinal(projected)) return Promise.reject(closed());
     const plan = planControl(projected, control);
     if (!plan.ok) return Promise.reject(invalidTransition(plan.reason));
     projected = plan.projected;
@@ -286,7 +290,9 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     const running = inFlight.get(key);
     if (running) return running.result;
     const { outcome } = state.results.find((r) => r.key === key)!;
-    return outcome.ok ? Promise.resolve(outcome.value) : Promise.reject(failure(outcome.type, outcome.message));
+    return outcome.ok
+      ? Promise.resolve(outcome.value)
+      : Promise.reject(failure(outcome.type as ErrorCode, outcome.message));
   }
 
   function remember(entry: RememberedResult): void {
@@ -304,39 +310,81 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     return (raw: I): void => {
       try {
         validate(control, schema, raw);
-        accept(control, parse(schema, raw), run).catch((err: unknown) => rejectSignal(signal, err));
+        accept(control, parseControl(schema, raw), run).catch((err: unknown) => rejectSignal(signal, err));
       } catch (err) {
         rejectSignal(signal, err);
       }
     };
   }
 
+  /** Every refused signal is kept: the newest few in status, each one in the timeline. */
   function rejectSignal(signal: string, err: unknown): void {
     const reason = err instanceof Error ? err.message : String(err);
     log.warn('signal rejected', { signal, reason });
-    state.lastRejectedSignal = { signal, reason, at: now() };
+    const rejected = { signal: signal.slice(0, 300), reason, at: now() };
+    state.lastRejectedSignal = rejected;
+    state.rejectedSignals.push(rejected);
+    if (state.rejectedSignals.length > MAX_REJECTED_SIGNALS) state.rejectedSignals.shift();
+    record({ kind: 'signal-rejected', ...rejected });
   }
 
-  setHandler(checkpointUpdate, (i) => accept('checkpoint', parse(CheckpointInput, i), doCheckpoint), {
+  /** A control that failed is recorded where an operator looks (the timeline), not only told to its caller. */
+  function controlFailed(control: Control, err: unknown): void {
+    record({
+      kind: 'control-failed',
+      at: now(),
+      control,
+      type: typeOf(err) ?? ERROR_CODES.RuntimeFailed,
+      reason: messageOf(err),
+    });
+  }
+
+  /**
+   * Answers when the session has started: its status once running, or the typed failure that ended the start. The
+   * same spec again is a harmless repeat; another spec under a session id in use is refused.
+   */
+  async function awaitStarted(): Promise<SessionStatus> {
+    await condition(() => state.phase !== 'starting');
+    if (state.phase === 'failed' && state.failure) {
+      throw failure(state.failure.type as ErrorCode, state.failure.message);
+    }
+    return status();
+  }
+
+  setHandler(startUpdate, () => awaitStarted(), {
+    validator: (spec) => {
+      const asked = parse(StartSessionInput, spec);
+      if (!sameJson(asked, state.spec)) {
+        throw failure(
+          ERROR_CODES.SessionAlreadyExists,
+          `session ${sessionId} exists with another spec: session ids are never reused`,
+        );
+      }
+    },
+    description:
+      'Waits until the session is running and returns its status (or the failure that ended the start). ' +
+      'Input: the start spec, e.g. {"sessionId": "build-42", "runtime": {"kind": "memory"}}; another spec is refused.',
+  });
+  setHandler(checkpointUpdate, (i) => accept('checkpoint', parseControl(CheckpointInput, i), doCheckpoint), {
     validator: (i) => validate('checkpoint', CheckpointInput, i),
     description: 'Capture the running session into a new checkpoint; returns its reference.',
   });
-  setHandler(pauseUpdate, (i) => accept('pause', parse(PauseInput, i), doPause), {
+  setHandler(pauseUpdate, (i) => accept('pause', parseControl(PauseInput, i), doPause), {
     validator: (i) => validate('pause', PauseInput, i),
     description: 'Checkpoint the session, then stop its runtime to free compute; returns the checkpoint.',
   });
-  setHandler(resumeUpdate, (i) => accept('resume', parse(ResumeInput, i), doResume), {
+  setHandler(resumeUpdate, (i) => accept('resume', parseControl(ResumeInput, i), doResume), {
     validator: (i) => validate('resume', ResumeInput, i),
     description: 'Restore a paused session from its newest (or the given) checkpoint that verifies.',
   });
-  setHandler(stopUpdate, (i) => accept('stop', parse(StopInput, i), doStop), {
+  setHandler(stopUpdate, (i) => accept('stop', parseControl(StopInput, i), doStop), {
     validator: (i) => validate('stop', StopInput, i),
     description: 'Stop the session for good, with a final checkpoint of a running session by default.',
   });
   setHandler(
     verifyUpdate,
     async (i) => {
-      const { checkpointId } = parse(VerifyInput, i);
+      const { checkpointId } = parseControl(VerifyInput, i);
       const targets = checkpointId
         ? state.checkpoints.filter((c) => c.checkpointId === checkpointId)
         : [...state.checkpoints]; // (oldest first; the ones that exist when the request came)
@@ -346,7 +394,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     },
     {
       validator: (i) => {
-        checkResumeTarget(parse(VerifyInput, i).checkpointId);
+        checkResumeTarget(parseControl(VerifyInput, i).checkpointId);
       },
       description: 'Read checkpoints back from the store (every chunk authenticated); returns what each one is.',
     },
@@ -363,12 +411,34 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
   setHandler(stopSignal, fromSignal('requestStop', 'stop', StopInput, doStop), {
     description: 'Fire-and-forget stop.',
   });
+  // A name nobody defined is a typed refusal naming the closest real one, not the SDK's untyped "no handler".
+  setDefaultUpdateHandler((name) => {
+    throw failure(ERROR_CODES.InvalidInput, unknownName('update', name, CONTROL_NAMES));
+  });
+  setDefaultSignalHandler((name) => rejectSignal(name, new Error(unknownName('signal', name, SIGNAL_NAMES))));
   setHandler(statusQuery, () => status(), { description: 'Current phase, runtime, head checkpoint and failure.' });
   setHandler(timelineQuery, () => state.timeline, {
     description: 'Checkpoints, restores, fallbacks and runtime events, oldest first.',
   });
 
   // ---- operations ----------------------------------------------------------------------------------
+  /**
+   * Claims the session id in the snapshot store for this session (its first run). A run under an id that has a
+   * lineage already (a stopped, failed or forked-from session) fails with SessionAlreadyExists without touching it,
+   * and publishes nothing (no search attributes: `list` shows the id once, for its real session).
+   */
+  async function claimed(): Promise<boolean> {
+    try {
+      await shared.claimSession({ sessionId, owner: workflowInfo().firstExecutionRunId });
+      return true;
+    } catch (err) {
+      const type = typeOf(err) ?? ERROR_CODES.RuntimeFailed;
+      state.failure = { type, message: messageOf(err), at: now() };
+      state.phase = 'failed';
+      return false;
+    }
+  }
+
   async function doStart(): Promise<void> {
     try {
       const runtime = await onPlacedHost((host) =>
@@ -390,6 +460,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
       return ref;
     } catch (err) {
       apply({ type: 'checkpointFailed' });
+      controlFailed('checkpoint', err);
       throw asFailure(err, 'checkpoint failed');
     }
   }
@@ -402,6 +473,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     } catch (err) {
       // The state is not durable, so the runtime keeps running: pausing must never lose work.
       apply({ type: 'pauseFailed' });
+      controlFailed('pause', err);
       throw asFailure(err, 'pause failed: the checkpoint could not be written, the session keeps running');
     }
     await stopRuntime();
@@ -420,10 +492,10 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     }
     const outcome = await restoreWithFallback(target, 'resume');
     if (!outcome.ok) {
-      if (!outcome.permanent) apply({ type: 'resumeFailed' });
+      restoreFailed(outcome, 'resume');
       throw failure(ERROR_CODES.RestoreFailed, outcome.reason);
     }
-    apply({ type: 'resumeSucceeded' });
+    resumed();
     return outcome.result;
   }
 
@@ -438,6 +510,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
         } catch (err) {
           // Stopping without the final state would lose work the caller asked to keep.
           apply({ type: 'stopFailed' });
+          controlFailed('stop', err);
           throw asFailure(err, 'stop failed: the final checkpoint could not be written, the session keeps running');
         }
       }
@@ -619,8 +692,31 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     const reason =
       `no checkpoint of session ${sessionId} could be restored: ` +
       skipped.map((s) => `${s.checkpointId} (${s.reason})`).join('; ');
-    fail(ERROR_CODES.RestoreFailed, reason);
+    // Before the contracts patch, a session whose every checkpoint failed for good failed with them.
+    if (!patched(CONTRACTS_PATCH)) fail(ERROR_CODES.RestoreFailed, reason);
     return { ok: false, permanent: true, reason };
+  }
+
+  /**
+   * No checkpoint could be restored. The store may still be repaired (a key file put back, a pack restored from a
+   * backup), so the session waits, paused, with the failure in status, the timeline and the Web UI: a later resume can
+   * succeed. Only a session that has nothing left to restore fails for good.
+   */
+  function restoreFailed(outcome: { permanent: boolean; reason: string }, cause: 'resume' | 'recovery'): void {
+    if (isFinal(state.phase)) return; // (failed before the contracts patch)
+    if (patched(CONTRACTS_PATCH)) {
+      state.failure = { type: ERROR_CODES.RestoreFailed, message: outcome.reason, at: now() };
+      record({ kind: 'restore-failed', at: now(), cause, reason: outcome.reason });
+    } else if (outcome.permanent) {
+      return;
+    }
+    apply({ type: 'resumeFailed' });
+  }
+
+  /** The session runs again: a failure that left it paused is behind it. */
+  function resumed(): void {
+    if (state.failure && !isFinal(state.phase)) state.failure = null;
+    apply({ type: 'resumeSucceeded' });
   }
 
   function olderThan(target: CheckpointRef): CheckpointRef[] {
@@ -665,6 +761,9 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
     if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
     record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason });
     state.runtime = null;
+    // Status must never say `running` without a runtime: the phase moves on with the runtime.
+    const recovering = patched(CONTRACTS_PATCH) && state.head !== null;
+    if (recovering) apply({ type: 'runtimeLost' });
     // A host that is only slow may still run the old instance: stop it before starting another copy. A host
     // that is really gone fails this fast (hostTimeoutMs).
     try {
@@ -680,10 +779,10 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
       return;
     }
     // The host is gone: bring the session back from its newest checkpoint, wherever a worker can run it.
-    apply({ type: 'runtimeLost' });
+    if (!recovering) apply({ type: 'runtimeLost' });
     const outcome = await restoreWithFallback(state.head, 'recovery');
-    if (outcome.ok) apply({ type: 'resumeSucceeded' });
-    else if (!outcome.permanent) apply({ type: 'resumeFailed' });
+    if (outcome.ok) resumed();
+    else restoreFailed(outcome, 'recovery');
   }
 
   // ---- helpers -------------------------------------------------------------------------------------
@@ -708,6 +807,7 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
       failure: state.failure,
       lastRestore: state.lastRestore,
       lastRejectedSignal: state.lastRejectedSignal,
+      rejectedSignals: state.rejectedSignals,
       lastVerification: lastVerification(),
       startedAt: state.startedAt,
       updatedAt: state.updatedAt,
@@ -742,8 +842,18 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
 
   // ---- main ----------------------------------------------------------------------------------------
   if (input.carried === undefined) {
-    touch();
-    void serial(doStart);
+    if (patched(CONTRACTS_PATCH)) {
+      void serial(async () => {
+        // Before anything is visible or made: a run under an id that was used already touches nothing of it.
+        if (await claimed()) {
+          touch();
+          await doStart();
+        }
+      });
+    } else {
+      touch();
+      void serial(doStart);
+    }
   } else {
     touch();
     if (state.runtime && state.phase === 'running') watch(state.runtime);
@@ -766,13 +876,26 @@ export async function sessionWorkflow(input: SessionWorkflowInput): Promise<Stop
   return continueAsNew<typeof sessionWorkflow>({ spec: state.spec, carried: state });
 }
 
-function initialState(rawSpec: StartSessionInput): SessionState {
-  const spec = parse(StartSessionInput, rawSpec);
+/** Clients find a session by its derived workflow id; a session run under another id is unreachable. */
+function checkWorkflowId(spec: StartSessionInput): void {
   const expected = sessionWorkflowId(spec.sessionId);
   if (workflowInfo().workflowId !== expected) {
-    // Clients find a session by its derived workflow id; a session started under another id is unreachable.
     throw failure(ERROR_CODES.InvalidInput, `session ${spec.sessionId} must run as workflow ${expected}`);
   }
+}
+
+/** The state a previous run handed over: it must be this session's, under the spec it was started with. */
+function carriedState(input: SessionWorkflowInput): SessionState {
+  const carried = input.carried!;
+  checkWorkflowId(carried.spec);
+  if (!sameJson(carried.spec, input.spec)) {
+    throw failure(ERROR_CODES.InvalidInput, 'the carried state belongs to another spec than the one given');
+  }
+  return { ...carried, rejectedSignals: carried.rejectedSignals ?? [] };
+}
+
+function initialState(spec: StartSessionInput): SessionState {
+  checkWorkflowId(spec);
   const at = now();
   return {
     spec,
@@ -785,6 +908,7 @@ function initialState(rawSpec: StartSessionInput): SessionState {
     failure: null,
     lastRestore: null,
     lastRejectedSignal: null,
+    rejectedSignals: [],
     results: [],
     startedAt: at,
     updatedAt: at,
@@ -803,6 +927,25 @@ function parse<T>(schema: z.ZodType<T>, raw: unknown): T {
     });
   }
   return result.data;
+}
+
+/** Controls whose every field is optional may be sent with no input at all (`temporal workflow update` without --input). */
+function parseControl<T>(schema: z.ZodType<T>, raw: unknown): T {
+  return parse(schema, raw ?? {});
+}
+
+function closed(): ApplicationFailure {
+  return failure(ERROR_CODES.SessionClosed, 'the session has ended: no control can change it');
+}
+
+function unknownName(what: string, name: string, known: readonly string[]): string {
+  const near = closestName(name, known);
+  return `the session has no ${what} named ${JSON.stringify(name.slice(0, 100))}${near ? ` (did you mean "${near}"?)` : ''}`;
+}
+
+/** Specs are compared as the JSON they travel as (the workflow sandbox has no deep-equal). */
+function sameJson(a: unknown, b: unknown): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
 }
 
 function failure(type: ErrorCode, message: string): ApplicationFailure {
