@@ -1,14 +1,16 @@
 import { defaultPayloadConverter } from '@temporalio/common';
 import {
   ApplicationFailure,
+  WithStartWorkflowOperation,
   WorkflowExecutionAlreadyStartedError,
   WorkflowFailedError,
   WorkflowNotFoundError,
   WorkflowUpdateFailedError,
   type Client,
   type WorkflowHandle,
+  type WorkflowStartOptions,
 } from '@temporalio/client';
-import type { z } from 'zod';
+import { z } from 'zod';
 import {
   checkpointSignal,
   checkpointUpdate,
@@ -18,6 +20,7 @@ import {
   resumeSignal,
   resumeUpdate,
   sessionWorkflowId,
+  startUpdate,
   statusQuery,
   stopSignal,
   stopUpdate,
@@ -25,6 +28,7 @@ import {
   timelineQuery,
   type ResumeResult,
   type SessionStatus,
+  type SessionWorkflowInput,
   type StopResult,
   type TimelineEntry,
 } from '../api/messages';
@@ -41,10 +45,11 @@ import {
   type CheckpointRef,
   type VerificationResult,
 } from '../domain/schemas';
+import { PHASES, type Phase } from '../domain/session-state';
 import {
   InvalidInputError,
-  InvalidTransitionError,
   SessionAlreadyExistsError,
+  SessionClosedError,
   SessionError,
   SessionNotFoundError,
   SessionRuntimeError,
@@ -91,25 +96,42 @@ export class SessionClient {
     this.taskQueue = options.taskQueue ?? DEFAULT_TASK_QUEUE;
   }
 
-  /** Starts a new session. Throws SessionAlreadyExistsError if the id is or was in use. */
-  async start(spec: StartSessionInput): Promise<SessionHandle> {
+  /**
+   * Starts a new session and returns once it is running. Start and first answer are one call (update-with-start), so
+   * a start that cannot succeed fails here with its typed error — InvalidInputError for a bad spec, SessionRuntimeError
+   * for a command that cannot run, SessionAlreadyExistsError for an id that is or was in use — and leaves nothing
+   * behind: no workflow running, no directory. With `{ wait: false }` it returns as soon as the session's workflow
+   * exists; `status()` and `result()` then tell how the start went.
+   */
+  async start(spec: StartSessionInput, options: { wait?: boolean } = {}): Promise<SessionHandle> {
     const input = parseInput(StartSessionInput, spec, typeof spec?.sessionId === 'string' ? spec.sessionId : '');
     const workflowId = sessionWorkflowId(input.sessionId);
+    const startOptions: WorkflowStartOptions & { workflowIdConflictPolicy: 'FAIL' } = {
+      workflowId,
+      taskQueue: this.taskQueue,
+      args: [{ spec: input } satisfies SessionWorkflowInput],
+      // Session ids are never reused: neither a running nor an ended session's id starts another.
+      workflowIdReusePolicy: 'REJECT_DUPLICATE',
+      workflowIdConflictPolicy: 'FAIL',
+      typedSearchAttributes: [
+        { key: sessionStateKey, value: 'starting' },
+        { key: sessionRuntimeKey, value: input.runtime.kind },
+      ],
+      staticSummary: `session ${input.sessionId} (${input.runtime.kind})`,
+      staticDetails: input.description,
+    };
     try {
-      const handle = await this.options.client.workflow.start('sessionWorkflow', {
-        workflowId,
-        taskQueue: this.taskQueue,
-        args: [{ spec: input }],
-        workflowIdReusePolicy: 'REJECT_DUPLICATE',
-        workflowIdConflictPolicy: 'FAIL',
-        typedSearchAttributes: [
-          { key: sessionStateKey, value: 'starting' },
-          { key: sessionRuntimeKey, value: input.runtime.kind },
-        ],
-        staticSummary: `session ${input.sessionId} (${input.runtime.kind})`,
-        staticDetails: input.description,
-      });
-      return new SessionHandle(input.sessionId, handle);
+      if (options.wait === false) {
+        return new SessionHandle(
+          input.sessionId,
+          await this.options.client.workflow.start('sessionWorkflow', startOptions),
+        );
+      }
+      const startWorkflowOperation = new WithStartWorkflowOperation('sessionWorkflow', startOptions);
+      await this.options.client.workflow
+        .executeUpdateWithStart(startUpdate, { args: [input], startWorkflowOperation })
+        .catch((err: unknown) => this.whyNotStarted(err, workflowId, input.sessionId));
+      return new SessionHandle(input.sessionId, await startWorkflowOperation.workflowHandle());
     } catch (err) {
       if (err instanceof WorkflowExecutionAlreadyStartedError) {
         throw new SessionAlreadyExistsError(`session ${input.sessionId} already exists`, input.sessionId, {
@@ -120,18 +142,38 @@ export class SessionClient {
     }
   }
 
+  /** The typed reason a start with its first answer failed; a run that ended before answering says it in its result. */
+  private async whyNotStarted(err: unknown, workflowId: string, sessionId: string): Promise<never> {
+    const typed = toSessionError(err, sessionId);
+    if (typed instanceof SessionError || err instanceof WorkflowExecutionAlreadyStartedError) throw typed;
+    const ended = await this.options.client.workflow
+      .getHandle(workflowId)
+      .result()
+      .then(
+        () => err,
+        (failure: unknown) => toSessionError(failure, sessionId),
+      );
+    throw ended;
+  }
+
   /** A handle to an existing session. Nothing is sent until it is used. */
   get(sessionId: string): SessionHandle {
     const id = parseInput(SessionId, sessionId, String(sessionId));
     return new SessionHandle(id, this.options.client.workflow.getHandle(sessionWorkflowId(id)));
   }
 
-  /** Sessions on this client's task queue, newest first (from Temporal's visibility store). */
-  async list(filter: { phase?: string; limit?: number } = {}): Promise<SessionSummary[]> {
-    const clauses = [`WorkflowType = 'sessionWorkflow'`, `TaskQueue = '${this.taskQueue}'`];
-    if (filter.phase) clauses.push(`SessionState = '${filter.phase.replace(/'/g, '')}'`);
+  /**
+   * Sessions on this client's task queue, newest first (from Temporal's visibility store), each id once. Runs that
+   * were refused at their first task (a reused id, a bad raw start) never publish a phase and are not sessions.
+   */
+  async list(filter: { phase?: Phase; limit?: number } = {}): Promise<SessionSummary[]> {
+    const clauses = [`WorkflowType = 'sessionWorkflow'`, `TaskQueue = '${this.taskQueue}'`, 'SessionState IS NOT NULL'];
+    if (filter.phase !== undefined) clauses.push(`SessionState = '${parseInput(PhaseSchema, filter.phase, '')}'`);
     const out: SessionSummary[] = [];
+    const seen = new Set<string>();
     for await (const wf of this.options.client.workflow.list({ query: clauses.join(' AND ') })) {
+      if (seen.has(wf.workflowId)) continue;
+      seen.add(wf.workflowId);
       out.push({
         sessionId: wf.workflowId.replace(/^session-/, ''),
         phase: wf.typedSearchAttributes.get(sessionStateKey),
@@ -218,17 +260,15 @@ export class SessionHandle {
       await send();
     } catch (err) {
       // Signalling a closed workflow reports "not found"; the session exists, it has ended.
-      if (err instanceof WorkflowNotFoundError && (await this.exists())) {
-        throw new InvalidTransitionError(
-          `session ${this.sessionId} has ended: no control can change it`,
-          this.sessionId,
-          {
-            cause: err,
-          },
-        );
-      }
+      if (err instanceof WorkflowNotFoundError && (await this.exists())) throw this.closed(err);
       throw toSessionError(err, this.sessionId);
     }
+  }
+
+  private closed(cause: unknown): SessionClosedError {
+    return new SessionClosedError(`session ${this.sessionId} has ended: no control can change it`, this.sessionId, {
+      cause,
+    });
   }
 
   private async exists(): Promise<boolean> {
@@ -281,15 +321,7 @@ export class SessionHandle {
     try {
       return await fn();
     } catch (err) {
-      if (isClosedWorkflowError(err)) {
-        throw new InvalidTransitionError(
-          `session ${this.sessionId} has ended: no control can change it`,
-          this.sessionId,
-          {
-            cause: err,
-          },
-        );
-      }
+      if (isClosedWorkflowError(err)) throw this.closed(err);
       throw toSessionError(err, this.sessionId);
     }
   }
@@ -302,6 +334,8 @@ export class SessionHandle {
     }
   }
 }
+
+const PhaseSchema = z.enum(PHASES);
 
 /**
  * The server deduplicates updates by id within a run whatever their name, so the control is part of the id:
