@@ -279,6 +279,10 @@ class ProbedStore implements SnapshotStore {
   delete(sessionId: string, checkpointId: string): Promise<void> {
     return this.inner.delete(sessionId, checkpointId);
   }
+
+  claim(sessionId: string, owner: string): Promise<void> {
+    return this.inner.claim(sessionId, owner);
+  }
 }
 
 // ---- memory ------------------------------------------------------------------------------------------------

@@ -37,4 +37,7 @@ export class FlakyStore implements SnapshotStore {
   delete(sessionId: string, checkpointId: string) {
     return this.inner.delete(sessionId, checkpointId);
   }
+  claim(sessionId: string, owner: string) {
+    return this.inner.claim(sessionId, owner);
+  }
 }

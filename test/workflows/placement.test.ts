@@ -34,11 +34,14 @@ function neverPickedUp(events: temporal.api.history.v1.IHistoryEvent[]): number 
 
 test('with no host that picks the work up, the start fails after three placements and says why', async () => {
   const sessionId = `unplaced-${crypto.randomUUID().slice(0, 8)}`;
-  const session = await sys.sessions.start({
-    sessionId,
-    runtime: { kind: 'memory' },
-    liveness: { hostTimeoutMs: 1_000 },
-  });
+  const session = await sys.sessions.start(
+    {
+      sessionId,
+      runtime: { kind: 'memory' },
+      liveness: { hostTimeoutMs: 1_000 },
+    },
+    { wait: false },
+  );
   await expect(session.result()).rejects.toMatchObject({ code: 'RuntimeFailed' });
   const status = await session.status();
   expect(status.phase).toBe('failed');
@@ -51,11 +54,14 @@ test('with no host that picks the work up, the start fails after three placement
 
 test('a start its host never picks up is placed again, on a host that does', async () => {
   const sessionId = `replaced-${crypto.randomUUID().slice(0, 8)}`;
-  const session = await sys.sessions.start({
-    sessionId,
-    runtime: { kind: 'memory' },
-    liveness: { hostTimeoutMs: 2_000 },
-  });
+  const session = await sys.sessions.start(
+    {
+      sessionId,
+      runtime: { kind: 'memory' },
+      liveness: { hostTimeoutMs: 2_000 },
+    },
+    { wait: false },
+  );
   // The unreachable host took the placement; now it goes away for good and a healthy one arrives.
   await eventually(async () => scheduled(await history(sessionId), 'startRuntime') === 1);
   await unreachable.crash();

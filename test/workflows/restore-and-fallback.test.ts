@@ -143,26 +143,37 @@ test('a missing checkpoint is as permanent as a corrupt one: fallback, no retrie
   await session.stop({ checkpoint: false });
 });
 
-test('when no checkpoint verifies the session fails with the reason: never a fresh start', async () => {
+test('when no checkpoint verifies the session waits, paused, with the reason: never a fresh start', async () => {
   const sessionId = newId('allbad');
   const session = await startMemorySession(sessionId, 'precious');
   const cp1 = await session.checkpoint();
   const cp2 = await session.pause();
-  flipByte(manifestFile(sessionId, cp1.checkpointId));
-  flipByte(manifestFile(sessionId, cp2.checkpointId));
+  const originals = [cp1, cp2].map((c) => {
+    const file = manifestFile(sessionId, c.checkpointId);
+    return { file, bytes: fs.readFileSync(file) };
+  });
+  for (const { file } of originals) flipByte(file);
 
   const error = await session.resume().catch((e: unknown) => e);
   expect(error).toBeInstanceOf(RestoreFailedError);
   expect((error as RestoreFailedError).message).toContain(cp1.checkpointId);
   expect((error as RestoreFailedError).message).toContain(cp2.checkpointId);
 
+  // The store might still be repaired: the session is not failed for good.
   const status = await session.status();
-  expect(status.phase).toBe('failed');
+  expect(status.phase).toBe('paused');
   expect(status.runtime).toBeNull();
   expect(status.failure).toMatchObject({ type: 'RestoreFailed' });
-  await expect(session.result()).rejects.toBeInstanceOf(RestoreFailedError);
   const kinds = (await session.timeline()).map((e) => e.kind);
-  expect(kinds).toEqual(['checkpoint', 'checkpoint', 'fallback', 'fallback']);
+  expect(kinds).toEqual(['checkpoint', 'checkpoint', 'fallback', 'fallback', 'restore-failed']);
+
+  // An operator puts the files back (from a backup, say): the next resume restores the newest state.
+  for (const { file, bytes } of originals) fs.writeFileSync(file, bytes);
+  const resumed = await session.resume();
+  expect(resumed.restoredFrom.checkpointId).toBe(cp2.checkpointId);
+  expect(await memoryStateOf(session)).toBe('precious');
+  expect((await session.status()).failure).toBeNull();
+  await session.stop({ checkpoint: false });
 });
 
 test('resume from an explicit older checkpoint restores exactly that state', async () => {

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { extract } from 'tar-stream';
 import { sessionWorkflowId, type RuntimeInstanceRef } from '../../src/api';
-import { InvalidTransitionError } from '../../src/client';
+import { SessionClosedError, SessionRuntimeError } from '../../src/client';
 import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
 /** A command that counts forever, continuing from the number in ./count, writing it atomically. */
@@ -127,8 +127,8 @@ test('a workspace session lives through checkpoint, pause, resume, checkpoint an
   expect(final).toMatchObject({ phase: 'completed', checkpointCount: 4, failure: null });
 
   // Anything after stop is refused with a typed error.
-  await expect(session.checkpoint()).rejects.toBeInstanceOf(InvalidTransitionError);
-  await expect(session.resume()).rejects.toBeInstanceOf(InvalidTransitionError);
+  await expect(session.checkpoint()).rejects.toBeInstanceOf(SessionClosedError);
+  await expect(session.resume()).rejects.toBeInstanceOf(SessionClosedError);
 
   // Only references travel through history: no payload is anywhere near the state's size.
   const history = await sys.client.workflow.getHandle(sessionWorkflowId(sessionId)).fetchHistory();
@@ -155,11 +155,14 @@ test('a workspace process that exits by itself is recorded: code 0 completes, no
   expect((await bad.timeline()).at(-1)).toMatchObject({ kind: 'runtime-exited', exitCode: 3 });
 });
 
-test('a command that cannot start fails the session with the reason, not a retry loop', async () => {
-  const session = await sys.sessions.start({
-    sessionId: `nostart-${crypto.randomUUID().slice(0, 8)}`,
-    runtime: { kind: 'workspace', command: ['/nonexistent/program'] },
-  });
+test('a command that cannot start fails the start with the reason, not a retry loop', async () => {
+  const sessionId = `nostart-${crypto.randomUUID().slice(0, 8)}`;
+  const error = await sys.sessions
+    .start({ sessionId, runtime: { kind: 'workspace', command: ['/nonexistent/program'] } })
+    .catch((e: unknown) => e);
+  expect(error).toBeInstanceOf(SessionRuntimeError);
+  expect(error).toMatchObject({ code: 'RuntimeFailed', sessionId });
+  const session = sys.sessions.get(sessionId);
   await expect(session.result()).rejects.toMatchObject({ code: 'RuntimeFailed' });
   const status = await session.status();
   expect(status.phase).toBe('failed');
