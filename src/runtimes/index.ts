@@ -3,6 +3,8 @@ import type { SessionRuntime } from './session-runtime';
 
 export * from './session-runtime';
 export * from './workspace-runtime';
+export { DEFAULT_WORKSPACE_ENV_ALLOW } from './workspace-env';
+export type { WorkspaceUser } from './workspace-user';
 export * from './memory-runtime';
 
 /** The runtimes a worker offers, by kind. */

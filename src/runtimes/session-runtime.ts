@@ -18,6 +18,8 @@ export interface RuntimeInstanceInfo {
   /** Where it lives: a directory for `workspace`, 'memory' for the in-process runtime. */
   location: string;
   pid?: number;
+  /** Where the instance's output goes: the workspace command's log file; undefined for the in-process runtime. */
+  output?: string;
   startedAt: string;
   running: boolean;
 }

@@ -30,6 +30,8 @@ import {
   tarTrailer,
   type TarEntry,
 } from './tar-writer';
+import { checkEnvAllow, checkSpecEnv, DEFAULT_WORKSPACE_ENV_ALLOW, workspaceEnvironment } from './workspace-env';
+import { resolveWorkspaceUser, type UserIdentity, type WorkspaceUser } from './workspace-user';
 
 /**
  * Thrown by `restore` when the state archive holds an entry that could land outside the workspace (an absolute
@@ -50,6 +52,17 @@ export interface WorkspaceRuntimeOptions {
   rootDir: string;
   /** How long `stop` waits after SIGTERM before SIGKILL when neither the call nor the spec says (default 10 s). */
   defaultStopGraceMs?: number;
+  /**
+   * The worker's variables a command inherits: names, or prefixes ending in `*` (default
+   * {@link DEFAULT_WORKSPACE_ENV_ALLOW}). The spec's `env` comes on top; `DS_*` and `TEMPORAL_*` never pass.
+   */
+  envAllow?: readonly string[];
+  /**
+   * Run commands as this unprivileged user (the worker must be root): each workspace is handed to it, and its
+   * session's directory is the worker's, so it cannot list other instances. Sessions that run as one user can still
+   * reach each other's processes and, by path, workspaces (docs/design.md §7). Unset: the worker's user.
+   */
+  user?: WorkspaceUser;
 }
 
 interface WorkspaceInstance {
@@ -113,11 +126,18 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
 
   private readonly rootDir: string;
   private readonly defaultStopGraceMs: number;
+  private readonly envAllow: readonly string[];
+  private readonly user: WorkspaceUser | undefined;
+  /** The user's ids, looked up once; a failed look-up is tried again by the next start. */
+  private userIdentity?: Promise<UserIdentity>;
   private readonly instances = new Map<string, WorkspaceInstance>();
 
   constructor(options: WorkspaceRuntimeOptions) {
     this.rootDir = path.resolve(options.rootDir);
     this.defaultStopGraceMs = options.defaultStopGraceMs ?? 10_000;
+    this.envAllow = options.envAllow ?? DEFAULT_WORKSPACE_ENV_ALLOW;
+    checkEnvAllow(this.envAllow);
+    this.user = options.user;
   }
 
   canRestore(version: string): boolean {
@@ -125,10 +145,11 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   }
 
   async start(request: StartRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
-    const { dir, logPath } = await this.createWorkspace(request);
+    const { dir, logPath, user } = await this.createWorkspace(request);
     try {
-      await writeSeedFiles(dir, request.spec.files ?? {});
-      return this.info(await this.launch(request, dir, logPath));
+      const seeded = await writeSeedFiles(dir, request.spec.files ?? {});
+      if (user) await handOver(dir, seeded, user);
+      return this.info(await this.launch(request, dir, logPath, user));
     } catch (error) {
       await discardWorkspace(dir, logPath);
       throw error;
@@ -143,7 +164,7 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
    * it; a stream from another encoder, or with anything else unexpected in it, leaves the instance without a base.
    */
   async restore(request: RestoreRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
-    const { dir, logPath } = await this.createWorkspace(request).catch((error: unknown) => {
+    const { dir, logPath, user } = await this.createWorkspace(request).catch((error: unknown) => {
       request.state.destroy();
       throw error;
     });
@@ -151,12 +172,14 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
       const { checkpointId } = request;
       const restoring = checkpointId === undefined ? undefined : { checkpointId, layout: new TarLayoutReader() };
       const restored = await extractArchive(request.state, dir, restoring?.layout);
+      // Before the index reads the tree's stats: a change of owner is a change of ctime.
+      if (user) await handOver(dir, namesOf(restored), user);
       // Only now has the whole stream verified: nothing runs on state that may be corrupt.
       const index = restoring
         ? await indexRestoredTree(dir, restoring.checkpointId, restoring.layout.finish(), restored)
         : undefined;
       // The index becomes the base with the instance itself: a restore that fails leaves none.
-      return this.info(await this.launch(request, dir, logPath, index));
+      return this.info(await this.launch(request, dir, logPath, user, index));
     } catch (error) {
       await discardWorkspace(dir, logPath);
       throw error;
@@ -218,6 +241,7 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     if (!instance) return;
     if (!instance.exit) await this.stop(instanceId);
     await removeWorkspace(instance.dir, instance.logPath);
+    await removeIfEmpty(path.dirname(instance.dir));
     this.instances.delete(instanceId);
   }
 
@@ -240,32 +264,57 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
       version: this.version,
       location: instance.dir,
       pid: instance.pid,
+      output: instance.logPath,
       startedAt: instance.startedAt,
       running: !instance.exit,
     };
   }
 
-  /** Creates the instance's fresh, empty directory; an existing one means the id was already used. */
+  /**
+   * Checks the request, then creates the instance's fresh, empty directory (an existing one means the id was already
+   * used), and resolves the user the command runs as, if any.
+   */
   private async createWorkspace(
     request: StartRequest<WorkspaceRuntimeSpec>,
-  ): Promise<{ dir: string; logPath: string }> {
+  ): Promise<{ dir: string; logPath: string; user: UserIdentity | undefined }> {
     assertSafeId('session id', request.sessionId);
     assertSafeId('instance id', request.instanceId);
+    checkSpecEnv(request.spec.env);
     if (this.instances.has(request.instanceId)) {
       throw new RuntimeFailedError(`runtime instance ${request.instanceId} already exists on this worker`);
     }
+    const user = await this.resolveUser();
     const sessionDir = path.join(this.rootDir, request.sessionId);
     const dir = path.join(sessionDir, request.instanceId);
-    await fsp.mkdir(sessionDir, { recursive: true });
-    try {
-      await fsp.mkdir(dir);
-    } catch (error) {
-      if (isErrnoException(error) && error.code === 'EEXIST') {
-        throw new RuntimeFailedError(`workspace ${dir} already exists`, { cause: error });
+    await fsp.mkdir(this.rootDir, { recursive: true });
+    // A concurrent dispose or failed start of the same session may remove its directory once empty: then again.
+    for (let attempt = 1; ; attempt++) {
+      await fsp.mkdir(sessionDir).catch((error: unknown) => {
+        if (!isErrnoException(error) || error.code !== 'EEXIST') throw error;
+      });
+      // The worker's, and no one else's to read: with a user, searchable (its workspace lies below) but not
+      // listable, so a command cannot find the session's other instances or its logs.
+      await fsp.chmod(sessionDir, user ? 0o711 : 0o700).catch(retryOnMissing(attempt));
+      try {
+        await fsp.mkdir(dir, { mode: 0o700 });
+        break;
+      } catch (error) {
+        if (isErrnoException(error) && error.code === 'EEXIST') {
+          throw new RuntimeFailedError(`workspace ${dir} already exists`, { cause: error });
+        }
+        retryOnMissing(attempt)(error);
       }
-      throw error;
     }
-    return { dir, logPath: `${dir}.log` };
+    return { dir, logPath: `${dir}.log`, user };
+  }
+
+  private resolveUser(): Promise<UserIdentity | undefined> {
+    if (this.user === undefined) return Promise.resolve(undefined);
+    this.userIdentity ??= resolveWorkspaceUser(this.user).catch((error: unknown) => {
+      this.userIdentity = undefined;
+      throw error;
+    });
+    return this.userIdentity;
   }
 
   /** Spawns the command in `dir` and registers the instance, with `committed` as its base, once the process exists. */
@@ -273,15 +322,20 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     request: StartRequest<WorkspaceRuntimeSpec>,
     dir: string,
     logPath: string,
+    user: UserIdentity | undefined,
     committed?: CommittedIndex,
   ): Promise<WorkspaceInstance> {
     const [program, ...args] = request.spec.command;
     if (program === undefined) throw new RuntimeFailedError('command must name a program');
-    const log = await fsp.open(logPath, 'a');
+    // The worker's: the command writes to it through the descriptor it is given, and no one else reads it.
+    const log = await fsp.open(logPath, 'a', 0o600);
     try {
       const child = spawn(program, args, {
         cwd: dir,
-        env: { ...process.env, ...request.spec.env },
+        // Built from an allow-list, never the worker's whole environment: that holds its keys and credentials.
+        env: workspaceEnvironment(process.env, this.envAllow, request.spec.env, user),
+        // Supplementary groups are dropped by libuv along with the switch.
+        ...(user && { uid: user.uid, gid: user.gid }),
         // Its own process group: signals reach everything the command starts, and a Ctrl-C aimed at the
         // worker's terminal does not reach the session.
         detached: true,
@@ -320,8 +374,7 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
       this.instances.set(request.instanceId, instance);
       return instance;
     } catch (error) {
-      const command = JSON.stringify(request.spec.command);
-      throw new RuntimeFailedError(`cannot run command ${command}: ${toError(error).message}`, { cause: error });
+      throw new RuntimeFailedError(spawnFailureMessage(program, request.spec.command, error), { cause: error });
     } finally {
       // The child holds its own copy of the descriptor.
       await log.close();
@@ -409,7 +462,43 @@ async function isGroupStopped(pgid: number): Promise<boolean> {
   return states.every((state) => state === undefined || 'TtZX'.includes(state));
 }
 
-async function writeSeedFiles(dir: string, files: Record<string, string>): Promise<void> {
+/** What a failed spawn says: plainly for the common causes, with the system's words otherwise. */
+function spawnFailureMessage(program: string, command: readonly string[], error: unknown): string {
+  if (isErrnoException(error) && error.code === 'ENOENT') return `command not found: ${program}`;
+  if (isErrnoException(error) && error.code === 'EACCES') return `permission denied: ${program} cannot be run`;
+  return `cannot run command ${JSON.stringify(command)}: ${toError(error).message}`;
+}
+
+/** A catch for a step of `createWorkspace`: the session directory vanished under it, try again (a few times). */
+function retryOnMissing(attempt: number): (error: unknown) => void {
+  return (error) => {
+    if (!isErrnoException(error) || error.code !== 'ENOENT' || attempt >= 5) throw error;
+  };
+}
+
+/**
+ * Gives the workspace and the paths below it (relative, '/'-separated) to `user`. Symlinks themselves, not their
+ * targets: a link a restore made points inside the workspace, but its owner is still the link's own.
+ */
+async function handOver(dir: string, paths: readonly string[], user: UserIdentity): Promise<void> {
+  await fsp.chown(dir, user.uid, user.gid);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    for (let i = next++; i < paths.length; i = next++) {
+      if (paths[i] === '') continue;
+      await fsp.lchown(path.join(dir, ...paths[i]!.split('/')), user.uid, user.gid);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(STATS_AHEAD, paths.length) }, worker));
+}
+
+function namesOf(paths: readonly RestoredPath[]): string[] {
+  return paths.map(({ name }) => name);
+}
+
+/** Writes the seed files and returns every path made, directories included, as `handOver` takes them. */
+async function writeSeedFiles(dir: string, files: Record<string, string>): Promise<string[]> {
+  const made = new Set<string>();
   for (const [name, content] of Object.entries(files)) {
     const segments = name.split('/');
     if (name.startsWith('/') || segments.some((s) => s === '' || s === '..')) {
@@ -420,7 +509,9 @@ async function writeSeedFiles(dir: string, files: Record<string, string>): Promi
     const file = path.join(dir, ...segments);
     await fsp.mkdir(path.dirname(file), { recursive: true });
     await fsp.writeFile(file, content);
+    for (let i = 1; i <= segments.length; i++) made.add(segments.slice(0, i).join('/'));
   }
+  return [...made];
 }
 
 /**
@@ -430,6 +521,12 @@ async function writeSeedFiles(dir: string, files: Record<string, string>): Promi
  */
 async function discardWorkspace(dir: string, logPath: string): Promise<void> {
   await removeWorkspace(dir, logPath).catch(() => {});
+  await removeIfEmpty(path.dirname(dir));
+}
+
+/** Removes the session directory once its last instance is gone; one still in use stays. */
+async function removeIfEmpty(dir: string): Promise<void> {
+  await fsp.rmdir(dir).catch(() => {});
 }
 
 async function removeWorkspace(dir: string, logPath: string): Promise<void> {

@@ -28,6 +28,8 @@ describe('MemoryRuntime', () => {
       location: 'memory',
       running: true,
     });
+    // No process, so no output to point at.
+    expect(info.output).toBeUndefined();
     expect(runtime.read('a').toString('utf8')).toBe('héllo');
 
     runtime.write('a', 'one');

@@ -229,6 +229,7 @@ describe('WorkspaceRuntime', () => {
       kind: 'workspace',
       version: '1',
       location: dir,
+      output: `${dir}.log`,
       running: true,
     });
     expect(isAlive(info.pid!)).toBe(true);
@@ -426,10 +427,42 @@ describe('WorkspaceRuntime', () => {
     const instanceId = newId();
     const failure = runtime.start({ sessionId: SESSION, instanceId, spec: spec(['no-such-program-xyz', '--flag']) });
     await expect(failure).rejects.toThrow(RuntimeFailedError);
-    await expect(failure).rejects.toThrow(/no-such-program-xyz/);
+    await expect(failure).rejects.toThrow('command not found: no-such-program-xyz');
     expect(runtime.describe(instanceId)).toBeUndefined();
-    expect(await exists(path.join(rootDir, SESSION, instanceId))).toBe(false);
-    expect(await exists(path.join(rootDir, SESSION, `${instanceId}.log`))).toBe(false);
+    // Not even the session's directory: it was made for this start alone.
+    expect(await fsp.readdir(rootDir)).toEqual([]);
+  });
+
+  test('a program that cannot be executed fails with "permission denied", leaving nothing behind', async () => {
+    const program = path.join(tmp, `not-executable-${newId()}.sh`);
+    await fsp.writeFile(program, '#!/bin/sh\nsleep 30\n', { mode: 0o644 });
+    const failure = runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec([program]) });
+    await expect(failure).rejects.toThrow(RuntimeFailedError);
+    await expect(failure).rejects.toThrow(`permission denied: ${program} cannot be run`);
+    expect(await fsp.readdir(rootDir)).toEqual([]);
+  });
+
+  test('a restore whose program does not exist leaves nothing behind', async () => {
+    const failure = runtime.restore({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(['no-such-program-xyz']),
+      state: Readable.from([await tarOf([{ name: 'a.txt', data: 'a' }])]),
+    });
+    await expect(failure).rejects.toThrow('command not found: no-such-program-xyz');
+    expect(await fsp.readdir(rootDir)).toEqual([]);
+  });
+
+  test('disposing the last instance of a session removes the session directory, not one still in use', async () => {
+    const first = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(['sleep', '30']) });
+    const second = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(['sleep', '30']) });
+    await runtime.dispose(first.instanceId);
+    expect((await fsp.readdir(path.join(rootDir, SESSION))).sort()).toEqual([
+      second.instanceId,
+      `${second.instanceId}.log`,
+    ]);
+    await runtime.dispose(second.instanceId);
+    expect(await fsp.readdir(rootDir)).toEqual([]);
   });
 
   test('start refuses ids that are not path-safe and instances that already exist', async () => {
@@ -501,7 +534,7 @@ describe('WorkspaceRuntime', () => {
     });
     await expect(restoring).rejects.toThrow(ArchiveRejectedError);
     expect(runtime.describe(instanceId)).toBeUndefined();
-    expect(await fsp.readdir(path.join(rootDir, SESSION))).toEqual([]);
+    expect(await fsp.readdir(rootDir)).toEqual([]);
     expect(await exists(path.join(rootDir, 'evil'))).toBe(false);
     expect(await exists('/tmp/evil-absolute')).toBe(false);
   });
