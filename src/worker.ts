@@ -78,7 +78,12 @@ export async function runWorker(config: Config = loadConfig(), address = config.
   );
 
   const connection = await NativeConnection.connect(await connectionOptions(config, address));
-  const workspace = new WorkspaceRuntime({ rootDir: config.workspaceDir, defaultStopGraceMs: config.stopGraceMs });
+  const workspace = new WorkspaceRuntime({
+    rootDir: config.workspaceDir,
+    defaultStopGraceMs: config.stopGraceMs,
+    envAllow: config.workspaceEnvAllow,
+    user: config.workspaceUser,
+  });
   const workers = await createWorkers({
     connection,
     namespace: config.temporal.namespace,
