@@ -22,7 +22,9 @@ import {
   type SnapshotStore,
   type StoreProgress,
 } from './snapshot-store';
+import { ensureDir } from './files';
 import { isStateSource, sourceStream, type StateSource } from './state-source';
+import { asStoreFull } from './store-full';
 
 const DATA_SUFFIX = '.data';
 const MANIFEST_SUFFIX = '.manifest.json';
@@ -98,7 +100,8 @@ export class FsSnapshotStore implements SnapshotStore {
       // Released whatever failed (a no-op once the pipeline has destroyed it); a source at once, not on 'close'.
       data.destroy();
       if (isStateSource(source)) source.close();
-      throw err;
+      const { sessionId, checkpointId } = checkpoint;
+      throw asStoreFull(err, sessionId, checkpointId, checkpointName(sessionId, checkpointId));
     }
   }
 
@@ -261,7 +264,7 @@ export class FsSnapshotStore implements SnapshotStore {
   }
 
   private async ensureSessionDir(dir: string): Promise<void> {
-    const created = await fs.mkdir(dir, { recursive: true });
+    const created = await ensureDir(dir);
     // A new directory's entry lives in its parent: fsync the parent, or a crash could lose the whole session dir.
     if (created !== undefined) await fsyncDir(dirname(dir));
   }

@@ -12,9 +12,11 @@ import {
   SnapshotNotFoundError,
   verificationStatusOf,
 } from '../errors';
+import { ensureDir, exists, publish, readSmall } from '../files';
 import { checkNew, CheckpointManifestSchema, FsSnapshotStore, NewCheckpointSchema } from '../fs-snapshot-store';
 import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from '../snapshot-store';
 import { isStateSource, sourceBytes, type StateSource } from '../state-source';
+import { asStoreFull } from '../store-full';
 import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
 import { sharedChunkPool, type ChunkPool, type PoolContext } from './chunk-pool';
 import {
@@ -356,7 +358,8 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       release();
       await Promise.allSettled(inflight);
       await packs?.abort();
-      throw err;
+      const { sessionId = '', checkpointId = '' } = checkpoint;
+      throw asStoreFull(err, sessionId, checkpointId, `checkpoint ${checkpointId} of session ${sessionId}`);
     } finally {
       if (context) this.pool.release(context);
       if (pin) await fs.rm(pin, { force: true });
@@ -378,45 +381,47 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   async branch(sourceCheckpointId: string, checkpoint: Omit<NewCheckpoint, 'runtime'>): Promise<CheckpointManifest> {
     const { sessionId, checkpointId } = checkNew(NewCheckpointSchema.omit({ runtime: true }), checkpoint);
     checkIds(sessionId, sourceCheckpointId);
-    const lineage = await this.lineageOf(sessionId);
-    if (await this.manifestExists(sessionId, checkpointId)) {
-      throw new Error(`checkpoint ${checkpointId} of session ${sessionId} exists already; checkpoints are immutable`);
-    }
-    const source = await this.loadTable(sessionId, sourceCheckpointId);
-    if (source.kind !== 'chunked') {
-      throw new SnapshotIncompatibleError(
-        `checkpoint ${sourceCheckpointId} is in format ${LEGACY_FORMAT_VERSION}, which has no chunks to share; branching needs format ${CHUNKED_FORMAT_VERSION} or later`,
-        sessionId,
-        sourceCheckpointId,
-      );
-    }
-    const pin = await this.pin(lineage, sessionId, checkpointId);
-    try {
-      const key = source.header.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(lineage) : null;
-      await this.requirePacks(source.header.lineage, source.table.packs, sessionId, sourceCheckpointId, {
-        touch: true,
-      });
-      const parentManifestDigest = checkpoint.parentId
-        ? await this.manifestFileDigest(sessionId, checkpoint.parentId)
-        : null;
-      const manifest: ChunkedHeader = {
-        ...source.header,
-        formatVersion: this.writeFormat,
-        checkpointId,
-        sequence: checkpoint.sequence,
-        parentId: checkpoint.parentId,
-        parentManifestDigest,
-        createdAt: new Date().toISOString(),
-        trigger: checkpoint.trigger,
-        label: checkpoint.label,
-      };
-      if (manifest.label === undefined) delete manifest.label;
-      delete manifest.forkedFrom;
-      await this.publishManifest(manifest, { table: source.table }, key);
-      return toPublic(manifest);
-    } finally {
-      await fs.rm(pin, { force: true });
-    }
+    return this.storing(sessionId, checkpointId, async () => {
+      const lineage = await this.lineageOf(sessionId);
+      if (await this.manifestExists(sessionId, checkpointId)) {
+        throw new Error(`checkpoint ${checkpointId} of session ${sessionId} exists already; checkpoints are immutable`);
+      }
+      const source = await this.loadTable(sessionId, sourceCheckpointId);
+      if (source.kind !== 'chunked') {
+        throw new SnapshotIncompatibleError(
+          `checkpoint ${sourceCheckpointId} is in format ${LEGACY_FORMAT_VERSION}, which has no chunks to share; branching needs format ${CHUNKED_FORMAT_VERSION} or later`,
+          sessionId,
+          sourceCheckpointId,
+        );
+      }
+      const pin = await this.pin(lineage, sessionId, checkpointId);
+      try {
+        const key = source.header.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(lineage) : null;
+        await this.requirePacks(source.header.lineage, source.table.packs, sessionId, sourceCheckpointId, {
+          touch: true,
+        });
+        const parentManifestDigest = checkpoint.parentId
+          ? await this.manifestFileDigest(sessionId, checkpoint.parentId)
+          : null;
+        const manifest: ChunkedHeader = {
+          ...source.header,
+          formatVersion: this.writeFormat,
+          checkpointId,
+          sequence: checkpoint.sequence,
+          parentId: checkpoint.parentId,
+          parentManifestDigest,
+          createdAt: new Date().toISOString(),
+          trigger: checkpoint.trigger,
+          label: checkpoint.label,
+        };
+        if (manifest.label === undefined) delete manifest.label;
+        delete manifest.forkedFrom;
+        await this.publishManifest(manifest, { table: source.table }, key);
+        return toPublic(manifest);
+      } finally {
+        await fs.rm(pin, { force: true });
+      }
+    });
   }
 
   /**
@@ -435,48 +440,62 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       target,
     );
     if (sessionId === source.sessionId) throw new Error(`a fork needs a new session, not ${sessionId} itself`);
-    const existing = await fs.readdir(join(this.root, sessionId)).catch(() => [] as string[]);
-    if (existing.length > 0)
-      throw new Error(`session ${sessionId} exists already in the store; a fork starts a new one`);
-    const loaded = await this.loadTable(source.sessionId, source.checkpointId);
-    if (loaded.kind !== 'chunked') {
-      throw new SnapshotIncompatibleError(
-        `checkpoint ${source.checkpointId} is in format ${LEGACY_FORMAT_VERSION}, which has no chunks to share; forking needs format ${CHUNKED_FORMAT_VERSION} or later`,
-        source.sessionId,
-        source.checkpointId,
-      );
-    }
-    const origin = loaded.header;
-    const lineage = origin.lineage;
-    const pin = await this.pin(lineage, sessionId, checkpointId);
+    return this.storing(sessionId, checkpointId, async () => {
+      const existing = await fs.readdir(join(this.root, sessionId)).catch(() => [] as string[]);
+      if (existing.length > 0) {
+        throw new Error(`session ${sessionId} exists already in the store; a fork starts a new one`);
+      }
+      const loaded = await this.loadTable(source.sessionId, source.checkpointId);
+      if (loaded.kind !== 'chunked') {
+        throw new SnapshotIncompatibleError(
+          `checkpoint ${source.checkpointId} is in format ${LEGACY_FORMAT_VERSION}, which has no chunks to share; forking needs format ${CHUNKED_FORMAT_VERSION} or later`,
+          source.sessionId,
+          source.checkpointId,
+        );
+      }
+      const origin = loaded.header;
+      const lineage = origin.lineage;
+      const pin = await this.pin(lineage, sessionId, checkpointId);
+      try {
+        const key = origin.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(lineage) : null;
+        await this.requirePacks(lineage, loaded.table.packs, source.sessionId, source.checkpointId, { touch: true });
+        const parentManifestDigest = loaded.fileDigest;
+        await ensureDir(join(this.root, sessionId));
+        const joined = await publish(
+          join(this.root, sessionId, LINEAGE_FILE),
+          Buffer.from(JSON.stringify({ lineage })),
+          { replace: false },
+        );
+        if (!joined) throw new Error(`session ${sessionId} exists already in the store; a fork starts a new one`);
+        this.lineages.set(sessionId, lineage);
+        const manifest: ChunkedHeader = {
+          ...origin,
+          formatVersion: this.writeFormat,
+          checkpointId,
+          sessionId,
+          sequence: 1,
+          parentId: null,
+          parentManifestDigest,
+          createdAt: new Date().toISOString(),
+          trigger: target.trigger,
+          label: target.label,
+          forkedFrom: { sessionId: source.sessionId, checkpointId: source.checkpointId },
+        };
+        if (manifest.label === undefined) delete manifest.label;
+        await this.publishManifest(manifest, { table: loaded.table }, key);
+        return toPublic(manifest);
+      } finally {
+        await fs.rm(pin, { force: true });
+      }
+    });
+  }
+
+  /** Runs a step that writes to the store; a file system without room makes it a StoreFullError. */
+  private async storing<T>(sessionId: string, checkpointId: string, run: () => Promise<T>): Promise<T> {
     try {
-      const key = origin.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(lineage) : null;
-      await this.requirePacks(lineage, loaded.table.packs, source.sessionId, source.checkpointId, { touch: true });
-      const parentManifestDigest = loaded.fileDigest;
-      await fs.mkdir(join(this.root, sessionId), { recursive: true });
-      const joined = await publish(join(this.root, sessionId, LINEAGE_FILE), Buffer.from(JSON.stringify({ lineage })), {
-        replace: false,
-      });
-      if (!joined) throw new Error(`session ${sessionId} exists already in the store; a fork starts a new one`);
-      this.lineages.set(sessionId, lineage);
-      const manifest: ChunkedHeader = {
-        ...origin,
-        formatVersion: this.writeFormat,
-        checkpointId,
-        sessionId,
-        sequence: 1,
-        parentId: null,
-        parentManifestDigest,
-        createdAt: new Date().toISOString(),
-        trigger: target.trigger,
-        label: target.label,
-        forkedFrom: { sessionId: source.sessionId, checkpointId: source.checkpointId },
-      };
-      if (manifest.label === undefined) delete manifest.label;
-      await this.publishManifest(manifest, { table: loaded.table }, key);
-      return toPublic(manifest);
-    } finally {
-      await fs.rm(pin, { force: true });
+      return await run();
+    } catch (err) {
+      throw asStoreFull(err, sessionId, checkpointId, `checkpoint ${checkpointId} of session ${sessionId}`);
     }
   }
 
@@ -888,7 +907,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       throw new SnapshotNotFoundError(`no checkpoint ${checkpointId} of session ${sessionId}`, sessionId, checkpointId);
     }
     const path = this.manifestPath(sessionId, checkpointId);
-    const sealed = await readSmall(path);
+    const sealed = await readSmall(path, MAX_MANIFEST_BYTES);
     if (sealed === null) return { kind: 'v1', manifest: await this.legacy.readManifest(sessionId, checkpointId) };
     const lineage = await this.lineageOf(sessionId);
     const peek = isEncryptedObject(sealed);
@@ -977,8 +996,8 @@ export class ChunkedSnapshotStore implements SnapshotStore {
 
   private async manifestFileDigest(sessionId: string, checkpointId: string): Promise<string | null> {
     const bytes =
-      (await readSmall(this.manifestPath(sessionId, checkpointId))) ??
-      (await readSmall(this.legacyManifestPath(sessionId, checkpointId)));
+      (await readSmall(this.manifestPath(sessionId, checkpointId), MAX_MANIFEST_BYTES)) ??
+      (await readSmall(this.legacyManifestPath(sessionId, checkpointId), MAX_MANIFEST_BYTES));
     return bytes ? fileDigest(bytes) : null;
   }
 
@@ -1017,7 +1036,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     const keyring = this.requireKeyring();
     const context = { tenant: this.tenant, lineage };
     const path = join(this.lineageDir(lineage), 'keys', DATA_KEY_FILE);
-    let raw = await readSmall(path);
+    let raw = await readSmall(path, MAX_MANIFEST_BYTES);
     if (raw === null && !create) {
       throw new KeyUnavailableError(`the data key of ${lineage} does not exist (destroyed?)`, lineage, 'data', {
         sessionId: lineage,
@@ -1029,7 +1048,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       await fs.mkdir(join(this.lineageDir(lineage), 'keys'), { recursive: true });
       // Two writers may race to create the key: exactly one wins, the other reads the winner's.
       const created = await publish(path, Buffer.from(JSON.stringify(wrapped)), { replace: false });
-      raw = created ? Buffer.from(JSON.stringify(wrapped)) : await readSmall(path);
+      raw = created ? Buffer.from(JSON.stringify(wrapped)) : await readSmall(path, MAX_MANIFEST_BYTES);
       if (raw === null) throw new Error(`data key of lineage ${lineage} vanished while being created`);
     }
     const wrapped = WrappedDataKey.parse(JSON.parse(raw.toString('utf8')));
@@ -1060,7 +1079,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   private async lineageOf(sessionId: string): Promise<string> {
     const known = this.lineages.get(sessionId);
     if (known) return known;
-    const raw = await readSmall(join(this.root, sessionId, LINEAGE_FILE));
+    const raw = await readSmall(join(this.root, sessionId, LINEAGE_FILE), MAX_MANIFEST_BYTES);
     if (raw === null) return sessionId;
     let parsed: { lineage: string };
     try {
@@ -1078,7 +1097,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   /** Marks a checkpoint as being written into a lineage, for gc (pins/<session>.<checkpoint>). Returns its path. */
   private async pin(lineage: string, sessionId: string, checkpointId: string): Promise<string> {
     const dir = join(this.lineageDir(lineage), 'pins');
-    await fs.mkdir(dir, { recursive: true });
+    await ensureDir(dir);
     const pin = join(dir, `${sessionId}.${checkpointId}`);
     await fs.writeFile(pin, '');
     return pin;
@@ -1156,7 +1175,7 @@ class PackWriter {
       // as long as writing a good part of it); one at a time. close() waits for all of them.
       this.startSeal();
       while (this.sealing.length > 1) await this.sealing.shift();
-      await fs.mkdir(this.dir, { recursive: true });
+      await ensureDir(this.dir);
       const id = `${Date.now().toString(36)}-${randomBytes(8).toString('hex')}`;
       const tmp = join(this.dir, `.${id}.tmp`);
       this.temps.push(tmp);
@@ -1373,57 +1392,6 @@ async function* abortable(source: AsyncIterable<unknown>, signal?: AbortSignal):
     signal?.throwIfAborted();
     yield piece as Uint8Array;
   }
-}
-
-async function exists(path: string): Promise<boolean> {
-  return fs.access(path).then(
-    () => true,
-    () => false,
-  );
-}
-
-async function readSmall(path: string): Promise<Buffer | null> {
-  try {
-    const st = await fs.stat(path);
-    if (st.size > MAX_MANIFEST_BYTES) throw new Error(`${path} is too large to be a manifest`);
-    return await fs.readFile(path);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
-    throw err;
-  }
-}
-
-/**
- * Writes `bytes` to a temp file, fsyncs it, and renames (or, without `replace`, links) it into place, then fsyncs
- * the directory. Returns false when `replace` is false and the target exists.
- */
-async function publish(path: string, bytes: Buffer, options: { replace?: boolean } = {}): Promise<boolean> {
-  const dir = resolve(path, '..');
-  await fs.mkdir(dir, { recursive: true });
-  const tmp = join(dir, `.${randomBytes(8).toString('hex')}.tmp`);
-  const handle = await fs.open(tmp, 'wx');
-  try {
-    await handle.writeFile(bytes);
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-  try {
-    if (options.replace === false) {
-      try {
-        await fs.link(tmp, path);
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
-        throw err;
-      }
-    } else {
-      await fs.rename(tmp, path);
-    }
-  } finally {
-    await fs.rm(tmp, { force: true });
-  }
-  await fsyncDir(dir);
-  return true;
 }
 
 function messageOf(err: unknown): string {
