@@ -28,15 +28,39 @@ export async function exists(path: string): Promise<boolean> {
   );
 }
 
-/** The bytes of a small file, or null if it does not exist. A file over `maxBytes` is an error, not read. */
+/** What readSmall reads first: a key, a claim or a lineage pointer whole, in one read. */
+const FIRST_READ_BYTES = 8 * 1024;
+
+/**
+ * The bytes of a small file, or null if it does not exist. A file over `maxBytes` is an error, not read. A file that
+ * fits the first read costs an open, a read and a close (the data key is read this way before every checkpoint is
+ * published: fs.readFile takes about three times as long for a few hundred bytes).
+ */
 export async function readSmall(path: string, maxBytes: number): Promise<Buffer | null> {
+  let handle: fs.FileHandle;
   try {
-    const st = await fs.stat(path);
-    if (st.size > maxBytes) throw new Error(`${path} is ${st.size} bytes, more than the ${maxBytes} it can be`);
-    return await fs.readFile(path);
+    handle = await fs.open(path, 'r');
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw err;
+  }
+  try {
+    const first = Buffer.allocUnsafe(Math.min(FIRST_READ_BYTES, maxBytes + 1));
+    const { bytesRead } = await handle.read(first, 0, first.length, 0);
+    if (bytesRead < first.length) return first.subarray(0, bytesRead);
+    const { size } = await handle.stat();
+    if (size > maxBytes) throw new Error(`${path} is ${size} bytes, more than the ${maxBytes} it can be`);
+    const all = Buffer.allocUnsafe(size);
+    first.copy(all, 0, 0, bytesRead);
+    let at = bytesRead;
+    while (at < size) {
+      const { bytesRead: n } = await handle.read(all, at, size - at, at);
+      if (n === 0) break;
+      at += n;
+    }
+    return all.subarray(0, at);
+  } finally {
+    await handle.close();
   }
 }
 

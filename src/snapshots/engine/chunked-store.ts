@@ -1,4 +1,4 @@
-import { createHash, hkdfSync, randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import * as fs from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
@@ -49,12 +49,13 @@ import {
   sealPlaintextObject,
   SnapshotTamperedError,
 } from './crypto';
-import { createDataKey, rewrapDataKey, unwrapDataKey, wrapDataKey, WrappedDataKey, type Keyring } from './keyring';
+import type { Keyring } from './keyring';
+import { LineageKeys } from './lineage-keys';
 
 /**
  * Formats 2 and 3: content-defined chunks, deduplicated, compressed, sealed (AES-256-GCM) and packed.
  *
- *   <root>/<lineage>/keys/data-key.json          the lineage's data key, wrapped by a master key
+ *   <root>/<lineage>/keys/data-key.json          the lineage's data key, wrapped by a master key (lineage-keys.ts)
  *   <root>/<lineage>/packs/<packId>.pack          sealed chunks, appended; immutable once renamed into place
  *   <root>/<lineage>/pins/<checkpointId>          present while a writer runs: garbage collection keeps its packs
  *   <root>/<sessionId>/<checkpointId>.manifest    the sealed manifest: chunk list, parent's manifest digest
@@ -78,7 +79,6 @@ const CHUNKED_FORMAT_VERSIONS = READABLE_FORMAT_VERSIONS.filter((v) => v >= CHUN
 
 const MANIFEST_SUFFIX = '.manifest';
 const LEGACY_MANIFEST_SUFFIX = '.manifest.json';
-const DATA_KEY_FILE = 'data-key.json';
 const LINEAGE_FILE = 'lineage.json';
 /** A pack is closed and a new one started beyond this size, so one checkpoint of gigabytes is several files. */
 const PACK_TARGET_BYTES = 64 * 1024 * 1024;
@@ -165,7 +165,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   private readonly gcGraceMs: number;
   private readonly pool: ChunkPool;
   private readonly writeFormat: ChunkedManifest['formatVersion'];
-  private readonly lineageKeys = new Map<string, Promise<ChunkKey>>();
+  private readonly keys: LineageKeys;
   /** Sessions known to be forks, and their lineage. */
   private readonly lineages = new Map<string, string>();
 
@@ -177,6 +177,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     this.gcGraceMs = options.gcGraceMs ?? 60 * 60_000;
     this.pool = options.pool ?? sharedChunkPool();
     this.writeFormat = options.formatVersion ?? ENGINE_FORMAT_VERSION;
+    this.keys = new LineageKeys(this.root, this.tenant, options.keyring);
   }
 
   /** What `status` reports about protection at rest. */
@@ -215,9 +216,9 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       }
       this.pool.warm();
       pin = await this.pin(lineage, sessionId, checkpointId);
+      const key = this.options.keyring ? await this.keys.get(lineage, { create: true }) : null;
       packs = new PackWriter(join(this.lineageDir(lineage), 'packs'));
       const packWriter = packs;
-      const key = this.options.keyring ? await this.lineageKey(lineage, true) : null;
       const parent = checkpoint.parentId ? await this.parentInfo(sessionId, checkpoint.parentId) : null;
       // The checkpoint a source's unchanged runs refer to; without it (gone, unreadable, another key) they are read.
       const base = source?.base
@@ -352,6 +353,9 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         trigger: checkpoint.trigger,
         encryption: { mode: key ? 'aes-256-gcm' : 'none', dataKeyId: key?.dataKeyId ?? null },
       };
+      // The key may have been destroyed or replaced on disk while the chunks were sealed: a manifest published now
+      // would describe a checkpoint nobody can restore. (The packs written stay for gc.)
+      if (key) await this.keys.confirm(lineage, key, { sessionId, checkpointId });
       await this.publishManifest(manifest, { chunks }, key);
       return toPublic(manifest);
     } catch (err) {
@@ -396,7 +400,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       }
       const pin = await this.pin(lineage, sessionId, checkpointId);
       try {
-        const key = source.header.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(lineage) : null;
+        const key = source.header.encryption.mode === 'aes-256-gcm' ? await this.keys.get(lineage) : null;
         await this.requirePacks(source.header.lineage, source.table.packs, sessionId, sourceCheckpointId, {
           touch: true,
         });
@@ -416,6 +420,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         };
         if (manifest.label === undefined) delete manifest.label;
         delete manifest.forkedFrom;
+        if (key) await this.keys.confirm(lineage, key, { sessionId, checkpointId });
         await this.publishManifest(manifest, { table: source.table }, key);
         return toPublic(manifest);
       } finally {
@@ -457,7 +462,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       const lineage = origin.lineage;
       const pin = await this.pin(lineage, sessionId, checkpointId);
       try {
-        const key = origin.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(lineage) : null;
+        const key = origin.encryption.mode === 'aes-256-gcm' ? await this.keys.get(lineage) : null;
         await this.requirePacks(lineage, loaded.table.packs, source.sessionId, source.checkpointId, { touch: true });
         const parentManifestDigest = loaded.fileDigest;
         await ensureDir(join(this.root, sessionId));
@@ -482,6 +487,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
           forkedFrom: { sessionId: source.sessionId, checkpointId: source.checkpointId },
         };
         if (manifest.label === undefined) delete manifest.label;
+        if (key) await this.keys.confirm(lineage, key, { sessionId, checkpointId });
         await this.publishManifest(manifest, { table: loaded.table }, key);
         return toPublic(manifest);
       } finally {
@@ -559,7 +565,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   ): Promise<{ manifest: CheckpointManifest; stream: Readable }> {
     if (loaded.kind === 'v1') return this.legacy.open(sessionId, checkpointId, options);
     const { manifest } = loaded;
-    const key = manifest.encryption.mode === 'aes-256-gcm' ? await this.lineageKey(manifest.lineage) : null;
+    const key = manifest.encryption.mode === 'aes-256-gcm' ? await this.keys.get(manifest.lineage) : null;
     const packsDir = join(this.lineageDir(manifest.lineage), 'packs');
     await this.requirePacks(
       manifest.lineage,
@@ -775,20 +781,12 @@ export class ChunkedSnapshotStore implements SnapshotStore {
 
   /** Re-wraps every lineage's data key under the primary master key. Chunks are not rewritten. */
   async rekey(): Promise<{ rewrapped: number; unchanged: number }> {
-    const keyring = this.requireKeyring();
+    this.keys.requireKeyring();
     let rewrapped = 0;
     let unchanged = 0;
-    for (const lineage of await this.lineagesWithKeys()) {
-      const path = join(this.lineageDir(lineage), 'keys', DATA_KEY_FILE);
-      const wrapped = WrappedDataKey.parse(JSON.parse(await fs.readFile(path, 'utf8')));
-      if (wrapped.masterKeyId === keyring.primaryKeyId) {
-        unchanged++;
-        continue;
-      }
-      const next = rewrapDataKey(keyring, wrapped, { tenant: this.tenant, lineage });
-      await publish(path, Buffer.from(JSON.stringify(next)), { replace: true });
-      this.lineageKeys.delete(lineage);
-      rewrapped++;
+    for (const lineage of await this.keys.lineages()) {
+      if (await this.keys.rewrap(lineage)) rewrapped++;
+      else unchanged++;
     }
     return { rewrapped, unchanged };
   }
@@ -800,8 +798,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   async shred(sessionId: string): Promise<string> {
     checkIds(sessionId, 'x');
     const lineage = await this.lineageOf(sessionId);
-    await fs.rm(join(this.lineageDir(lineage), 'keys', DATA_KEY_FILE), { force: true });
-    this.lineageKeys.delete(lineage);
+    await this.keys.destroy(lineage);
     return lineage;
   }
 
@@ -911,7 +908,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     if (sealed === null) return { kind: 'v1', manifest: await this.legacy.readManifest(sessionId, checkpointId) };
     const lineage = await this.lineageOf(sessionId);
     const peek = isEncryptedObject(sealed);
-    const key = peek && this.options.keyring ? await this.lineageKey(lineage) : null;
+    const key = peek && this.options.keyring ? await this.keys.get(lineage) : null;
     if (peek && !this.options.keyring) {
       throw new KeyUnavailableError(
         `checkpoint ${checkpointId} is encrypted and this store has no keyring`,
@@ -1019,60 +1016,6 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       }
     }
     return live;
-  }
-
-  /** The lineage's data key; only a writer (`create`) makes one: a reader never invents a key. */
-  private lineageKey(lineage: string, create = false): Promise<ChunkKey> {
-    let pending = this.lineageKeys.get(lineage);
-    if (!pending) {
-      pending = this.loadOrCreateChunkKey(lineage, create);
-      pending.catch(() => this.lineageKeys.delete(lineage));
-      this.lineageKeys.set(lineage, pending);
-    }
-    return pending;
-  }
-
-  private async loadOrCreateChunkKey(lineage: string, create: boolean): Promise<ChunkKey> {
-    const keyring = this.requireKeyring();
-    const context = { tenant: this.tenant, lineage };
-    const path = join(this.lineageDir(lineage), 'keys', DATA_KEY_FILE);
-    let raw = await readSmall(path, MAX_MANIFEST_BYTES);
-    if (raw === null && !create) {
-      throw new KeyUnavailableError(`the data key of ${lineage} does not exist (destroyed?)`, lineage, 'data', {
-        sessionId: lineage,
-      });
-    }
-    if (raw === null) {
-      const dataKey = createDataKey();
-      const wrapped = wrapDataKey(keyring, dataKey, context);
-      await fs.mkdir(join(this.lineageDir(lineage), 'keys'), { recursive: true });
-      // Two writers may race to create the key: exactly one wins, the other reads the winner's.
-      const created = await publish(path, Buffer.from(JSON.stringify(wrapped)), { replace: false });
-      raw = created ? Buffer.from(JSON.stringify(wrapped)) : await readSmall(path, MAX_MANIFEST_BYTES);
-      if (raw === null) throw new Error(`data key of lineage ${lineage} vanished while being created`);
-    }
-    const wrapped = WrappedDataKey.parse(JSON.parse(raw.toString('utf8')));
-    const key = unwrapDataKey(keyring, wrapped, context);
-    return {
-      dataKeyId: wrapped.dataKeyId,
-      key,
-      chunkIdKey: Buffer.from(hkdfSync('sha256', key, Buffer.alloc(0), 'durable-sessions/chunk-id/v2', 32)),
-    };
-  }
-
-  private async lineagesWithKeys(): Promise<string[]> {
-    const dirs = await fs.readdir(this.root, { withFileTypes: true }).catch(() => []);
-    const out: string[] = [];
-    for (const d of dirs) {
-      if (d.isDirectory() && (await exists(join(this.root, d.name, 'keys', DATA_KEY_FILE)))) out.push(d.name);
-    }
-    return out;
-  }
-
-  private requireKeyring(): Keyring {
-    if (!this.options.keyring)
-      throw new KeyUnavailableError('this store runs without encryption keys', 'keyring', 'master');
-    return this.options.keyring;
   }
 
   /** The lineage of a session: its own id, or for a fork the one its `lineage.json` names. */
