@@ -1,10 +1,9 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import * as fs from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { z } from 'zod';
 import { CheckpointId, SessionId, type VerificationStatus } from '../../domain/schemas';
-import { fsyncDir, writevAll } from '../../fs-io';
 import {
   SnapshotCorruptError,
   SnapshotError,
@@ -19,14 +18,7 @@ import { isStateSource, sourceBytes, type StateSource } from '../state-source';
 import { asStoreFull } from '../store-full';
 import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
 import { sharedChunkPool, type ChunkPool, type PoolContext } from './chunk-pool';
-import {
-  EMPTY,
-  type ChunkKey,
-  type OpenEntry,
-  type OpenFailure,
-  type SealBatchResult,
-  type SealedEntry,
-} from './chunk-work';
+import { EMPTY, type ChunkKey, type OpenFailure, type SealBatchResult, type SealedEntry } from './chunk-work';
 import { CODECS, defaultCodec, type CodecId } from './codec';
 import { planChunks, type PlannedChunk } from './incremental';
 import {
@@ -51,12 +43,13 @@ import {
 } from './crypto';
 import type { Keyring } from './keyring';
 import { LineageKeys } from './lineage-keys';
+import { PackReader, PackWriter } from './packs';
 
 /**
  * Formats 2 and 3: content-defined chunks, deduplicated, compressed, sealed (AES-256-GCM) and packed.
  *
  *   <root>/<lineage>/keys/data-key.json          the lineage's data key, wrapped by a master key (lineage-keys.ts)
- *   <root>/<lineage>/packs/<packId>.pack          sealed chunks, appended; immutable once renamed into place
+ *   <root>/<lineage>/packs/<packId>.pack          a header, then sealed chunks (packs.ts); immutable once renamed
  *   <root>/<lineage>/pins/<checkpointId>          present while a writer runs: garbage collection keeps its packs
  *   <root>/<sessionId>/<checkpointId>.manifest    the sealed manifest: chunk list, parent's manifest digest
  *
@@ -80,8 +73,6 @@ const CHUNKED_FORMAT_VERSIONS = READABLE_FORMAT_VERSIONS.filter((v) => v >= CHUN
 const MANIFEST_SUFFIX = '.manifest';
 const LEGACY_MANIFEST_SUFFIX = '.manifest.json';
 const LINEAGE_FILE = 'lineage.json';
-/** A pack is closed and a new one started beyond this size, so one checkpoint of gigabytes is several files. */
-const PACK_TARGET_BYTES = 64 * 1024 * 1024;
 /** Plaintext per seal batch and sealed bytes per read batch: large enough that thread messages cost little. */
 const BATCH_BYTES = 1024 * 1024;
 /** Plaintext bytes of reused chunks after which a batch of them is closed (progress is reported per batch). */
@@ -217,7 +208,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       this.pool.warm();
       pin = await this.pin(lineage, sessionId, checkpointId);
       const key = this.options.keyring ? await this.keys.get(lineage, { create: true }) : null;
-      packs = new PackWriter(join(this.lineageDir(lineage), 'packs'));
+      packs = new PackWriter(join(this.lineageDir(lineage), 'packs'), { tenant: this.tenant, lineage, key });
       const packWriter = packs;
       const parent = checkpoint.parentId ? await this.parentInfo(sessionId, checkpoint.parentId) : null;
       // The checkpoint a source's unchanged runs refer to; without it (gone, unreadable, another key) they are read.
@@ -574,7 +565,12 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       checkpointId,
       { touch: false },
     );
-    const reader = new PackReader(packsDir);
+    const reader = new PackReader(
+      packsDir,
+      { tenant: this.tenant, lineage: manifest.lineage, key },
+      { sessionId, checkpointId },
+      BATCH_BYTES * 1.5,
+    );
     const pool = this.pool;
     const context = {
       tenant: this.tenant,
@@ -1087,156 +1083,6 @@ export class ChunkedSnapshotStore implements SnapshotStore {
 
   private legacyManifestPath(sessionId: string, checkpointId: string): string {
     return join(this.root, sessionId, `${checkpointId}${LEGACY_MANIFEST_SUFFIX}`);
-  }
-}
-
-/**
- * Appends sealed chunks to pack files; each pack is fsynced and renamed into place when full or closed. Writes are
- * positional, so several are in flight at once while the caller goes on chunking and sealing (bounded, so memory
- * stays flat).
- */
-class PackWriter {
-  private current: { id: string; tmp: string; handle: fs.FileHandle; size: number; writes: Promise<unknown>[] } | null =
-    null;
-  /** Writes in flight, across packs (bounded by MAX_INFLIGHT). */
-  private inflight: Promise<unknown>[] = [];
-  /** Full packs being synced and renamed: one while the next is written (see append). */
-  private sealing: Promise<void>[] = [];
-  private readonly temps: string[] = [];
-  private wrote = false;
-  private static readonly MAX_INFLIGHT = 8;
-
-  constructor(private readonly dir: string) {}
-
-  /**
-   * Appends `objects` back to back (one vectored write); returns the pack, the offset of the first, and the write
-   * (settled once the bytes are written: `objects` may be reused then).
-   */
-  async append(objects: Buffer[]): Promise<[string, number, Promise<void>]> {
-    if (!this.current || this.current.size >= PACK_TARGET_BYTES) {
-      // A full pack is synced and renamed in the background while the next one is written (an fsync of a pack takes
-      // as long as writing a good part of it); one at a time. close() waits for all of them.
-      this.startSeal();
-      while (this.sealing.length > 1) await this.sealing.shift();
-      await ensureDir(this.dir);
-      const id = `${Date.now().toString(36)}-${randomBytes(8).toString('hex')}`;
-      const tmp = join(this.dir, `.${id}.tmp`);
-      this.temps.push(tmp);
-      this.current = { id, tmp, handle: await fs.open(tmp, 'wx'), size: 0, writes: [] };
-    }
-    const pack = this.current;
-    const offset = pack.size;
-    for (const object of objects) pack.size += object.length;
-    const write = writevAll(pack.handle, objects, offset);
-    write.catch(() => undefined); // awaited below or when the pack is sealed; must not count as unhandled meanwhile
-    this.inflight.push(write);
-    pack.writes.push(write);
-    // A sliding window: wait for the oldest write only, so that writing overlaps with chunking and sealing.
-    while (this.inflight.length >= PackWriter.MAX_INFLIGHT) await this.inflight.shift();
-    return [pack.id, offset, write.then(() => undefined)];
-  }
-
-  async close(): Promise<void> {
-    this.startSeal();
-    // Every pack settles before a failure is reported, so that abort() never runs beside a pack still being synced.
-    const failed = (await Promise.allSettled(this.sealing)).find((r) => r.status === 'rejected');
-    this.sealing = [];
-    if (failed) throw failed.reason;
-    if (this.wrote) await fsyncDir(this.dir);
-  }
-
-  async abort(): Promise<void> {
-    await Promise.allSettled([...this.inflight, ...this.sealing]);
-    this.inflight = [];
-    this.sealing = [];
-    await this.current?.handle.close().catch(() => undefined);
-    this.current = null;
-    await Promise.all(this.temps.map((t) => fs.rm(t, { force: true })));
-    // Renamed packs of a failed write are unreferenced: garbage collection removes them after the grace period.
-  }
-
-  /** Syncs, closes and renames the current pack once its writes are done. */
-  private startSeal(): void {
-    const pack = this.current;
-    if (!pack) return;
-    this.current = null;
-    const sealed = (async () => {
-      try {
-        await Promise.all(pack.writes);
-        await pack.handle.sync();
-      } finally {
-        await pack.handle.close().catch(() => undefined);
-      }
-      await fs.rename(pack.tmp, join(this.dir, `${pack.id}.pack`));
-      this.wrote = true;
-    })();
-    sealed.catch(() => undefined); // awaited by append, close or abort
-    this.sealing.push(sealed);
-  }
-}
-
-/** Reads sealed chunks from packs, keeping one handle per pack open. */
-class PackReader {
-  private readonly handles = new Map<string, Promise<fs.FileHandle>>();
-  constructor(private readonly dir: string) {}
-
-  /**
-   * Reads the sealed objects of `batch` into one buffer (`into`, if it is large enough), with one read per run of
-   * objects adjacent in a pack. An object cut short by the end of its pack is handed on short, so that opening it
-   * reports it as truncated.
-   */
-  async readBatch(batch: readonly Location[], into?: Buffer): Promise<{ sealed: Buffer; entries: OpenEntry[] }> {
-    const total = batch.reduce((n, l) => n + l[4], 0);
-    // With headroom, so that the buffer can be reused for the next batch, which may be a chunk larger.
-    const sealed =
-      into && into.length >= total
-        ? into.subarray(0, total)
-        : Buffer.allocUnsafeSlow(Math.max(total, BATCH_BYTES * 1.5)).subarray(0, total);
-    const entries: OpenEntry[] = [];
-    const reads: Promise<void>[] = [];
-    let at = 0;
-    for (let i = 0; i < batch.length;) {
-      const [, , packId, offset] = batch[i]!;
-      let runLength = 0;
-      let j = i;
-      for (; j < batch.length && batch[j]![2] === packId && batch[j]![3] === offset + runLength; j++) {
-        runLength += batch[j]![4];
-      }
-      const run = batch.slice(i, j).map(([id, size, , , length]) => ({ id, size, length }));
-      const start = at;
-      const runEntries = run.map((r) => {
-        const entry = { id: r.id, size: r.size, at, length: r.length };
-        at += r.length;
-        return entry;
-      });
-      entries.push(...runEntries);
-      reads.push(
-        this.handle(packId).then(async (handle) => {
-          const { bytesRead } = await handle.read(sealed, start, runLength, offset);
-          if (bytesRead < runLength) {
-            for (const e of runEntries) e.length = Math.max(0, Math.min(e.length, start + bytesRead - e.at));
-          }
-        }),
-      );
-      i = j;
-    }
-    await Promise.all(reads);
-    return { sealed, entries };
-  }
-
-  private handle(packId: string): Promise<fs.FileHandle> {
-    let handle = this.handles.get(packId);
-    if (!handle) {
-      handle = fs.open(join(this.dir, `${packId}.pack`), 'r');
-      handle.catch(() => undefined);
-      this.handles.set(packId, handle);
-    }
-    return handle;
-  }
-
-  async close(): Promise<void> {
-    await Promise.all([...this.handles.values()].map(async (h) => (await h).close().catch(() => undefined)));
-    this.handles.clear();
   }
 }
 

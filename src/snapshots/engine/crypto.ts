@@ -112,6 +112,16 @@ export function claimedFormatVersion(sealed: Buffer): number | null {
   if (sealed.length < PREFIX_BYTES + 5 || !sealed.subarray(0, MAGIC.length).equals(MAGIC)) return null;
   return sealed.readUInt16BE(PREFIX_BYTES + 3);
 }
+/**
+ * The length a sealed object's prefix claims for the whole object (header, nonce, body and trailer), or null if the
+ * bytes are too short to say or are not a sealed object of this envelope. Not authenticated: for reading exactly one
+ * object from the start of a file, which openObject then checks.
+ */
+export function sealedObjectLength(prefix: Buffer): number | null {
+  if (prefix.length < PREFIX_BYTES + 9 || !prefix.subarray(0, MAGIC.length).equals(MAGIC)) return null;
+  const trailer = (prefix[PREFIX_BYTES]! & FLAG_ENCRYPTED) === FLAG_ENCRYPTED ? NONCE_BYTES + TAG_BYTES : DIGEST_BYTES;
+  return PREFIX_BYTES + prefix.readUInt16BE(MAGIC.length) + prefix.readUInt32BE(PREFIX_BYTES + 5) + trailer;
+}
 /** Plaintext bytes per cipher.update() when sealing: see sealObject. */
 const UPDATE_BYTES = 256 * 1024;
 const MAX_U16 = 0xffff;
@@ -125,7 +135,7 @@ const NO_COMMITMENT = Buffer.alloc(COMMITMENT_BYTES);
 export const KEY_ID_PATTERN = /^[A-Za-z0-9._-]{1,64}$/;
 
 /** Object kinds and their header codes. Append new kinds with new codes; never renumber one. */
-const KIND_CODES = { chunk: 1, manifest: 2, index: 3 } as const;
+const KIND_CODES = { chunk: 1, manifest: 2, index: 3, pack: 4 } as const;
 export type ObjectKind = keyof typeof KIND_CODES;
 const KINDS_BY_CODE = new Map<number, ObjectKind>(
   Object.entries(KIND_CODES).map(([kind, code]) => [code, kind as ObjectKind]),
@@ -136,7 +146,7 @@ export interface ObjectBinding {
   kind: ObjectKind;
   tenant: string;
   lineage: string;
-  /** Chunk id for chunks, checkpoint id for manifests. */
+  /** Chunk id for chunks, checkpoint id for manifests, pack id for pack headers. */
   objectId: string;
   /** Required for manifests. */
   sessionId?: string;
