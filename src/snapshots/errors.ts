@@ -53,3 +53,14 @@ export function verificationStatusOf(err: SnapshotError): Exclude<VerificationSt
       return 'corrupt';
   }
 }
+
+/**
+ * Thrown when a session id cannot be claimed: another owner claimed it, or the store already holds something of the
+ * session from before claims (checkpoints, a data key, a fork's lineage pointer). Session ids are never reused.
+ */
+export class SessionIdTakenError extends SnapshotError {
+  readonly code = ERROR_CODES.SessionAlreadyExists;
+  constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
+    super(message, sessionId, '', options);
+  }
+}

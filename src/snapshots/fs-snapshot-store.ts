@@ -23,6 +23,7 @@ import {
   type StoreProgress,
 } from './snapshot-store';
 import { ensureDir } from './files';
+import { claimSession } from './session-claim';
 import { isStateSource, sourceStream, type StateSource } from './state-source';
 import { asStoreFull } from './store-full';
 
@@ -246,6 +247,11 @@ export class FsSnapshotStore implements SnapshotStore {
     } catch (error) {
       if (!hasCode(error, 'ENOENT', 'ENOTEMPTY', 'EEXIST')) throw error;
     }
+  }
+
+  /** Records that `owner` owns `sessionId` (`<session>/claim.json`): see SnapshotStore.claim. */
+  async claim(sessionId: string, owner: string): Promise<void> {
+    await claimSession(this.root, sessionId, owner);
   }
 
   /** Paths for ids that have already been validated. */

@@ -70,4 +70,12 @@ export interface SnapshotStore {
 
   /** Removes a checkpoint (manifest first, so it disappears atomically for readers). Missing is not an error. */
   delete(sessionId: string, checkpointId: string): Promise<void>;
+
+  /**
+   * Records, atomically and for good, that `owner` (a workflow's first run id) owns `sessionId`: session ids are
+   * never reused. Idempotent for the same owner (a retried activity). Throws SessionIdTakenError when another owner
+   * claimed it, or when the store already holds anything of the session without a claim (checkpoints, a data key, a
+   * fork's lineage pointer: a session from before claims, or made by `fork`). Claims survive deletes, gc and shred.
+   */
+  claim(sessionId: string, owner: string): Promise<void>;
 }

@@ -101,7 +101,7 @@ const kinds: [string, (root: string) => SnapshotStore][] = [
     expect(sha(await readAll((await s.open('s1', 'cp-1')).stream))).toBe(sha(first));
   });
 
-  test('a file system turned read-only is StoreFull for writes; reads go on', async () => {
+  test('a file system turned read-only is StoreFull for writes and claims; reads go on', async () => {
     const root = path.join(dir, 'store');
     const s = storeAt(root);
     const first = randomBytes(100_000);
@@ -117,6 +117,7 @@ const kinds: [string, (root: string) => SnapshotStore][] = [
       code: 'StoreFull',
       message: expect.stringContaining('the file system is read-only'),
     });
+    await expect(s.claim('s9', 'run-1')).rejects.toBeInstanceOf(StoreFullError);
     expect(manifestFiles(root)).toEqual([expect.stringMatching(/^cp-1\.manifest/)]);
     expect(sha(await readAll((await storeAt(root).open('s1', 'cp-1')).stream))).toBe(sha(first));
   });

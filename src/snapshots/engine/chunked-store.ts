@@ -14,6 +14,7 @@ import {
 import { ensureDir, exists, publish, readSmall } from '../files';
 import { checkNew, CheckpointManifestSchema, FsSnapshotStore, NewCheckpointSchema } from '../fs-snapshot-store';
 import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from '../snapshot-store';
+import { CLAIM_FILE, claimSession } from '../session-claim';
 import { isStateSource, sourceBytes, type StateSource } from '../state-source';
 import { asStoreFull } from '../store-full';
 import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
@@ -52,6 +53,7 @@ import { PackReader, PackWriter } from './packs';
  *   <root>/<lineage>/packs/<packId>.pack          a header, then sealed chunks (packs.ts); immutable once renamed
  *   <root>/<lineage>/pins/<checkpointId>          present while a writer runs: garbage collection keeps its packs
  *   <root>/<sessionId>/<checkpointId>.manifest    the sealed manifest: chunk list, parent's manifest digest
+ *   <root>/<sessionId>/claim.json                 who owns the session id (session-claim.ts); never removed
  *
  * Packs rather than one file per chunk: a checkpoint of 1 GiB is tens of thousands of chunks (bench/chunker.ts), and a file
  * each (create, fsync, rename) costs more than the bytes. A pack is fsynced once, then renamed; the manifest is published last, so a
@@ -423,8 +425,9 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   /**
    * A new session whose first checkpoint is `source`'s state: it joins the source's lineage (same data key, same
    * packs), so no chunk is read or written and its later checkpoints deduplicate against the lineage. The target
-   * session must not exist in the store. Its `lineage.json` names the lineage; the manifest commits to the source's
-   * manifest (`parentManifestDigest`, `forkedFrom`). Sessions of one lineage share their fate under `shred`.
+   * session must not exist in the store (a claim on it, and nothing else, is allowed: the claimer forks into it).
+   * Its `lineage.json` names the lineage; the manifest commits to the source's manifest (`parentManifestDigest`,
+   * `forkedFrom`). Sessions of one lineage share their fate under `shred`.
    */
   async fork(
     source: { sessionId: string; checkpointId: string },
@@ -438,7 +441,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     if (sessionId === source.sessionId) throw new Error(`a fork needs a new session, not ${sessionId} itself`);
     return this.storing(sessionId, checkpointId, async () => {
       const existing = await fs.readdir(join(this.root, sessionId)).catch(() => [] as string[]);
-      if (existing.length > 0) {
+      if (existing.some((name) => name !== CLAIM_FILE)) {
         throw new Error(`session ${sessionId} exists already in the store; a fork starts a new one`);
       }
       const loaded = await this.loadTable(source.sessionId, source.checkpointId);
@@ -485,6 +488,14 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         await fs.rm(pin, { force: true });
       }
     });
+  }
+
+  /**
+   * Records that `owner` (a workflow's first run id) owns `sessionId`: see SnapshotStore.claim. The claim is
+   * `<session>/claim.json`, beside the session's manifests; gc and shred leave it.
+   */
+  async claim(sessionId: string, owner: string): Promise<void> {
+    await claimSession(this.root, sessionId, owner);
   }
 
   /** Runs a step that writes to the store; a file system without room makes it a StoreFullError. */
@@ -789,7 +800,8 @@ export class ChunkedSnapshotStore implements SnapshotStore {
 
   /**
    * Destroys the data key of the session's lineage: every checkpoint of the session, and of every other session of
-   * its lineage (its origin and forks), is unreadable from then on. Returns the lineage.
+   * its lineage (its origin and forks), is unreadable from then on. Returns the lineage. The session's claim stays:
+   * its id remains used.
    */
   async shred(sessionId: string): Promise<string> {
     checkIds(sessionId, 'x');
