@@ -80,6 +80,8 @@ export function chunkCodecFor(
 
 export async function snapshotStoreFromConfig(config: Config): Promise<ChunkedSnapshotStore> {
   const codec = chunkCodecFor(config.snapshots.codec);
+  // Only the worker reads the store: a session's command (DS_WORKSPACE_USER) must not even list it.
+  await fs.mkdir(config.snapshotDir, { recursive: true, mode: 0o700 });
   return new ChunkedSnapshotStore({
     rootDir: config.snapshotDir,
     tenant: config.snapshots.tenant,

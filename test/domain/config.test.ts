@@ -1,3 +1,6 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { ConfigError, loadConfig, SECRET_VARIABLES } from '../../src/config';
 import { chunkerFor, DEFAULT_CHUNKER } from '../../src/snapshots/engine/chunker';
 import { CODECS, isCodecAvailable } from '../../src/snapshots/engine/codec';
@@ -32,10 +35,15 @@ describe('snapshot settings from the environment', () => {
   });
 
   test('the store a worker builds from its settings reports the codec they name (what the worker prints at start)', async () => {
+    const parent = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-config-'));
+    const dir = path.join(parent, 'snapshots');
     const store = (env: Record<string, string>) =>
-      snapshotStoreFromConfig(loadConfig({ DS_SNAPSHOT_ENCRYPTION: 'none', DS_SNAPSHOT_DIR: '/nonexistent', ...env }));
+      snapshotStoreFromConfig(loadConfig({ DS_SNAPSHOT_ENCRYPTION: 'none', DS_SNAPSHOT_DIR: dir, ...env }));
     expect((await store({ DS_SNAPSHOT_CODEC: 'brotli' })).describeCodec()).toBe('brotli');
     expect((await store({})).describeCodec()).toBe(isCodecAvailable(CODECS.zstd) ? 'zstd' : 'brotli');
+    // Only the worker may read the store it made.
+    expect(fs.statSync(dir).mode & 0o777).toBe(0o700);
+    fs.rmSync(parent, { recursive: true });
   });
 });
 
