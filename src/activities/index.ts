@@ -1,1 +1,2 @@
 export * from './session-activities';
+export * from './host-state';

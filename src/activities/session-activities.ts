@@ -11,6 +11,7 @@ import type {
   VerificationStatus,
 } from '../domain/schemas';
 import type { ExitInfo, RuntimeInstanceInfo, RuntimeRegistry, SessionRuntime } from '../runtimes';
+import { HostState } from './host-state';
 import { ArchiveRejectedError, RuntimeFailedError, RuntimeNotFoundError } from '../runtimes';
 import { SnapshotTamperedError } from '../snapshots/engine/crypto';
 import {
@@ -26,6 +27,8 @@ export interface ActivityDeps {
   runtimes: RuntimeRegistry;
   /** This worker's own task queue: activities that touch a runtime instance run where it lives. */
   hostTaskQueue: string;
+  /** The sessions this host runs, and whether it is draining (a fresh one when not given). */
+  host?: HostState;
   /** How often a long-running watch reports liveness. */
   watchHeartbeatMs?: number;
   /** How long one watch round lasts before it returns `{ exited: false }` and the workflow watches again. */
@@ -99,6 +102,11 @@ function checkRecorded(manifest: CheckpointManifest, input: VerifyCheckpointInpu
  * retried by the workflow's retry policy.
  */
 export function createActivities(deps: ActivityDeps) {
+  const host = deps.host ?? new HostState();
+  const hosted = (ref: RuntimeInstanceRef, sessionId: string): RuntimeInstanceRef => {
+    host.hosting(ref.instanceId, sessionId);
+    return ref;
+  };
   const runtimeFor = (kind: RuntimeKind): SessionRuntime => {
     const runtime = deps.runtimes[kind];
     if (!runtime) {
@@ -122,6 +130,8 @@ export function createActivities(deps: ActivityDeps) {
 
     /** Runs on the shared queue; whichever worker picks it up becomes the session's host. */
     async placeSession(): Promise<{ hostTaskQueue: string }> {
+      // Retryable: the retry waits for another worker, or for the next one to start once this one is gone.
+      if (host.draining) throw new Error(`worker host ${deps.hostTaskQueue} is draining: it takes no new sessions`);
       return { hostTaskQueue: deps.hostTaskQueue };
     },
 
@@ -129,9 +139,9 @@ export function createActivities(deps: ActivityDeps) {
       const runtime = runtimeFor(input.spec.kind);
       // A retried start whose first attempt got through must not start a second process.
       const existing = runtime.describe(input.instanceId);
-      if (existing) return toRef(existing, deps.hostTaskQueue);
+      if (existing) return hosted(toRef(existing, deps.hostTaskQueue), input.sessionId);
       try {
-        return toRef(await runtime.start(input), deps.hostTaskQueue);
+        return hosted(toRef(await runtime.start(input), deps.hostTaskQueue), input.sessionId);
       } catch (err) {
         throw toFailure(err);
       }
@@ -191,7 +201,7 @@ export function createActivities(deps: ActivityDeps) {
     async restoreCheckpoint(input: RestoreInput): Promise<RuntimeInstanceRef> {
       const runtime = runtimeFor(input.spec.kind);
       const existing = runtime.describe(input.instanceId);
-      if (existing) return toRef(existing, deps.hostTaskQueue);
+      if (existing) return hosted(toRef(existing, deps.hostTaskQueue), input.sessionId);
       const ctx = Context.current();
       try {
         const manifest = await deps.store.readManifest(input.sessionId, input.checkpointId);
@@ -212,7 +222,7 @@ export function createActivities(deps: ActivityDeps) {
         });
         const info = await runtime.restore({ ...input, state: stream });
         log.info('checkpoint restored', { checkpointId: input.checkpointId, instanceId: info.instanceId });
-        return toRef(info, deps.hostTaskQueue);
+        return hosted(toRef(info, deps.hostTaskQueue), input.sessionId);
       } catch (err) {
         throw toFailure(err);
       }
@@ -237,6 +247,7 @@ export function createActivities(deps: ActivityDeps) {
     /** Frees what a stopped instance left on its host (its working directory). */
     async disposeRuntime(input: InstanceInput): Promise<void> {
       await runtimeFor(input.instance.kind).dispose(input.instance.instanceId);
+      host.released(input.instance.instanceId);
     },
 
     /**

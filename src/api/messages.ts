@@ -6,6 +6,7 @@ import type {
   ResumeInput,
   RuntimeKind,
   StartSessionInput,
+  DrainInput,
   StopInput,
   VerifyInput,
 } from '../domain/schemas';
@@ -82,6 +83,21 @@ export const checkpointSignal = defineSignal<[CheckpointInput]>('requestCheckpoi
 export const pauseSignal = defineSignal<[PauseInput]>('requestPause');
 export const resumeSignal = defineSignal<[ResumeInput]>('requestResume');
 export const stopSignal = defineSignal<[StopInput]>('requestStop');
+
+export interface DrainResult {
+  /** Whether the session's runtime was stopped on the draining host (after a checkpoint, when one could be taken). */
+  drained: boolean;
+  /** The checkpoint the session resumes from elsewhere. */
+  checkpoint: CheckpointRef | null;
+  /** Why nothing was done (the session was not running there) or why no checkpoint was taken. */
+  detail?: string;
+}
+
+/**
+ * Sent by a worker that shuts down to each session it hosts: the session checkpoints (trigger `drain`), stops its
+ * runtime there, and answers; then it is restored on another worker, or on the next one that starts.
+ */
+export const drainUpdate = defineUpdate<DrainResult, [DrainInput]>('drain');
 
 export const statusQuery = defineQuery<SessionStatus>('status');
 export const timelineQuery = defineQuery<TimelineEntry[]>('timeline');

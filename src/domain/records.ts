@@ -39,7 +39,7 @@ export const TimelineEntry = z.discriminatedUnion('kind', [
     at: Timestamp,
     checkpointId: CheckpointId,
     instanceId: z.string(),
-    cause: z.enum(['resume', 'recovery']),
+    cause: z.enum(['resume', 'recovery', 'drain']),
   }),
   strictObject({
     kind: z.literal('fallback'),
@@ -52,7 +52,7 @@ export const TimelineEntry = z.discriminatedUnion('kind', [
   strictObject({
     kind: z.literal('restore-failed'),
     at: Timestamp,
-    cause: z.enum(['resume', 'recovery']),
+    cause: z.enum(['resume', 'recovery', 'drain']),
     reason: Text,
   }),
   /** A control failed for a reason an operator must see (a full store, say); the session went on as it was. */

@@ -244,6 +244,14 @@ export const verificationFields = {
 export const VerificationResult = strictObject(verificationFields);
 export type VerificationResult = z.infer<typeof VerificationResult>;
 
+/** What a worker that shuts down asks of each session it hosts (sent by the worker, not by users). */
+export const DrainInput = strictObject({
+  /** The draining host: a session hosted elsewhere by then is left alone. */
+  hostTaskQueue: z.string().min(1).max(400),
+  reason: Reason.optional(),
+});
+export type DrainInput = z.infer<typeof DrainInput>;
+
 export const StopInput = strictObject({
   /** Take a final checkpoint before stopping a running session (default true). */
   checkpoint: z.boolean().optional(),
@@ -252,8 +260,11 @@ export const StopInput = strictObject({
 });
 export type StopInput = z.infer<typeof StopInput>;
 
-/** Why a checkpoint was taken. */
-export const CheckpointTrigger = z.enum(['manual', 'pause', 'stop']);
+/**
+ * Why a checkpoint was taken. `drain`: its worker was shutting down and moved the session elsewhere. A manifest with a
+ * trigger a worker does not know is refused by that worker, so add one only after every worker reads it.
+ */
+export const CheckpointTrigger = z.enum(['manual', 'pause', 'stop', 'drain']);
 export type CheckpointTrigger = z.infer<typeof CheckpointTrigger>;
 
 /**

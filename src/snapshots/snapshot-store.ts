@@ -23,7 +23,7 @@ export interface CheckpointManifest {
   /** ISO-8601. */
   createdAt: string;
   label?: string;
-  trigger: 'manual' | 'pause' | 'stop';
+  trigger: 'manual' | 'pause' | 'stop' | 'drain';
   /** How the checkpoint is protected at rest (format 2); absent for format 1, which is plaintext. */
   encryption?: 'aes-256-gcm' | 'none';
 }

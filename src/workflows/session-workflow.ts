@@ -23,6 +23,7 @@ import type { SessionActivities, WatchResult } from '../activities';
 import {
   checkpointSignal,
   checkpointUpdate,
+  drainUpdate,
   pauseSignal,
   pauseUpdate,
   resumeSignal,
@@ -34,6 +35,7 @@ import {
   stopUpdate,
   timelineQuery,
   verifyUpdate,
+  type DrainResult,
   type ResumeResult,
   type RuntimeInstanceRef,
   type SessionStatus,
@@ -46,6 +48,7 @@ import { sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
 import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS, type ErrorCode } from '../domain/error-codes';
 import {
   CheckpointInput,
+  DrainInput,
   PauseInput,
   ResumeInput,
   StartSessionInput,
@@ -329,7 +332,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   }
 
   /** A control that failed is recorded where an operator looks (the timeline), not only told to its caller. */
-  function controlFailed(control: Control, err: unknown): void {
+  function controlFailed(control: Control | 'drain', err: unknown): void {
     record({
       kind: 'control-failed',
       at: now(),
@@ -411,6 +414,12 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   setHandler(stopSignal, fromSignal('requestStop', 'stop', StopInput, doStop), {
     description: 'Fire-and-forget stop.',
   });
+  setHandler(drainUpdate, (i) => drain(parse(DrainInput, i)), {
+    validator: (i) => void parse(DrainInput, i),
+    description:
+      'Sent by a worker that shuts down: checkpoint (trigger drain), stop the runtime there, answer, then restore ' +
+      'on another worker. Input: {"hostTaskQueue": "durable-sessions@host-1"}; a session hosted elsewhere is left alone.',
+  });
   // A name nobody defined is a typed refusal naming the closest real one, not the SDK's untyped "no handler".
   setDefaultUpdateHandler((name) => {
     throw failure(ERROR_CODES.InvalidInput, unknownName('update', name, CONTROL_NAMES));
@@ -450,6 +459,44 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     } catch (err) {
       fail(typeOf(err) ?? ERROR_CODES.RuntimeFailed, `the runtime could not be started: ${messageOf(err)}`);
     }
+  }
+
+  /** Queues the drain; its caller (the draining worker) is answered once the runtime is off its host. */
+  function drain(input: DrainInput): Promise<DrainResult> {
+    return new Promise((answer, refuse) => {
+      serial(() => doDrain(input, answer)).catch(refuse);
+    });
+  }
+
+  /**
+   * Moves the session off a host that is shutting down: checkpoint, stop the runtime there, answer the host, then
+   * restore on whichever worker places it (the draining one refuses placements). A capture that fails leaves the
+   * runtime as it is: the host's exit then makes it a lost runtime, recovered from its newest checkpoint.
+   */
+  async function doDrain(input: DrainInput, answer: (result: DrainResult) => void): Promise<void> {
+    const runtime = state.runtime;
+    if (state.phase !== 'running' || !runtime || runtime.hostTaskQueue !== input.hostTaskQueue) {
+      const where = runtime ? ` on ${runtime.hostTaskQueue}` : '';
+      answer({ drained: false, checkpoint: null, detail: `the session is ${state.phase}${where}` });
+      return;
+    }
+    apply({ type: 'checkpointRequested' });
+    let checkpoint: CheckpointRef;
+    try {
+      checkpoint = await capture('drain', undefined, input.reason ?? 'its worker is shutting down');
+      apply({ type: 'checkpointSucceeded' });
+    } catch (err) {
+      apply({ type: 'checkpointFailed' });
+      controlFailed('drain', err);
+      answer({ drained: false, checkpoint: null, detail: `no checkpoint could be taken: ${messageOf(err)}` });
+      return;
+    }
+    await stopRuntime();
+    apply({ type: 'runtimeLost' });
+    answer({ drained: true, checkpoint });
+    const outcome = await restoreWithFallback(checkpoint, 'drain');
+    if (outcome.ok) resumed();
+    else restoreFailed(outcome, 'drain');
   }
 
   async function doCheckpoint(input: CheckpointInput): Promise<CheckpointRef> {
@@ -635,7 +682,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
    */
   async function restoreWithFallback(
     target: CheckpointRef,
-    cause: 'resume' | 'recovery',
+    cause: 'resume' | 'recovery' | 'drain',
   ): Promise<{ ok: true; result: ResumeResult } | { ok: false; permanent: boolean; reason: string }> {
     const candidates = [target, ...olderThan(target)];
     const skipped: { checkpointId: string; reason: string }[] = [];
@@ -702,7 +749,10 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
    * backup), so the session waits, paused, with the failure in status, the timeline and the Web UI: a later resume can
    * succeed. Only a session that has nothing left to restore fails for good.
    */
-  function restoreFailed(outcome: { permanent: boolean; reason: string }, cause: 'resume' | 'recovery'): void {
+  function restoreFailed(
+    outcome: { permanent: boolean; reason: string },
+    cause: 'resume' | 'recovery' | 'drain',
+  ): void {
     if (isFinal(state.phase)) return; // (failed before the contracts patch)
     if (patched(CONTRACTS_PATCH)) {
       state.failure = { type: ERROR_CODES.RestoreFailed, message: outcome.reason, at: now() };
