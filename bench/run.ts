@@ -1215,6 +1215,7 @@ async function main(cleanup: Cleanup): Promise<void> {
   );
   const workers = await createWorkers({
     connection: nativeConnection,
+    client: new Client({ connection }),
     namespace: 'default',
     taskQueue,
     hostTaskQueue,

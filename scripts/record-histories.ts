@@ -30,15 +30,16 @@ async function main(): Promise<void> {
   const memory = new MemoryRuntime();
   const workspace = new WorkspaceRuntime({ rootDir: path.join(dir, 'ws') });
   const store = new FsSnapshotStore(path.join(dir, 'snapshots'));
+  const client = new Client({ connection });
   const workers = await createWorkers({
     connection: native,
+    client,
     namespace: 'default',
     taskQueue,
     hostTaskQueue: `${taskQueue}@host`,
     deps: { store, runtimes: { memory, workspace }, hostTaskQueue: `${taskQueue}@host`, watchHeartbeatMs: 500 },
   });
   const running = workers.run();
-  const client = new Client({ connection });
   const sessions = new SessionClient({ client, taskQueue });
   const out = path.resolve(__dirname, '..', 'test', 'fixtures', 'histories');
   fs.mkdirSync(out, { recursive: true });

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
@@ -97,7 +98,10 @@ export const EnvConfig = z.object({
     .string()
     .regex(/^[A-Za-z0-9._-]{1,200}$/, 'expected letters, digits, ".", "_" or "-"')
     .default('durable-sessions'),
-  /** This worker's identity; its host-specific task queue is `<DS_TASK_QUEUE>@<DS_WORKER_ID>`. */
+  /**
+   * This worker's identity; its host-specific task queue is `<DS_TASK_QUEUE>@<DS_WORKER_ID>`. Default: the hostname
+   * and a digest of the data directory, the same across restarts of one worker on one host.
+   */
   DS_WORKER_ID: z
     .string()
     .regex(/^[A-Za-z0-9._-]{1,100}$/, 'expected letters, digits, ".", "_" or "-"')
@@ -159,6 +163,8 @@ export const EnvConfig = z.object({
   DS_WORKSPACE_USER: workspaceUser.optional(),
   /** Grace period between SIGTERM and SIGKILL when a workspace process is stopped. */
   DS_STOP_GRACE_MS: duration.default(10_000),
+  /** How long a worker that is asked to stop (SIGINT, SIGTERM) spends moving its sessions to other workers. */
+  DS_DRAIN_TIMEOUT_MS: duration.default(30_000),
   /** Embedded dev server (only when TEMPORAL_ADDRESS is unset). */
   DS_DEV_SERVER_PORT: port.default(7233),
   DS_DEV_UI_PORT: port.default(8233),
@@ -187,6 +193,7 @@ export interface Config {
   /** Who workspace commands run as; undefined: the worker's user. */
   workspaceUser?: string | { uid: number; gid: number };
   stopGraceMs: number;
+  drainTimeoutMs: number;
   snapshots: {
     encryption: 'aes-256-gcm' | 'none';
     formatVersion: 2 | 3;
@@ -242,7 +249,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (!parsed.success || issues.length > 0) throw new ConfigError(issues);
   const e = parsed.data;
   const dataDir = path.resolve(e.DS_DATA_DIR);
-  const workerId = e.DS_WORKER_ID ?? `${os.hostname().replace(/[^A-Za-z0-9._-]/g, '-')}-${process.pid}`;
+  const workerId = e.DS_WORKER_ID ?? defaultWorkerId(dataDir);
   const wantsTls = e.TEMPORAL_TLS ?? (e.TEMPORAL_API_KEY !== undefined || e.TEMPORAL_TLS_CERT_PATH !== undefined);
   return {
     temporal: {
@@ -267,6 +274,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     workspaceEnvAllow: e.DS_WORKSPACE_ENV_ALLOW,
     workspaceUser: e.DS_WORKSPACE_USER,
     stopGraceMs: e.DS_STOP_GRACE_MS,
+    drainTimeoutMs: e.DS_DRAIN_TIMEOUT_MS,
     snapshots: {
       encryption: e.DS_SNAPSHOT_ENCRYPTION,
       formatVersion: e.DS_SNAPSHOT_FORMAT === '2' ? 2 : 3,
@@ -284,4 +292,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     logLevel: e.LOG_LEVEL,
   };
+}
+
+/**
+ * A worker's identity outlives its process: a restarted worker on the same host and data directory polls the same
+ * host queue, so it is the same host to its sessions (not a lost one).
+ */
+export function defaultWorkerId(dataDir: string): string {
+  const host =
+    os
+      .hostname()
+      .replace(/[^A-Za-z0-9._-]/g, '-')
+      .slice(0, 80) || 'host';
+  return `${host}-${createHash('sha256').update(path.resolve(dataDir)).digest('hex').slice(0, 8)}`;
 }

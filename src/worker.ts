@@ -1,6 +1,8 @@
+import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { ActivityDeps } from './activities';
-import { createActivities } from './activities';
+import { createActivities, HostState } from './activities';
+import { drainUpdate, sessionWorkflowId, type DrainResult } from './api/messages';
 import { loadConfig, type Config } from './config';
 import { MemoryRuntime, WorkspaceRuntime } from './runtimes';
 import { snapshotStoreFromConfig } from './snapshots/store-from-config';
@@ -9,7 +11,22 @@ import { connectionOptions } from './temporal-connection';
 export interface SessionWorkers {
   /** Polls the shared queue (workflows, placement) and this host's own queue (runtime activities). */
   run(): Promise<void>;
+  /**
+   * Moves every session this host runs elsewhere before it goes: each is checkpointed (trigger `drain`) and its
+   * runtime stopped here, then restored on another worker, or on the next one to start. The host takes no new sessions
+   * from the moment this is called. Waits at most `deadlineMs` (default 30 s); sessions not drained by then are
+   * reported, and recover from their newest checkpoint once this host is gone.
+   */
+  drain(options?: { deadlineMs?: number; reason?: string }): Promise<DrainReport>;
   shutdown(): void;
+}
+
+export interface DrainReport {
+  sessions: number;
+  drained: string[];
+  /** Sessions that were not drained, and why (no checkpoint could be taken, the deadline passed, …). */
+  notDrained: { sessionId: string; detail: string }[];
+  elapsedMs: number;
 }
 
 export interface CreateWorkersOptions {
@@ -18,6 +35,8 @@ export interface CreateWorkersOptions {
   taskQueue: string;
   hostTaskQueue: string;
   deps: ActivityDeps;
+  /** Sends the drain to this host's sessions. */
+  client: Client;
   /** A prebuilt workflow bundle (tests); otherwise the workflows are bundled from source at start. */
   workflowBundle?: WorkerOptions['workflowBundle'];
 }
@@ -28,7 +47,8 @@ export interface CreateWorkersOptions {
  * pattern), so a session's capture and stop always reach the machine its process runs on.
  */
 export async function createWorkers(options: CreateWorkersOptions): Promise<SessionWorkers> {
-  const activities = createActivities(options.deps);
+  const host = options.deps.host ?? new HostState();
+  const activities = createActivities({ ...options.deps, host });
   const workflowSource = options.workflowBundle
     ? { workflowBundle: options.workflowBundle }
     : { workflowsPath: require.resolve('./workflows') };
@@ -42,7 +62,7 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     ...heartbeats,
     ...workflowSource,
   });
-  const host = await Worker.create({
+  const hostWorker = await Worker.create({
     connection: options.connection,
     namespace: options.namespace,
     taskQueue: options.hostTaskQueue,
@@ -51,18 +71,60 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
   });
   return {
     async run() {
-      await Promise.all([shared.run(), host.run()]);
+      await Promise.all([shared.run(), hostWorker.run()]);
     },
+    drain: (drainOptions = {}) => drainHost(options, host, drainOptions),
     shutdown() {
-      for (const w of [shared, host]) if (w.getState() === 'RUNNING') w.shutdown();
+      for (const w of [shared, hostWorker]) if (w.getState() === 'RUNNING') w.shutdown();
     },
   };
 }
 
-/** The worker process: connects to the configured server and runs until SIGINT/SIGTERM. */
+async function drainHost(
+  options: CreateWorkersOptions,
+  host: HostState,
+  { deadlineMs = 30_000, reason = 'its worker is shutting down' }: { deadlineMs?: number; reason?: string },
+): Promise<DrainReport> {
+  const started = Date.now();
+  host.startDraining();
+  const sessions = host.sessions();
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<DrainResult>((resolve) => {
+    timer = setTimeout(
+      () => resolve({ drained: false, checkpoint: null, detail: `not drained within ${deadlineMs} ms` }),
+      deadlineMs,
+    );
+  });
+  const results = await Promise.all(
+    sessions.map((sessionId) =>
+      Promise.race([
+        options.client.workflow
+          .getHandle(sessionWorkflowId(sessionId))
+          .executeUpdate(drainUpdate, { args: [{ hostTaskQueue: options.hostTaskQueue, reason }] })
+          .catch((err: unknown): DrainResult => ({
+            drained: false,
+            checkpoint: null,
+            detail: err instanceof Error ? err.message : String(err),
+          })),
+        deadline,
+      ]).then((result) => ({ sessionId, result })),
+    ),
+  );
+  clearTimeout(timer);
+  return {
+    sessions: sessions.length,
+    drained: results.filter((r) => r.result.drained).map((r) => r.sessionId),
+    notDrained: results
+      .filter((r) => !r.result.drained)
+      .map((r) => ({ sessionId: r.sessionId, detail: r.result.detail ?? 'not drained' })),
+    elapsedMs: Date.now() - started,
+  };
+}
+
+/** The worker process: connects to the configured server and runs until SIGINT/SIGTERM, then drains. */
 export async function runWorker(config: Config = loadConfig(), address = config.temporal.address): Promise<void> {
   if (!address) throw new Error('TEMPORAL_ADDRESS is not set (npm start runs the embedded server and sets it)');
-  Runtime.install({ logger: new DefaultLogger(config.logLevel) });
+  Runtime.install({ logger: new DefaultLogger(config.logLevel), shutdownSignals: [] });
   const store = await snapshotStoreFromConfig(config);
   const encryption = store.describeEncryption();
   console.log(
@@ -77,7 +139,10 @@ export async function runWorker(config: Config = loadConfig(), address = config.
       : 'chunks are compressed with Brotli (DS_SNAPSHOT_CODEC=brotli, or the optional zstd-napi binding is not installed)',
   );
 
-  const connection = await NativeConnection.connect(await connectionOptions(config, address));
+  const connectOptions = await connectionOptions(config, address);
+  const connection = await NativeConnection.connect(connectOptions);
+  // Drains are sent as a client would: one update per session this host runs.
+  const clientConnection = await Connection.connect(connectOptions);
   const workspace = new WorkspaceRuntime({
     rootDir: config.workspaceDir,
     defaultStopGraceMs: config.stopGraceMs,
@@ -86,6 +151,7 @@ export async function runWorker(config: Config = loadConfig(), address = config.
   });
   const workers = await createWorkers({
     connection,
+    client: new Client({ connection: clientConnection, namespace: config.temporal.namespace }),
     namespace: config.temporal.namespace,
     taskQueue: config.taskQueue,
     hostTaskQueue: config.hostTaskQueue,
@@ -96,13 +162,49 @@ export async function runWorker(config: Config = loadConfig(), address = config.
     },
   });
   console.log(`worker ${config.workerId} polling ${config.taskQueue} and ${config.hostTaskQueue} on ${address}`);
+  const stopOnSignal = onShutdownSignal(
+    async (signal) => {
+      console.log(`${signal}: draining this host's sessions (at most ${config.drainTimeoutMs} ms)`);
+      const report = await workers.drain({ deadlineMs: config.drainTimeoutMs });
+      console.log(
+        `drained ${report.drained.length} of ${report.sessions} session(s) in ${report.elapsedMs} ms` +
+          report.notDrained.map((n) => `\n  not drained: ${n.sessionId}: ${n.detail}`).join(''),
+      );
+    },
+    () => workers.shutdown(),
+  );
   try {
     await workers.run();
   } finally {
-    // The processes of this host's sessions end with it; their sessions recover from their checkpoints.
+    stopOnSignal();
+    // What was not drained ends with this host; those sessions recover from their newest checkpoints.
     await workspace.stopAll();
-    await connection.close();
+    await Promise.allSettled([connection.close(), clientConnection.close()]);
   }
+}
+
+/**
+ * SIGINT or SIGTERM: `drain`, then `shutdown`. A second signal shuts down at once. Returns a function that removes the
+ * handlers. (The SDK's own signal handling is off: it would stop polling before the drain could run.)
+ */
+function onShutdownSignal(drain: (signal: NodeJS.Signals) => Promise<void>, shutdown: () => void): () => void {
+  let draining = false;
+  const handler = (signal: NodeJS.Signals) => {
+    if (draining) {
+      console.log(`${signal} again: shutting down without waiting for the drain`);
+      shutdown();
+      return;
+    }
+    draining = true;
+    drain(signal)
+      .catch((err: unknown) => console.error('drain failed:', err instanceof Error ? err.message : err))
+      .finally(shutdown);
+  };
+  const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM'];
+  for (const s of signals) process.on(s, handler);
+  return () => {
+    for (const s of signals) process.off(s, handler);
+  };
 }
 
 if (require.main === module) {

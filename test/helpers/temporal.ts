@@ -12,7 +12,7 @@ import { randomBytes } from 'node:crypto';
 import { ChunkedSnapshotStore } from '../../src/snapshots/engine/chunked-store';
 import { Keyring } from '../../src/snapshots/engine/keyring';
 import type { SnapshotStore } from '../../src/snapshots';
-import { createWorkers, type SessionWorkers } from '../../src/worker';
+import { createWorkers, type DrainReport, type SessionWorkers } from '../../src/worker';
 
 /** A worker host (shared + host-specific queue) and a client on the run's real Temporal dev server. */
 export interface TestSystem {
@@ -47,6 +47,8 @@ export interface TestHost {
   memory: MemoryRuntime;
   /** Stops polling and kills this host's processes, like a machine going away. */
   crash(): Promise<void>;
+  /** A graceful stop, as on SIGTERM: drains this host's sessions, then stops polling and its processes. */
+  stop(options?: { deadlineMs?: number }): Promise<DrainReport>;
 }
 
 export async function startTestSystem(
@@ -94,6 +96,7 @@ export async function startTestSystem(
     const nativeConnection = await NativeConnection.connect({ address });
     const workers = await createWorkers({
       connection: nativeConnection,
+      client,
       namespace: 'default',
       taskQueue,
       hostTaskQueue,
@@ -107,6 +110,15 @@ export async function startTestSystem(
       hostTaskQueue,
       workspace,
       memory,
+      async stop(stopOptions = {}) {
+        const report = await workers.drain(stopOptions);
+        workers.shutdown();
+        await running;
+        await workspace.stopAll();
+        await nativeConnection.close();
+        hosts.splice(hosts.indexOf(entry), 1);
+        return report;
+      },
       async crash() {
         // Polling stops first, so nothing of this host reaches the server any more; then its processes die.
         workers.shutdown();
