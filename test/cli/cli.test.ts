@@ -2,7 +2,10 @@ import { execFile } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { startTestSystem, type TestSystem } from '../helpers/temporal';
+import { sessionRuntimeKey, sessionStateKey } from '../../src/api/search-attributes';
+import { COMMAND_NAMES } from '../../src/cli/commands';
+import { freePort } from '../../src/dev-server';
+import { eventually, startTestSystem, type TestSystem } from '../helpers/temporal';
 
 const BIN = path.join(__dirname, '..', '..', 'bin', 'durable-sessions.js');
 
@@ -14,8 +17,19 @@ afterAll(async () => {
   await sys?.close();
 });
 
+interface CliRun {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
 /** Runs the real CLI as a separate process against the test server, as a user would from a shell. */
-function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+function cli(...args: string[]): Promise<CliRun> {
+  return cliWith({}, ...args);
+}
+
+/** The same, with more environment (an empty value unsets a variable for the CLI). */
+function cliWith(env: Record<string, string>, ...args: string[]): Promise<CliRun> {
   return new Promise((resolve) => {
     execFile(
       process.execPath,
@@ -27,11 +41,27 @@ function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr:
           DS_TASK_QUEUE: sys.taskQueue,
           DS_SNAPSHOT_DIR: path.join(sys.dir, 'snapshots'),
           DS_MASTER_KEYS: sys.masterKeys,
+          ...env,
         },
       },
       (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }),
     );
   });
+}
+
+/** A running memory session started through the CLI. */
+async function runningSession(): Promise<string> {
+  const id = `cli-${crypto.randomUUID().slice(0, 8)}`;
+  expect((await cli('start', id, '--memory', '--', 'state')).code).toBe(0);
+  await eventually(
+    async () => (JSON.parse((await cli('status', id, '--json')).stdout) as { phase: string }).phase === 'running',
+  );
+  return id;
+}
+
+function jsonError(run: CliRun): { code: string; message: string; sessionId?: string; issues?: unknown[] } {
+  expect(run.stderr).toBe('');
+  return (JSON.parse(run.stdout) as { error: { code: string; message: string } }).error;
 }
 
 test('start, checkpoint, pause, resume, status, timeline, list and stop from the command line', async () => {
@@ -140,4 +170,157 @@ test('bad input and unknown sessions are reported with their type and a non-zero
   const usage = await cli('frobnicate');
   expect(usage.code).toBe(2);
   expect(usage.stderr).toContain('unknown command: frobnicate');
+});
+
+test('--help and -h answer for the top level and every command: usage on stdout, exit 0', async () => {
+  const runs = await Promise.all([
+    cli('--help'),
+    cli('-h'),
+    ...COMMAND_NAMES.map((command, i) => cli(command, i % 2 ? '-h' : '--help')),
+  ]);
+  const [top, short, ...commands] = runs;
+  expect(top).toMatchObject({
+    code: 0,
+    stderr: '',
+    stdout: expect.stringMatching(/^usage: durable-sessions <command>/),
+  });
+  expect(short).toEqual(top);
+  for (const command of COMMAND_NAMES) expect(top.stdout).toMatch(new RegExp(`^  ${command} `, 'm'));
+  commands.forEach((run, i) => {
+    expect(run).toMatchObject({ code: 0, stderr: '' });
+    expect(run.stdout).toMatch(new RegExp(`^usage: durable-sessions ${COMMAND_NAMES[i]} `));
+    expect(run.stdout).toContain('--json');
+  });
+});
+
+test('a misspelled option is refused, naming the option meant, and nothing is sent', async () => {
+  const id = await runningSession();
+  const misspelled = await cli('checkpoint', id, '--lable', 'warm');
+  expect(misspelled).toMatchObject({ code: 2, stdout: '' });
+  expect(misspelled.stderr).toBe(
+    'error: unknown option --lable (did you mean --label?)\n' +
+      'usage: durable-sessions checkpoint <session-id> [options]\n' +
+      'run "durable-sessions checkpoint --help" for its options\n',
+  );
+  expect(JSON.parse((await cli('status', id, '--json')).stdout)).toMatchObject({ checkpointCount: 0 });
+});
+
+test('an inline value (--label=warm) leaves the session id in its place', async () => {
+  const id = await runningSession();
+  const inline = await cli('checkpoint', '--label=warm', id, '--json');
+  expect(inline.code).toBe(0);
+  expect(JSON.parse(inline.stdout)).toMatchObject({ sessionId: id, label: 'warm', sequence: 1 });
+});
+
+test('list --phase takes only the phases there are', async () => {
+  const phase = await cli('list', '--phase', 'bogus');
+  expect(phase).toMatchObject({ code: 2, stdout: '' });
+  expect(phase.stderr).toMatch(
+    /^error: --phase must be one of starting, running, checkpointing, pausing, paused, resuming, stopping, completed, failed; got bogus$/m,
+  );
+});
+
+test('start with a command but no -- says where the command goes', async () => {
+  const command = await cli('start', 's1', 'node', 'app.js');
+  expect(command).toMatchObject({ code: 2, stdout: '' });
+  expect(command.stderr).toContain('put the command after --, as in: durable-sessions start s1 -- node app.js');
+});
+
+test('--json errors are one JSON object on stdout with code, message, sessionId and issues', async () => {
+  const [notFound, invalid, usage] = await Promise.all([
+    cli('status', 'no-such-session', '--json'),
+    cli('status', '../etc', '--json'),
+    cli('checkpoint', 'x', '--lable', 'warm', '--json'),
+  ]);
+  expect(notFound.code).toBe(1);
+  expect(jsonError(notFound)).toEqual({
+    code: 'SessionNotFound',
+    message: 'session no-such-session does not exist',
+    sessionId: 'no-such-session',
+  });
+  expect(invalid.code).toBe(1);
+  const issues = jsonError(invalid);
+  expect(issues).toMatchObject({ code: 'InvalidInput', message: expect.stringMatching(/^invalid input: /) });
+  expect(issues.issues).toContainEqual(
+    expect.objectContaining({ path: [], message: 'session id must not contain ".."' }),
+  );
+  expect(usage.code).toBe(2);
+  expect(jsonError(usage)).toEqual({ code: 'Usage', message: 'unknown option --lable (did you mean --label?)' });
+});
+
+test('list prints a header row above the sessions', async () => {
+  const id = await runningSession();
+  const list = await eventually(async () => {
+    const run = await cli('list');
+    return run.stdout.includes(id) ? run : undefined;
+  });
+  const lines = list.stdout.trimEnd().split('\n');
+  expect(lines[0]).toMatch(/^SESSION\s+PHASE\s+RUNTIME\s+WORKFLOW\s+STARTED$/);
+  expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${id}\\s+running\\s+memory\\s+RUNNING\\s+\\d{4}-`)));
+});
+
+test("status says where the session's output goes", async () => {
+  // In memory there is no output; a workspace command's output goes to its log file.
+  const id = await runningSession();
+  expect((await cli('status', id)).stdout).toMatch(/^output\s+-$/m);
+  const ws = `cli-${crypto.randomUUID().slice(0, 8)}`;
+  const started = await cli('start', ws, '--', 'sh', '-c', 'echo hello from the session; exec sleep 600');
+  expect(started.code).toBe(0);
+  const output = (await cli('status', ws)).stdout.match(/^output\s+(.+)$/m)?.[1];
+  expect(output).toMatch(/\.log$/);
+  await eventually(() => fs.readFileSync(output!, 'utf8').includes('hello from the session\n'));
+  expect((await cli('stop', ws, '--no-checkpoint')).code).toBe(0);
+});
+
+test('without TEMPORAL_ADDRESS the CLI goes where npm start runs its server (DS_DEV_SERVER_IP, _PORT)', async () => {
+  const [host, port] = process.env.DS_TEST_TEMPORAL_ADDRESS!.split(':');
+  const id = await runningSession();
+  const found = await eventually(async () => {
+    const run = await cliWith(
+      { TEMPORAL_ADDRESS: '', DS_DEV_SERVER_IP: host!, DS_DEV_SERVER_PORT: port! },
+      'list',
+      '--json',
+    );
+    return run.code === 0 && run.stdout.includes(id) ? run : undefined;
+  });
+  expect(JSON.parse(found.stdout)).toContainEqual(expect.objectContaining({ sessionId: id }));
+});
+
+test('a server that does not answer is named, with code Unavailable in JSON', async () => {
+  const nobody = String(await freePort());
+  const env = { TEMPORAL_ADDRESS: '', DS_DEV_SERVER_PORT: nobody };
+  const [text, json] = await Promise.all([cliWith(env, 'status', 's1'), cliWith(env, 'status', 's1', '--json')]);
+  expect(text).toMatchObject({ code: 1, stdout: '' });
+  expect(text.stderr).toMatch(new RegExp(`^error: cannot reach Temporal at 127\\.0\\.0\\.1:${nobody} \\(.+\\)\\n$`));
+  expect(json.code).toBe(1);
+  expect(jsonError(json)).toEqual({
+    code: 'Unavailable',
+    message: expect.stringMatching(new RegExp(`^cannot reach Temporal at 127\\.0\\.0\\.1:${nobody} \\(`)),
+  });
+});
+
+test('text from the server cannot drive the terminal: controls and bidi overrides are printed escaped', async () => {
+  // Visibility is written by whoever starts a workflow: a raw start can put anything in a session's id and phase.
+  const tag = crypto.randomUUID().slice(0, 8);
+  const hostile = await sys.client.workflow.start('sessionWorkflow', {
+    workflowId: `session-evil-${tag}\u202e\x1b[2J`,
+    taskQueue: sys.taskQueue,
+    args: [{ spec: { sessionId: `evil-${tag}`, runtime: { kind: 'memory' } } }],
+    typedSearchAttributes: [
+      { key: sessionStateKey, value: '\x1b]0;owned\x07running' },
+      { key: sessionRuntimeKey, value: 'mem\u2066ory' },
+    ],
+  });
+  await hostile.terminate('test');
+  const list = await eventually(async () => {
+    const run = await cli('list');
+    return run.stdout.includes(`evil-${tag}`) ? run : undefined;
+  });
+  expect(list.stdout).not.toMatch(/[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]/);
+  const row = list.stdout.split('\n').find((line) => line.includes(`evil-${tag}`));
+  expect(row).toMatch(
+    new RegExp(
+      `^evil-${tag}\\\\u202e\\\\x1b\\[2J\\s+\\\\x1b\\]0;owned\\\\x07running\\s+mem\\\\u2066ory\\s+TERMINATED\\s`,
+    ),
+  );
 });

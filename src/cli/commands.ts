@@ -1,0 +1,230 @@
+import { PHASES } from '../domain/session-state';
+
+/** One option of one command, as `node:util` parseArgs takes it plus what usage and validation need. */
+export interface OptionSpec {
+  type: 'string' | 'boolean';
+  short?: string;
+  multiple?: boolean;
+  /** The value's placeholder in usage (`TEXT`, `PATH=TEXT`). */
+  value?: string;
+  help: string;
+  /** The only values accepted: an enumeration of the domain, checked before anything is sent. */
+  choices?: readonly string[];
+  /** Every value is `NAME=VALUE`. */
+  pairs?: boolean;
+  /** Another option this one means nothing without. */
+  requires?: string;
+}
+
+export interface CommandSpec {
+  /** Positional arguments before `--`, as usage names them; each is required. */
+  args: readonly string[];
+  /** What goes after `--`, for the one command that takes it. */
+  rest?: string;
+  summary: string;
+  /** Talks to the snapshot store directly rather than to Temporal (both for `verify`, chosen by a flag). */
+  store?: boolean;
+  options: Readonly<Record<string, OptionSpec>>;
+  /** Boolean options that must be given, with the reason (a confirmation). */
+  confirm?: { option: string; why: string };
+  notes?: readonly string[];
+}
+
+const KEY = {
+  type: 'string',
+  value: 'KEY',
+  help: 'idempotency key: the same control sent twice with one key has one effect',
+} as const;
+
+/** Options every command takes. */
+export const COMMON_OPTIONS = {
+  json: { type: 'boolean', help: 'print the result, or the error, as one JSON document on stdout' },
+  help: { type: 'boolean', short: 'h', help: 'show this help' },
+} as const satisfies Record<string, OptionSpec>;
+
+export const COMMANDS = {
+  start: {
+    args: ['<session-id>'],
+    rest: '<command...>',
+    summary: 'start a session running <command> in a working directory of its own',
+    options: {
+      memory: {
+        type: 'boolean',
+        help: 'run in the in-process memory runtime instead; the words after -- are its initial state',
+      },
+      file: {
+        type: 'string',
+        multiple: true,
+        pairs: true,
+        value: 'PATH=TEXT',
+        help: 'a file to write into the working directory before the first start (repeatable)',
+      },
+      env: {
+        type: 'string',
+        multiple: true,
+        pairs: true,
+        value: 'NAME=VALUE',
+        help: 'an environment variable (repeatable)',
+      },
+      description: { type: 'string', value: 'TEXT', help: 'shown next to the session in the Temporal Web UI' },
+    },
+    notes: ['The command goes after --: durable-sessions start build-42 -- npm run dev'],
+  },
+  checkpoint: {
+    args: ['<session-id>'],
+    summary: "capture the running session's state as a new checkpoint",
+    options: {
+      label: { type: 'string', value: 'TEXT', help: 'a name for the checkpoint (kept by retention)' },
+      key: KEY,
+    },
+  },
+  pause: {
+    args: ['<session-id>'],
+    summary: 'checkpoint, then stop the runtime to free its compute',
+    options: { reason: { type: 'string', value: 'TEXT', help: 'why, kept in the timeline' }, key: KEY },
+  },
+  resume: {
+    args: ['<session-id>'],
+    summary: 'restore the newest checkpoint that verifies into a fresh runtime',
+    options: {
+      checkpoint: { type: 'string', value: 'CHECKPOINT-ID', help: 'restore this checkpoint instead of the newest' },
+      key: KEY,
+    },
+  },
+  stop: {
+    args: ['<session-id>'],
+    summary: 'end the session, with a final checkpoint of a running session',
+    options: {
+      'no-checkpoint': { type: 'boolean', help: 'stop without a final checkpoint' },
+      reason: { type: 'string', value: 'TEXT', help: 'why, kept in the timeline' },
+      key: KEY,
+    },
+  },
+  status: {
+    args: ['<session-id>'],
+    summary: "the session's phase, runtime, output file, head checkpoint and snapshot I/O in progress",
+    options: {},
+  },
+  timeline: { args: ['<session-id>'], summary: 'what happened to the session, oldest first', options: {} },
+  list: {
+    args: [],
+    summary: 'sessions on this task queue, newest first',
+    options: { phase: { type: 'string', value: 'PHASE', choices: PHASES, help: 'only sessions in this phase' } },
+  },
+  verify: {
+    args: ['<session-id>'],
+    store: true,
+    summary: "check every checkpoint of a session: manifest, chain link, every chunk's authentication tag",
+    options: {
+      'through-session': {
+        type: 'boolean',
+        help: 'read the checkpoints back on a worker instead (no keys needed here)',
+      },
+      checkpoint: {
+        type: 'string',
+        value: 'CHECKPOINT-ID',
+        requires: 'through-session',
+        help: 'only this checkpoint',
+      },
+    },
+    notes: ['Exit code 1 when a checkpoint does not verify.'],
+  },
+  gc: {
+    args: [],
+    store: true,
+    summary: 'remove packs no checkpoint references (safe while checkpoints are written)',
+    options: { 'dry-run': { type: 'boolean', help: 'say what would be removed, remove nothing' } },
+  },
+  rekey: {
+    args: [],
+    store: true,
+    summary: 're-wrap every data key under the primary master key (chunks are not rewritten)',
+    options: {},
+  },
+  shred: {
+    args: ['<session-id>'],
+    store: true,
+    summary: 'destroy the data key of the session and its forks: their checkpoints become unreadable, for good',
+    options: { yes: { type: 'boolean', help: 'confirm' } },
+    confirm: { option: 'yes', why: 'destroys every checkpoint of the session' },
+  },
+} as const satisfies Record<string, CommandSpec>;
+
+export type CommandName = keyof typeof COMMANDS;
+export const COMMAND_NAMES = Object.keys(COMMANDS) as CommandName[];
+
+export function isCommandName(name: string): name is CommandName {
+  return Object.hasOwn(COMMANDS, name);
+}
+
+const BIN = 'durable-sessions';
+
+/** `checkpoint <session-id> [options]`. */
+export function synopsis(name: CommandName): string {
+  const spec: CommandSpec = COMMANDS[name];
+  const confirm = spec.confirm ? ` --${spec.confirm.option}` : '';
+  const rest = spec.rest ? ` -- ${spec.rest}` : '';
+  return [name, ...spec.args].join(' ') + confirm + ' [options]' + rest;
+}
+
+function optionRows(options: Readonly<Record<string, OptionSpec>>): string[] {
+  const rows = Object.entries(options).map(([name, o]) => {
+    const flag = `${o.short ? `-${o.short}, ` : ''}--${name}${o.value ? ` ${o.value}` : ''}`;
+    const extra = [
+      o.choices ? `one of ${o.choices.join(', ')}` : undefined,
+      o.requires ? `with --${o.requires}` : undefined,
+    ].filter(Boolean);
+    return [flag, o.help + (extra.length ? ` (${extra.join('; ')})` : '')] as const;
+  });
+  const width = Math.max(...rows.map(([flag]) => flag.length)) + 2;
+  return rows.map(([flag, help]) => `  ${flag.padEnd(width)}${help}`);
+}
+
+const FOOTER = [
+  'exit codes: 0 done, 1 refused or failed (the error names its code), 2 usage error.',
+  'Connects to TEMPORAL_ADDRESS, or else to the embedded server of "npm start" at DS_DEV_SERVER_IP:DS_DEV_SERVER_PORT',
+  '(default 127.0.0.1:7233).',
+];
+
+/** `durable-sessions <command> --help`. */
+export function commandUsage(name: CommandName): string {
+  const spec: CommandSpec = COMMANDS[name];
+  return [
+    `usage: ${BIN} ${synopsis(name)}`,
+    '',
+    spec.summary,
+    ...(spec.notes ?? []),
+    '',
+    'options:',
+    ...optionRows({ ...spec.options, ...COMMON_OPTIONS }),
+    '',
+    ...FOOTER,
+  ].join('\n');
+}
+
+/** `durable-sessions --help`. */
+export function topUsage(): string {
+  const rows = (store: boolean) => {
+    const names = COMMAND_NAMES.filter(
+      (n) => ((COMMANDS[n] as CommandSpec).store ?? false) === store || n === 'verify',
+    );
+    const width = Math.max(...COMMAND_NAMES.map((n) => synopsis(n).length)) + 2;
+    return names.map((n) => {
+      const line = `  ${synopsis(n).padEnd(width)}`;
+      if (n !== 'verify' || store) return line + COMMANDS[n].summary;
+      return line + 'with --through-session: the same, read back on a worker (no keys needed here)';
+    });
+  };
+  return [
+    `usage: ${BIN} <command> [options]`,
+    '',
+    'sessions (through Temporal):',
+    ...rows(false),
+    '',
+    'snapshot store (reads DS_SNAPSHOT_DIR and the master keys directly, as a worker would):',
+    ...rows(true),
+    '',
+    `Every command takes --json and -h, --help; "${BIN} <command> --help" lists its options.`,
+    ...FOOTER,
+  ].join('\n');
+}

@@ -1,0 +1,108 @@
+import type { SessionStatus, TimelineEntry } from '../api/messages';
+import type { IoProgress, SessionSummary } from '../client';
+import { table } from './text';
+
+/**
+ * What a command prints: its JSON document, its text lines (made printable when they are printed), and its exit code
+ * when it is not 0.
+ */
+export interface Output {
+  json: unknown;
+  text: string[];
+  exitCode?: number;
+}
+
+function fields(rows: readonly (readonly [string, string])[]): string[] {
+  return rows.map(([k, v]) => `${k.padEnd(18)}${v}`);
+}
+
+export function statusLines(s: SessionStatus, io: IoProgress[]): string[] {
+  const rows: [string, string][] = [
+    ['session', s.sessionId],
+    ['phase', s.phase],
+    ['runtime', s.runtime ? `${s.runtimeKind} ${s.runtime.instanceId} on ${s.runtime.hostTaskQueue}` : s.runtimeKind],
+    ['location', s.runtime?.location ?? '-'],
+    ['output', s.runtime?.output ?? '-'],
+    ['head', s.head ? `${s.head.checkpointId} (#${s.head.sequence}, ${s.head.size} bytes)` : '-'],
+    ['checkpoints', String(s.checkpointCount)],
+    ['pending controls', String(s.pendingControls)],
+    ['last restore', s.lastRestore ? `${s.lastRestore.checkpointId} at ${s.lastRestore.at}` : '-'],
+    ['failure', s.failure ? `${s.failure.type}: ${s.failure.message}` : '-'],
+    ['rejected signal', s.lastRejectedSignal ? `${s.lastRejectedSignal.signal}: ${s.lastRejectedSignal.reason}` : '-'],
+    ['encryption', s.head?.encryption ?? '-'],
+    [
+      'last verification',
+      s.lastVerification ? `${s.lastVerification.checkpointId}: ${s.lastVerification.status}` : '-',
+    ],
+    ...io.map((a): [string, string] => ['in progress', describeProgress(a)]),
+    ['updated', s.updatedAt],
+  ];
+  if (s.lastRestore?.fallbackFrom.length) {
+    rows.splice(rows.findIndex(([k]) => k === 'last restore') + 1, 0, [
+      'fell back from',
+      s.lastRestore.fallbackFrom.join(', '),
+    ]);
+  }
+  return fields(rows);
+}
+
+export function listLines(list: readonly SessionSummary[]): string[] {
+  if (list.length === 0) return ['(no sessions)'];
+  return table(
+    ['SESSION', 'PHASE', 'RUNTIME', 'WORKFLOW', 'STARTED'],
+    list.map((s) => [s.sessionId, s.phase ?? '?', s.runtimeKind ?? '?', s.workflowStatus, s.startedAt.toISOString()]),
+  );
+}
+
+export function timelineLines(entries: readonly TimelineEntry[]): string[] {
+  return entries.length ? entries.map(renderEntry) : ['(empty)'];
+}
+
+function renderEntry(e: TimelineEntry): string {
+  switch (e.kind) {
+    case 'checkpoint': {
+      const c = e.checkpoint;
+      const label = c.label ? ` "${c.label}"` : '';
+      return `${e.at}  checkpoint #${c.sequence} ${c.checkpointId} ← ${c.parentId ?? '(root)'}  ${c.trigger}${label}  ${c.size} B`;
+    }
+    case 'restored':
+      return `${e.at}  restored   ${e.checkpointId} as ${e.instanceId} (${e.cause})`;
+    case 'fallback':
+      return `${e.at}  fallback   ${e.fromCheckpointId} → ${e.toCheckpointId ?? '(none)'}: ${e.reason}`;
+    case 'runtime-exited':
+      return `${e.at}  exited     code ${e.exitCode ?? '-'} signal ${e.signal ?? '-'}`;
+    case 'runtime-lost':
+      return `${e.at}  lost       ${e.instanceId}: ${e.reason}`;
+    case 'checkpoint-deleted':
+      return `${e.at}  deleted    ${e.checkpointId} (${e.reason})`;
+    case 'verified':
+      return `${e.at}  verified   ${e.checkpointId}: ${e.status}${e.detail ? ` (${e.detail})` : ''} [${e.cause}]`;
+    default:
+      return genericEntry(e);
+  }
+}
+
+/** Entries of kinds this CLI does not know yet (newer workers): their kind and fields, as they are. */
+function genericEntry(e: unknown): string {
+  const { at, kind, ...rest } = e as { at?: unknown; kind?: unknown } & Record<string, unknown>;
+  const detail = Object.entries(rest).map(([k, v]) => `${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`);
+  return [String(at), String(kind).padEnd(10), ...detail].join('  ');
+}
+
+/** One line per checkpoint (`lead` then status and detail), a summary, and exit code 1 if one does not verify. */
+export function verificationReport<R extends { checkpointId: string; status: string; detail?: string }>(
+  results: R[],
+  lead: (r: R) => string,
+): Output {
+  const lines = results.map((r) => `${lead(r)}${r.status}${r.detail ? `  ${r.detail}` : ''}`);
+  const bad = results.filter((r) => r.status !== 'ok').length;
+  lines.push(`${results.length - bad} of ${results.length} checkpoint(s) verify`);
+  return { json: results, text: lines, exitCode: bad ? 1 : 0 };
+}
+
+export function describeProgress(a: IoProgress): string {
+  const mib = (n: number) => `${(n / 1048576).toFixed(1)} MiB`;
+  const amount = a.bytesTotal ? `${mib(a.bytesDone)} of ${mib(a.bytesTotal)}` : mib(a.bytesDone);
+  const retry = a.attempt > 1 ? `, attempt ${a.attempt}${a.lastFailure ? ` after: ${a.lastFailure}` : ''}` : '';
+  return `${a.activity} ${amount}${retry}`;
+}

@@ -1,0 +1,48 @@
+import type { Config } from '../config';
+import { KeyringConfigError } from '../snapshots/engine/keyring';
+import { MissingMasterKeyError, snapshotStoreFromConfig } from '../snapshots/store-from-config';
+import { CLI_ERROR_CODES, CliError } from './errors';
+import type { Invocation } from './parse';
+import { verificationReport, type Output } from './render';
+
+/** The commands that read and write the snapshot store directly, as a worker would. */
+export type StoreInvocation = Extract<Invocation, { command: 'verify' | 'gc' | 'rekey' | 'shred' }>;
+
+export async function runStoreCommand(invocation: StoreInvocation, config: Config): Promise<Output> {
+  const store = await snapshotStoreFromConfig(config).catch((err: unknown) => {
+    if (err instanceof KeyringConfigError || err instanceof MissingMasterKeyError) {
+      throw new CliError(CLI_ERROR_CODES.InvalidConfig, err.message, { cause: err });
+    }
+    throw err;
+  });
+  switch (invocation.command) {
+    case 'verify': {
+      const results = await store.verifyLineage(invocation.sessionId);
+      return verificationReport(
+        results,
+        (r) => `${String(r.sequence ?? '?').padStart(5)}  ${r.checkpointId.padEnd(24)}v${r.formatVersion ?? '?'}  `,
+      );
+    }
+    case 'gc': {
+      const report = await store.gc({ dryRun: invocation.values['dry-run'] === true });
+      const verb = report.dryRun ? 'would remove' : 'removed';
+      return {
+        json: report,
+        text: [
+          `${verb} ${report.packsRemoved.length} pack(s), ${report.bytesRemoved} bytes; kept ${report.packsKept}`,
+          ...report.skipped.map((skip) => `skipped ${skip.lineage}: ${skip.reason}`),
+        ],
+      };
+    }
+    case 'rekey': {
+      const r = await store.rekey();
+      return { json: r, text: [`re-wrapped ${r.rewrapped} data key(s); ${r.unchanged} already under the primary key`] };
+    }
+    case 'shred': {
+      const { sessionId } = invocation;
+      const lineage = await store.shred(sessionId);
+      const scope = lineage === sessionId ? sessionId : `lineage ${lineage} (${sessionId} is a fork of it)`;
+      return { json: { shredded: sessionId, lineage }, text: [`data key of ${scope} destroyed`] };
+    }
+  }
+}
