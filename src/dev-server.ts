@@ -53,7 +53,12 @@ export async function startDevServer(options: DevServerOptions): Promise<DevServ
   args.push(...(options.extraArgs ?? []));
 
   const out = options.logFile ? fs.openSync(options.logFile, 'a') : 'ignore';
-  const child = spawn(bin, args, { stdio: ['ignore', out, out] });
+  // Its own process group: a Ctrl-C aimed at `npm start` must not stop the server before the worker has drained its
+  // sessions through it; the owner stops it afterwards, and it is killed if the owner exits without doing so.
+  const child = spawn(bin, args, { stdio: ['ignore', out, out], detached: true });
+  const killOnExit = () => child.kill('SIGKILL');
+  process.once('exit', killOnExit);
+  child.once('exit', () => process.off('exit', killOnExit));
   const address = `${ip}:${options.port}`;
   const exited = new Promise<never>((_, reject) =>
     child.once('exit', (code, signal) =>

@@ -184,18 +184,24 @@ export async function runWorker(config: Config = loadConfig(), address = config.
 }
 
 /**
- * SIGINT or SIGTERM: `drain`, then `shutdown`. A second signal shuts down at once. Returns a function that removes the
- * handlers. (The SDK's own signal handling is off: it would stop polling before the drain could run.)
+ * SIGINT or SIGTERM: `drain`, then `shutdown`. A signal again, later than DUPLICATE_SIGNAL_MS after the first, shuts
+ * down at once. Returns a function that removes the handlers. (The SDK's own signal handling is off: it would stop
+ * polling before the drain could run.)
  */
+const DUPLICATE_SIGNAL_MS = 2_000;
+
 function onShutdownSignal(drain: (signal: NodeJS.Signals) => Promise<void>, shutdown: () => void): () => void {
-  let draining = false;
+  let drainingSince: number | undefined;
   const handler = (signal: NodeJS.Signals) => {
-    if (draining) {
+    // A signal sent to the process group reaches this process directly and again through npm and tsx, which pass
+    // signals on: those copies are the same request, not an operator insisting.
+    if (drainingSince !== undefined && Date.now() - drainingSince < DUPLICATE_SIGNAL_MS) return;
+    if (drainingSince !== undefined) {
       console.log(`${signal} again: shutting down without waiting for the drain`);
       shutdown();
       return;
     }
-    draining = true;
+    drainingSince = Date.now();
     drain(signal)
       .catch((err: unknown) => console.error('drain failed:', err instanceof Error ? err.message : err))
       .finally(shutdown);

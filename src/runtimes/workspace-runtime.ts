@@ -11,6 +11,7 @@ import type { Extract, Header } from 'tar-stream';
 import type { WorkspaceRuntimeSpec } from '../domain/schemas';
 import { writevAll } from '../fs-io';
 import { sourceStream, type UnchangedRange } from '../snapshots/state-source';
+import { hasProcfs, isErrnoException, signalGroup, waitUntilGroupStopped } from './process-table';
 import type {
   CapturedState,
   ExitInfo,
@@ -402,7 +403,10 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     if (instance.exit) return () => {};
     if (instance.freezeCount++ === 0) {
       signalRunning(instance, 'SIGSTOP');
-      instance.frozen = waitUntilGroupStopped(instance.pid);
+      // Without /proc there is nothing to watch: the capture goes on at once.
+      instance.frozen = hasProcfs
+        ? waitUntilGroupStopped(instance.pid, FREEZE_SETTLE_MS).then(() => undefined)
+        : Promise.resolve();
     }
     await instance.frozen;
     let thawed = false;
@@ -426,40 +430,6 @@ function assertSafeId(what: string, id: string): void {
  */
 function signalRunning(instance: WorkspaceInstance, signal: NodeJS.Signals): void {
   if (!instance.exit) signalGroup(instance.pid, signal);
-}
-
-function signalGroup(pgid: number, signal: NodeJS.Signals): void {
-  try {
-    process.kill(-pgid, signal);
-  } catch (error) {
-    // ESRCH: every process of the group has already exited.
-    if (!isErrnoException(error) || error.code !== 'ESRCH') throw error;
-  }
-}
-
-/**
- * SIGSTOP takes effect asynchronously: a process in the middle of a write finishes it first. On Linux, wait
- * until /proc shows every member of the group stopped (or gone); elsewhere, and after a timeout, go on.
- */
-async function waitUntilGroupStopped(pgid: number): Promise<void> {
-  if (process.platform !== 'linux') return;
-  const deadline = Date.now() + FREEZE_SETTLE_MS;
-  while (!(await isGroupStopped(pgid)) && Date.now() < deadline) await delay(1);
-}
-
-async function isGroupStopped(pgid: number): Promise<boolean> {
-  const pids = (await fsp.readdir('/proc')).filter((name) => /^\d+$/.test(name));
-  const states = await Promise.all(
-    pids.map(async (pid) => {
-      const stat = await fsp.readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined); // exited meanwhile
-      if (stat === undefined) return undefined;
-      // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so split after the last ')'.
-      const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      return Number(pgrp) === pgid ? state : undefined;
-    }),
-  );
-  // T: stopped, t: stopped by a tracer, Z/X: dead.
-  return states.every((state) => state === undefined || 'TtZX'.includes(state));
 }
 
 /** What a failed spawn says: plainly for the common causes, with the system's words otherwise. */
@@ -1326,12 +1296,6 @@ function raceAbort<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
     signal.addEventListener('abort', onAbort, { once: true });
     promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
   });
-}
-
-// `types.isNativeError`, not `instanceof Error`: errors made by Node itself may come from another realm
-// (jest's sandbox, vm contexts).
-function isErrnoException(error: unknown): error is NodeJS.ErrnoException {
-  return types.isNativeError(error) && 'code' in error;
 }
 
 function toError(error: unknown): Error {

@@ -13,7 +13,11 @@ afterEach(async () => {
   await sys?.close();
 });
 
-const COUNTER = ['sh', '-c', 'n=$(cat n 2>/dev/null || echo 0); while :; do n=$((n+1)); echo $n > n; sleep 0.1; done'];
+const COUNTER = [
+  'sh',
+  '-c',
+  'n=$(cat n 2>/dev/null || echo 0); while :; do n=$((n+1)); echo $n > n.tmp; mv n.tmp n; sleep 0.1; done',
+];
 
 function newId(prefix: string) {
   return `${prefix}-${crypto.randomUUID().slice(0, 8)}`;

@@ -1,0 +1,198 @@
+import { readFileSync } from 'node:fs';
+import * as fsp from 'node:fs/promises';
+import { setTimeout as delay } from 'node:timers/promises';
+import { types } from 'node:util';
+
+/** What `/proc/<pid>/stat` says of one process (Linux). */
+export interface ProcessStat {
+  readonly pid: number;
+  /** R, S, D, T (stopped), t (stopped by a tracer), Z (zombie), X (dead), … */
+  readonly state: string;
+  readonly pgrp: number;
+  readonly session: number;
+  /** Field 22: clock ticks after boot. With the boot id it tells a process from a later one given the same pid. */
+  readonly startTime: number;
+}
+
+/** Who a process is across pid reuse and reboots: a pid alone may name a later, unrelated process. */
+export interface ProcessIdentity {
+  readonly pid: number;
+  /** Null where there is no /proc to read it from (not Linux): the pid alone is all that is known. */
+  readonly startTime: number | null;
+  readonly bootId: string | null;
+}
+
+/** `/proc/<pid>/stat` reads in flight at once, for all the scans of this process together. */
+const PROC_READS = 8;
+/** Pauses between scans of a group that is not there yet: from the first up to the last, doubling. */
+const FIRST_PAUSE_MS = 1;
+const LAST_PAUSE_MS = 64;
+
+export const hasProcfs = process.platform === 'linux';
+
+let bootIdRead: string | null | undefined;
+
+/** This boot's id; null without /proc. */
+export function bootId(): string | null {
+  bootIdRead ??= hasProcfs ? readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim() : null;
+  return bootIdRead;
+}
+
+/** "pid (comm) state ppid pgrp session …": comm may hold spaces and parentheses, so fields count after the last ')'. */
+export function parseProcessStat(pid: number, text: string): ProcessStat | undefined {
+  const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
+  const [state, , pgrp, session] = fields;
+  const startTime = Number(fields[19]);
+  if (state === undefined || !Number.isSafeInteger(startTime)) return undefined;
+  return { pid, state, pgrp: Number(pgrp), session: Number(session), startTime };
+}
+
+/** The identity of a running process, read at once (usable right after a spawn, before the child can be reaped). */
+export function identityOf(pid: number): ProcessIdentity | undefined {
+  if (!hasProcfs) return isAlive(pid) ? { pid, startTime: null, bootId: null } : undefined;
+  const text = readOrUndefined(() => readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  const stat = text === undefined ? undefined : parseProcessStat(pid, text);
+  return stat && { pid, startTime: stat.startTime, bootId: bootId() };
+}
+
+/** Whether `identity` names a process that still runs, and not a later one with its pid. */
+export function isRunning(identity: ProcessIdentity): boolean {
+  const now = identityOf(identity.pid);
+  return now !== undefined && now.startTime === identity.startTime && now.bootId === identity.bootId;
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return isErrnoException(error) && error.code === 'EPERM';
+  }
+}
+
+/** Signals a whole process group; one that has no member left is not an error. */
+export function signalGroup(pgid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pgid, signal);
+  } catch (error) {
+    // ESRCH: every process of the group has already exited.
+    if (!isErrnoException(error) || error.code !== 'ESRCH') throw error;
+  }
+}
+
+/**
+ * Kills a group at once, frozen members too. SIGKILL first: a stopped process dies of it, and nothing of the group
+ * may run a moment longer. SIGCONT after it, so a member that somehow kept the kill pending is not left stopped.
+ * The group id cannot be taken by another group in between: it stays in use while any member, even a zombie, is left.
+ */
+export function killGroup(pgid: number): void {
+  signalGroup(pgid, 'SIGKILL');
+  signalGroup(pgid, 'SIGCONT');
+}
+
+/**
+ * The members of each group in `pgids`, from one scan of /proc. Members of a group need not descend from its
+ * leader (an orphan is adopted by init), so only a full scan finds them all. Concurrent callers share scans, and
+ * one scan reads at most PROC_READS files at a time: fifty captures freezing at once open eight files, not fifty
+ * times every process's. A caller joins the next scan that starts after it asks, so it sees what its own signal did.
+ */
+export function scanGroups(pgids: Iterable<number>): Promise<Map<number, ProcessStat[]>> {
+  return new Promise((resolve, reject) => {
+    waiting.push({ pgids: new Set(pgids), resolve, reject });
+    if (!scanning) void runScans();
+  });
+}
+
+interface ScanRequest {
+  readonly pgids: ReadonlySet<number>;
+  readonly resolve: (members: Map<number, ProcessStat[]>) => void;
+  readonly reject: (error: unknown) => void;
+}
+
+let waiting: ScanRequest[] = [];
+let scanning = false;
+
+async function runScans(): Promise<void> {
+  scanning = true;
+  try {
+    while (waiting.length > 0) {
+      const batch = waiting;
+      waiting = [];
+      const wanted = new Set(batch.flatMap(({ pgids }) => [...pgids]));
+      try {
+        const found = await scanProc(wanted);
+        for (const { pgids, resolve } of batch) {
+          resolve(new Map([...pgids].map((pgid) => [pgid, found.get(pgid) ?? []])));
+        }
+      } catch (error) {
+        for (const { reject } of batch) reject(error);
+      }
+    }
+  } finally {
+    scanning = false;
+  }
+}
+
+async function scanProc(wanted: ReadonlySet<number>): Promise<Map<number, ProcessStat[]>> {
+  const pids = (await fsp.readdir('/proc')).filter((name) => /^\d+$/.test(name)).map(Number);
+  const found = new Map<number, ProcessStat[]>();
+  let next = 0;
+  const reader = async (): Promise<void> => {
+    for (let i = next++; i < pids.length; i = next++) {
+      const pid = pids[i]!;
+      const text = await fsp.readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined); // exited meanwhile
+      const stat = text === undefined ? undefined : parseProcessStat(pid, text);
+      if (!stat || !wanted.has(stat.pgrp)) continue;
+      const members = found.get(stat.pgrp);
+      if (members) members.push(stat);
+      else found.set(stat.pgrp, [stat]);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(PROC_READS, pids.length) }, reader));
+  return found;
+}
+
+/** T: stopped, t: stopped by a tracer, Z/X: dead. */
+const isStoppedOrDead = ({ state }: ProcessStat): boolean => 'TtZX'.includes(state);
+const isDead = ({ state }: ProcessStat): boolean => 'ZX'.includes(state);
+
+/**
+ * Waits until every member of the group is stopped or gone, or `timeoutMs` has passed (SIGSTOP takes effect
+ * asynchronously: a process in the middle of a write finishes it first). Resolves whether it happened.
+ */
+export function waitUntilGroupStopped(pgid: number, timeoutMs: number): Promise<boolean> {
+  return waitForGroup(pgid, timeoutMs, (members) => members.every(isStoppedOrDead));
+}
+
+/** Waits until the group has no member left but zombies, or `timeoutMs` has passed. Resolves whether it happened. */
+export function waitUntilGroupGone(pgid: number, timeoutMs: number): Promise<boolean> {
+  return waitForGroup(pgid, timeoutMs, (members) => members.every(isDead));
+}
+
+async function waitForGroup(
+  pgid: number,
+  timeoutMs: number,
+  done: (members: readonly ProcessStat[]) => boolean,
+): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  for (let pauseMs = FIRST_PAUSE_MS; ; pauseMs = Math.min(pauseMs * 2, LAST_PAUSE_MS)) {
+    const members = (await scanGroups([pgid])).get(pgid) ?? [];
+    if (done(members)) return true;
+    if (Date.now() >= deadline) return false;
+    await delay(pauseMs);
+  }
+}
+
+function readOrUndefined(read: () => string): string | undefined {
+  try {
+    return read();
+  } catch (error) {
+    if (isErrnoException(error) && (error.code === 'ENOENT' || error.code === 'ESRCH')) return undefined;
+    throw error;
+  }
+}
+
+// `types.isNativeError`, not `instanceof Error`: errors made by Node itself may come from another realm.
+export function isErrnoException(error: unknown): error is NodeJS.ErrnoException {
+  return types.isNativeError(error) && 'code' in error;
+}
