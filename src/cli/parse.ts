@@ -1,5 +1,5 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { closestName } from '../domain/strict';
+import { closestName } from '../domain/names';
 import {
   COMMANDS,
   COMMAND_NAMES,

@@ -43,7 +43,7 @@ import {
   type TimelineEntry,
 } from '../api/messages';
 import { type CarriedState, SessionWorkflowInput, type RejectedSignal, type RememberedResult } from '../domain/records';
-import { closestName } from '../domain/strict';
+import { closestName } from '../domain/names';
 import { sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
 import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS, type ErrorCode } from '../domain/error-codes';
 import {
