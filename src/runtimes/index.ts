@@ -3,6 +3,7 @@ import type { SessionRuntime } from './session-runtime';
 
 export * from './session-runtime';
 export * from './workspace-runtime';
+export { WorkspaceRootLockedError } from './state-lock';
 export { DEFAULT_WORKSPACE_ENV_ALLOW } from './workspace-env';
 export type { WorkspaceUser } from './workspace-user';
 export * from './memory-runtime';

@@ -11,7 +11,23 @@ import type { Extract, Header } from 'tar-stream';
 import type { WorkspaceRuntimeSpec } from '../domain/schemas';
 import { writevAll } from '../fs-io';
 import { sourceStream, type UnchangedRange } from '../snapshots/state-source';
-import { hasProcfs, isErrnoException, signalGroup, waitUntilGroupStopped } from './process-table';
+import {
+  fenceRecord,
+  listInstanceRecords,
+  readInstanceRecord,
+  removeInstanceRecord,
+  writeInstanceRecord,
+  type FenceOutcome,
+  type FoundRecord,
+} from './instance-records';
+import {
+  hasProcfs,
+  identityOf,
+  isErrnoException,
+  killGroup,
+  signalGroup,
+  waitUntilGroupStopped,
+} from './process-table';
 import type {
   CapturedState,
   ExitInfo,
@@ -21,6 +37,7 @@ import type {
   StartRequest,
 } from './session-runtime';
 import { RuntimeFailedError, RuntimeNotFoundError } from './session-runtime';
+import { lockStateDir } from './state-lock';
 import {
   encodeTarHeader,
   readTarHeaderLayout,
@@ -51,6 +68,14 @@ export class ArchiveRejectedError extends Error {
 export interface WorkspaceRuntimeOptions {
   /** Instances live in `<rootDir>/<sessionId>/<instanceId>`, their output in `<instanceId>.log` beside it. */
   rootDir: string;
+  /**
+   * Where the runtime keeps a record of each running instance (pid, process group, start time) and its lock
+   * (default `<rootDir>/.run`). A runtime made on a state directory whose lock a live runtime holds throws
+   * {@link WorkspaceRootLockedError}: give each root one state directory, and each state directory one root.
+   */
+  stateDir?: string;
+  /** Where `recoverHost` and the discarding of leftovers say what they did (default `console.log`). */
+  log?: (message: string) => void;
   /** How long `stop` waits after SIGTERM before SIGKILL when neither the call nor the spec says (default 10 s). */
   defaultStopGraceMs?: number;
   /**
@@ -77,6 +102,10 @@ interface WorkspaceInstance {
   /** Settles once the command has exited and `exit` is set. */
   readonly exited: Promise<ExitInfo>;
   exit?: ExitInfo;
+  /** The write of its instance record; its removal, once the command has exited, waits for it. */
+  recorded?: Promise<void>;
+  /** Set by `killAll`: the group has been sent SIGKILL. */
+  killed: boolean;
   stopRequested: boolean;
   stopping?: Promise<ExitInfo>;
   /** Captures in progress; the group is frozen while this is above zero. */
@@ -116,6 +145,18 @@ const SAFE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
 const VERSION = '1';
 /** How long a capture waits for SIGSTOP to take effect before walking the directory anyway. */
 const FREEZE_SETTLE_MS = 1_000;
+/** How long fencing waits for a killed group to be gone before it reports the group as surviving. */
+const FENCE_WAIT_MS = 10_000;
+
+/** What {@link WorkspaceRuntime.recoverHost} did. */
+export interface HostRecovery {
+  /** Process groups a previous incarnation left running (or frozen) that were killed. */
+  killed: number;
+  /** Instance directories no live instance owned, removed. */
+  removedDirs: number;
+  /** The size of the regular files removed with them and of their logs. */
+  bytes: number;
+}
 
 /**
  * A working directory with a command running in it, on this host. The command leads its own process group, so
@@ -126,25 +167,58 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   readonly version = VERSION;
 
   private readonly rootDir: string;
+  private readonly stateDir: string;
+  private readonly log: (message: string) => void;
   private readonly defaultStopGraceMs: number;
   private readonly envAllow: readonly string[];
   private readonly user: WorkspaceUser | undefined;
   /** The user's ids, looked up once; a failed look-up is tried again by the next start. */
   private userIdentity?: Promise<UserIdentity>;
   private readonly instances = new Map<string, WorkspaceInstance>();
+  /** The directory of each start or restore in flight, by instance id, from its checks until it has settled. */
+  private readonly creating = new Map<string, string>();
 
+  /** Throws {@link WorkspaceRootLockedError} when another live runtime holds the state directory. */
   constructor(options: WorkspaceRuntimeOptions) {
     this.rootDir = path.resolve(options.rootDir);
+    this.stateDir = path.resolve(options.stateDir ?? path.join(this.rootDir, '.run'));
+    this.log = options.log ?? ((message) => console.log(message));
     this.defaultStopGraceMs = options.defaultStopGraceMs ?? 10_000;
     this.envAllow = options.envAllow ?? DEFAULT_WORKSPACE_ENV_ALLOW;
     checkEnvAllow(this.envAllow);
     this.user = options.user;
+    lockStateDir(this.stateDir, this.rootDir);
+  }
+
+  /**
+   * Fences what a previous incarnation of the worker left on this host; call it once, before any session is started
+   * or restored here. Every process group an instance record names that is still the same group (by start time) is
+   * sent SIGKILL and SIGCONT, frozen ones too, and waited for; then its record goes. Then every instance directory
+   * and log under the root that no instance of this runtime owns is removed, and session directories left empty.
+   * A group still there 10 s after SIGKILL (stuck in the kernel) keeps its record, so the next recovery tries again.
+   */
+  async recoverHost(): Promise<HostRecovery> {
+    let killed = 0;
+    for (const found of await listInstanceRecords(this.stateDir)) {
+      if ('record' in found && this.instances.get(found.record.instanceId)?.pid === found.record.pid) continue;
+      if ((await this.fence(found)) === 'killed') killed++;
+    }
+    const { removedDirs, bytes } = await this.removeUnowned();
+    this.log(
+      `workspace recovery: killed ${killed} process group(s) left running, ` +
+        `removed ${removedDirs} abandoned workspace(s) (${bytes} bytes) under ${this.rootDir}`,
+    );
+    return { killed, removedDirs, bytes };
   }
 
   canRestore(version: string): boolean {
     return version === VERSION;
   }
 
+  /**
+   * Starts the command in a fresh directory. An instance id that is not live here but has a directory on disk (an
+   * attempt that crashed, in this process or before it restarted) is started afresh: what that attempt left goes.
+   */
   async start(request: StartRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
     const { dir, logPath, user } = await this.createWorkspace(request);
     try {
@@ -154,6 +228,8 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     } catch (error) {
       await discardWorkspace(dir, logPath);
       throw error;
+    } finally {
+      this.creating.delete(request.instanceId);
     }
   }
 
@@ -163,6 +239,7 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
    * so the first `captureState` names the records still as restored as ranges of that checkpoint. The layout is kept
    * only when a capture of the restored tree would write every record's header exactly where and as the stream had
    * it; a stream from another encoder, or with anything else unexpected in it, leaves the instance without a base.
+   * Like `start`, it starts afresh over what a crashed attempt with the same instance id left.
    */
   async restore(request: RestoreRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
     const { dir, logPath, user } = await this.createWorkspace(request).catch((error: unknown) => {
@@ -184,6 +261,8 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     } catch (error) {
       await discardWorkspace(dir, logPath);
       throw error;
+    } finally {
+      this.creating.delete(request.instanceId);
     }
   }
 
@@ -236,10 +315,13 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     return instance && this.info(instance);
   }
 
-  /** Stops the instance if it still runs, then removes its directory and log. Unknown ids are a no-op. */
+  /**
+   * Stops the instance if it still runs, then removes its directory and log. An id not live here removes what is on
+   * disk under it, if anything: a retry after a crash frees what the first attempt made.
+   */
   async dispose(instanceId: string): Promise<void> {
     const instance = this.instances.get(instanceId);
-    if (!instance) return;
+    if (!instance) return this.disposeLeftover(instanceId);
     if (!instance.exit) await this.stop(instanceId);
     await removeWorkspace(instance.dir, instance.logPath);
     await removeIfEmpty(path.dirname(instance.dir));
@@ -249,6 +331,29 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   /** Stops every running instance (for worker shutdown); directories stay for a later restore or dispose. */
   async stopAll(): Promise<void> {
     await Promise.all([...this.instances.keys()].map((id) => this.stop(id)));
+  }
+
+  /**
+   * Sends every running instance's process group SIGKILL and SIGCONT, at once and synchronously: safe in a
+   * `process.on('exit')` handler, which cannot wait. Calling it again signals nothing twice. Returns the number of
+   * groups signalled; throws, after signalling all the others, if a group could not be.
+   */
+  killAll(): number {
+    let signalled = 0;
+    const failures: unknown[] = [];
+    for (const instance of this.instances.values()) {
+      if (instance.exit || instance.killed) continue;
+      instance.killed = true;
+      instance.stopRequested = true;
+      try {
+        killGroup(instance.pid);
+        signalled++;
+      } catch (error) {
+        failures.push(error);
+      }
+    }
+    if (failures.length > 0) throw failures[0];
+    return signalled;
   }
 
   private get(instanceId: string): WorkspaceInstance {
@@ -272,21 +377,138 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   }
 
   /**
-   * Checks the request, then creates the instance's fresh, empty directory (an existing one means the id was already
-   * used), and resolves the user the command runs as, if any.
+   * Checks the request, then creates the instance's fresh, empty directory, and resolves the user the command runs
+   * as, if any. What an earlier attempt with the same id left (its directory, log, processes) is discarded first:
+   * the id is not live here, so nothing here uses it. Registers the id as being created; the caller unregisters it.
    */
   private async createWorkspace(
     request: StartRequest<WorkspaceRuntimeSpec>,
   ): Promise<{ dir: string; logPath: string; user: UserIdentity | undefined }> {
+    const { instanceId } = request;
     assertSafeId('session id', request.sessionId);
-    assertSafeId('instance id', request.instanceId);
+    assertSafeId('instance id', instanceId);
     checkSpecEnv(request.spec.env);
-    if (this.instances.has(request.instanceId)) {
-      throw new RuntimeFailedError(`runtime instance ${request.instanceId} already exists on this worker`);
+    if (this.instances.has(instanceId)) {
+      throw new RuntimeFailedError(`runtime instance ${instanceId} already exists on this worker`);
     }
-    const user = await this.resolveUser();
+    this.refuseWhileCreating(instanceId);
     const sessionDir = path.join(this.rootDir, request.sessionId);
-    const dir = path.join(sessionDir, request.instanceId);
+    const dir = path.join(sessionDir, instanceId);
+    this.creating.set(instanceId, dir);
+    try {
+      const user = await this.resolveUser();
+      await this.discardLeftover(instanceId, dir);
+      return await this.makeWorkspaceDir(sessionDir, dir, user);
+    } catch (error) {
+      this.creating.delete(instanceId);
+      throw error;
+    }
+  }
+
+  /** A second start of an id whose first is still in flight would discard the directory the first is filling. */
+  private refuseWhileCreating(instanceId: string): void {
+    if (this.creating.has(instanceId)) {
+      // Not a RuntimeFailedError: a retry once the first attempt has settled finds it live, or finds it gone.
+      throw new Error(`runtime instance ${instanceId} is still being started on this worker; try again`);
+    }
+  }
+
+  /** Discards what an earlier attempt with this id left: its processes, if a record names them, its directory, log. */
+  private async discardLeftover(instanceId: string, dir: string): Promise<void> {
+    const found = await readInstanceRecord(this.stateDir, instanceId);
+    if (found) await this.fence(found);
+    if (!(await anyExists(dir, `${dir}.log`))) return;
+    this.log(`workspace runtime: discarding what an earlier attempt of instance ${instanceId} left in ${dir}`);
+    await removeWorkspace(dir, `${dir}.log`);
+  }
+
+  /** `dispose` of an id not live here: what is on disk under it, in whichever session. */
+  private async disposeLeftover(instanceId: string): Promise<void> {
+    if (!isSafeId(instanceId)) return; // nothing can lie under a name no start accepts
+    this.refuseWhileCreating(instanceId);
+    const found = await readInstanceRecord(this.stateDir, instanceId);
+    if (found) await this.fence(found);
+    for (const sessionDir of await this.sessionDirs()) {
+      const dir = path.join(sessionDir, instanceId);
+      if (!(await anyExists(dir, `${dir}.log`))) continue;
+      await removeWorkspace(dir, `${dir}.log`);
+      await removeIfEmpty(sessionDir);
+    }
+  }
+
+  /**
+   * Kills what a record of another incarnation names, if still there, and drops the record, unless the group
+   * outlived SIGKILL: then it stays for the next recovery. A record that cannot be read names nothing to act on.
+   */
+  private async fence(found: FoundRecord): Promise<FenceOutcome | undefined> {
+    if ('problem' in found) {
+      this.log(`workspace runtime: removing unreadable instance record ${found.file} (${found.problem})`);
+      await fsp.rm(found.file, { force: true });
+      return undefined;
+    }
+    const { record } = found;
+    const outcome = await fenceRecord(record, FENCE_WAIT_MS);
+    const group = `process group ${record.pgid} of instance ${record.instanceId} (session ${record.sessionId})`;
+    if (outcome === 'survived') {
+      this.log(`workspace runtime: ${group} is still there ${FENCE_WAIT_MS} ms after SIGKILL; its record stays`);
+      return outcome;
+    }
+    if (outcome === 'killed') this.log(`workspace runtime: killed ${group}, left running by an earlier worker`);
+    if (outcome === 'unverifiable') {
+      this.log(`workspace runtime: cannot tell whether ${group} still runs without /proc; left alone`);
+    }
+    await fsp.rm(found.file, { force: true });
+    return outcome;
+  }
+
+  /**
+   * Removes every instance directory and log under the root that no instance of this runtime owns (live, or being
+   * created), the temp files of clock readings, and session directories left empty. Only what has the layout the
+   * runtime makes is touched: `<session>/<instance>` directories and `<session>/<instance>.log` files.
+   */
+  private async removeUnowned(): Promise<{ removedDirs: number; bytes: number }> {
+    const owned = new Set([...[...this.instances.values()].map(({ dir }) => dir), ...this.creating.values()]);
+    let removedDirs = 0;
+    let bytes = 0;
+    for (const sessionDir of await this.sessionDirs()) {
+      for (const entry of await fsp.readdir(sessionDir, { withFileTypes: true })) {
+        const file = path.join(sessionDir, entry.name);
+        // A capture's clock reading, left by a worker that died while it took one.
+        if (entry.isFile() && entry.name.startsWith('.clock-')) await fsp.rm(file, { force: true });
+        const isLog = entry.isFile() && entry.name.endsWith('.log');
+        const instanceDir = isLog ? file.slice(0, -'.log'.length) : file;
+        if (!(isLog || entry.isDirectory()) || !isSafeId(path.basename(instanceDir)) || owned.has(instanceDir))
+          continue;
+        if (isLog) {
+          bytes += (await fsp.lstat(file)).size;
+          await fsp.rm(file, { force: true });
+        } else {
+          bytes += await treeBytes(file);
+          await removeTree(file);
+          removedDirs++;
+        }
+      }
+      await removeIfEmpty(sessionDir);
+    }
+    return { removedDirs, bytes };
+  }
+
+  /** The session directories under the root (what a start would have made: a safe name, a real directory). */
+  private async sessionDirs(): Promise<string[]> {
+    const entries = await fsp.readdir(this.rootDir, { withFileTypes: true }).catch((error: unknown) => {
+      if (isErrnoException(error) && error.code === 'ENOENT') return [];
+      throw error;
+    });
+    return entries
+      .filter((entry) => entry.isDirectory() && isSafeId(entry.name))
+      .map((entry) => path.join(this.rootDir, entry.name));
+  }
+
+  private async makeWorkspaceDir(
+    sessionDir: string,
+    dir: string,
+    user: UserIdentity | undefined,
+  ): Promise<{ dir: string; logPath: string; user: UserIdentity | undefined }> {
     await fsp.mkdir(this.rootDir, { recursive: true });
     // A concurrent dispose or failed start of the same session may remove its directory once empty: then again.
     for (let attempt = 1; ; attempt++) {
@@ -318,13 +540,36 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     return this.userIdentity;
   }
 
-  /** Spawns the command in `dir` and registers the instance, with `committed` as its base, once the process exists. */
+  /**
+   * Spawns the command in `dir`, registers the instance with `committed` as its base once the process exists, and
+   * records it in the state directory before it is reported started.
+   */
   private async launch(
     request: StartRequest<WorkspaceRuntimeSpec>,
     dir: string,
     logPath: string,
     user: UserIdentity | undefined,
     committed?: CommittedIndex,
+  ): Promise<WorkspaceInstance> {
+    const instance = await this.spawnInstance(request, dir, logPath, user, committed);
+    try {
+      await instance.recorded;
+    } catch (error) {
+      // Unrecorded, it would outlive a crash of the worker unseen: rather no instance at all.
+      signalRunning(instance, 'SIGKILL');
+      await instance.exited;
+      this.instances.delete(instance.instanceId);
+      throw error;
+    }
+    return instance;
+  }
+
+  private async spawnInstance(
+    request: StartRequest<WorkspaceRuntimeSpec>,
+    dir: string,
+    logPath: string,
+    user: UserIdentity | undefined,
+    committed: CommittedIndex | undefined,
   ): Promise<WorkspaceInstance> {
     const [program, ...args] = request.spec.command;
     if (program === undefined) throw new RuntimeFailedError('command must name a program');
@@ -351,6 +596,8 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
       });
       if (child.pid === undefined) throw new Error('spawned process has no pid');
       const pid = child.pid;
+      // Read before anything is awaited: until then the child cannot have been reaped, so its pid is still its own.
+      const identity = identityOf(pid);
       const instance: WorkspaceInstance = {
         sessionId: request.sessionId,
         instanceId: request.instanceId,
@@ -359,20 +606,39 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
         pid,
         startedAt: new Date().toISOString(),
         stopGraceMs: request.spec.stopGraceMs,
+        killed: false,
         stopRequested: false,
         freezeCount: 0,
         committed,
         indexDropped: false,
-        exited: exited.then(({ code, signal }) => {
+        exited: exited.then(async ({ code, signal }) => {
           instance.exit = { exitCode: code, signal, requested: instance.stopRequested };
           // The group must not outlive its leader: a child that ignored SIGTERM, or one left behind by a
           // command that exited by itself, would run on unaccounted for. The group id cannot have been
           // reused yet: it stays taken while any member lives.
           signalGroup(pid, 'SIGKILL');
+          // The write must land before the removal. A record left behind names a process that is gone: harmless.
+          await instance.recorded?.catch(() => undefined);
+          await removeInstanceRecord(this.stateDir, instance.instanceId).catch(() => undefined);
           return instance.exit;
         }),
       };
+      // Registered at once, so that `killAll` reaches it from here on.
       this.instances.set(request.instanceId, instance);
+      if (identity) {
+        const { sessionId, instanceId } = request;
+        const { startTime, bootId } = identity;
+        instance.recorded = writeInstanceRecord(this.stateDir, {
+          instanceId,
+          sessionId,
+          dir,
+          pid,
+          pgid: pid,
+          startTime,
+          bootId,
+        });
+        instance.recorded.catch(() => undefined); // awaited by launch
+      }
       return instance;
     } catch (error) {
       throw new RuntimeFailedError(spawnFailureMessage(program, request.spec.command, error), { cause: error });
@@ -418,10 +684,12 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   }
 }
 
+function isSafeId(id: string): boolean {
+  return SAFE_ID.test(id) && !id.includes('..');
+}
+
 function assertSafeId(what: string, id: string): void {
-  if (!SAFE_ID.test(id) || id.includes('..')) {
-    throw new RuntimeFailedError(`${what} ${JSON.stringify(id)} is not path-safe`);
-  }
+  if (!isSafeId(id)) throw new RuntimeFailedError(`${what} ${JSON.stringify(id)} is not path-safe`);
 }
 
 /**
@@ -499,7 +767,24 @@ async function removeIfEmpty(dir: string): Promise<void> {
   await fsp.rmdir(dir).catch(() => {});
 }
 
+async function anyExists(...files: string[]): Promise<boolean> {
+  const found = await Promise.all(
+    files.map((file) =>
+      fsp.lstat(file).then(
+        () => true,
+        () => false,
+      ),
+    ),
+  );
+  return found.includes(true);
+}
+
 async function removeWorkspace(dir: string, logPath: string): Promise<void> {
+  await removeTree(dir);
+  await fsp.rm(logPath, { force: true });
+}
+
+async function removeTree(dir: string): Promise<void> {
   try {
     await fsp.rm(dir, { recursive: true, force: true });
   } catch (error) {
@@ -508,7 +793,24 @@ async function removeWorkspace(dir: string, logPath: string): Promise<void> {
     await makeDirectoriesWritable(dir);
     await fsp.rm(dir, { recursive: true, force: true });
   }
-  await fsp.rm(logPath, { force: true });
+}
+
+/** The size of the regular files under `dir`, as far as they can be read: what removing it frees, about. */
+async function treeBytes(dir: string): Promise<number> {
+  const entries = await fsp.readdir(dir, { recursive: true, withFileTypes: true }).catch(() => []);
+  const files = entries.filter((entry) => entry.isFile()).map((entry) => path.join(entry.parentPath, entry.name));
+  let bytes = 0;
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    for (let i = next++; i < files.length; i = next++) {
+      bytes += await fsp.lstat(files[i]!).then(
+        (stats) => stats.size,
+        () => 0,
+      );
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(STATS_AHEAD, files.length) }, worker));
+  return bytes;
 }
 
 async function makeDirectoriesWritable(dir: string): Promise<void> {

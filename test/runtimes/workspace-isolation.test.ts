@@ -34,7 +34,9 @@ const newId = (): string => `inst-${++nextId}`;
 const runtimes: WorkspaceRuntime[] = [];
 
 function newRuntime(options: Partial<WorkspaceRuntimeOptions> = {}): WorkspaceRuntime {
-  const runtime = new WorkspaceRuntime({ rootDir: newRootDir(), defaultStopGraceMs: 2_000, ...options });
+  const rootDir = newRootDir();
+  // Beside the root, not in it: the tests see in the root only what instances leave.
+  const runtime = new WorkspaceRuntime({ rootDir, stateDir: `${rootDir}.run`, defaultStopGraceMs: 2_000, ...options });
   runtimes.push(runtime);
   return runtime;
 }

@@ -47,7 +47,8 @@ beforeAll(async () => {
 
 beforeEach(() => {
   rootDir = path.join(tmp, `root-${++nextId}`);
-  runtime = new WorkspaceRuntime({ rootDir, defaultStopGraceMs: 2_000 });
+  // Beside the root, not in it: the tests below see in the root only what instances leave.
+  runtime = new WorkspaceRuntime({ rootDir, stateDir: `${rootDir}.run`, defaultStopGraceMs: 2_000 });
 });
 
 afterEach(async () => {
