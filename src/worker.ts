@@ -149,6 +149,11 @@ export async function runWorker(config: Config = loadConfig(), address = config.
     envAllow: config.workspaceEnvAllow,
     user: config.workspaceUser,
   });
+  // Before any activity can run here: what a worker that died on this host left running or on disk goes first, so a
+  // recovered session never runs beside its old copy.
+  await workspace.recoverHost();
+  // However this process ends (process.exit included), no session process outlives it.
+  process.on('exit', () => workspace.killAll());
   const workers = await createWorkers({
     connection,
     client: new Client({ connection: clientConnection, namespace: config.temporal.namespace }),

@@ -156,7 +156,7 @@ export function createActivities(deps: ActivityDeps) {
       // Heartbeats from progress come per batch; a capture that reads nothing for a while (walking a large tree that
       // did not change, say) must not look like a lost worker.
       let bytesDone = 0;
-      const beat = setInterval(() => ctx.heartbeat({ phase: 'capture', bytesDone }), 5_000);
+      const beat = setInterval(() => ctx.heartbeat({ phase: 'capture', bytesDone }), heartbeatEvery(ctx));
       const report = throttled((done) => ctx.heartbeat({ phase: 'capture', bytesDone: done }));
       try {
         // A runtime that can tell what is unchanged since its last stored checkpoint lets the store skip reading it.
@@ -203,6 +203,9 @@ export function createActivities(deps: ActivityDeps) {
       const existing = runtime.describe(input.instanceId);
       if (existing) return hosted(toRef(existing, deps.hostTaskQueue), input.sessionId);
       const ctx = Context.current();
+      // Progress beats per batch read; extraction and the start of the command beat on the timer.
+      let bytesDone = 0;
+      const beat = setInterval(() => ctx.heartbeat({ phase: 'restore', bytesDone }), heartbeatEvery(ctx));
       try {
         const manifest = await deps.store.readManifest(input.sessionId, input.checkpointId);
         checkRecorded(manifest, input);
@@ -215,9 +218,10 @@ export function createActivities(deps: ActivityDeps) {
           );
         }
         const { stream } = await deps.store.open(input.sessionId, input.checkpointId, {
-          onProgress: throttled((bytesDone) =>
-            ctx.heartbeat({ phase: 'restore', bytesDone, bytesTotal: manifest.size }),
-          ),
+          onProgress: throttled((done) => {
+            bytesDone = done;
+            ctx.heartbeat({ phase: 'restore', bytesDone: done, bytesTotal: manifest.size });
+          }),
           signal: ctx.cancellationSignal,
         });
         const info = await runtime.restore({ ...input, state: stream });
@@ -225,6 +229,8 @@ export function createActivities(deps: ActivityDeps) {
         return hosted(toRef(info, deps.hostTaskQueue), input.sessionId);
       } catch (err) {
         throw toFailure(err);
+      } finally {
+        clearInterval(beat);
       }
     },
 
@@ -232,7 +238,7 @@ export function createActivities(deps: ActivityDeps) {
       const runtime = runtimeFor(input.instance.kind);
       const ctx = Context.current();
       // A long grace period must not look like a dead host: heartbeat while the process winds down.
-      const beat = setInterval(() => ctx.heartbeat({ phase: 'stop' }), 5_000);
+      const beat = setInterval(() => ctx.heartbeat({ phase: 'stop' }), heartbeatEvery(ctx));
       try {
         return await runtime.stop(input.instance.instanceId, { graceMs: input.graceMs });
       } catch (err) {
@@ -257,7 +263,7 @@ export function createActivities(deps: ActivityDeps) {
     async watchRuntime(input: InstanceInput): Promise<WatchResult> {
       const runtime = runtimeFor(input.instance.kind);
       const ctx = Context.current();
-      const heartbeatMs = deps.watchHeartbeatMs ?? 5_000;
+      const heartbeatMs = Math.min(deps.watchHeartbeatMs ?? MAX_HEARTBEAT_MS, heartbeatEvery(ctx));
       const roundEnds = Date.now() + (deps.watchRoundMs ?? 60 * 60_000);
       const stopWaiting = new AbortController();
       const exited = runtime.waitForExit(input.instance.instanceId, stopWaiting.signal).then(
@@ -333,6 +339,17 @@ async function readManifestIfExists(store: SnapshotStore, sessionId: string, che
     if (err instanceof SnapshotNotFoundError) return undefined;
     throw toFailure(err);
   }
+}
+
+const MAX_HEARTBEAT_MS = 5_000;
+
+/**
+ * How often a long activity beats: a third of its heartbeat timeout (the session's `liveness.heartbeatTimeoutMs`), at
+ * most every 5 s, so no timeout the spec allows can expire between two beats of a live worker.
+ */
+function heartbeatEvery(ctx: Context): number {
+  const timeoutMs = ctx.info.heartbeatTimeoutMs ?? 30_000;
+  return Math.max(100, Math.min(MAX_HEARTBEAT_MS, Math.floor(timeoutMs / 3)));
 }
 
 /**

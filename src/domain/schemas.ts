@@ -164,8 +164,16 @@ export type RuntimeKind = RuntimeSpec['kind'];
  * heartbeating (or stops polling its queue), the session is recovered from its newest checkpoint elsewhere.
  */
 export const LivenessOptions = strictObject({
-  /** The runtime watcher must heartbeat at least this often (default 30 s). */
-  heartbeatTimeoutMs: z.number().int().min(1_000).max(3_600_000).optional(),
+  /**
+   * How long a host may go without a heartbeat before its runtime is declared lost (default 30 s). Activities on the
+   * host beat three times within it (at most every 5 s), so it is at least 3 s.
+   */
+  heartbeatTimeoutMs: z
+    .number()
+    .int()
+    .min(3_000, 'heartbeatTimeoutMs must be at least 3000: three heartbeats must fit in it')
+    .max(3_600_000)
+    .optional(),
   /** A host must pick up work on its queue within this time (default 60 s). */
   hostTimeoutMs: z.number().int().min(1_000).max(3_600_000).optional(),
 });

@@ -132,7 +132,8 @@ function onHost(hostTaskQueue: string, liveness: LivenessOptions = {}) {
     taskQueue: hostTaskQueue,
     startToCloseTimeout: '2 hours',
     scheduleToStartTimeout: liveness.hostTimeoutMs ?? 60_000,
-    heartbeatTimeout: '1 minute',
+    // A host that stops beating is gone: what runs there is noticed as soon as the watcher notices it.
+    heartbeatTimeout: liveness.heartbeatTimeoutMs ?? 30_000,
     retry: IO_RETRY,
   });
 }
