@@ -122,3 +122,14 @@ describe('text an operator reads', () => {
     expect(spec('bell\u0007').success).toBe(false);
   });
 });
+
+describe('liveness', () => {
+  test('a heartbeat timeout too short for three heartbeats is refused', () => {
+    const spec = (heartbeatTimeoutMs: number) =>
+      StartSessionInput.safeParse({ sessionId: 's', runtime: { kind: 'memory' }, liveness: { heartbeatTimeoutMs } });
+    expect(spec(1_000).error?.issues[0]?.message).toBe(
+      'heartbeatTimeoutMs must be at least 3000: three heartbeats must fit in it',
+    );
+    expect(spec(3_000).success).toBe(true);
+  });
+});
