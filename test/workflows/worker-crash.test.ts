@@ -99,7 +99,8 @@ test('kill -9 of a worker: the next one on the host kills the orphaned copy, the
 
   const after = await eventually(async () => {
     const s = await session.status();
-    return s.phase === 'running' && s.runtime && s.runtime.instanceId !== first.runtime.instanceId && s;
+    const moved = s.phase === 'running' && s.runtime !== null && s.runtime.instanceId !== first.runtime.instanceId;
+    return moved ? s : undefined;
   }, 60_000);
   expect(after.head?.checkpointId).toBe(checkpoint.checkpointId);
   // One copy runs: the recovered one.
