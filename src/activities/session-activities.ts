@@ -250,6 +250,11 @@ export function createActivities(deps: ActivityDeps) {
       }
     },
 
+    /** Whether the instance still runs on this host (a question the workflow asks before declaring it lost). */
+    async describeInstance(input: InstanceInput): Promise<{ running: boolean }> {
+      return { running: runtimeFor(input.instance.kind).describe(input.instance.instanceId)?.running ?? false };
+    },
+
     /** Frees what a stopped instance left on its host (its working directory). */
     async disposeRuntime(input: InstanceInput): Promise<void> {
       await runtimeFor(input.instance.kind).dispose(input.instance.instanceId);

@@ -95,6 +95,9 @@ const IO_RETRY: ActivityOptions['retry'] = {
  */
 const CONTRACTS_PATCH = 'strict-contracts';
 
+/** A watcher that fails asks the host whether the instance still runs before the session recovers elsewhere. */
+const ASK_HOST_PATCH = 'ask-host-before-recovery';
+
 /** Refused signals kept in status (each is in the timeline as well). */
 const MAX_REJECTED_SIGNALS = 10;
 
@@ -146,6 +149,16 @@ function watcherOn(hostTaskQueue: string, liveness: LivenessOptions = {}) {
     scheduleToStartTimeout: liveness.hostTimeoutMs ?? 60_000,
     heartbeatTimeout: liveness.heartbeatTimeoutMs ?? 30_000,
     // No retries: a watcher that stops heartbeating means its host is gone or cut off, and recovery handles it.
+    retry: { maximumAttempts: 1 },
+  });
+}
+
+/** A question to a host that does no work: answered within seconds by a live host, or not at all. */
+function askHost(hostTaskQueue: string, liveness: LivenessOptions = {}) {
+  return proxyActivities<SessionActivities>({
+    taskQueue: hostTaskQueue,
+    scheduleToStartTimeout: liveness.hostTimeoutMs ?? 60_000,
+    startToCloseTimeout: '10 seconds',
     retry: { maximumAttempts: 1 },
   });
 }
@@ -792,9 +805,36 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
       },
       (err: unknown) => {
         if (isCancellation(err) || scope.consideredCancelled) return;
-        void serial(() => onRuntimeLost(runtime, messageOf(err)));
+        // A host that says it does not know the instance (a restarted worker) has lost it; any other failure only
+        // says the watcher lost contact, which a Temporal outage does to a healthy host too.
+        const hostSaidLost = typeOf(err) === ERROR_CODES.RuntimeLost;
+        void serial(async () => {
+          if (!hostSaidLost && (await stillRunsOnHost(runtime))) {
+            log.warn('lost contact with the runtime, but its host still runs it: watching again', {
+              instanceId: runtime.instanceId,
+              reason: messageOf(err),
+            });
+            if (state.runtime?.instanceId === runtime.instanceId && state.phase === 'running') watch(runtime);
+            return;
+          }
+          await onRuntimeLost(runtime, messageOf(err));
+        });
       },
     );
+  }
+
+  /**
+   * Asks the runtime's host, before anything is declared lost, whether the instance still runs there. A host that is
+   * gone does not pick the question up within hostTimeoutMs. Before the patch, a watcher that failed meant a lost host.
+   */
+  async function stillRunsOnHost(runtime: RuntimeInstanceRef): Promise<boolean> {
+    if (!patched(ASK_HOST_PATCH) || state.runtime?.instanceId !== runtime.instanceId) return false;
+    try {
+      return (await askHost(runtime.hostTaskQueue, state.spec.liveness).describeInstance({ instance: runtime }))
+        .running;
+    } catch {
+      return false;
+    }
   }
 
   async function onRuntimeExited(

@@ -1,0 +1,90 @@
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { sessionWorkflowId } from '../../src/api';
+import { freePort, startDevServer, type DevServer } from '../../src/dev-server';
+import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
+
+/**
+ * A Temporal outage longer than every heartbeat timeout, with the worker and its processes healthy throughout: once
+ * the server is back, no session may be declared lost, restored or rolled back to its checkpoint.
+ */
+const OUTAGE_MS = 40_000;
+
+let dir: string;
+let port: number;
+let server: DevServer | undefined;
+let sys: TestSystem | undefined;
+
+async function serve(): Promise<DevServer> {
+  return startDevServer({
+    port,
+    uiPort: null,
+    dbFilename: path.join(dir, 'temporal.db'),
+    logFile: path.join(dir, 'log'),
+  });
+}
+
+beforeAll(async () => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-outage-'));
+  port = await freePort();
+  server = await serve();
+  sys = await startTestSystem({ address: server.address });
+});
+afterAll(async () => {
+  await sys?.close();
+  await server?.stop();
+  fs.rmSync(dir, { recursive: true, force: true });
+});
+
+async function activitiesCompleted(sessionId: string, name: string): Promise<number> {
+  const history = await sys!.client.workflow.getHandle(sessionWorkflowId(sessionId)).fetchHistory();
+  const events = history.events ?? [];
+  const scheduled = new Set(
+    events
+      .filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === name)
+      .map((e) => String(e.eventId)),
+  );
+  return events.filter(
+    (e) =>
+      e.activityTaskCompletedEventAttributes &&
+      scheduled.has(String(e.activityTaskCompletedEventAttributes.scheduledEventId)),
+  ).length;
+}
+
+test(`a ${OUTAGE_MS / 1000} s server outage with a live worker: no session is lost or rolled back`, async () => {
+  const s = sys!;
+  const memory = await s.sessions.start({
+    sessionId: `outage-mem-${crypto.randomUUID().slice(0, 6)}`,
+    runtime: { kind: 'memory' },
+  });
+  const workspace = await s.sessions.start({
+    sessionId: `outage-ws-${crypto.randomUUID().slice(0, 6)}`,
+    runtime: { kind: 'workspace', command: ['sh', '-c', 'while :; do date +%s%N >> ticks; sleep 0.2; done'] },
+    liveness: { heartbeatTimeoutMs: 3_000, hostTimeoutMs: 3_000 },
+  });
+  const before = await Promise.all([runningStatus(memory), runningStatus(workspace)]);
+  await memory.checkpoint();
+  await workspace.checkpoint();
+  s.memory.write(before[0].runtime.instanceId, 'work after the checkpoint');
+
+  // kill -9: no graceful anything; the SQLite file keeps the sessions.
+  server!.process.kill('SIGKILL');
+  await new Promise((r) => setTimeout(r, OUTAGE_MS));
+  server = await serve();
+
+  // Each watcher's heartbeat timeout has passed meanwhile; the session asks the host, which still runs it.
+  for (const session of [memory, workspace]) {
+    await eventually(async () => (await activitiesCompleted(session.sessionId, 'describeInstance')) > 0, 90_000);
+  }
+  const after = await Promise.all([runningStatus(memory), runningStatus(workspace)]);
+  for (const [i, session] of [memory, workspace].entries()) {
+    expect(after[i]!.runtime.instanceId).toBe(before[i]!.runtime.instanceId);
+    expect((await session.timeline()).map((e) => e.kind)).toEqual(['checkpoint']);
+  }
+  // Not rolled back: the work after the checkpoint is still there, the same process still runs.
+  expect(s.memory.read(after[0].runtime.instanceId).toString('utf8')).toBe('work after the checkpoint');
+  expect(() => process.kill(before[1].runtime.pid!, 0)).not.toThrow();
+  await Promise.all([memory.stop({ checkpoint: false }), workspace.stop({ checkpoint: false })]);
+});
