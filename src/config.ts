@@ -165,6 +165,8 @@ export const EnvConfig = z.object({
   DS_STOP_GRACE_MS: duration.default(10_000),
   /** How long a worker that is asked to stop (SIGINT, SIGTERM) spends moving its sessions to other workers. */
   DS_DRAIN_TIMEOUT_MS: duration.default(30_000),
+  /** Sessions one worker hosts at most; placement passes a full worker by. */
+  DS_MAX_SESSIONS: z.coerce.number({ message: 'expected a number' }).int().min(1).max(100_000).default(1_000),
   /** Embedded dev server (only when TEMPORAL_ADDRESS is unset). */
   DS_DEV_SERVER_PORT: port.default(7233),
   DS_DEV_UI_PORT: port.default(8233),
@@ -194,6 +196,7 @@ export interface Config {
   workspaceUser?: string | { uid: number; gid: number };
   stopGraceMs: number;
   drainTimeoutMs: number;
+  maxSessions: number;
   snapshots: {
     encryption: 'aes-256-gcm' | 'none';
     formatVersion: 2 | 3;
@@ -275,6 +278,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     workspaceUser: e.DS_WORKSPACE_USER,
     stopGraceMs: e.DS_STOP_GRACE_MS,
     drainTimeoutMs: e.DS_DRAIN_TIMEOUT_MS,
+    maxSessions: e.DS_MAX_SESSIONS,
     snapshots: {
       encryption: e.DS_SNAPSHOT_ENCRYPTION,
       formatVersion: e.DS_SNAPSHOT_FORMAT === '2' ? 2 : 3,

@@ -1,8 +1,8 @@
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { ActivityDeps } from './activities';
-import { createActivities, HostState } from './activities';
-import { drainUpdate, sessionWorkflowId, type DrainResult } from './api/messages';
+import { createActivities, DEFAULT_MAX_SESSIONS, HostState } from './activities';
+import { drainUpdate, sessionWorkflowId, watchTaskQueue, type DrainResult } from './api/messages';
 import { loadConfig, type Config } from './config';
 import { MemoryRuntime, WorkspaceRuntime } from './runtimes';
 import { snapshotStoreFromConfig } from './snapshots/store-from-config';
@@ -69,13 +69,24 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     activities,
     ...heartbeats,
   });
+  // One slot per watched session (and its next round): watchers only wait, and must never take the slots that
+  // the host's controls need.
+  const watchWorker = await Worker.create({
+    connection: options.connection,
+    namespace: options.namespace,
+    taskQueue: watchTaskQueue(options.hostTaskQueue),
+    activities,
+    maxConcurrentActivityTaskExecutions: 2 * (options.deps.maxSessions ?? DEFAULT_MAX_SESSIONS) + 10,
+    ...heartbeats,
+  });
+  const workers = [shared, hostWorker, watchWorker];
   return {
     async run() {
-      await Promise.all([shared.run(), hostWorker.run()]);
+      await Promise.all(workers.map((w) => w.run()));
     },
     drain: (drainOptions = {}) => drainHost(options, host, drainOptions),
     shutdown() {
-      for (const w of [shared, hostWorker]) if (w.getState() === 'RUNNING') w.shutdown();
+      for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
     },
   };
 }
@@ -164,6 +175,7 @@ export async function runWorker(config: Config = loadConfig(), address = config.
       store,
       runtimes: { workspace, memory: new MemoryRuntime() },
       hostTaskQueue: config.hostTaskQueue,
+      maxSessions: config.maxSessions,
     },
   });
   console.log(`worker ${config.workerId} polling ${config.taskQueue} and ${config.hostTaskQueue} on ${address}`);

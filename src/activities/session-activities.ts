@@ -29,6 +29,8 @@ export interface ActivityDeps {
   hostTaskQueue: string;
   /** The sessions this host runs, and whether it is draining (a fresh one when not given). */
   host?: HostState;
+  /** Placement skips a host that runs this many sessions (default 1000): a full host is never taken for a dead one. */
+  maxSessions?: number;
   /** How often a long-running watch reports liveness. */
   watchHeartbeatMs?: number;
   /** How long one watch round lasts before it returns `{ exited: false }` and the workflow watches again. */
@@ -132,6 +134,10 @@ export function createActivities(deps: ActivityDeps) {
     async placeSession(): Promise<{ hostTaskQueue: string }> {
       // Retryable: the retry waits for another worker, or for the next one to start once this one is gone.
       if (host.draining) throw new Error(`worker host ${deps.hostTaskQueue} is draining: it takes no new sessions`);
+      const limit = deps.maxSessions ?? DEFAULT_MAX_SESSIONS;
+      if (host.sessions().length >= limit) {
+        throw new Error(`worker host ${deps.hostTaskQueue} runs ${limit} sessions, its limit: placing elsewhere`);
+      }
       return { hostTaskQueue: deps.hostTaskQueue };
     },
 
@@ -347,6 +353,8 @@ async function readManifestIfExists(store: SnapshotStore, sessionId: string, che
 }
 
 const MAX_HEARTBEAT_MS = 5_000;
+
+export const DEFAULT_MAX_SESSIONS = 1_000;
 
 /**
  * How often a long activity beats: a third of its heartbeat timeout (the session's `liveness.heartbeatTimeoutMs`), at

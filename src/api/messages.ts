@@ -26,6 +26,14 @@ export function sessionWorkflowId(sessionId: string): string {
   return `session-${sessionId}`;
 }
 
+/**
+ * Runtime watchers wait on a queue of their own beside their host's, so that a host with many sessions has slots for
+ * their controls (capture, stop) however many watchers it holds.
+ */
+export function watchTaskQueue(hostTaskQueue: string): string {
+  return `${hostTaskQueue}/watch`;
+}
+
 export interface ResumeResult {
   /** The checkpoint whose state is now running. */
   restoredFrom: CheckpointRef;

@@ -35,6 +35,7 @@ import {
   stopUpdate,
   timelineQuery,
   verifyUpdate,
+  watchTaskQueue,
   type DrainResult,
   type ResumeResult,
   type RuntimeInstanceRef,
@@ -95,6 +96,9 @@ const IO_RETRY: ActivityOptions['retry'] = {
  */
 const CONTRACTS_PATCH = 'strict-contracts';
 
+/** Watchers wait on their host's watch queue, not on the queue its controls need. */
+const WATCH_QUEUE_PATCH = 'watchers-own-queue';
+
 /** A watcher that fails asks the host whether the instance still runs before the session recovers elsewhere. */
 const ASK_HOST_PATCH = 'ask-host-before-recovery';
 
@@ -123,7 +127,9 @@ const verifier = proxyActivities<SessionActivities>({
  */
 const placement = proxyActivities<SessionActivities>({
   startToCloseTimeout: '10 seconds',
-  retry: IO_RETRY,
+  // A host that is full or draining refuses; the next attempt is soon, and likely lands on another host. With every
+  // host refusing, the attempts go on for about two minutes.
+  retry: { ...IO_RETRY, initialInterval: '200ms', backoffCoefficient: 1.5, maximumInterval: '5s', maximumAttempts: 30 },
 });
 
 /**
@@ -144,7 +150,7 @@ function onHost(hostTaskQueue: string, liveness: LivenessOptions = {}) {
 /** The watcher's heartbeat timeout is how fast a dead host is noticed. */
 function watcherOn(hostTaskQueue: string, liveness: LivenessOptions = {}) {
   return proxyActivities<SessionActivities>({
-    taskQueue: hostTaskQueue,
+    taskQueue: patched(WATCH_QUEUE_PATCH) ? watchTaskQueue(hostTaskQueue) : hostTaskQueue,
     startToCloseTimeout: '2 hours',
     scheduleToStartTimeout: liveness.hostTimeoutMs ?? 60_000,
     heartbeatTimeout: liveness.heartbeatTimeoutMs ?? 30_000,

@@ -39,6 +39,8 @@ export interface HostOptions {
    * its placements succeed and the work sent to it is never picked up.
    */
   unreachable?: boolean;
+  /** Placement passes this host by once it runs this many sessions. */
+  maxSessions?: number;
 }
 
 export interface TestHost {
@@ -52,7 +54,7 @@ export interface TestHost {
 }
 
 export async function startTestSystem(
-  options: { store?: (real: ChunkedSnapshotStore) => SnapshotStore; address?: string } = {},
+  options: { store?: (real: ChunkedSnapshotStore) => SnapshotStore; address?: string; firstHost?: HostOptions } = {},
 ): Promise<TestSystem> {
   const address = options.address ?? process.env.DS_TEST_TEMPORAL_ADDRESS;
   const bundlePath = process.env.DS_TEST_WORKFLOW_BUNDLE;
@@ -91,6 +93,7 @@ export async function startTestSystem(
       runtimes: { workspace, memory },
       hostTaskQueue: hostOptions.unreachable ? `${hostTaskQueue}-unreachable` : hostTaskQueue,
       watchHeartbeatMs: hostOptions.watchHeartbeatMs ?? 1_000,
+      maxSessions: hostOptions.maxSessions,
     };
     // One connection per host, as separate machines have: the SDK allows one worker per queue per connection.
     const nativeConnection = await NativeConnection.connect({ address });
@@ -130,7 +133,7 @@ export async function startTestSystem(
     };
   }
 
-  const first = await addHost();
+  const first = await addHost(options.firstHost);
   return {
     client,
     sessions: new SessionClient({ client, taskQueue }),
