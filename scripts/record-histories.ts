@@ -73,6 +73,30 @@ async function main(): Promise<void> {
     });
     await w.result().catch(() => undefined);
     write(server.address, out, `${label}-workspace-exit.json`, w.sessionId);
+
+    // A drain: the session's worker shuts down, the session moves to another worker.
+    const d = await sessions.start({
+      sessionId: `replay-drain-${crypto.randomUUID().slice(0, 8)}`,
+      runtime: { kind: 'memory' },
+    });
+    await waitFor(async () => (await d.status()).phase === 'running');
+    const secondNative = await NativeConnection.connect({ address: server.address });
+    const second = await createWorkers({
+      connection: secondNative,
+      client,
+      namespace: 'default',
+      taskQueue,
+      hostTaskQueue: `${taskQueue}@host-2`,
+      deps: { store, runtimes: { memory, workspace }, hostTaskQueue: `${taskQueue}@host-2`, watchHeartbeatMs: 500 },
+    });
+    const secondRunning = second.run();
+    await workers.drain();
+    await waitFor(async () => (await d.status()).runtime?.hostTaskQueue === `${taskQueue}@host-2`);
+    await d.stop();
+    write(server.address, out, `${label}-drain.json`, d.sessionId);
+    second.shutdown();
+    await secondRunning;
+    await secondNative.close();
   } finally {
     workers.shutdown();
     await running;
