@@ -740,7 +740,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
         const type = typeOf(err);
         if (!type || !PERMANENT_SNAPSHOT_ERRORS.includes(type)) {
           // Not a property of this checkpoint (retries exhausted, no host): an older one would not help.
-          const reason = `restore of checkpoint ${candidate.checkpointId} failed: ${messageOf(err)}`;
+          const reason = `restore of checkpoint ${candidate.checkpointId} failed: ${type ? `${type}: ` : ''}${messageOf(err)}`;
           return { ok: false, permanent: false, reason };
         }
         const reason = `${type}: ${messageOf(err)}`;

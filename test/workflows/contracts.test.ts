@@ -396,3 +396,35 @@ describe('a full store is permanent: the control fails at once and says so', () 
     await session.stop({ checkpoint: false });
   });
 });
+
+describe('a damaged data key is honest and repairable', () => {
+  test('a key file removed under a worker that holds the key: checkpoint refused, resume paused, repair resumes', async () => {
+    const session = await runningMemorySession('key', 'state under the key');
+    const cp = await session.pause();
+    const keys = path.join(sys.dir, 'snapshots', session.sessionId, 'keys');
+    const aside = `${keys}.aside`;
+    fs.renameSync(keys, aside);
+
+    // The worker unwrapped this key before; it must not restore, or publish, under a key that is gone from disk.
+    const error = await session.resume().catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'RestoreFailed' });
+    expect((error as Error).message).toContain('KeyUnavailable');
+    const status = await session.status();
+    expect(status).toMatchObject({ phase: 'paused', failure: { type: 'RestoreFailed' } });
+    expect((await session.timeline()).at(-1)).toMatchObject({ kind: 'restore-failed', cause: 'resume' });
+
+    // The operator puts the key back: the same session resumes, with its state.
+    fs.renameSync(aside, keys);
+    const resumed = await session.resume();
+    expect(resumed.restoredFrom.checkpointId).toBe(cp.checkpointId);
+    expect(sys.memory.read(resumed.runtime.instanceId).toString('utf8')).toBe('state under the key');
+    expect((await session.status()).failure).toBeNull();
+
+    // And a checkpoint taken while the key file is gone is refused, never reported durable.
+    fs.renameSync(keys, aside);
+    await expect(session.checkpoint()).rejects.toMatchObject({ code: 'KeyUnavailable' });
+    expect((await session.status()).checkpointCount).toBe(1);
+    fs.renameSync(aside, keys);
+    await session.stop({ checkpoint: false });
+  });
+});
