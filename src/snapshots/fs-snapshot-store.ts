@@ -13,6 +13,14 @@ import { finished, pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 import { CheckpointId, CheckpointTrigger, Label, SessionId } from '../domain/schemas';
 import { fsyncDir } from '../fs-io';
+import {
+  abandonedAge,
+  keepTouched,
+  removeAbandonedTemps,
+  TOUCH_INTERVAL_MS,
+  type AbandonedReport,
+  type CleanAbandonedOptions,
+} from './abandoned';
 import { SnapshotCorruptError, SnapshotError, SnapshotIncompatibleError, SnapshotNotFoundError } from './errors';
 import {
   FORMAT_VERSION,
@@ -78,14 +86,21 @@ const ManifestHeader = z.object({ formatVersion: z.number() });
  *
  * A checkpoint exists exactly when its manifest does. Both files are published by fsync + rename + directory
  * fsync, data first and manifest last, so a crash at any point leaves either a complete checkpoint or
- * nothing a reader can see (at worst an orphaned data file or temp file, which readers never look at).
+ * nothing a reader can see (at worst an orphaned data file or temp file, which readers never look at;
+ * cleanAbandoned removes the temp file).
  * Ids are validated against the domain schemas before they touch a path, so they cannot escape the root.
  */
 export class FsSnapshotStore implements SnapshotStore {
   private readonly root: string;
+  private readonly touchIntervalMs: number;
 
-  constructor(rootDir: string) {
+  /**
+   * `touchIntervalMs`: how often a write touches its temp file (TOUCH_INTERVAL_MS by default), so that
+   * cleanAbandoned never takes a stalled live write for a dead one.
+   */
+  constructor(rootDir: string, options: { touchIntervalMs?: number } = {}) {
     this.root = resolve(rootDir);
+    this.touchIntervalMs = options.touchIntervalMs ?? TOUCH_INTERVAL_MS;
   }
 
   async write(
@@ -127,7 +142,15 @@ export class FsSnapshotStore implements SnapshotStore {
     await publishFile(
       paths.data,
       // `flush: true` (Node >= 20.10) fsyncs before the stream closes, and pipeline waits for the close.
-      (temp) => pipeline(data, meter, createWriteStream(temp, { flags: 'wx', flush: true }), { signal }),
+      async (temp) => {
+        // Touched while the data streams in, however long the source stalls: cleanAbandoned spares it.
+        const stop = keepTouched(() => [temp], this.touchIntervalMs);
+        try {
+          await pipeline(data, meter, createWriteStream(temp, { flags: 'wx', flush: true }), { signal });
+        } finally {
+          stop();
+        }
+      },
       async () => {
         signal?.throwIfAborted();
         await assertAbsent();
@@ -252,6 +275,17 @@ export class FsSnapshotStore implements SnapshotStore {
   /** Records that `owner` owns `sessionId` (`<session>/claim.json`): see SnapshotStore.claim. */
   async claim(sessionId: string, owner: string): Promise<void> {
     await claimSession(this.root, sessionId, owner);
+  }
+
+  /**
+   * Removes the temp files writers that died mid-write left in the session directories (`.<name>.tmp-<random>`, and
+   * a claim's `.<random>.tmp`), once untouched for `olderThanMs` (an hour by default). A live write touches its temp
+   * file every `touchIntervalMs`. Never touches a manifest, a data file in place or a claim; this store has no pins.
+   */
+  async cleanAbandoned(options: CleanAbandonedOptions = {}): Promise<AbandonedReport> {
+    const { before } = abandonedAge(options);
+    const temps = await removeAbandonedTemps(this.root, before, { subdirs: [], dryRun: options.dryRun ?? false });
+    return { tempFiles: temps.files, pins: 0, bytes: temps.bytes };
   }
 
   /** Paths for ids that have already been validated. */

@@ -5,6 +5,16 @@ import { Readable } from 'node:stream';
 import { z } from 'zod';
 import { CheckpointId, SessionId, type VerificationStatus } from '../../domain/schemas';
 import {
+  abandonedAge,
+  ABANDONED_AFTER_MS,
+  isTempName,
+  removeAbandonedTemps,
+  sessionDirs,
+  TOUCH_INTERVAL_MS,
+  type AbandonedReport,
+  type CleanAbandonedOptions,
+} from '../abandoned';
+import {
   SnapshotCorruptError,
   SnapshotError,
   SnapshotIncompatibleError,
@@ -45,13 +55,14 @@ import {
 import type { Keyring } from './keyring';
 import { LineageKeys } from './lineage-keys';
 import { PackReader, PackWriter } from './packs';
+import { createPin, livePinStarts, removeAbandonedPins, type Pin } from './pins';
 
 /**
  * Formats 2 and 3: content-defined chunks, deduplicated, compressed, sealed (AES-256-GCM) and packed.
  *
  *   <root>/<lineage>/keys/data-key.json          the lineage's data key, wrapped by a master key (lineage-keys.ts)
  *   <root>/<lineage>/packs/<packId>.pack          a header, then sealed chunks (packs.ts); immutable once renamed
- *   <root>/<lineage>/pins/<checkpointId>          present while a writer runs: garbage collection keeps its packs
+ *   <root>/<lineage>/pins/<session>.<checkpoint>  present while a writer runs: garbage collection keeps its packs
  *   <root>/<sessionId>/<checkpointId>.manifest    the sealed manifest: chunk list, parent's manifest digest
  *   <root>/<sessionId>/claim.json                 who owns the session id (session-claim.ts); never removed
  *
@@ -82,7 +93,8 @@ const REUSED_BATCH_BYTES = 64 * 1024 * 1024;
 /** Read batches in flight ahead of a restore's consumer. */
 const READ_AHEAD_BATCHES = 4;
 const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
-const STALE_PIN_MS = 24 * 60 * 60_000;
+/** Folders of a lineage's directory where writers make temp files (a session's own directory has them too). */
+const TEMP_DIRS = ['packs', 'keys'];
 
 class LineageSkipped extends Error {}
 
@@ -116,6 +128,11 @@ export interface ChunkedStoreOptions {
   chunker?: ChunkerOptions;
   /** How long an unreferenced pack must be old before garbage collection removes it. */
   gcGraceMs?: number;
+  /**
+   * How often a writer touches its pin and temp files (TOUCH_INTERVAL_MS by default), so that cleanAbandoned, here
+   * or on another worker sharing the store, never takes them for a dead writer's. Keep it far below the cleaning age.
+   */
+  touchIntervalMs?: number;
   /** Threads that id, compress, seal and open chunks; the process-wide shared pool by default. */
   pool?: ChunkPool;
   /**
@@ -143,6 +160,8 @@ export interface GcReport {
   packsKept: number;
   packsRemoved: { lineage: string; packId: string; bytes: number }[];
   bytesRemoved: number;
+  /** Temp files and pins of dead writers, untouched for ABANDONED_AFTER_MS, removed first (cleanAbandoned). */
+  abandoned: AbandonedReport;
 }
 
 /** A manifest as read: format 1, or a chunked one with the SHA-256 of its file (what a child's hash-chain link names). */
@@ -156,6 +175,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   private readonly legacy: FsSnapshotStore;
   private readonly chunker: Chunker;
   private readonly gcGraceMs: number;
+  private readonly touchIntervalMs: number;
   private readonly pool: ChunkPool;
   private readonly writeFormat: ChunkedManifest['formatVersion'];
   private readonly keys: LineageKeys;
@@ -168,6 +188,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     this.legacy = new FsSnapshotStore(this.root);
     this.chunker = new Chunker(options.chunker ?? DEFAULT_CHUNKER);
     this.gcGraceMs = options.gcGraceMs ?? 60 * 60_000;
+    this.touchIntervalMs = options.touchIntervalMs ?? TOUCH_INTERVAL_MS;
     this.pool = options.pool ?? sharedChunkPool();
     this.writeFormat = options.formatVersion ?? ENGINE_FORMAT_VERSION;
     this.keys = new LineageKeys(this.root, this.tenant, options.keyring);
@@ -195,7 +216,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       if (source) source.close();
       else (data as Readable).destroy();
     };
-    let pin: string | null = null;
+    let pin: Pin | null = null;
     let packs: PackWriter | null = null;
     const inflight: Promise<SealBatchResult>[] = [];
     let context: PoolContext | null = null;
@@ -208,7 +229,8 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         throw new Error(`checkpoint ${checkpointId} of session ${sessionId} exists already; checkpoints are immutable`);
       }
       this.pool.warm();
-      pin = await this.pin(lineage, sessionId, checkpointId);
+      // The pin and the temp packs are touched while the write runs, however long it stalls (abandoned.ts).
+      pin = await this.pin(lineage, sessionId, checkpointId, () => packs?.tempPaths() ?? []);
       const key = this.options.keyring ? await this.keys.get(lineage, { create: true }) : null;
       packs = new PackWriter(join(this.lineageDir(lineage), 'packs'), { tenant: this.tenant, lineage, key });
       const packWriter = packs;
@@ -359,7 +381,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
       throw asStoreFull(err, sessionId, checkpointId, `checkpoint ${checkpointId} of session ${sessionId}`);
     } finally {
       if (context) this.pool.release(context);
-      if (pin) await fs.rm(pin, { force: true });
+      await pin?.release();
     }
   }
 
@@ -417,7 +439,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         await this.publishManifest(manifest, { table: source.table }, key);
         return toPublic(manifest);
       } finally {
-        await fs.rm(pin, { force: true });
+        await pin.release();
       }
     });
   }
@@ -485,7 +507,7 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         await this.publishManifest(manifest, { table: loaded.table }, key);
         return toPublic(manifest);
       } finally {
-        await fs.rm(pin, { force: true });
+        await pin.release();
       }
     });
   }
@@ -724,17 +746,43 @@ export class ChunkedSnapshotStore implements SnapshotStore {
   }
 
   /**
+   * Removes what writers that died mid-write left: temp files (packs being written, manifests, keys, claims and
+   * lineage pointers being published, format-1 data) and pins, once untouched for `olderThanMs` (an hour by default;
+   * a pin of a writer from before pins were touched, a day). A live writer touches its pin and temp files every
+   * `touchIntervalMs`, so only a dead writer's are that old. Never touches a manifest, a pack in place, a key or a
+   * claim. Run at worker start and by gc.
+   */
+  async cleanAbandoned(options: CleanAbandonedOptions = {}): Promise<AbandonedReport> {
+    const age = abandonedAge(options);
+    const dryRun = options.dryRun ?? false;
+    // Format-1 temp files live in the session directories too, under the same names' rule.
+    const temps = await removeAbandonedTemps(this.root, age.before, { subdirs: TEMP_DIRS, dryRun });
+    const pins = await removeAbandonedPins(this.root, age, dryRun);
+    return { tempFiles: temps.files, pins: pins.pins, bytes: temps.bytes + pins.bytes };
+  }
+
+  /**
    * Mark and sweep: a pack survives if any manifest of its lineage references it, if it is younger than the grace
    * period, or if it was written or touched after the oldest running writer started (its pin). Safe while
    * checkpoints are being written: a writer pins before its first pack and touches every older pack it reuses.
+   * Dead writers' temp files and pins go first (cleanAbandoned), so a stale pin no longer holds packs back.
    */
   async gc(options: { dryRun?: boolean; now?: number } = {}): Promise<GcReport> {
     const dryRun = options.dryRun ?? false;
     const startedAt = options.now ?? Date.now();
-    const report: GcReport = { dryRun, lineages: 0, skipped: [], packsKept: 0, packsRemoved: [], bytesRemoved: 0 };
-    const sessions = (await fs.readdir(this.root, { withFileTypes: true }).catch(() => []))
-      .filter((d) => d.isDirectory() && SessionId.safeParse(d.name).success)
-      .map((d) => d.name);
+    const cleaning = { olderThanMs: ABANDONED_AFTER_MS, now: startedAt };
+    const abandoned = await this.cleanAbandoned({ ...cleaning, dryRun });
+    const abandonedAt = abandonedAge(cleaning);
+    const report: GcReport = {
+      dryRun,
+      lineages: 0,
+      skipped: [],
+      packsKept: 0,
+      packsRemoved: [],
+      bytesRemoved: 0,
+      abandoned,
+    };
+    const sessions = await sessionDirs(this.root);
     // The sessions of each lineage (a lineage is itself and its forks); all their manifests keep its packs.
     const members = new Map<string, string[]>();
     const unplaced: string[] = [];
@@ -753,13 +801,9 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         report.skipped.push({ lineage, reason: `the lineage of ${unplaced.join(', ')} is unreadable` });
         continue;
       }
-      const pins = await fs.readdir(join(this.lineageDir(lineage), 'pins')).catch(() => [] as string[]);
-      let threshold = startedAt - this.gcGraceMs;
-      for (const pin of pins) {
-        const st = await fs.stat(join(this.lineageDir(lineage), 'pins', pin)).catch(() => null);
-        // A pin older than a day is a writer that crashed: it no longer holds anything back.
-        if (st && startedAt - st.mtimeMs < STALE_PIN_MS) threshold = Math.min(threshold, st.mtimeMs);
-      }
+      // Abandoned pins are gone (or, in a dry run, counted as gone): only live writers hold packs back.
+      const starts = await livePinStarts(this.lineageDir(lineage), abandonedAt);
+      const threshold = Math.min(startedAt - this.gcGraceMs, ...starts);
       let live: Set<string>;
       try {
         live = await this.referencedPacks(lineage, members.get(lineage) ?? []);
@@ -772,6 +816,8 @@ export class ChunkedSnapshotStore implements SnapshotStore {
         const path = join(packsDir, name);
         const st = await fs.stat(path).catch(() => null);
         if (!st) continue;
+        // Counted (and, unless a dry run, removed) by cleanAbandoned above.
+        if (isTempName(name) && st.mtimeMs < abandonedAt.before) continue;
         const packId = name.replace(/\.pack$/, '').replace(/^\.(.*)\.tmp$/, '$1');
         // Temp files of writers that crashed go like unreferenced packs, once they are older than the threshold.
         if (live.has(packId) || st.mtimeMs >= threshold || !(name.endsWith('.pack') || name.endsWith('.tmp'))) {
@@ -1045,13 +1091,17 @@ export class ChunkedSnapshotStore implements SnapshotStore {
     return parsed.lineage;
   }
 
-  /** Marks a checkpoint as being written into a lineage, for gc (pins/<session>.<checkpoint>). Returns its path. */
-  private async pin(lineage: string, sessionId: string, checkpointId: string): Promise<string> {
-    const dir = join(this.lineageDir(lineage), 'pins');
-    await ensureDir(dir);
-    const pin = join(dir, `${sessionId}.${checkpointId}`);
-    await fs.writeFile(pin, '');
-    return pin;
+  /** Marks a checkpoint as being written into a lineage, for gc (pins.ts); touched, with `alsoTouch`, until released. */
+  private pin(
+    lineage: string,
+    sessionId: string,
+    checkpointId: string,
+    alsoTouch?: () => Iterable<string>,
+  ): Promise<Pin> {
+    return createPin(this.lineageDir(lineage), sessionId, checkpointId, {
+      touchIntervalMs: this.touchIntervalMs,
+      ...(alsoTouch ? { alsoTouch } : {}),
+    });
   }
 
   /**

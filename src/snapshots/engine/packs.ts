@@ -63,6 +63,7 @@ export class PackWriter {
   private inflight: Promise<unknown>[] = [];
   /** Full packs being synced and renamed: one while the next is written (see append). */
   private sealing: Promise<void>[] = [];
+  /** Temp files not renamed yet: the current pack's and those being synced. */
   private readonly temps: string[] = [];
   private wrote = false;
   private static readonly MAX_INFLIGHT = 8;
@@ -96,6 +97,11 @@ export class PackWriter {
     // A sliding window: wait for the oldest write only, so that writing overlaps with chunking and sealing.
     while (this.inflight.length >= PackWriter.MAX_INFLIGHT) await this.inflight.shift();
     return [pack.id, offset, write.then(() => undefined)];
+  }
+
+  /** The temp files being written or synced, which the writer keeps touched (abandoned.ts). */
+  tempPaths(): readonly string[] {
+    return this.temps;
   }
 
   async close(): Promise<void> {
@@ -140,6 +146,7 @@ export class PackWriter {
         await pack.handle.close().catch(() => undefined);
       }
       await fs.rename(pack.tmp, join(this.dir, `${pack.id}.pack`));
+      this.temps.splice(this.temps.indexOf(pack.tmp), 1);
       this.wrote = true;
     })();
     sealed.catch(() => undefined); // awaited by append, close or abort
