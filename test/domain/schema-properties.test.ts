@@ -70,9 +70,7 @@ describe.each(SCHEMAS)('%s', (_, schema, valid) => {
         (key, value) => {
           const result = schema.safeParse({ ...(valid as object), [key]: value });
           expect(result.success).toBe(false);
-          expect(result.error?.issues.some((i) => i.code === 'unrecognized_keys' && i.keys.includes(key))).toBe(
-            true,
-          );
+          expect(result.error?.issues.some((i) => i.code === 'unrecognized_keys' && i.keys.includes(key))).toBe(true);
         },
       ),
       runs,
