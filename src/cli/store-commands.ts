@@ -30,6 +30,7 @@ export async function runStoreCommand(invocation: StoreInvocation, config: Confi
         json: report,
         text: [
           `${verb} ${report.packsRemoved.length} pack(s), ${report.bytesRemoved} bytes; kept ${report.packsKept}`,
+          `${verb} ${report.abandoned.tempFiles} temp file(s) and ${report.abandoned.pins} pin(s) of dead writers, ${report.abandoned.bytes} bytes`,
           ...report.skipped.map((skip) => `skipped ${skip.lineage}: ${skip.reason}`),
         ],
       };
