@@ -1,0 +1,234 @@
+/** The scale benchmark's Markdown report: targets as ratios against baselines of the same run, then the detail. */
+import type { BareResult } from './bare-scenario';
+import { percentile, type Calls } from './load';
+import type { ScaleOptions } from './scenario';
+import type { SessionResult } from './session-scenario';
+
+const MiB = 1024 * 1024;
+
+export interface Targets {
+  lifecycleRatio: number;
+  mibPerSessionAboveBare: number;
+  idleCpuShare: number;
+  openFiles: number;
+}
+
+export const TARGETS: Targets = {
+  lifecycleRatio: 1.5,
+  mibPerSessionAboveBare: 0.5,
+  idleCpuShare: 0.05,
+  openFiles: 512,
+};
+
+const seconds = (ms: number) => `${(ms / 1_000).toFixed(1)} s`;
+const pct = (share: number) => `${(share * 100).toFixed(1)} %`;
+const mib = (bytes: number) => `${(bytes / MiB).toFixed(3)} MiB`;
+const ms = (v: number) => (Number.isNaN(v) ? '—' : v < 10 ? `${v.toFixed(1)} ms` : `${v.toFixed(0)} ms`);
+const ratio = (a: number, b: number) => (b > 0 ? `${(a / b).toFixed(2)}×` : '—');
+const sum = (rates: [string, number][]) => rates.reduce((a, [, r]) => a + r, 0);
+const verdict = (ok: boolean) => (ok ? 'PASS' : '**MISS**');
+
+function table(header: string[], rows: string[][]): string {
+  return [
+    `| ${header.join(' | ')} |`,
+    `|${header.map(() => '---').join('|')}|`,
+    ...rows.map((r) => `| ${r.join(' | ')} |`),
+  ].join('\n');
+}
+
+function latency(calls: Calls, names?: string[]): string {
+  const all = calls.all(names);
+  return all.length ? `${ms(percentile(all, 50))} / ${ms(percentile(all, 99))}` : '—';
+}
+
+/** RSS or heap growth per running workflow: from the worker with nothing running to the same worker with N idle. */
+function perSession(r: { memory: BareResult['memory'] }, n: number, key: 'rss' | 'heapUsed'): number {
+  return (r.memory.loaded[key] - r.memory.empty[key]) / n;
+}
+
+/** The same, over the second half of the starts only: the marginal cost, the worker's one-off costs paid. */
+function perSessionSecondHalf(r: { memory: BareResult['memory'] }, n: number): number {
+  return (r.memory.loaded.rss - r.memory.half.rss) / (n - Math.floor(n / 2));
+}
+
+const topRequests = (requests: [string, number][], unit = '/s', count = 4) =>
+  requests
+    .slice(0, count)
+    .map(([op, rate]) => `${op} ${rate.toFixed(1)}${unit}`)
+    .join(', ') || 'none';
+
+export function report(options: ScaleOptions, sessions: SessionResult, bare: BareResult, machine: string): string {
+  const n = options.sessions;
+  const c = options.concurrency;
+  const total = sessions.startMs + sessions.controlsMs;
+  const bareTotal = bare.startMs + bare.controlsMs;
+  const errors = sessions.calls.errors.length;
+  const lifecycleOk = errors === 0 && total / bareTotal <= TARGETS.lifecycleRatio;
+
+  const rss = perSession(sessions, n, 'rss');
+  const bareRss = perSession(bare, n, 'rss');
+  const above = rss - bareRss;
+  const heap = perSession(sessions, n, 'heapUsed');
+  const bareHeap = perSession(bare, n, 'heapUsed');
+
+  const idle = sessions.idle.workerCpu + sessions.idle.serverCpu;
+  const bareIdle = bare.idle.workerCpu + bare.idle.serverCpu;
+  const ws = sessions.workspace;
+  const peakFiles = Math.max(ws.openFiles.starting, ws.openFiles.checkpoints);
+  const checkpointsInFlight = Math.min(c, ws.sessions);
+
+  const targets = table(
+    ['measure', 'sessions', 'baseline (same run, same server)', 'ratio', 'target', 'result'],
+    [
+      [
+        `${n} memory sessions: start, checkpoint, pause, resume, stop (${c} in flight), wall time`,
+        `${seconds(total)}, ${errors} errors`,
+        `bare workflow, same updates, one no-op activity each: ${seconds(bareTotal)}, ${bare.calls.errors.length} errors`,
+        ratio(total, bareTotal),
+        `≤ ${TARGETS.lifecycleRatio}×, 0 errors`,
+        verdict(lifecycleOk),
+      ],
+      [
+        '… against the cheapest workflow',
+        seconds(total),
+        `bare start + signal + complete: ${seconds(bare.signalMs)}`,
+        ratio(total, bare.signalMs),
+        '—',
+        '—',
+      ],
+      [
+        `worker RSS per idle running session (${n} running − none)`,
+        mib(rss),
+        `bare worker, per idle bare workflow: ${mib(bareRss)}`,
+        `${mib(above)} above`,
+        `≤ ${TARGETS.mibPerSessionAboveBare} MiB above`,
+        verdict(above <= TARGETS.mibPerSessionAboveBare),
+      ],
+      [
+        '… V8 heap used per idle running session',
+        mib(heap),
+        `bare: ${mib(bareHeap)}`,
+        `${mib(heap - bareHeap)} above`,
+        '—',
+        '—',
+      ],
+      [
+        `CPU of worker + server, ${n} sessions idle for ${sessions.idle.seconds.toFixed(0)} s (% of one core)`,
+        `${pct(sessions.idle.workerCpu)} + ${pct(sessions.idle.serverCpu)} = ${pct(idle)}`,
+        `bare, ${n} idle: ${pct(bare.idle.workerCpu)} + ${pct(bare.idle.serverCpu)} = ${pct(bareIdle)}`,
+        ratio(idle, bareIdle),
+        `≤ ${pct(TARGETS.idleCpuShare)}`,
+        verdict(idle <= TARGETS.idleCpuShare),
+      ],
+      [
+        `peak open files of the worker, ${ws.sessions} workspace sessions, ${checkpointsInFlight} checkpoints in flight`,
+        `${peakFiles} (starting ${ws.openFiles.starting}, checkpoints ${ws.openFiles.checkpoints})`,
+        `same worker, nothing running: ${ws.openFiles.empty}; bare worker: ${bare.openFiles.peak}`,
+        ratio(peakFiles, ws.openFiles.empty),
+        `< ${TARGETS.openFiles}`,
+        verdict(ws.calls.errors.length === 0 && peakFiles < TARGETS.openFiles),
+      ],
+    ],
+  );
+
+  const controls = ['checkpoint', 'pause', 'resume', 'stop'];
+  const detail = table(
+    ['', 'sessions', 'bare (same updates)', 'bare (start + signal + complete)'],
+    [
+      [
+        'workflows/s through the whole lifecycle',
+        (n / (total / 1_000)).toFixed(1),
+        (n / (bareTotal / 1_000)).toFixed(1),
+        (n / (bare.signalMs / 1_000)).toFixed(1),
+      ],
+      [
+        'starts: wall time · per second',
+        `${seconds(sessions.startMs)} · ${(n / (sessions.startMs / 1_000)).toFixed(1)}`,
+        `${seconds(bare.startMs)} · ${(n / (bare.startMs / 1_000)).toFixed(1)}`,
+        '—',
+      ],
+      [
+        'start latency p50 / p99',
+        latency(sessions.calls, ['start']),
+        latency(bare.calls, ['start']),
+        latency(bare.signalCalls, ['start']),
+      ],
+      ...controls.map((name) => [
+        `${name} latency p50 / p99`,
+        latency(sessions.calls, [name]),
+        latency(bare.calls, [name]),
+        '—',
+      ]),
+      [
+        'every control, p50 / p99',
+        latency(sessions.calls, controls),
+        latency(bare.calls, controls),
+        latency(bare.signalCalls, ['signal', 'result']),
+      ],
+      [
+        'worker RSS: nothing running · N idle · all stopped',
+        `${mib(sessions.memory.empty.rss)} · ${mib(sessions.memory.loaded.rss)} · ${mib(sessions.memory.after.rss)}`,
+        `${mib(bare.memory.empty.rss)} · ${mib(bare.memory.loaded.rss)} · ${mib(bare.memory.after.rss)}`,
+        '—',
+      ],
+      [
+        'worker RSS per session, second half of the starts only',
+        mib(perSessionSecondHalf(sessions, n)),
+        mib(perSessionSecondHalf(bare, n)),
+        '—',
+      ],
+      [
+        'server requests per workflow, start to stop (frontend, busiest)',
+        topRequests(sessions.requestsPerWorkflow, '', 6),
+        topRequests(bare.requestsPerWorkflow, '', 6),
+        '—',
+      ],
+      [
+        'server requests per workflow, all operations',
+        sum(sessions.requestsPerWorkflow).toFixed(1),
+        sum(bare.requestsPerWorkflow).toFixed(1),
+        '—',
+      ],
+      [
+        'server requests/s while idle (frontend, busiest)',
+        topRequests(sessions.idle.requests),
+        topRequests(bare.idle.requests),
+        '—',
+      ],
+      [
+        'peak open files of the worker while the N ran',
+        String(sessions.openFiles.peak),
+        String(bare.openFiles.peak),
+        '—',
+      ],
+      [
+        `${ws.sessions} workspace sessions: start p50 / p99 · checkpoint p50 / p99 · checkpoints wall`,
+        `${latency(ws.calls, ['start'])} · ${latency(ws.calls, ['checkpoint'])} · ${seconds(ws.checkpointsMs)}`,
+        '—',
+        '—',
+      ],
+    ],
+  );
+
+  const failures = [...sessions.calls.errors, ...ws.calls.errors, ...bare.calls.errors, ...bare.signalCalls.errors];
+  return [
+    '# durable-sessions scale benchmark',
+    '',
+    `${new Date().toISOString()} · ${n} sessions, ${ws.sessions} workspace sessions, ${c} in flight, ` +
+      `idle window ${options.idleSeconds} s, ${options.warmup} warm-up lifecycles per worker`,
+    '',
+    targets,
+    '',
+    detail,
+    '',
+    failures.length
+      ? `Errors (first 5 of ${failures.length}):\n\n${failures
+          .slice(0, 5)
+          .map((e) => `- ${e}`)
+          .join('\n')}\n`
+      : 'No errors.',
+    '',
+    `Machine: ${machine}`,
+    '',
+  ].join('\n');
+}

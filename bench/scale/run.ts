@@ -1,0 +1,128 @@
+/**
+ * Scale benchmark: many sessions on one worker, each target printed as a ratio against a bare-workflow baseline
+ * measured in the same run, on the same Temporal dev server. The workers under test run in child processes
+ * (bench/scale/worker-process.ts), so the memory, CPU and open files measured are theirs alone.
+ *
+ *   npm run bench:scale            # 1,000 sessions, 200 workspace sessions, 30 s idle window
+ *   npx tsx bench/scale/run.ts --quick
+ *   npx tsx bench/scale/run.ts --sessions 500 --concurrency 25
+ *
+ * Nothing here asserts: it prints (and writes to .bench/scale.md) what it measured, with PASS/MISS beside each target.
+ */
+import { randomUUID } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { parseArgs } from 'node:util';
+import { Client, Connection } from '@temporalio/client';
+import { bundleWorkflowCode } from '@temporalio/worker';
+import { freePort, startDevServer } from '../../src/dev-server';
+import { runBare } from './bare-scenario';
+import { report } from './report';
+import type { ScaleContext, ScaleOptions } from './scenario';
+import { runSessions } from './session-scenario';
+
+const PROJECT_DIR = path.resolve(__dirname, '..', '..');
+const RESULTS_FILE = path.join(PROJECT_DIR, '.bench', 'scale.md');
+
+function parseOptions(): ScaleOptions {
+  const { values } = parseArgs({
+    strict: true,
+    options: {
+      quick: { type: 'boolean', default: false },
+      sessions: { type: 'string' },
+      'workspace-sessions': { type: 'string' },
+      concurrency: { type: 'string', default: '50' },
+      'idle-seconds': { type: 'string' },
+    },
+  });
+  const num = (name: string, raw: string | undefined, fallback: number): number => {
+    if (raw === undefined) return fallback;
+    const n = Number(raw);
+    if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a whole number ≥ 1, got ${raw}`);
+    return n;
+  };
+  const quick = values.quick;
+  return {
+    sessions: num('sessions', values.sessions, quick ? 100 : 1_000),
+    workspaceSessions: num('workspace-sessions', values['workspace-sessions'], quick ? 20 : 200),
+    concurrency: num('concurrency', values.concurrency, 50),
+    idleSeconds: num('idle-seconds', values['idle-seconds'], quick ? 10 : 30),
+    warmup: 10,
+  };
+}
+
+const quietBundler = { trace() {}, debug() {}, info() {}, warn: console.warn, error: console.error, log() {} };
+
+async function bundle(workflowsPath: string, file: string): Promise<string> {
+  const { code } = await bundleWorkflowCode({ workflowsPath, logger: quietBundler });
+  fs.writeFileSync(file, code);
+  return file;
+}
+
+async function main(): Promise<void> {
+  const options = parseOptions();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-scale-'));
+  const finals: (() => Promise<unknown>)[] = [async () => fs.rmSync(dir, { recursive: true, force: true })];
+  try {
+    console.log(
+      `scale: ${options.sessions} sessions, ${options.workspaceSessions} workspace sessions, ` +
+        `${options.concurrency} in flight, idle window ${options.idleSeconds} s (temp dir ${dir})`,
+    );
+    const metricsPort = await freePort();
+    const server = await startDevServer({
+      port: await freePort(),
+      uiPort: null,
+      logFile: path.join(dir, 'temporal.log'),
+      extraArgs: ['--metrics-port', String(metricsPort)],
+    });
+    finals.push(() => server.stop());
+    const [sessionBundle, bareBundle] = await Promise.all([
+      bundle(require.resolve('../../src/workflows'), path.join(dir, 'sessions-bundle.js')),
+      bundle(require.resolve('./bare-workflows'), path.join(dir, 'bare-bundle.js')),
+    ]);
+    const connection = await Connection.connect({ address: server.address });
+    finals.push(() => connection.close());
+    const ctx: Omit<ScaleContext, 'dir'> = {
+      client: new Client({ connection }),
+      options,
+      serverPid: server.process.pid!,
+      metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`,
+      address: server.address,
+      runId: randomUUID().slice(0, 8),
+    };
+
+    console.log('scale: baselines (bare workflows)…');
+    const bare = await runBare({ ...ctx, dir }, bareBundle);
+    console.log('scale: sessions…');
+    const sessions = await runSessions({ ...ctx, dir }, sessionBundle);
+
+    const cpu = os.cpus();
+    const machine =
+      `${cpu[0]?.model ?? 'unknown CPU'} × ${cpu.length}, ${(os.totalmem() / 1024 ** 3).toFixed(0)} GiB, ` +
+      `node ${process.version}, load average after ${os
+        .loadavg()
+        .map((l) => l.toFixed(2))
+        .join(' ')}`;
+    const markdown = report(options, sessions, bare, machine);
+    console.log(`\n${markdown}`);
+    fs.mkdirSync(path.dirname(RESULTS_FILE), { recursive: true });
+    fs.writeFileSync(RESULTS_FILE, markdown);
+    console.log(`scale: written to ${path.relative(process.cwd(), RESULTS_FILE)}`);
+  } finally {
+    for (const step of finals.reverse()) {
+      await step().catch((err: unknown) => console.error(`cleanup failed: ${String(err)}`));
+    }
+  }
+}
+
+// The dev server is killed on exit (startDevServer), the worker processes exit with their IPC channel.
+for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => process.exit(130));
+main().then(
+  // The client's native connection can keep the loop alive after it was closed.
+  () => process.exit(0),
+  (err: unknown) => {
+    console.error(`scale benchmark failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+    process.exit(1);
+  },
+);

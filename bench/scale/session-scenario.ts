@@ -1,0 +1,129 @@
+/** The project's worker under load: memory sessions through their whole lifecycle, then workspace sessions. */
+import * as path from 'node:path';
+import { SessionClient, type SessionHandle } from '../../src/client';
+import { Calls, inPool } from './load';
+import { OpenFilesSampler } from './procfs';
+import { ids, measureIdle, RequestCounter, startInHalves, type ScaleContext, type ScenarioResult } from './scenario';
+import { startWorkerProcess, type WorkerHandle } from './worker-handle';
+
+export interface WorkspaceResult {
+  sessions: number;
+  calls: Calls;
+  /** Open files of the worker: with nothing running; the peak while they started; during the checkpoints. */
+  openFiles: { empty: number; starting: number; checkpoints: number };
+  checkpointsMs: number;
+}
+
+export interface SessionResult extends ScenarioResult {
+  workspace: WorkspaceResult;
+}
+
+/** Slow enough that 200 of them fork little on a shared machine; any sleeping loop would do. */
+const WORKSPACE_COMMAND = ['sh', '-c', 'while true; do sleep 10; done'];
+
+export async function runSessions(ctx: ScaleContext, bundlePath: string): Promise<SessionResult> {
+  const taskQueue = `scale-sessions-${ctx.runId}`;
+  const worker = await startWorkerProcess({
+    mode: 'sessions',
+    address: ctx.address,
+    taskQueue,
+    bundlePath,
+    dir: path.join(ctx.dir, 'sessions'),
+    // The default limit is 1,000: the benchmark may ask for more on one worker.
+    maxSessions: Math.max(1_000, ctx.options.sessions, ctx.options.workspaceSessions),
+  });
+  const files = new OpenFilesSampler(worker.pid);
+  const client = new SessionClient({ client: ctx.client, taskQueue });
+  try {
+    const start = (calls: Calls, sessionId: string): Promise<SessionHandle> =>
+      calls.time('start', () => client.start({ sessionId, runtime: { kind: 'memory', initialState: sessionId } }));
+    const lifecycle = async (calls: Calls, session: SessionHandle): Promise<void> => {
+      await calls.time('checkpoint', () => session.checkpoint());
+      await calls.time('pause', () => session.pause());
+      await calls.time('resume', () => session.resume());
+      await calls.time('stop', () => session.stop());
+    };
+
+    const warm = new Calls();
+    await inPool(ids(ctx, 'warm', ctx.options.warmup), ctx.options.concurrency, async (id) =>
+      lifecycle(warm, await start(warm, id)),
+    );
+    if (warm.errors.length) throw new Error(`the sessions' warm-up failed: ${warm.errors[0]}`);
+    const empty = await worker.sample();
+    const emptyFiles = files.peak('idle')!;
+
+    files.enter('run');
+    const calls = new Calls();
+    const sessions: SessionHandle[] = [];
+    const requests = new RequestCounter(ctx);
+    const started = await requests.around(() =>
+      startInHalves(
+        ctx,
+        ids(ctx, 'memory', ctx.options.sessions),
+        async (id) => sessions.push(await start(calls, id)),
+        () => worker.sample(),
+      ),
+    );
+    const idle = await measureIdle(ctx, worker.pid);
+    const controlsMs = await requests.around(() =>
+      inPool(sessions, ctx.options.concurrency, (s) => lifecycle(calls, s)),
+    );
+    const after = await worker.sample();
+    const runFiles = files.peak('run')!;
+
+    const workspace = await runWorkspaces(ctx, client, worker, files);
+    return {
+      startMs: started.ms,
+      controlsMs,
+      calls,
+      memory: { empty, half: started.half, loaded: started.loaded, after },
+      requestsPerWorkflow: requests.perWorkflow(ctx.options.sessions),
+      idle,
+      openFiles: { empty: emptyFiles, peak: runFiles },
+      workspace,
+    };
+  } finally {
+    files.stop();
+    await worker.stop();
+  }
+}
+
+/** Workspace sessions (a real process each) all running, then checkpointed `concurrency` at a time, then stopped. */
+async function runWorkspaces(
+  ctx: ScaleContext,
+  client: SessionClient,
+  worker: WorkerHandle,
+  files: OpenFilesSampler,
+): Promise<WorkspaceResult> {
+  const { concurrency, workspaceSessions } = ctx.options;
+  files.enter('workspace-idle');
+  await worker.sample(); // (a GC, so that leftovers of the memory sessions hold no descriptors)
+  const calls = new Calls();
+  const sessions: SessionHandle[] = [];
+  files.enter('workspace-start');
+  try {
+    await inPool(ids(ctx, 'workspace', workspaceSessions), concurrency, async (sessionId) => {
+      sessions.push(
+        await calls.time('start', () =>
+          client.start({ sessionId, runtime: { kind: 'workspace', command: WORKSPACE_COMMAND } }),
+        ),
+      );
+    });
+    files.enter('workspace-checkpoints');
+    const checkpointsMs = await inPool(sessions, concurrency, (s) => calls.time('checkpoint', () => s.checkpoint()));
+    files.enter('workspace-stop');
+    return {
+      sessions: sessions.length,
+      calls,
+      openFiles: {
+        empty: files.peak('workspace-idle')!,
+        starting: files.peak('workspace-start')!,
+        checkpoints: files.peak('workspace-checkpoints')!,
+      },
+      checkpointsMs,
+    };
+  } finally {
+    // Stopped without a final checkpoint: the checkpoints above were the measurement.
+    await inPool(sessions, concurrency, (s) => calls.time('stop', () => s.stop({ checkpoint: false })));
+  }
+}

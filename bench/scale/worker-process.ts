@@ -1,0 +1,135 @@
+/**
+ * The worker under test, in a process of its own so that its memory, CPU and open files are its own:
+ * `node --import tsx --expose-gc bench/scale/worker-process.ts '<WorkerProcessConfig as JSON>'`, driven over IPC by
+ * bench/scale/worker-handle.ts. `sessions` runs the project's workers (createWorkers: shared, host and watch queues)
+ * with a memory and a workspace runtime; `bare` runs one worker with the baseline workflows and a no-op activity.
+ */
+import { randomBytes } from 'node:crypto';
+import * as path from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
+import { MemoryRuntime, WorkspaceRuntime } from '../../src/runtimes';
+import { ChunkedSnapshotStore } from '../../src/snapshots/engine/chunked-store';
+import { Keyring } from '../../src/snapshots/engine/keyring';
+import { createWorkers } from '../../src/worker';
+import type { BareActivities } from './bare-workflows';
+
+export interface WorkerProcessConfig {
+  mode: 'sessions' | 'bare';
+  address: string;
+  taskQueue: string;
+  /** A prebuilt workflow bundle: the parent bundles once, so bundling costs no child anything. */
+  bundlePath: string;
+  /** Snapshots and workspaces (sessions mode). */
+  dir: string;
+  maxSessions: number;
+}
+
+/** Parent → child. */
+export type WorkerRequest = { type: 'sample' } | { type: 'stop' };
+/** Child → parent. */
+export type WorkerMessage = { type: 'ready' } | { type: 'sample'; heapUsed: number; rss: number } | { type: 'stopped' };
+
+interface Running {
+  run(): Promise<void>;
+  shutdown(): void;
+  close(): Promise<void>;
+  /** Synchronous: what must not outlive this process, killed on any way out. */
+  kill(): void;
+}
+
+async function startSessions(config: WorkerProcessConfig, connection: NativeConnection): Promise<Running> {
+  const clientConnection = await Connection.connect({ address: config.address });
+  const workspace = new WorkspaceRuntime({
+    rootDir: path.join(config.dir, 'workspaces'),
+    defaultStopGraceMs: 2_000,
+    log: () => {},
+  });
+  const hostTaskQueue = `${config.taskQueue}@host-1`;
+  const workers = await createWorkers({
+    connection,
+    client: new Client({ connection: clientConnection }),
+    namespace: 'default',
+    taskQueue: config.taskQueue,
+    hostTaskQueue,
+    deps: {
+      store: new ChunkedSnapshotStore({
+        rootDir: path.join(config.dir, 'snapshots'),
+        keyring: new Keyring([{ id: 'bench', key: randomBytes(32) }]),
+      }),
+      runtimes: { workspace, memory: new MemoryRuntime() },
+      hostTaskQueue,
+      maxSessions: config.maxSessions,
+    },
+    workflowBundle: { codePath: config.bundlePath },
+  });
+  return {
+    run: () => workers.run(),
+    shutdown: () => workers.shutdown(),
+    close: async () => {
+      await workspace.stopAll();
+      await clientConnection.close();
+    },
+    kill: () => workspace.killAll(),
+  };
+}
+
+async function startBare(config: WorkerProcessConfig, connection: NativeConnection): Promise<Running> {
+  const activities: BareActivities = { noop: async () => null };
+  const worker = await Worker.create({
+    connection,
+    namespace: 'default',
+    taskQueue: config.taskQueue,
+    activities,
+    workflowBundle: { codePath: config.bundlePath },
+  });
+  return {
+    run: () => worker.run(),
+    shutdown: () => worker.getState() === 'RUNNING' && worker.shutdown(),
+    close: async () => {},
+    kill: () => {},
+  };
+}
+
+function send(message: WorkerMessage): void {
+  process.send!(message);
+}
+
+async function main(): Promise<void> {
+  const config = JSON.parse(process.argv[2]!) as WorkerProcessConfig;
+  // Failures reach the benchmark as failed calls; the SDK's warnings (a host queue without workflows) are noise here.
+  Runtime.install({ logger: new DefaultLogger('ERROR'), shutdownSignals: [] });
+  const connection = await NativeConnection.connect({ address: config.address });
+  const worker = await (config.mode === 'sessions' ? startSessions : startBare)(config, connection);
+  process.on('exit', () => worker.kill());
+  // A signal, or a parent gone without a word: exit through the 'exit' handler, so no session process outlives this.
+  process.once('SIGTERM', () => process.exit(143));
+  process.once('SIGINT', () => process.exit(130));
+  process.once('disconnect', () => process.exit(1));
+  const running = worker.run();
+  process.on('message', (request: WorkerRequest) => {
+    if (request.type === 'sample') {
+      // A full collection first, so that what is counted is what stays alive, not garbage awaiting a GC.
+      global.gc?.();
+      const { heapUsed, rss } = process.memoryUsage();
+      send({ type: 'sample', heapUsed, rss });
+    } else {
+      worker.shutdown();
+      void running
+        .catch(() => undefined)
+        .then(() => worker.close())
+        .then(() => connection.close())
+        .finally(() => {
+          send({ type: 'stopped' });
+          process.exit(0);
+        });
+    }
+  });
+  send({ type: 'ready' });
+  await running;
+}
+
+main().catch((err: unknown) => {
+  console.error(`worker process failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+  process.exit(1);
+});
