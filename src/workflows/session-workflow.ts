@@ -10,6 +10,7 @@ import {
   patched,
   proxyActivities,
   setCurrentDetails,
+  setDefaultQueryHandler,
   setDefaultSignalHandler,
   setDefaultUpdateHandler,
   setHandler,
@@ -108,6 +109,7 @@ const MAX_REJECTED_SIGNALS = 10;
 /** Updates and signals a caller may send, for the "did you mean" of an unknown name. */
 const CONTROL_NAMES = ['start', 'checkpoint', 'pause', 'resume', 'stop', 'verify'];
 const SIGNAL_NAMES = ['requestCheckpoint', 'requestPause', 'requestResume', 'requestStop'];
+const QUERY_NAMES = ['status', 'timeline'];
 
 const shared = proxyActivities<SessionActivities>({
   startToCloseTimeout: '1 minute',
@@ -445,6 +447,9 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     throw failure(ERROR_CODES.InvalidInput, unknownName('update', name, CONTROL_NAMES));
   });
   setDefaultSignalHandler((name) => rejectSignal(name, new Error(unknownName('signal', name, SIGNAL_NAMES))));
+  setDefaultQueryHandler((name) => {
+    throw failure(ERROR_CODES.InvalidInput, unknownName('query', name, QUERY_NAMES));
+  });
   setHandler(statusQuery, () => status(), { description: 'Current phase, runtime, head checkpoint and failure.' });
   setHandler(timelineQuery, () => state.timeline, {
     description: 'Checkpoints, restores, fallbacks and runtime events, oldest first.',

@@ -325,6 +325,11 @@ describe('typed outcomes for every caller', () => {
     });
     expect(status.rejectedSignals[0]).toMatchObject({ signal: 'requestPuase' });
     expect(status.rejectedSignals[0]!.reason).toContain('did you mean "requestPause"?');
+    const query = await sys.client.workflow
+      .getHandle(session.workflow.workflowId)
+      .query('stauts')
+      .catch((e: unknown) => e);
+    expect((query as Error).message).toContain('the session has no query named "stauts" (did you mean "status"?)');
     expect(status.phase).toBe('running');
     await session.stop({ checkpoint: false });
   });
