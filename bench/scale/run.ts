@@ -60,9 +60,13 @@ async function bundle(workflowsPath: string, file: string): Promise<string> {
   return file;
 }
 
+/** Removed on Ctrl-C too, which skips main's own cleanup. */
+let tempDir: string | undefined;
+
 async function main(): Promise<void> {
   const options = parseOptions();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-scale-'));
+  tempDir = dir;
   const finals: (() => Promise<unknown>)[] = [async () => fs.rmSync(dir, { recursive: true, force: true })];
   try {
     console.log(
@@ -117,7 +121,12 @@ async function main(): Promise<void> {
 }
 
 // The dev server is killed on exit (startDevServer), the worker processes exit with their IPC channel.
-for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => process.exit(130));
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    if (tempDir) fs.rmSync(tempDir, { recursive: true, force: true });
+    process.exit(130);
+  });
+}
 main().then(
   // The client's native connection can keep the loop alive after it was closed.
   () => process.exit(0),
