@@ -98,38 +98,57 @@ async function drainHost(
 ): Promise<DrainReport> {
   const started = Date.now();
   host.startDraining();
-  const sessions = host.sessions();
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<DrainResult>((resolve) => {
-    timer = setTimeout(
-      () => resolve({ drained: false, checkpoint: null, detail: `not drained within ${deadlineMs} ms` }),
-      deadlineMs,
+  const deadline = started + deadlineMs;
+  const results = new Map<string, DrainResult>();
+  // Rounds: a start or restore already under way when the drain began hosts its session only once it is done.
+  for (;;) {
+    const fresh = host.sessions().filter((id) => !results.has(id));
+    if (fresh.length === 0 && host.makingCount === 0) break;
+    if (Date.now() >= deadline) break;
+    if (fresh.length === 0) {
+      await new Promise((r) => setTimeout(r, 100));
+      continue;
+    }
+    for (const id of fresh)
+      results.set(id, { drained: false, checkpoint: null, detail: `not drained within ${deadlineMs} ms` });
+    await Promise.all(
+      fresh.map(async (sessionId) => {
+        const result = await withDeadline(
+          options.client.workflow
+            .getHandle(sessionWorkflowId(sessionId))
+            .executeUpdate(drainUpdate, { args: [{ hostTaskQueue: options.hostTaskQueue, reason }] }),
+          deadline - Date.now(),
+        ).catch((err: unknown): DrainResult => ({
+          drained: false,
+          checkpoint: null,
+          detail: err instanceof Error ? err.message : String(err),
+        }));
+        if (result) results.set(sessionId, result);
+      }),
     );
-  });
-  const results = await Promise.all(
-    sessions.map((sessionId) =>
-      Promise.race([
-        options.client.workflow
-          .getHandle(sessionWorkflowId(sessionId))
-          .executeUpdate(drainUpdate, { args: [{ hostTaskQueue: options.hostTaskQueue, reason }] })
-          .catch((err: unknown): DrainResult => ({
-            drained: false,
-            checkpoint: null,
-            detail: err instanceof Error ? err.message : String(err),
-          })),
-        deadline,
-      ]).then((result) => ({ sessionId, result })),
-    ),
-  );
-  clearTimeout(timer);
+  }
+  const all = [...results.entries()];
   return {
-    sessions: sessions.length,
-    drained: results.filter((r) => r.result.drained).map((r) => r.sessionId),
-    notDrained: results
-      .filter((r) => !r.result.drained)
-      .map((r) => ({ sessionId: r.sessionId, detail: r.result.detail ?? 'not drained' })),
+    sessions: all.length,
+    drained: all.filter(([, r]) => r.drained).map(([id]) => id),
+    notDrained: all
+      .filter(([, r]) => !r.drained)
+      .map(([sessionId, r]) => ({ sessionId, detail: r.detail ?? 'not drained' })),
     elapsedMs: Date.now() - started,
   };
+}
+
+/** The promise's value, or undefined once `ms` have passed. */
+async function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), Math.max(0, ms));
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** The worker process: connects to the configured server and runs until SIGINT/SIGTERM, then drains. */

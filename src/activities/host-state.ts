@@ -4,6 +4,7 @@
  */
 export class HostState {
   private readonly hosted = new Map<string, string>();
+  private inFlight = 0;
   private drainingSince: number | undefined;
 
   /** An instance of `sessionId` now runs here. */
@@ -19,6 +20,21 @@ export class HostState {
   /** Sessions with an instance on this host, each once. */
   sessions(): string[] {
     return [...new Set(this.hosted.values())];
+  }
+
+  /** Runs `make` (a start or restore of an instance here), counted until it settles. */
+  async making<T>(make: () => Promise<T>): Promise<T> {
+    this.inFlight++;
+    try {
+      return await make();
+    } finally {
+      this.inFlight--;
+    }
+  }
+
+  /** Starts and restores under way on this host. */
+  get makingCount(): number {
+    return this.inFlight;
   }
 
   startDraining(): void {

@@ -117,7 +117,7 @@ export function createActivities(deps: ActivityDeps) {
     return runtime;
   };
 
-  return {
+  const activities = {
     /**
      * Claims a session id for the session whose first run is `owner`, once: session ids are never reused, so a run
      * under an id that already has a lineage in the store is refused (SessionAlreadyExists) before it touches it.
@@ -338,6 +338,12 @@ export function createActivities(deps: ActivityDeps) {
     async deleteCheckpoint(input: { sessionId: string; checkpointId: string }): Promise<void> {
       await deps.store.delete(input.sessionId, input.checkpointId);
     },
+  };
+  // A drain must also reach the sessions whose instance is still being made here when it begins.
+  return {
+    ...activities,
+    startRuntime: (input: StartRuntimeInput) => host.making(() => activities.startRuntime(input)),
+    restoreCheckpoint: (input: RestoreInput) => host.making(() => activities.restoreCheckpoint(input)),
   };
 }
 

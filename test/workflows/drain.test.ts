@@ -93,3 +93,18 @@ test('a paused session is left alone by a drain', async () => {
   expect(report).toMatchObject({ sessions: 0, drained: [] });
   expect(await phaseOf(session)).toBe('paused');
 });
+
+test('a session whose start is under way when the drain begins is drained too, or placed elsewhere', async () => {
+  const sessionId = newId('drain-starting');
+  const session = await sys.sessions.start(
+    { sessionId, runtime: { kind: 'workspace', command: COUNTER } },
+    { wait: false },
+  );
+  const report = await sys.firstHost.stop({ deadlineMs: 20_000 });
+  // Either its start finished on the draining host (then it was drained), or the host refused to take it.
+  expect(report.notDrained).toEqual([]);
+  const next = await sys.addHost();
+  const after = await runningStatus(session, 30_000);
+  expect(after.runtime.hostTaskQueue).toBe(next.hostTaskQueue);
+  await session.stop({ checkpoint: false });
+});
