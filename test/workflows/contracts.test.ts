@@ -2,12 +2,7 @@ import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import {
-  ApplicationFailure,
-  WithStartWorkflowOperation,
-  WorkflowFailedError,
-  WorkflowUpdateFailedError,
-} from '@temporalio/client';
+import { WithStartWorkflowOperation, WorkflowFailedError, WorkflowUpdateFailedError } from '@temporalio/client';
 import { sessionWorkflowId, startUpdate } from '../../src/api';
 import {
   InvalidInputError,
@@ -19,6 +14,7 @@ import {
 } from '../../src/client';
 import { ChunkedSnapshotStore } from '../../src/snapshots/engine/chunked-store';
 import { Keyring } from '../../src/snapshots/engine/keyring';
+import { failureMessage, failureType, workflowTaskFailures } from '../helpers/failures';
 import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
 let sys: TestSystem;
@@ -45,26 +41,6 @@ function rawUpdate(session: SessionHandle, name: string, ...args: unknown[]) {
   return args.length === 0
     ? handle.executeUpdate<unknown, []>(name)
     : handle.executeUpdate<unknown, [unknown]>(name, { args: [args[0]] });
-}
-
-/** The failure type of an error from a raw Temporal client call, wherever in the cause chain it is. */
-function failureType(err: unknown): string | undefined {
-  for (let cause: unknown = err; cause instanceof Error; cause = cause.cause) {
-    if (cause instanceof ApplicationFailure) return cause.type ?? undefined;
-  }
-  return undefined;
-}
-
-function failureMessage(err: unknown): string {
-  for (let cause: unknown = err; cause instanceof Error; cause = cause.cause) {
-    if (cause instanceof ApplicationFailure) return cause.message;
-  }
-  return String(err);
-}
-
-async function workflowTaskFailures(workflowId: string): Promise<number> {
-  const history = await sys.client.workflow.getHandle(workflowId).fetchHistory();
-  return (history.events ?? []).filter((e) => e.workflowTaskFailedEventAttributes).length;
 }
 
 /** Everything the session's workspace runtime left on the host for it. */
@@ -96,7 +72,7 @@ describe('unknown fields are refused, naming the field meant, and change nothing
     const after = await session.status();
     expect(after.phase).toBe(before.phase);
     expect(after.checkpointCount).toBe(before.checkpointCount);
-    expect(await workflowTaskFailures(session.workflow.workflowId)).toBe(0);
+    expect(await workflowTaskFailures(sys.client, session.workflow.workflowId)).toBe(0);
     await session.stop({ checkpoint: false });
   });
 
@@ -169,7 +145,7 @@ describe('a start that cannot succeed fails at once, typed, and leaves nothing b
     const error = await handle.result().catch((e: unknown) => e);
     expect(error).toBeInstanceOf(WorkflowFailedError);
     expect(failureType(error)).toBe('InvalidInput');
-    expect(await workflowTaskFailures(workflowId)).toBe(0);
+    expect(await workflowTaskFailures(sys.client, workflowId)).toBe(0);
   });
 
   test('a forged carried state naming another session is refused', async () => {

@@ -1,5 +1,5 @@
 import crypto from 'node:crypto';
-import { ApplicationFailure, WorkflowFailedError } from '@temporalio/client';
+import { WorkflowFailedError } from '@temporalio/client';
 import fc from 'fast-check';
 import type { z } from 'zod';
 import { sessionWorkflowId } from '../../src/api';
@@ -13,6 +13,7 @@ import {
   StopInput,
   VerifyInput,
 } from '../../src/domain';
+import { failureType, workflowTaskFailures } from '../helpers/failures';
 import { runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
 /**
@@ -45,18 +46,6 @@ function refusedBy(schema: z.ZodType) {
   return fc.oneof(fc.jsonValue(), object).filter((value) => value !== null && !schema.safeParse(value).success);
 }
 
-function failureType(err: unknown): string | undefined {
-  for (let cause: unknown = err; cause instanceof Error; cause = cause.cause) {
-    if (cause instanceof ApplicationFailure) return cause.type ?? undefined;
-  }
-  return undefined;
-}
-
-async function workflowTaskFailures(workflowId: string): Promise<number> {
-  const history = await sys.client.workflow.getHandle(workflowId).fetchHistory();
-  return (history.events ?? []).filter((e) => e.workflowTaskFailedEventAttributes).length;
-}
-
 const runs = { numRuns: 25 };
 
 test.each<[string, z.ZodType]>([
@@ -81,7 +70,7 @@ test.each<[string, z.ZodType]>([
   );
   const after = await session.status();
   expect({ ...after, updatedAt: '' }).toEqual({ ...before, updatedAt: '' });
-  expect(await workflowTaskFailures(session.workflow.workflowId)).toBe(0);
+  expect(await workflowTaskFailures(sys.client, session.workflow.workflowId)).toBe(0);
 });
 
 test.each<[string, z.ZodType]>([
@@ -107,7 +96,7 @@ test.each<[string, z.ZodType]>([
   expect((await session.timeline()).length - before).toBe(sent);
   const status = await session.status();
   expect(status).toMatchObject({ phase: 'running', checkpointCount: 0 });
-  expect(await workflowTaskFailures(session.workflow.workflowId)).toBe(0);
+  expect(await workflowTaskFailures(sys.client, session.workflow.workflowId)).toBe(0);
 });
 
 test('start: an arbitrary refused workflow argument fails the run with InvalidInput at its first task', async () => {
@@ -122,7 +111,7 @@ test('start: an arbitrary refused workflow argument fails the run with InvalidIn
       const error = await handle.result().catch((e: unknown) => e);
       expect(error).toBeInstanceOf(WorkflowFailedError);
       expect(failureType(error)).toBe('InvalidInput');
-      expect(await workflowTaskFailures(workflowId)).toBe(0);
+      expect(await workflowTaskFailures(sys.client, workflowId)).toBe(0);
     }),
     { numRuns: 15 },
   );
