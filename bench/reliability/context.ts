@@ -137,7 +137,7 @@ export class Context {
       s?.runtime?.kind === 'workspace' ? [s.runtime] : [],
     );
     const strays = this.processes(ids).filter(
-      (p) => p.state.startsWith('T') || !live.some((r) => p.cwd === r.location),
+      (p) => p.state.startsWith('T') || p.cwdDeleted || !live.some((r) => p.cwd === r.location),
     );
     this.orphans(strays, `${when}, once settled: not a live instance's, or stopped`);
     this.leaks(live, `${when}, once settled`, subjects[0]!.row, ids);

@@ -18,7 +18,7 @@ export type Operation = 'start' | 'capture' | 'restore';
 export type Durations = Record<Operation | 'drain', number>;
 
 const OPERATIONS: readonly Operation[] = ['start', 'capture', 'restore'];
-const FAULT_NAMES: Record<Fault, string> = { kill: 'kill -9', term: 'SIGTERM' };
+export const FAULT_NAMES: Record<Fault, string> = { kill: 'kill -9', term: 'SIGTERM' };
 /** A second SIGTERM sooner than this after the first is a copy of it (src/worker.ts): ignored. */
 const DUPLICATE_SIGNAL_MS = 2_000;
 

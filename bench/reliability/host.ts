@@ -10,10 +10,14 @@ export interface SessionProcess {
   pid: number;
   /** R, S, D, T (stopped), … */
   state: string;
+  /** The process group: one copy of a session's command, whatever it started. */
+  pgrp: number;
   /** Clock ticks after boot: tells a process of a dead worker's time from one started since. */
   startTime: number;
   /** The working directory, without the " (deleted)" of one that was removed. */
   cwd: string | undefined;
+  /** The working directory was removed: no live instance works there, even if a new one has the same path. */
+  cwdDeleted: boolean;
   cmdline: string;
 }
 
@@ -24,13 +28,15 @@ export function sessionProcesses(markerPrefix: string, workspaceDir: string): Se
     if (!/^\d+$/.test(name) || Number(name) === process.pid) continue;
     try {
       const cmdline = fs.readFileSync(`/proc/${name}/cmdline`, 'utf8').replace(/\0/g, ' ').trim();
-      const cwd = readCwd(name);
+      const link = readLink(`/proc/${name}/cwd`);
+      const cwd = link?.replace(/ \(deleted\)$/, '');
       const inRoot = cwd !== undefined && (cwd + '/').startsWith(workspaceDir + '/');
       if (!cmdline.includes(markerPrefix) && !inRoot) continue;
       const stat = parseProcessStat(Number(name), fs.readFileSync(`/proc/${name}/stat`, 'utf8'));
       // Zombies and the dying are gone in all but name: their parent reaps them.
       if (!stat || 'ZX'.includes(stat.state)) continue;
-      found.push({ pid: stat.pid, state: stat.state, startTime: stat.startTime, cwd, cmdline });
+      const { pid, state, pgrp, startTime } = stat;
+      found.push({ pid, state, pgrp, startTime, cwd, cwdDeleted: link !== cwd, cmdline });
     } catch {
       // It exited while we looked.
     }
@@ -38,9 +44,9 @@ export function sessionProcesses(markerPrefix: string, workspaceDir: string): Se
   return found;
 }
 
-function readCwd(pid: string): string | undefined {
+function readLink(file: string): string | undefined {
   try {
-    return fs.readlinkSync(`/proc/${pid}/cwd`).replace(/ \(deleted\)$/, '');
+    return fs.readlinkSync(file);
   } catch {
     return undefined;
   }
@@ -57,7 +63,7 @@ export function startTimeOf(pid: number): number | undefined {
 
 /** Whether `pid` is alive and works in `dir` (the process a status names as a session's runtime). */
 export function runsIn(pid: number | undefined, dir: string): boolean {
-  return pid !== undefined && readCwd(String(pid)) === dir;
+  return pid !== undefined && readLink(`/proc/${pid}/cwd`) === dir;
 }
 
 /** A file no live instance owns, or a temp file in the snapshot store. */

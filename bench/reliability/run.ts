@@ -16,7 +16,7 @@ import { parseArgs } from 'node:util';
 import { Cluster } from './cluster';
 import { Context, markerPrefix, progress } from './context';
 import { sessionProcesses } from './host';
-import { calibrate, drainRound, operationsRound, rowName, rowNames, type Durations, type Fault } from './crash';
+import { calibrate, drainRound, FAULT_NAMES, operationsRound, rowNames, type Durations, type Fault } from './crash';
 import { cycles, cyclesRow } from './cycles';
 import { outage, outageRow } from './outage';
 import { Tally } from './tally';
@@ -91,12 +91,12 @@ async function runScenarios(cluster: Cluster, tally: Tally, runId: string, p: Pl
     // kill -9 on one host, SIGTERM on another, at once: each host's rounds wait mostly on its own worker's restart.
     await Promise.all(
       FAULTS.map(async (fault, i) => {
-        const ctx = i === 0 ? main : context(String.fromCharCode(97 + i));
+        const ctx = i === 0 ? main : context('b');
         await ctx.host.startWorker();
         const t: Durations = await calibrate(ctx, p.perOp);
         progress(`${ctx.host.name}: fault windows (ms): ${JSON.stringify(t)}`);
         tally.findings.push(
-          `NOTE — ${rowName(fault, 'start').split(' ')[0]}: fault windows, measured without a fault (ms): ${JSON.stringify(t)}`,
+          `NOTE — ${FAULT_NAMES[fault]}: fault windows, measured without a fault (ms): ${JSON.stringify(t)}`,
         );
         for (let round = 1; round <= p.rounds; round++) {
           progress(`${ctx.host.name}: ${fault} round ${round}: start, capture, restore`);

@@ -21,7 +21,8 @@ export class Tally {
   private readonly rows = new Map<string, Row>();
   /** Each leaked file once, however many checks saw it. */
   private readonly leaked = new Map<string, number>();
-  private readonly orphanPids = new Set<number>();
+  /** Orphans are counted by process group: one copy of a command, however many children it has had. */
+  private readonly orphanGroups = new Set<number>();
   readonly findings: string[] = [];
 
   row(name: string): Row {
@@ -72,13 +73,19 @@ export class Tally {
   }
 
   orphans(rowName: string, processes: readonly SessionProcess[], when: string): void {
-    const fresh = processes.filter((p) => !this.orphanPids.has(p.pid));
+    const fresh = processes.filter((p) => !this.orphanGroups.has(p.pgrp));
     if (fresh.length === 0) return;
-    for (const p of fresh) this.orphanPids.add(p.pid);
-    this.row(rowName).orphans += fresh.length;
+    const groups = new Set(fresh.map((p) => p.pgrp));
+    for (const group of groups) this.orphanGroups.add(group);
+    this.row(rowName).orphans += groups.size;
     this.findings.push(
       `ORPHANS — ${rowName}: ${when}:\n` +
-        fresh.map((p) => `  pid ${p.pid} state ${p.state} cwd ${p.cwd ?? '?'}: ${p.cmdline.slice(0, 160)}`).join('\n'),
+        fresh
+          .map((p) => {
+            const cwd = `${p.cwd ?? '?'}${p.cwdDeleted ? ' (deleted)' : ''}`;
+            return `  pid ${p.pid} group ${p.pgrp} state ${p.state} cwd ${cwd}: ${p.cmdline.slice(0, 160)}`;
+          })
+          .join('\n'),
     );
   }
 
