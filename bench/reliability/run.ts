@@ -142,7 +142,9 @@ async function main(): Promise<number> {
   const cluster = await Cluster.start();
   // From here on everything started is stopped again, whatever happens.
   const cleanUp = async () => {
-    // The sessions' processes first: a worker killed with -9 leaves them, and so may a failed run.
+    await cluster.close({ keep: p.keep });
+    // Then the sessions' processes (no worker is left to start another): a worker killed with -9 leaves them, and so
+    // may a failed run. Their marker, or a working directory under the (maybe removed) temp dir, finds them.
     for (const leftover of sessionProcesses(markerPrefix(runId), cluster.dir)) {
       try {
         process.kill(leftover.pid, 'SIGKILL');
@@ -150,7 +152,6 @@ async function main(): Promise<number> {
         // Gone already.
       }
     }
-    await cluster.close({ keep: p.keep });
     if (p.keep) console.error(`kept ${cluster.dir}`);
   };
   const interrupted = () => {
