@@ -12,6 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
+import { hostWorkflowId, sessionWorkflowId } from '../src/api';
 import { SessionClient } from '../src/client';
 import { DEFAULT_TEMPORAL_BIN, freePort, startDevServer } from '../src/dev-server';
 import { MemoryRuntime, WorkspaceRuntime } from '../src/runtimes';
@@ -64,7 +65,7 @@ async function main(): Promise<void> {
     await waitFor(async () => (await s.status()).checkpointCount === 3);
     await s.stop();
     void cp1;
-    write(server.address, out, `${label}-memory-lifecycle.json`, id);
+    write(server.address, out, `${label}-memory-lifecycle.json`, sessionWorkflowId(id));
 
     // A workspace process that exits by itself.
     const w = await sessions.start({
@@ -72,7 +73,7 @@ async function main(): Promise<void> {
       runtime: { kind: 'workspace', command: ['sh', '-c', 'sleep 0.5; exit 2'] },
     });
     await w.result().catch(() => undefined);
-    write(server.address, out, `${label}-workspace-exit.json`, w.sessionId);
+    write(server.address, out, `${label}-workspace-exit.json`, sessionWorkflowId(w.sessionId));
 
     // A drain: the session's worker shuts down, the session moves to another worker.
     const d = await sessions.start({
@@ -93,7 +94,9 @@ async function main(): Promise<void> {
     await workers.drain();
     await waitFor(async () => (await d.status()).runtime?.hostTaskQueue === `${taskQueue}@host-2`);
     await d.stop();
-    write(server.address, out, `${label}-drain.json`, d.sessionId);
+    write(server.address, out, `${label}-drain.json`, sessionWorkflowId(d.sessionId));
+    // The first host's monitor: attachments, exits passed on, the drain's releases (it runs on; this is its history so far).
+    write(server.address, out, `${label}-host-monitor.json`, hostWorkflowId(`${taskQueue}@host`));
     second.shutdown();
     await secondRunning;
     await secondNative.close();
@@ -109,14 +112,14 @@ async function main(): Promise<void> {
 }
 
 /** The history as `temporal workflow show -o json` prints it: the same JSON the Web UI downloads. */
-function write(address: string, dir: string, file: string, sessionId: string): void {
+function write(address: string, dir: string, file: string, workflowId: string): void {
   const json = execFileSync(DEFAULT_TEMPORAL_BIN, [
     'workflow',
     'show',
     '--address',
     address,
     '--workflow-id',
-    `session-${sessionId}`,
+    workflowId,
     '--output',
     'json',
   ]);

@@ -2,7 +2,14 @@ import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { ActivityDeps } from './activities';
 import { createActivities, DEFAULT_MAX_SESSIONS, HostState } from './activities';
-import { drainUpdate, sessionWorkflowId, watchTaskQueue, type DrainResult } from './api/messages';
+import {
+  drainUpdate,
+  hostStartedSignal,
+  hostWorkflowId,
+  sessionWorkflowId,
+  watchTaskQueue,
+  type DrainResult,
+} from './api/messages';
 import { loadConfig, type Config } from './config';
 import { MemoryRuntime, WorkspaceRuntime } from './runtimes';
 import { snapshotStoreFromConfig } from './snapshots/store-from-config';
@@ -82,6 +89,7 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
   const workers = [shared, hostWorker, watchWorker];
   return {
     async run() {
+      await startHostMonitor(options, host);
       await Promise.all(workers.map((w) => w.run()));
     },
     drain: (drainOptions = {}) => drainHost(options, host, drainOptions),
@@ -89,6 +97,21 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
       for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
     },
   };
+}
+
+/**
+ * Starts this host's monitor workflow, or tells the running one that the host has a new incarnation: the instances
+ * a previous worker here ran are gone (recoverHost killed them), and their sessions are told so at once.
+ */
+async function startHostMonitor(options: CreateWorkersOptions, host: HostState): Promise<void> {
+  await options.client.workflow.signalWithStart('hostWorkflow', {
+    workflowId: hostWorkflowId(options.hostTaskQueue),
+    taskQueue: options.taskQueue,
+    args: [{ hostTaskQueue: options.hostTaskQueue }],
+    signal: hostStartedSignal,
+    signalArgs: [{ incarnation: host.incarnation }],
+    staticSummary: `worker host ${options.hostTaskQueue}`,
+  });
 }
 
 async function drainHost(

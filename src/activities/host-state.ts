@@ -1,15 +1,56 @@
+import { randomUUID } from 'node:crypto';
+import type { ExitInfo } from '../runtimes';
+
+/** An instance of this host that ended, numbered in the order this incarnation of the host saw it. */
+export interface HostExit {
+  seq: number;
+  instanceId: string;
+  sessionId: string;
+  exit: ExitInfo;
+  /** Its session asked for the stop (pause, stop, drain): the session knows, and nobody needs to be told. */
+  bySession: boolean;
+}
+
+const MAX_UNACKNOWLEDGED_EXITS = 10_000;
+
+/** Exits are acknowledged by position: a position of another incarnation of the host acknowledges nothing here. */
+export interface ExitCursor {
+  incarnation: string;
+  seq: number;
+}
+
 /**
  * What this worker host knows of itself: the sessions whose runtime instances it runs (so that a shutdown can drain
- * them) and whether it is draining (so that it takes no new sessions meanwhile).
+ * them and placement can skip a full host), whether it is draining (so that it takes no new sessions meanwhile), and
+ * how its instances ended, kept until the host's monitor has acknowledged them.
  */
 export class HostState {
+  /** Differs for every process: a worker restarted on the same host is a new incarnation of it. */
+  readonly incarnation = randomUUID();
   private readonly hosted = new Map<string, string>();
+  private readonly watched = new Set<string>();
+  private readonly stopsBySession = new Set<string>();
+  private exits: HostExit[] = [];
+  private nextSeq = 1;
+  private readonly waiters = new Set<() => void>();
   private inFlight = 0;
   private drainingSince: number | undefined;
 
-  /** An instance of `sessionId` now runs here. */
-  hosting(instanceId: string, sessionId: string): void {
+  /** An instance of `sessionId` now runs here; `exited` settles when it ends. */
+  hosting(instanceId: string, sessionId: string, exited?: Promise<ExitInfo>): void {
     this.hosted.set(instanceId, sessionId);
+    if (!exited || this.watched.has(instanceId)) return;
+    this.watched.add(instanceId);
+    exited.then(
+      (exit) => this.ended(instanceId, sessionId, exit),
+      // Unknown to the runtime (disposed before it was watched): nothing ran, so nothing ended.
+      () => this.watched.delete(instanceId),
+    );
+  }
+
+  /** The session is stopping its instance itself: the exit that follows is not news to it. */
+  stopRequested(instanceId: string): void {
+    this.stopsBySession.add(instanceId);
   }
 
   /** The instance is gone from this host (disposed, or never made). */
@@ -20,6 +61,36 @@ export class HostState {
   /** Sessions with an instance on this host, each once. */
   sessions(): string[] {
     return [...new Set(this.hosted.values())];
+  }
+
+  /** Whether this incarnation runs the instance, or saw it end and has not had that acknowledged. */
+  knows(instanceId: string): boolean {
+    return this.hosted.has(instanceId) || this.exits.some((e) => e.instanceId === instanceId);
+  }
+
+  /** Exits after `cursor`; those up to it are acknowledged and forgotten. */
+  exitsAfter(cursor: ExitCursor | undefined): HostExit[] {
+    const after = cursor?.incarnation === this.incarnation ? cursor.seq : 0;
+    this.exits = this.exits.filter((e) => e.seq > after);
+    return [...this.exits];
+  }
+
+  /** The position of the newest exit. */
+  get cursor(): ExitCursor {
+    return { incarnation: this.incarnation, seq: this.nextSeq - 1 };
+  }
+
+  /** Resolves at the next exit, or when `signal` aborts. */
+  nextExit(signal: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        this.waiters.delete(done);
+        signal.removeEventListener('abort', done);
+        resolve();
+      };
+      this.waiters.add(done);
+      signal.addEventListener('abort', done);
+    });
   }
 
   /** Runs `make` (a start or restore of an instance here), counted until it settles. */
@@ -43,5 +114,15 @@ export class HostState {
 
   get draining(): boolean {
     return this.drainingSince !== undefined;
+  }
+
+  private ended(instanceId: string, sessionId: string, exit: ExitInfo): void {
+    this.watched.delete(instanceId);
+    const bySession = this.stopsBySession.delete(instanceId);
+    this.exits.push({ seq: this.nextSeq++, instanceId, sessionId, exit, bySession });
+    // Nobody acknowledges while no session is attached to the monitor: keep memory bounded meanwhile.
+    if (this.exits.length > MAX_UNACKNOWLEDGED_EXITS)
+      this.exits.splice(0, this.exits.length - MAX_UNACKNOWLEDGED_EXITS);
+    for (const wake of [...this.waiters]) wake();
   }
 }

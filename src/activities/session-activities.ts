@@ -11,7 +11,7 @@ import type {
   VerificationStatus,
 } from '../domain/schemas';
 import type { ExitInfo, RuntimeInstanceInfo, RuntimeRegistry, SessionRuntime } from '../runtimes';
-import { HostState } from './host-state';
+import { HostState, type ExitCursor } from './host-state';
 import { ArchiveRejectedError, RuntimeFailedError, RuntimeNotFoundError } from '../runtimes';
 import { SnapshotTamperedError } from '../snapshots/engine/crypto';
 import {
@@ -35,6 +35,8 @@ export interface ActivityDeps {
   watchHeartbeatMs?: number;
   /** How long one watch round lasts before it returns `{ exited: false }` and the workflow watches again. */
   watchRoundMs?: number;
+  /** How long the host's lease runs before it returns the exits its sessions asked for (default 10 minutes). */
+  leaseRoundMs?: number;
 }
 
 export interface StartRuntimeInput {
@@ -68,6 +70,20 @@ export interface InstanceInput {
 }
 
 export type WatchResult = { exited: true; exit: ExitInfo } | { exited: false };
+
+export interface HostLeaseInput {
+  /** The instances the monitor watches. */
+  instances: string[];
+  /** Exits up to here were passed on. */
+  after?: ExitCursor;
+}
+
+export interface HostLeaseResult {
+  cursor: ExitCursor;
+  exits: { instanceId: string; exit: ExitInfo }[];
+  released: string[];
+  missing: string[];
+}
 
 export interface VerifyCheckpointInput {
   sessionId: string;
@@ -106,7 +122,9 @@ function checkRecorded(manifest: CheckpointManifest, input: VerifyCheckpointInpu
 export function createActivities(deps: ActivityDeps) {
   const host = deps.host ?? new HostState();
   const hosted = (ref: RuntimeInstanceRef, sessionId: string): RuntimeInstanceRef => {
-    host.hosting(ref.instanceId, sessionId);
+    // The host, not an activity per session, learns how the instance ends: its monitor reports it.
+    const exited = runtimeFor(ref.kind).waitForExit(ref.instanceId);
+    host.hosting(ref.instanceId, sessionId, exited);
     return ref;
   };
   const runtimeFor = (kind: RuntimeKind): SessionRuntime => {
@@ -245,6 +263,7 @@ export function createActivities(deps: ActivityDeps) {
       const ctx = Context.current();
       // A long grace period must not look like a dead host: heartbeat while the process winds down.
       const beat = setInterval(() => ctx.heartbeat({ phase: 'stop' }), heartbeatEvery(ctx));
+      host.stopRequested(input.instance.instanceId);
       try {
         return await runtime.stop(input.instance.instanceId, { graceMs: input.graceMs });
       } catch (err) {
@@ -265,6 +284,47 @@ export function createActivities(deps: ActivityDeps) {
     async disposeRuntime(input: InstanceInput): Promise<void> {
       await runtimeFor(input.instance.kind).dispose(input.instance.instanceId);
       host.released(input.instance.instanceId);
+    },
+
+    /**
+     * The host's one liveness lease, held by its monitor workflow: it heartbeats for the whole host while it waits for
+     * an instance to end, and returns what the monitor must pass on — exits nobody asked for, and `instances` (the
+     * ones the monitor watches) that this incarnation of the host does not know, because a worker before it died.
+     * Exits the sessions asked for are returned as `released`, in batches, as the round ends.
+     */
+    async holdHostLease(input: HostLeaseInput): Promise<HostLeaseResult> {
+      const ctx = Context.current();
+      const heartbeatMs = Math.min(deps.watchHeartbeatMs ?? MAX_HEARTBEAT_MS, heartbeatEvery(ctx));
+      const roundEnds = Date.now() + (deps.leaseRoundMs ?? 10 * 60_000);
+      const missing = input.instances.filter((id) => !host.knows(id));
+      for (;;) {
+        const exits = host.exitsAfter(input.after);
+        const news = exits.filter((e) => !e.bySession);
+        if (
+          missing.length > 0 ||
+          news.length > 0 ||
+          exits.length >= MAX_RELEASED_PER_ROUND ||
+          Date.now() >= roundEnds
+        ) {
+          return {
+            cursor: host.cursor,
+            exits: news.map(({ instanceId, exit }) => ({ instanceId, exit })),
+            released: exits.filter((e) => e.bySession).map((e) => e.instanceId),
+            missing,
+          };
+        }
+        ctx.heartbeat();
+        const wake = AbortSignal.any([ctx.cancellationSignal, AbortSignal.timeout(heartbeatMs)]);
+        await host.nextExit(wake);
+        // An exit seldom comes alone (a shutdown, a crashed process group): let its companions join the report.
+        if (!wake.aborted) await delay(50);
+        if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason;
+      }
+    },
+
+    /** Answered at once by a live host: its incarnation (a new one means a worker restarted here). */
+    async describeHost(): Promise<{ incarnation: string; sessions: number }> {
+      return { incarnation: host.incarnation, sessions: host.sessions().length };
     },
 
     /**
@@ -359,6 +419,9 @@ async function readManifestIfExists(store: SnapshotStore, sessionId: string, che
 }
 
 const MAX_HEARTBEAT_MS = 5_000;
+
+/** Exits sessions asked for, at most, before the lease returns them early (the monitor's list is kept short). */
+const MAX_RELEASED_PER_ROUND = 200;
 
 export const DEFAULT_MAX_SESSIONS = 1_000;
 

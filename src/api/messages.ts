@@ -11,7 +11,14 @@ import type {
   VerifyInput,
 } from '../domain/schemas';
 import type { VerificationResult } from '../domain/schemas';
-import type { FailureInfo, RejectedSignal, RuntimeInstanceRef, TimelineEntry } from '../domain/records';
+import type {
+  FailureInfo,
+  HostAttachment,
+  RejectedSignal,
+  RuntimeInstanceRef,
+  RuntimeReport,
+  TimelineEntry,
+} from '../domain/records';
 import type { Phase } from '../domain/session-state';
 
 /**
@@ -27,12 +34,25 @@ export function sessionWorkflowId(sessionId: string): string {
 }
 
 /**
- * Runtime watchers wait on a queue of their own beside their host's, so that a host with many sessions has slots for
- * their controls (capture, stop) however many watchers it holds.
+ * A host's liveness (its monitor's lease, the question whether it is still there, and the watchers of sessions that
+ * predate the monitor) runs on a queue of its own beside the host's, so that it never waits behind the host's
+ * controls (capture, stop), however busy the host is.
  */
 export function watchTaskQueue(hostTaskQueue: string): string {
   return `${hostTaskQueue}/watch`;
 }
+
+/** One monitor workflow per worker host: it holds the host's one liveness lease and watches its sessions' instances. */
+export function hostWorkflowId(hostTaskQueue: string): string {
+  return `host-${hostTaskQueue}`;
+}
+
+/** Sent by a session to its host's monitor once its instance runs there. */
+export const attachRuntimeSignal = defineSignal<[HostAttachment]>('attachRuntime');
+/** Sent by a worker as it starts: a new incarnation of the host, whose predecessor's instances are gone. */
+export const hostStartedSignal = defineSignal<[{ incarnation: string }]>('hostStarted');
+/** Sent by a host's monitor to a session: its instance ended, or its host is lost. */
+export const runtimeReportSignal = defineSignal<[RuntimeReport]>('runtimeReport');
 
 export interface ResumeResult {
   /** The checkpoint whose state is now running. */

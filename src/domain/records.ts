@@ -123,3 +123,36 @@ export const SessionWorkflowInput = strictObject({
   carried: CarriedState.optional(),
 });
 export type SessionWorkflowInput = z.infer<typeof SessionWorkflowInput>;
+
+/** A running instance a session asks its host's monitor to watch (signal `attachRuntime` to the host workflow). */
+export const HostAttachment = strictObject({
+  instanceId: z.string().min(1).max(300),
+  /** The session workflow told when the instance ends or its host is lost. */
+  sessionWorkflowId: z.string().min(1).max(1000),
+  /** The session's liveness options: the monitor notices a lost host within the tightest of its sessions'. */
+  heartbeatTimeoutMs: z.number().int().min(3_000).max(3_600_000).optional(),
+  hostTimeoutMs: z.number().int().min(1_000).max(3_600_000).optional(),
+});
+export type HostAttachment = z.infer<typeof HostAttachment>;
+
+/** What a host's monitor tells a session about its instance (signal `runtimeReport`). */
+export const RuntimeReport = z.discriminatedUnion('outcome', [
+  strictObject({
+    outcome: z.literal('exited'),
+    instanceId: z.string().min(1).max(300),
+    exitCode: z.number().int().nullable(),
+    signal: z.string().max(50).nullable(),
+    /** Stopped by its host (a shutdown that could not drain it), not by the session. */
+    stoppedByHost: z.boolean(),
+  }),
+  strictObject({ outcome: z.literal('lost'), instanceId: z.string().min(1).max(300), reason: Text }),
+]);
+export type RuntimeReport = z.infer<typeof RuntimeReport>;
+
+/** The host workflow's argument; what it watches is carried across continue-as-new. */
+export const HostWorkflowInput = strictObject({
+  hostTaskQueue: z.string().min(1).max(400),
+  attached: z.array(HostAttachment).optional(),
+  cursor: strictObject({ incarnation: z.string().max(100), seq: z.number().int().min(0) }).optional(),
+});
+export type HostWorkflowInput = z.infer<typeof HostWorkflowInput>;

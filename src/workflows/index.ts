@@ -1,1 +1,2 @@
 export { sessionWorkflow } from './session-workflow';
+export { hostWorkflow } from './host-workflow';

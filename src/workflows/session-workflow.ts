@@ -5,6 +5,7 @@ import {
   CancellationScope,
   condition,
   continueAsNew,
+  getExternalWorkflowHandle,
   isCancellation,
   log,
   patched,
@@ -24,11 +25,14 @@ import type { SessionActivities, WatchResult } from '../activities';
 import {
   checkpointSignal,
   checkpointUpdate,
+  attachRuntimeSignal,
   drainUpdate,
+  hostWorkflowId,
   pauseSignal,
   pauseUpdate,
   resumeSignal,
   resumeUpdate,
+  runtimeReportSignal,
   sessionWorkflowId,
   startUpdate,
   statusQuery,
@@ -44,7 +48,13 @@ import {
   type StopResult,
   type TimelineEntry,
 } from '../api/messages';
-import { type CarriedState, SessionWorkflowInput, type RejectedSignal, type RememberedResult } from '../domain/records';
+import {
+  type CarriedState,
+  RuntimeReport,
+  SessionWorkflowInput,
+  type RejectedSignal,
+  type RememberedResult,
+} from '../domain/records';
 import { closestName } from '../domain/names';
 import { sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
 import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS, type ErrorCode } from '../domain/error-codes';
@@ -102,6 +112,12 @@ const WATCH_QUEUE_PATCH = 'watchers-own-queue';
 
 /** A watcher that fails asks the host whether the instance still runs before the session recovers elsewhere. */
 const ASK_HOST_PATCH = 'ask-host-before-recovery';
+
+/**
+ * The host's monitor workflow watches the instance (one lease per host), instead of an activity per session: the
+ * session attaches its instance to it and hears back by signal (`runtimeReport`).
+ */
+const HOST_MONITOR_PATCH = 'host-monitor';
 
 /** Refused signals kept in status (each is in the timeline as well). */
 const MAX_REJECTED_SIGNALS = 10;
@@ -441,6 +457,9 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     description:
       'Sent by a worker that shuts down: checkpoint (trigger drain), stop the runtime there, answer, then restore ' +
       'on another worker. Input: {"hostTaskQueue": "durable-sessions@host-1"}; a session hosted elsewhere is left alone.',
+  });
+  setHandler(runtimeReportSignal, onRuntimeReport, {
+    description: "Sent by the host's monitor workflow: the session's runtime instance ended, or its host is lost.",
   });
   // A name nobody defined is a typed refusal naming the closest real one, not the SDK's untyped "no handler".
   setDefaultUpdateHandler((name) => {
@@ -801,6 +820,10 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   // ---- watching the runtime ------------------------------------------------------------------------
   /** Learns of exits nobody asked for and of lost hosts, in bounded rounds of a long-polling activity. */
   function watch(runtime: RuntimeInstanceRef): void {
+    if (patched(HOST_MONITOR_PATCH)) {
+      attach(runtime);
+      return;
+    }
     const scope = new CancellationScope();
     watchScope = scope;
     const watcher = watcherOn(runtime.hostTaskQueue, state.spec.liveness);
@@ -832,6 +855,37 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
         });
       },
     );
+  }
+
+  /** Asks the host's monitor to watch the instance; it signals `runtimeReport` when the instance ends or its host is lost. */
+  function attach(runtime: RuntimeInstanceRef): void {
+    const { heartbeatTimeoutMs, hostTimeoutMs } = state.spec.liveness ?? {};
+    getExternalWorkflowHandle(hostWorkflowId(runtime.hostTaskQueue))
+      .signal(attachRuntimeSignal, {
+        instanceId: runtime.instanceId,
+        sessionWorkflowId: workflowInfo().workflowId,
+        ...(heartbeatTimeoutMs !== undefined ? { heartbeatTimeoutMs } : {}),
+        ...(hostTimeoutMs !== undefined ? { hostTimeoutMs } : {}),
+      })
+      .catch((err: unknown) => {
+        // Every worker starts its host's monitor before it takes work: a host without one is not a host any more.
+        void serial(() => onRuntimeLost(runtime, `its host has no monitor to watch it: ${messageOf(err)}`));
+      });
+  }
+
+  /** What the host's monitor reports: the instance ended, or its host is lost. Reports of other instances are late. */
+  function onRuntimeReport(raw: unknown): void {
+    const parsed = RuntimeReport.safeParse(raw);
+    if (!parsed.success) {
+      rejectSignal('runtimeReport', `invalid report: ${parsed.error.issues.map((i) => i.message).join('; ')}`);
+      return;
+    }
+    const report = parsed.data;
+    const runtime = state.runtime;
+    if (!runtime || runtime.instanceId !== report.instanceId) return;
+    if (report.outcome === 'lost') void serial(() => onRuntimeLost(runtime, report.reason));
+    else if (report.stoppedByHost) void serial(() => onRuntimeLost(runtime, 'the runtime was stopped by its host'));
+    else void serial(() => onRuntimeExited(runtime, report.exitCode, report.signal));
   }
 
   /**

@@ -2,7 +2,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { sessionWorkflowId } from '../../src/api';
+import { hostWorkflowId } from '../../src/api';
 import { freePort, startDevServer, type DevServer } from '../../src/dev-server';
 import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
@@ -38,8 +38,8 @@ afterAll(async () => {
   fs.rmSync(dir, { recursive: true, force: true });
 });
 
-async function activitiesCompleted(sessionId: string, name: string): Promise<number> {
-  const history = await sys!.client.workflow.getHandle(sessionWorkflowId(sessionId)).fetchHistory();
+async function activitiesCompleted(workflowId: string, name: string): Promise<number> {
+  const history = await sys!.client.workflow.getHandle(workflowId).fetchHistory();
   const events = history.events ?? [];
   const scheduled = new Set(
     events
@@ -74,10 +74,13 @@ test(`a ${OUTAGE_MS / 1000} s server outage with a live worker: no session is lo
   await new Promise((r) => setTimeout(r, OUTAGE_MS));
   server = await serve();
 
-  // Each watcher's heartbeat timeout has passed meanwhile; the session asks the host, which still runs it.
-  for (const session of [memory, workspace]) {
-    await eventually(async () => (await activitiesCompleted(session.sessionId, 'describeInstance')) > 0, 90_000);
-  }
+  // The host's lease timed out meanwhile; its monitor asks the host, which answers: nobody is told of a loss.
+  const monitor = hostWorkflowId(s.firstHost.hostTaskQueue);
+  await eventually(async () => (await activitiesCompleted(monitor, 'describeHost')) > 0, 90_000);
+  await eventually(async () => {
+    const d = await s.client.workflow.getHandle(monitor).describe();
+    return d.raw.pendingActivities?.some((a) => a.activityType?.name === 'holdHostLease') || undefined;
+  }, 30_000);
   const after = await Promise.all([runningStatus(memory), runningStatus(workspace)]);
   for (const [i, session] of [memory, workspace].entries()) {
     expect(after[i]!.runtime.instanceId).toBe(before[i]!.runtime.instanceId);

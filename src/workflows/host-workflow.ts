@@ -1,0 +1,183 @@
+import {
+  ActivityFailure,
+  ApplicationFailure,
+  CancellationScope,
+  condition,
+  continueAsNew,
+  getExternalWorkflowHandle,
+  isCancellation,
+  log,
+  proxyActivities,
+  setDefaultSignalHandler,
+  setHandler,
+  workflowInfo,
+} from '@temporalio/workflow';
+import type { ExitCursor, HostLeaseResult, SessionActivities } from '../activities';
+import { attachRuntimeSignal, hostStartedSignal, runtimeReportSignal, watchTaskQueue } from '../api/messages';
+import { ERROR_CODES } from '../domain/error-codes';
+import { HostAttachment, HostWorkflowInput, type RuntimeReport } from '../domain/records';
+
+/** Without a session's own setting, a host is lost after 30 s without a heartbeat or 60 s without polling. */
+const DEFAULT_HEARTBEAT_TIMEOUT_MS = 30_000;
+const DEFAULT_HOST_TIMEOUT_MS = 60_000;
+
+/**
+ * One per worker host: the host's liveness and its instances' ends, for all of its sessions at once. It holds one
+ * lease activity on the host (one heartbeat for the host, not one per session, and no activity slot per session),
+ * passes on the exits the lease reports, and, when the lease stops beating and the host does not answer either, tells
+ * every attached session its host is lost. A host that is only cut off from Temporal answers once the server is back,
+ * and keeps its sessions.
+ */
+export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
+  const parsed = HostWorkflowInput.safeParse(raw);
+  if (!parsed.success) {
+    throw ApplicationFailure.create({
+      type: ERROR_CODES.InvalidInput,
+      message: `invalid host monitor input: ${parsed.error.issues.map((i) => i.message).join('; ')}`,
+      nonRetryable: true,
+    });
+  }
+  const input = parsed.data;
+  const attached = new Map<string, HostAttachment>((input.attached ?? []).map((a) => [a.instanceId, a]));
+  let cursor: ExitCursor | undefined = input.cursor;
+  let lease: CancellationScope | undefined;
+  let leaseTimeouts: Timeouts | undefined;
+  let restarted = false;
+
+  setHandler(attachRuntimeSignal, (rawAttachment) => {
+    const attachment = HostAttachment.safeParse(rawAttachment);
+    if (!attachment.success) {
+      log.warn('attachRuntime refused', { issues: attachment.error.issues });
+      return;
+    }
+    attached.set(attachment.data.instanceId, attachment.data);
+    // A session that wants its host's loss noticed sooner than the lease under way would notice it: lease again.
+    const wanted = timeoutsOf(attached);
+    if (leaseTimeouts && tighter(wanted, leaseTimeouts)) lease?.cancel();
+  });
+  setHandler(hostStartedSignal, () => {
+    // The lease under way is held by the dead incarnation: the new one answers at once what it does not know.
+    restarted = true;
+    lease?.cancel();
+  });
+  setDefaultSignalHandler((name) => log.warn('unknown signal to a host monitor', { name }));
+
+  while (!workflowInfo().continueAsNewSuggested) {
+    await condition(() => attached.size > 0 || workflowInfo().continueAsNewSuggested);
+    if (attached.size === 0) break;
+    restarted = false;
+    const timeouts = (leaseTimeouts = timeoutsOf(attached));
+    const scope = (lease = new CancellationScope());
+    try {
+      const result = await scope.run(() =>
+        leaseOn(input.hostTaskQueue, timeouts).holdHostLease({ instances: [...attached.keys()], after: cursor }),
+      );
+      cursor = result.cursor;
+      await passOn(result);
+    } catch (err) {
+      if (scope.consideredCancelled || restarted) continue;
+      if (isCancellation(err)) throw err;
+      // Lost contact with the lease. A Temporal outage does that to a live host too: ask before declaring anything.
+      if (await answers(input.hostTaskQueue, timeouts)) continue;
+      await hostLost(`its worker host ${input.hostTaskQueue} stopped answering: ${messageOf(err)}`);
+    } finally {
+      lease = undefined;
+      leaseTimeouts = undefined;
+    }
+  }
+  await continueAsNew<typeof hostWorkflow>({
+    hostTaskQueue: input.hostTaskQueue,
+    attached: [...attached.values()],
+    cursor,
+  });
+
+  async function passOn(result: HostLeaseResult): Promise<void> {
+    for (const id of result.released) attached.delete(id);
+    const reports: [HostAttachment, RuntimeReport][] = [];
+    for (const { instanceId, exit } of result.exits) {
+      const a = attached.get(instanceId);
+      if (!a) continue;
+      attached.delete(instanceId);
+      const { exitCode, signal } = exit;
+      reports.push([a, { outcome: 'exited', instanceId, exitCode, signal, stoppedByHost: exit.requested }]);
+    }
+    for (const instanceId of result.missing) {
+      const a = attached.get(instanceId);
+      if (!a) continue;
+      attached.delete(instanceId);
+      const reason = `its worker host ${input.hostTaskQueue} restarted, and the instance did not survive it`;
+      reports.push([a, { outcome: 'lost', instanceId, reason }]);
+    }
+    await tell(reports);
+  }
+
+  async function hostLost(reason: string): Promise<void> {
+    const reports = [...attached.values()].map((a): [HostAttachment, RuntimeReport] => [
+      a,
+      { outcome: 'lost', instanceId: a.instanceId, reason },
+    ]);
+    attached.clear();
+    log.warn('worker host lost', { hostTaskQueue: input.hostTaskQueue, sessions: reports.length, reason });
+    await tell(reports);
+  }
+}
+
+/** Signals each session its report; a session that has ended since needs none. */
+async function tell(reports: [HostAttachment, RuntimeReport][]): Promise<void> {
+  await Promise.allSettled(
+    reports.map(([a, report]) => getExternalWorkflowHandle(a.sessionWorkflowId).signal(runtimeReportSignal, report)),
+  );
+}
+
+interface Timeouts {
+  heartbeatTimeoutMs: number;
+  hostTimeoutMs: number;
+}
+
+/** The tightest of the attached sessions' liveness options. */
+function timeoutsOf(attached: Map<string, HostAttachment>): Timeouts {
+  let heartbeatTimeoutMs = DEFAULT_HEARTBEAT_TIMEOUT_MS;
+  let hostTimeoutMs = DEFAULT_HOST_TIMEOUT_MS;
+  for (const a of attached.values()) {
+    heartbeatTimeoutMs = Math.min(heartbeatTimeoutMs, a.heartbeatTimeoutMs ?? DEFAULT_HEARTBEAT_TIMEOUT_MS);
+    hostTimeoutMs = Math.min(hostTimeoutMs, a.hostTimeoutMs ?? DEFAULT_HOST_TIMEOUT_MS);
+  }
+  return { heartbeatTimeoutMs, hostTimeoutMs };
+}
+
+function tighter(a: Timeouts, b: Timeouts): boolean {
+  return a.heartbeatTimeoutMs < b.heartbeatTimeoutMs || a.hostTimeoutMs < b.hostTimeoutMs;
+}
+
+/** The lease runs on the host's liveness queue: a host busy with captures still beats. */
+function leaseOn(hostTaskQueue: string, t: Timeouts) {
+  return proxyActivities<SessionActivities>({
+    taskQueue: watchTaskQueue(hostTaskQueue),
+    scheduleToStartTimeout: t.hostTimeoutMs,
+    startToCloseTimeout: '2 hours',
+    heartbeatTimeout: t.heartbeatTimeoutMs,
+    // No retries: a lease that stops beating is a question for the host (`answers`), not something to repeat blindly.
+    retry: { maximumAttempts: 1 },
+  });
+}
+
+/** Whether the host picks up a question that does no work within hostTimeoutMs. */
+async function answers(hostTaskQueue: string, t: Timeouts): Promise<boolean> {
+  const ask = proxyActivities<SessionActivities>({
+    taskQueue: watchTaskQueue(hostTaskQueue),
+    scheduleToStartTimeout: t.hostTimeoutMs,
+    startToCloseTimeout: '10 seconds',
+    retry: { maximumAttempts: 1 },
+  });
+  try {
+    await ask.describeHost();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function messageOf(err: unknown): string {
+  const cause = err instanceof ActivityFailure && err.cause ? err.cause : err;
+  return cause instanceof Error ? cause.message : String(cause);
+}

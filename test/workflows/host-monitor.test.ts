@@ -1,0 +1,73 @@
+import crypto from 'node:crypto';
+import { hostWorkflowId, runtimeReportSignal, sessionWorkflowId } from '../../src/api';
+import type { SessionHandle } from '../../src/client';
+import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
+
+/**
+ * A host's liveness is one lease for the whole host, held by its monitor workflow: running sessions hold no activity
+ * (and no activity slot) each, and hear of their instance's end from the monitor.
+ */
+let sys: TestSystem;
+beforeAll(async () => {
+  sys = await startTestSystem();
+});
+afterAll(async () => {
+  await sys?.close();
+});
+
+const id = (name: string) => `${name}-${crypto.randomUUID().slice(0, 8)}`;
+
+async function pendingActivities(workflowId: string): Promise<string[]> {
+  const d = await sys.client.workflow.getHandle(workflowId).describe();
+  return (d.raw.pendingActivities ?? []).map((a) => a.activityType?.name ?? '?');
+}
+
+test('twenty running sessions hold no activity each: their host holds one lease for all of them', async () => {
+  const sessions: SessionHandle[] = [];
+  for (let i = 0; i < 20; i++) {
+    sessions.push(await sys.sessions.start({ sessionId: id(`lease-${i}`), runtime: { kind: 'memory' } }));
+  }
+  await Promise.all(sessions.map((s) => runningStatus(s)));
+  const monitor = hostWorkflowId(sys.firstHost.hostTaskQueue);
+  await eventually(async () => ((await pendingActivities(monitor)).join() === 'holdHostLease' ? true : undefined));
+  for (const s of sessions) expect(await pendingActivities(sessionWorkflowId(s.sessionId))).toEqual([]);
+  await Promise.all(sessions.map((s) => s.stop()));
+});
+
+test('a command that exits on its own is reported by the host: the session ends with its exit code', async () => {
+  const session = await sys.sessions.start({
+    sessionId: id('exits'),
+    runtime: { kind: 'workspace', command: ['sh', '-c', 'sleep 1; exit 3'] },
+  });
+  const ended = await eventually(async () => {
+    const s = await session.status();
+    return s.phase !== 'running' ? s : undefined;
+  }, 30_000);
+  expect(ended.runtime).toBeNull();
+  expect((await session.timeline()).at(-1)).toMatchObject({ kind: 'runtime-exited', exitCode: 3 });
+});
+
+test('a forged report is refused and one about another instance changes nothing', async () => {
+  const session = await sys.sessions.start({
+    sessionId: id('forged'),
+    runtime: { kind: 'workspace', command: ['sh', '-c', 'while true; do sleep 0.1; done'] },
+  });
+  const before = await runningStatus(session);
+  const handle = sys.client.workflow.getHandle(sessionWorkflowId(session.sessionId));
+  await handle.signal(runtimeReportSignal, {
+    outcome: 'lost',
+    instanceId: 'someone-else-1234',
+    reason: 'not this one',
+  });
+  await handle.signal('runtimeReport', { outcome: 'lost', instance_id: before.runtime.instanceId } as never);
+  const status = await eventually(async () => {
+    const s = await session.status();
+    return s.rejectedSignals.length > 0 ? s : undefined;
+  });
+  expect(status.rejectedSignals[0]).toMatchObject({ signal: 'runtimeReport' });
+  expect(status.rejectedSignals[0]!.reason).toContain('invalid report');
+  expect(status.phase).toBe('running');
+  expect(status.runtime?.instanceId).toBe(before.runtime.instanceId);
+  expect(() => process.kill(before.runtime.pid!, 0)).not.toThrow();
+  await session.stop();
+});
