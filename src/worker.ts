@@ -87,13 +87,18 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     ...heartbeats,
   });
   const workers = [shared, hostWorker, watchWorker];
+  let shuttingDown = false;
   return {
     async run() {
       await startHostMonitor(options, host);
-      await Promise.all(workers.map((w) => w.run()));
+      const running = Promise.all(workers.map((w) => w.run()));
+      // A shutdown asked for while the monitor was being started found no worker running: it applies now.
+      if (shuttingDown) for (const w of workers) w.shutdown();
+      await running;
     },
     drain: (drainOptions = {}) => drainHost(options, host, drainOptions),
     shutdown() {
+      shuttingDown = true;
       for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
     },
   };
