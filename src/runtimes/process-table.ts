@@ -196,3 +196,30 @@ function readOrUndefined(read: () => string): string | undefined {
 export function isErrnoException(error: unknown): error is NodeJS.ErrnoException {
   return types.isNativeError(error) && 'code' in error;
 }
+
+/**
+ * The process groups with a member whose working directory lies under `root`, by the directory below `root` it is
+ * in, from one scan of /proc (PROC_READS reads at a time). A process whose directory was deleted is not counted.
+ * The caller's own group is never returned.
+ */
+export async function groupsWorkingUnder(root: string): Promise<{ pgid: number; cwd: string }[]> {
+  if (!hasProcfs) return [];
+  const prefix = root.endsWith('/') ? root : `${root}/`;
+  const pids = (await fsp.readdir('/proc')).filter((name) => /^\d+$/.test(name)).map(Number);
+  const own = Number(parseProcessStat(process.pid, readFileSync(`/proc/${process.pid}/stat`, 'utf8'))?.pgrp);
+  const found = new Map<number, string>();
+  let next = 0;
+  const reader = async (): Promise<void> => {
+    for (let i = next++; i < pids.length; i = next++) {
+      const pid = pids[i]!;
+      const cwd = await fsp.readlink(`/proc/${pid}/cwd`).catch(() => undefined); // exited, or not ours to read
+      if (cwd === undefined || !cwd.startsWith(prefix) || cwd.endsWith(' (deleted)')) continue;
+      const text = await fsp.readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined);
+      const stat = text === undefined ? undefined : parseProcessStat(pid, text);
+      if (!stat || stat.pgrp === own || isDead(stat) || found.has(stat.pgrp)) continue;
+      found.set(stat.pgrp, cwd);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(PROC_READS, pids.length) }, reader));
+  return [...found].map(([pgid, cwd]) => ({ pgid, cwd }));
+}

@@ -21,11 +21,13 @@ import {
   type FoundRecord,
 } from './instance-records';
 import {
+  groupsWorkingUnder,
   hasProcfs,
   identityOf,
   isErrnoException,
   killGroup,
   signalGroup,
+  waitUntilGroupGone,
   waitUntilGroupStopped,
 } from './process-table';
 import type {
@@ -203,6 +205,7 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
       if ('record' in found && this.instances.get(found.record.instanceId)?.pid === found.record.pid) continue;
       if ((await this.fence(found)) === 'killed') killed++;
     }
+    killed += await this.fenceUnrecorded();
     const { removedDirs, bytes } = await this.removeUnowned();
     this.log(
       `workspace recovery: killed ${killed} process group(s) left running, ` +
@@ -459,6 +462,29 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     }
     await fsp.rm(found.file, { force: true });
     return outcome;
+  }
+
+  /**
+   * Kills the process groups working in an instance directory that no live instance owns: those a worker started and
+   * died before it could record (between the spawn and the record's rename). They are found by their working
+   * directory, which the command was started in.
+   */
+  private async fenceUnrecorded(): Promise<number> {
+    const owned = new Set([...[...this.instances.values()].map(({ dir }) => dir), ...this.creating.values()]);
+    let killed = 0;
+    for (const { pgid, cwd } of await groupsWorkingUnder(this.rootDir)) {
+      const [session, instance] = path.relative(this.rootDir, cwd).split(path.sep);
+      if (!session || !instance || !isSafeId(instance)) continue;
+      if (owned.has(path.join(this.rootDir, session, instance))) continue;
+      killGroup(pgid);
+      const gone = await waitUntilGroupGone(pgid, FENCE_WAIT_MS);
+      this.log(
+        `workspace runtime: ${gone ? 'killed' : 'could not kill'} process group ${pgid} working in ${cwd}, ` +
+          'started by an earlier worker that died before it recorded it',
+      );
+      if (gone) killed++;
+    }
+    return killed;
   }
 
   /**

@@ -129,8 +129,8 @@ const allStopped = (pgid: number): true | undefined => {
 };
 
 /** A process group of its own, as a session's command makes: `sh` leading two `sleep`s. */
-function spawnGroup(command = GROUP): ChildProcess & { pid: number } {
-  const child = spawn(command[0]!, command.slice(1), { detached: true, stdio: 'ignore' });
+function spawnGroup(command = GROUP, cwd?: string): ChildProcess & { pid: number } {
+  const child = spawn(command[0]!, command.slice(1), { detached: true, stdio: 'ignore', cwd });
   if (child.pid === undefined) throw new Error('no pid');
   groups.add(child.pid);
   child.unref();
@@ -296,6 +296,25 @@ describe('recoverHost', () => {
     expect((await runtime.recoverHost()).killed).toBe(0);
     expect(membersOf(decoy.pid)).toHaveLength(1);
     expect(await fsp.readdir(layout.stateDir)).toEqual(['lock']);
+  });
+
+  test('kills a group started in an instance directory that has no record (the worker died before writing it)', async () => {
+    const layout = newLayout();
+    const runtime = newRuntime(layout);
+    const live = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(GROUP) });
+    const unrecorded = path.join(layout.rootDir, SESSION, 'unrecorded');
+    await fsp.mkdir(unrecorded, { recursive: true });
+    const orphan = spawnGroup(GROUP, unrecorded);
+    // Outside any instance directory: not the runtime's to kill.
+    const bystander = spawnGroup(GROUP, layout.rootDir);
+    await waitFor(() => (membersOf(orphan.pid).length === 3 && membersOf(live.pid!).length === 3 ? true : undefined));
+
+    const recovery = await runtime.recoverHost();
+    expect(recovery).toMatchObject({ killed: 1, removedDirs: 1 });
+    expect(membersOf(orphan.pid)).toEqual([]);
+    expect(membersOf(live.pid!)).toHaveLength(3);
+    expect(membersOf(bystander.pid).length).toBeGreaterThan(0);
+    await expect(fsp.stat(unrecorded)).rejects.toMatchObject({ code: 'ENOENT' });
   });
 
   test("leaves this runtime's own instances and whatever does not look like a workspace alone", async () => {
