@@ -10,6 +10,7 @@ import {
   log,
   patched,
   proxyActivities,
+  proxyLocalActivities,
   setCurrentDetails,
   setDefaultQueryHandler,
   setDefaultSignalHandler,
@@ -119,6 +120,12 @@ const ASK_HOST_PATCH = 'ask-host-before-recovery';
  */
 const HOST_MONITOR_PATCH = 'host-monitor';
 
+/**
+ * Fewer steps per lifecycle, each of them one workflow task less: stop and dispose are one activity, the id claim is a
+ * local activity, and search attributes are upserted only when the phase changes.
+ */
+const LEAN_PATCH = 'lean-lifecycle';
+
 /** Refused signals kept in status (each is in the timeline as well). */
 const MAX_REJECTED_SIGNALS = 10;
 
@@ -129,6 +136,12 @@ const QUERY_NAMES = ['status', 'timeline'];
 
 const shared = proxyActivities<SessionActivities>({
   startToCloseTimeout: '1 minute',
+  retry: IO_RETRY,
+});
+
+/** The id claim is one small write to the store, done by the worker running the workflow task. */
+const local = proxyLocalActivities<SessionActivities>({
+  startToCloseTimeout: '10 seconds',
   retry: IO_RETRY,
 });
 
@@ -214,6 +227,8 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   let projected: StablePhase = stableOr(state.phase, 'running');
   const inFlight = new Map<string, { control: Control; result: Promise<unknown> }>();
   let watchScope: CancellationScope | null = null;
+  /** The phase last published as a search attribute (a new run publishes its own). */
+  let published: Phase | undefined;
   /** Background verifications in flight: the run neither ends nor continues as new before they finish. */
   const verifying = new Set<Promise<unknown>>();
 
@@ -251,10 +266,13 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
 
   function touch(): void {
     state.updatedAt = now();
-    upsertSearchAttributes([
-      { key: sessionStateKey, value: state.phase },
-      { key: sessionRuntimeKey, value: state.spec.runtime.kind },
-    ]);
+    if (published !== state.phase || !patched(LEAN_PATCH)) {
+      upsertSearchAttributes([
+        { key: sessionStateKey, value: state.phase },
+        { key: sessionRuntimeKey, value: state.spec.runtime.kind },
+      ]);
+      published = state.phase;
+    }
     setCurrentDetails(describe());
   }
 
@@ -482,7 +500,8 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
    */
   async function claimed(): Promise<boolean> {
     try {
-      await shared.claimSession({ sessionId, owner: workflowInfo().firstExecutionRunId });
+      const owner = workflowInfo().firstExecutionRunId;
+      await (patched(LEAN_PATCH) ? local : shared).claimSession({ sessionId, owner });
       return true;
     } catch (err) {
       const type = typeOf(err) ?? ERROR_CODES.RuntimeFailed;
@@ -706,13 +725,21 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     cancelWatch();
     const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
     try {
-      await host.stopRuntime({ instance: runtime });
-      await host.disposeRuntime({ instance: runtime });
+      await stopAndDispose(host, runtime);
     } catch (err) {
       record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason: messageOf(err) });
       log.warn('runtime could not be stopped; its state is checkpointed', { instanceId: runtime.instanceId });
     }
     state.runtime = null;
+  }
+
+  async function stopAndDispose(host: ReturnType<typeof onHost>, runtime: RuntimeInstanceRef): Promise<void> {
+    if (patched(LEAN_PATCH)) {
+      await host.stopRuntime({ instance: runtime, dispose: true });
+      return;
+    }
+    await host.stopRuntime({ instance: runtime });
+    await host.disposeRuntime({ instance: runtime });
   }
 
   function cancelWatch(): void {
@@ -924,8 +951,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     // that is really gone fails this fast (hostTimeoutMs).
     try {
       const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
-      await host.stopRuntime({ instance: runtime });
-      await host.disposeRuntime({ instance: runtime });
+      await stopAndDispose(host, runtime);
     } catch {
       // Gone with its host. If the host is only cut off from Temporal, its worker stops the instance when it
       // shuts down; until then a stale copy may run beside the recovered one (see docs/design.md).
