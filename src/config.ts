@@ -167,6 +167,11 @@ export const EnvConfig = z.object({
   DS_DRAIN_TIMEOUT_MS: duration.default(30_000),
   /** Sessions one worker hosts at most; placement passes a full worker by. */
   DS_MAX_SESSIONS: z.coerce.number({ message: 'expected a number' }).int().min(1).max(100_000).default(1_000),
+  /**
+   * Session workflows a worker keeps in memory (about 1.3 MiB each); one evicted replays its history at its next task.
+   * Unset: the SDK's default, sized from the worker's memory.
+   */
+  DS_MAX_CACHED_WORKFLOWS: z.coerce.number({ message: 'expected a number' }).int().min(0).max(1_000_000).optional(),
   /** Embedded dev server (only when TEMPORAL_ADDRESS is unset). */
   DS_DEV_SERVER_PORT: port.default(7233),
   DS_DEV_UI_PORT: port.default(8233),
@@ -197,6 +202,7 @@ export interface Config {
   stopGraceMs: number;
   drainTimeoutMs: number;
   maxSessions: number;
+  maxCachedWorkflows?: number;
   snapshots: {
     encryption: 'aes-256-gcm' | 'none';
     formatVersion: 2 | 3;
@@ -279,6 +285,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     stopGraceMs: e.DS_STOP_GRACE_MS,
     drainTimeoutMs: e.DS_DRAIN_TIMEOUT_MS,
     maxSessions: e.DS_MAX_SESSIONS,
+    ...(e.DS_MAX_CACHED_WORKFLOWS !== undefined ? { maxCachedWorkflows: e.DS_MAX_CACHED_WORKFLOWS } : {}),
     snapshots: {
       encryption: e.DS_SNAPSHOT_ENCRYPTION,
       formatVersion: e.DS_SNAPSHOT_FORMAT === '2' ? 2 : 3,

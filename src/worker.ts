@@ -44,6 +44,8 @@ export interface CreateWorkersOptions {
   deps: ActivityDeps;
   /** Sends the drain to this host's sessions. */
   client: Client;
+  /** Workflows kept in memory by the shared worker (DS_MAX_CACHED_WORKFLOWS); the SDK's default when unset. */
+  maxCachedWorkflows?: number;
   /** A prebuilt workflow bundle (tests); otherwise the workflows are bundled from source at start. */
   workflowBundle?: WorkerOptions['workflowBundle'];
 }
@@ -66,6 +68,7 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     namespace: options.namespace,
     taskQueue: options.taskQueue,
     activities,
+    ...(options.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: options.maxCachedWorkflows } : {}),
     ...heartbeats,
     ...workflowSource,
   });
@@ -229,6 +232,7 @@ export async function runWorker(config: Config = loadConfig(), address = config.
     namespace: config.temporal.namespace,
     taskQueue: config.taskQueue,
     hostTaskQueue: config.hostTaskQueue,
+    maxCachedWorkflows: config.maxCachedWorkflows,
     deps: {
       store,
       runtimes: { workspace, memory: new MemoryRuntime() },
