@@ -272,7 +272,7 @@ const DUPLICATE_SIGNAL_MS = 2_000;
 function onShutdownSignal(drain: (signal: NodeJS.Signals) => Promise<void>, shutdown: () => void): () => void {
   let drainingSince: number | undefined;
   const handler = (signal: NodeJS.Signals) => {
-    // A signal sent to the process group reaches this process directly and again through npm and tsx, which pass
+    // A signal sent to the process group reaches this process directly and again through npm, which passes
     // signals on: those copies are the same request, not an operator insisting.
     if (drainingSince !== undefined && Date.now() - drainingSince < DUPLICATE_SIGNAL_MS) return;
     if (drainingSince !== undefined) {
