@@ -1,6 +1,4 @@
 import {
-  ActivityFailure,
-  ApplicationFailure,
   CancellationScope,
   condition,
   continueAsNew,
@@ -14,8 +12,8 @@ import {
 } from '@temporalio/workflow';
 import type { ExitCursor, HostLeaseResult, SessionActivities } from '../activities';
 import { attachRuntimeSignal, hostStartedSignal, runtimeReportSignal, watchTaskQueue } from '../api/messages';
-import { ERROR_CODES } from '../domain/error-codes';
 import { HostAttachment, HostWorkflowInput, type RuntimeReport } from '../domain/records';
+import { issueSummary, messageOf, parse } from './inputs';
 
 /** Without a session's own setting, a host is lost after 30 s without a heartbeat or 60 s without polling. */
 const DEFAULT_HEARTBEAT_TIMEOUT_MS = 30_000;
@@ -29,15 +27,7 @@ const DEFAULT_HOST_TIMEOUT_MS = 60_000;
  * and keeps its sessions.
  */
 export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
-  const parsed = HostWorkflowInput.safeParse(raw);
-  if (!parsed.success) {
-    throw ApplicationFailure.create({
-      type: ERROR_CODES.InvalidInput,
-      message: `invalid host monitor input: ${parsed.error.issues.map((i) => i.message).join('; ')}`,
-      nonRetryable: true,
-    });
-  }
-  const input = parsed.data;
+  const input = parse(HostWorkflowInput, raw);
   const attached = new Map<string, HostAttachment>((input.attached ?? []).map((a) => [a.instanceId, a]));
   let cursor: ExitCursor | undefined = input.cursor;
   let lease: CancellationScope | undefined;
@@ -47,7 +37,7 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
   setHandler(attachRuntimeSignal, (rawAttachment) => {
     const attachment = HostAttachment.safeParse(rawAttachment);
     if (!attachment.success) {
-      log.warn('attachRuntime refused', { issues: attachment.error.issues });
+      log.warn('attachRuntime refused', { issues: issueSummary(attachment.error) });
       return;
     }
     attached.set(attachment.data.instanceId, attachment.data);
@@ -55,7 +45,10 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
     const wanted = timeoutsOf(attached);
     if (leaseTimeouts && tighter(wanted, leaseTimeouts)) lease?.cancel();
   });
-  setHandler(hostStartedSignal, () => {
+  setHandler(hostStartedSignal, (started) => {
+    // Logged, not trusted: whoever can signal may send anything.
+    const incarnation = String((started as { incarnation?: unknown } | undefined)?.incarnation ?? 'unknown');
+    log.info('worker host started', { hostTaskQueue: input.hostTaskQueue, incarnation, attached: attached.size });
     // The lease under way is held by the dead incarnation: the new one answers at once what it does not know.
     restarted = true;
     lease?.cancel();
@@ -175,9 +168,4 @@ async function answers(hostTaskQueue: string, t: Timeouts): Promise<boolean> {
   } catch {
     return false;
   }
-}
-
-function messageOf(err: unknown): string {
-  const cause = err instanceof ActivityFailure && err.cause ? err.cause : err;
-  return cause instanceof Error ? cause.message : String(cause);
 }

@@ -73,6 +73,7 @@ import {
   type VerificationResult,
 } from '../domain/schemas';
 import { checkpointsToDelete } from '../domain/retention';
+import { issueSummary, messageOf, parse } from './inputs';
 import {
   isFinal,
   isStable,
@@ -904,7 +905,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   function onRuntimeReport(raw: unknown): void {
     const parsed = RuntimeReport.safeParse(raw);
     if (!parsed.success) {
-      rejectSignal('runtimeReport', `invalid report: ${parsed.error.issues.map((i) => i.message).join('; ')}`);
+      rejectSignal('runtimeReport', `invalid report: ${issueSummary(parsed.error)}`);
       return;
     }
     const report = parsed.data;
@@ -1097,20 +1098,6 @@ function initialState(spec: StartSessionInput): SessionState {
   };
 }
 
-function parse<T>(schema: z.ZodType<T>, raw: unknown): T {
-  const result = schema.safeParse(raw);
-  if (!result.success) {
-    const summary = result.error.issues.map((i) => `${i.path.join('.') || 'input'}: ${i.message}`).join('; ');
-    throw ApplicationFailure.create({
-      type: ERROR_CODES.InvalidInput,
-      message: `invalid input: ${summary}`,
-      details: [result.error.issues],
-      nonRetryable: true,
-    });
-  }
-  return result.data;
-}
-
 /** Controls whose every field is optional may be sent with no input at all (`temporal workflow update` without --input). */
 function parseControl<T>(schema: z.ZodType<T>, raw: unknown): T {
   return parse(schema, raw ?? {});
@@ -1171,11 +1158,6 @@ function recorded(ref: CheckpointRef): { formatVersion: number; digest: string; 
     digest: ref.digest,
     ...(ref.encryption ? { encryption: ref.encryption } : {}),
   };
-}
-
-function messageOf(err: unknown): string {
-  const cause = err instanceof ActivityFailure && err.cause ? err.cause : err;
-  return cause instanceof Error ? cause.message : String(cause);
 }
 
 /** Update handlers must throw ApplicationFailures (a plain Error would fail the workflow task, forever). */
