@@ -1,6 +1,12 @@
 /** File-system helpers shared by the snapshot stores and the runtimes. */
 import * as fs from 'node:fs/promises';
 
+/** Duck-typed: errors from Node internals may come from another realm (jest, vm), so instanceof is unreliable. */
+export function hasCode(error: unknown, ...codes: string[]): boolean {
+  const code: unknown = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && codes.includes(code);
+}
+
 /** Makes the entries of `dir` (a rename, a new file) durable: a rename is only durable once its directory is. */
 export async function fsyncDir(dir: string): Promise<void> {
   const handle = await fs.open(dir, 'r');

@@ -187,7 +187,7 @@ export async function runWorker(config: Config = loadConfig(), address = config.
   if (!address) throw new Error('TEMPORAL_ADDRESS is not set (npm start runs the embedded server and sets it)');
   Runtime.install({ logger: new DefaultLogger(config.logLevel), shutdownSignals: [] });
   const store = await snapshotStoreFromConfig(config);
-  // Only what no writer touched for an hour: safe while other workers write to the same store.
+  // Only what no writer touched for ABANDONED_AFTER_MS: safe while other workers write to the same store.
   const abandoned = await store.cleanAbandoned().catch((err: unknown) => {
     console.warn(`snapshot store: could not remove what dead writers left: ${String(err)}`);
     return { tempFiles: 0, pins: 0, bytes: 0 };

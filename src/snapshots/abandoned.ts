@@ -11,10 +11,11 @@
 import * as fs from 'node:fs/promises';
 import { join } from 'node:path';
 import { SessionId } from '../domain/schemas';
+import { hasCode } from '../fs-io';
 
 /** How long a temp file or pin must go untouched before it counts as abandoned. */
 export const ABANDONED_AFTER_MS = 60 * 60_000;
-/** How often a live writer touches its pin and temp files: a dozen times within ABANDONED_AFTER_MS. */
+/** How often a live writer touches its pin and temp files: many times within ABANDONED_AFTER_MS. */
 export const TOUCH_INTERVAL_MS = 5 * 60_000;
 
 export interface CleanAbandonedOptions {
@@ -113,7 +114,7 @@ export async function removeIfBefore(path: string, before: number, dryRun: boole
     await fs.rm(path);
   } catch (err) {
     // Removed meanwhile (a second cleaner, or the writer's own cleanup): not ours to count.
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    if (hasCode(err, 'ENOENT')) return null;
     throw err;
   }
   return st.size;

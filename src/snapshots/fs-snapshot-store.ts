@@ -12,7 +12,7 @@ import {
 import { finished, pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 import { CheckpointId, CheckpointTrigger, Label, SessionId } from '../domain/schemas';
-import { fsyncDir } from '../fs-io';
+import { fsyncDir, hasCode } from '../fs-io';
 import {
   abandonedAge,
   keepTouched,
@@ -279,7 +279,7 @@ export class FsSnapshotStore implements SnapshotStore {
 
   /**
    * Removes the temp files writers that died mid-write left in the session directories (`.<name>.tmp-<random>`, and
-   * a claim's `.<random>.tmp`), once untouched for `olderThanMs` (an hour by default). A live write touches its temp
+   * a claim's `.<random>.tmp`), once untouched for `olderThanMs` (ABANDONED_AFTER_MS by default). A live write touches its temp
    * file every `touchIntervalMs`. Never touches a manifest, a data file in place or a claim; this store has no pins.
    */
   async cleanAbandoned(options: CleanAbandonedOptions = {}): Promise<AbandonedReport> {
@@ -442,10 +442,4 @@ function checkpointName(sessionId: string, checkpointId: string): string {
 function corruptError(sessionId: string, checkpointId: string, problem: string, cause?: unknown): SnapshotCorruptError {
   const message = `${checkpointName(sessionId, checkpointId)} is corrupt: ${problem}`;
   return new SnapshotCorruptError(message, sessionId, checkpointId, { cause });
-}
-
-/** Duck-typed: errors from Node internals may come from another realm (jest, vm), so instanceof is unreliable. */
-function hasCode(error: unknown, ...codes: string[]): boolean {
-  const code: unknown = (error as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && codes.includes(code);
 }

@@ -747,8 +747,8 @@ export class ChunkedSnapshotStore implements SnapshotStore {
 
   /**
    * Removes what writers that died mid-write left: temp files (packs being written, manifests, keys, claims and
-   * lineage pointers being published, format-1 data) and pins, once untouched for `olderThanMs` (an hour by default;
-   * a pin of a writer from before pins were touched, a day). A live writer touches its pin and temp files every
+   * lineage pointers being published, format-1 data) and pins, once untouched for `olderThanMs` (ABANDONED_AFTER_MS by
+   * default; a pin of a writer from before pins were touched, UNTOUCHED_PIN_MS). A live writer touches its pin and temp files every
    * `touchIntervalMs`, so only a dead writer's are that old. Never touches a manifest, a pack in place, a key or a
    * claim. Run at worker start and by gc.
    */

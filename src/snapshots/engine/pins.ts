@@ -14,15 +14,14 @@ import { z } from 'zod';
 import { keepTouched, removeIfBefore, sessionDirs } from '../abandoned';
 import { ensureDir, readSmall } from '../files';
 
-export const PINS_DIR = 'pins';
+const PINS_DIR = 'pins';
 /** How long an empty pin (its writer does not touch it) holds packs back: a write never takes this long. */
-export const UNTOUCHED_PIN_MS = 24 * 60 * 60_000;
+const UNTOUCHED_PIN_MS = 24 * 60 * 60_000;
 const MAX_PIN_BYTES = 4096;
 const PinFile = z.object({ startedAtMs: z.number() });
 
 /** A pin held by a running writer. */
 export interface Pin {
-  readonly path: string;
   /** Stops touching the pin and removes it. */
   release(): Promise<void>;
 }
@@ -41,18 +40,21 @@ export async function createPin(
   await ensureDir(dir);
   const path = join(dir, `${sessionId}.${checkpointId}`);
   try {
-    await fs.writeFile(path, '');
-    // The start as the file system dates it, not as this host's clock does: gc compares it with pack mtimes.
-    const { mtimeMs } = await fs.stat(path);
-    await fs.writeFile(path, JSON.stringify({ startedAtMs: mtimeMs }));
+    const handle = await fs.open(path, 'w');
+    try {
+      // The start as the file system dates it, not as this host's clock does: gc compares it with pack mtimes.
+      const { mtimeMs } = await handle.stat();
+      await handle.writeFile(JSON.stringify({ startedAtMs: mtimeMs }));
+    } finally {
+      await handle.close();
+    }
   } catch (err) {
-    // An empty pin left here would hold packs back for a day.
+    // An empty pin left here would hold packs back for UNTOUCHED_PIN_MS.
     await fs.rm(path, { force: true });
     throw err;
   }
   const stop = keepTouched(() => [path, ...alsoTouch()], touchIntervalMs);
   return {
-    path,
     release: async () => {
       stop();
       await fs.rm(path, { force: true });
@@ -60,8 +62,8 @@ export async function createPin(
   };
 }
 
-/** When a pin counts as abandoned: untouched since `before` (an mtime), or for an empty pin a day before `now`. */
-export interface PinAge {
+/** When a pin counts as abandoned: untouched since `before` (an mtime), or for an empty pin UNTOUCHED_PIN_MS before `now`. */
+interface PinAge {
   before: number;
   now: number;
 }
