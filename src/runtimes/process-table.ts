@@ -134,22 +134,31 @@ async function runScans(): Promise<void> {
 }
 
 async function scanProc(wanted: ReadonlySet<number>): Promise<Map<number, ProcessStat[]>> {
-  const pids = (await fsp.readdir('/proc')).filter((name) => /^\d+$/.test(name)).map(Number);
   const found = new Map<number, ProcessStat[]>();
+  await forEachProcess(async (pid) => {
+    const stat = await readStat(pid);
+    if (!stat || !wanted.has(stat.pgrp)) return;
+    const members = found.get(stat.pgrp);
+    if (members) members.push(stat);
+    else found.set(stat.pgrp, [stat]);
+  });
+  return found;
+}
+
+/** Visits every process in /proc, PROC_READS at a time: the open files of a scan stay bounded however many there are. */
+async function forEachProcess(visit: (pid: number) => Promise<void>): Promise<void> {
+  const pids = (await fsp.readdir('/proc')).filter((name) => /^\d+$/.test(name)).map(Number);
   let next = 0;
   const reader = async (): Promise<void> => {
-    for (let i = next++; i < pids.length; i = next++) {
-      const pid = pids[i]!;
-      const text = await fsp.readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined); // exited meanwhile
-      const stat = text === undefined ? undefined : parseProcessStat(pid, text);
-      if (!stat || !wanted.has(stat.pgrp)) continue;
-      const members = found.get(stat.pgrp);
-      if (members) members.push(stat);
-      else found.set(stat.pgrp, [stat]);
-    }
+    for (let i = next++; i < pids.length; i = next++) await visit(pids[i]!);
   };
   await Promise.all(Array.from({ length: Math.min(PROC_READS, pids.length) }, reader));
-  return found;
+}
+
+/** The process's stat, or undefined once it has exited. */
+async function readStat(pid: number): Promise<ProcessStat | undefined> {
+  const text = await fsp.readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined);
+  return text === undefined ? undefined : parseProcessStat(pid, text);
 }
 
 /** T: stopped, t: stopped by a tracer, Z/X: dead. */
@@ -198,28 +207,20 @@ export function isErrnoException(error: unknown): error is NodeJS.ErrnoException
 }
 
 /**
- * The process groups with a member whose working directory lies under `root`, by the directory below `root` it is
- * in, from one scan of /proc (PROC_READS reads at a time). A process whose directory was deleted is not counted.
- * The caller's own group is never returned.
+ * The process groups with a live member whose working directory lies under `root`, each with that directory, from one
+ * scan of /proc. A process whose directory was deleted is not counted. The caller's own group is never returned.
  */
 export async function groupsWorkingUnder(root: string): Promise<{ pgid: number; cwd: string }[]> {
   if (!hasProcfs) return [];
   const prefix = root.endsWith('/') ? root : `${root}/`;
-  const pids = (await fsp.readdir('/proc')).filter((name) => /^\d+$/.test(name)).map(Number);
-  const own = Number(parseProcessStat(process.pid, readFileSync(`/proc/${process.pid}/stat`, 'utf8'))?.pgrp);
+  const own = (await readStat(process.pid))?.pgrp;
   const found = new Map<number, string>();
-  let next = 0;
-  const reader = async (): Promise<void> => {
-    for (let i = next++; i < pids.length; i = next++) {
-      const pid = pids[i]!;
-      const cwd = await fsp.readlink(`/proc/${pid}/cwd`).catch(() => undefined); // exited, or not ours to read
-      if (cwd === undefined || !cwd.startsWith(prefix) || cwd.endsWith(' (deleted)')) continue;
-      const text = await fsp.readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined);
-      const stat = text === undefined ? undefined : parseProcessStat(pid, text);
-      if (!stat || stat.pgrp === own || isDead(stat) || found.has(stat.pgrp)) continue;
-      found.set(stat.pgrp, cwd);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(PROC_READS, pids.length) }, reader));
+  await forEachProcess(async (pid) => {
+    const cwd = await fsp.readlink(`/proc/${pid}/cwd`).catch(() => undefined); // exited, or not ours to read
+    if (cwd === undefined || !cwd.startsWith(prefix) || cwd.endsWith(' (deleted)')) return;
+    const stat = await readStat(pid);
+    if (!stat || stat.pgrp === own || isDead(stat) || found.has(stat.pgrp)) return;
+    found.set(stat.pgrp, cwd);
+  });
   return [...found].map(([pgid, cwd]) => ({ pgid, cwd }));
 }
