@@ -13,7 +13,7 @@ import {
 } from './bare-workflows';
 import { Calls, inPool } from './load';
 import { OpenFilesSampler } from './procfs';
-import { ids, measureIdle, RequestCounter, startInHalves, type ScaleContext, type ScenarioResult } from './scenario';
+import { ids, measureLifecycle, type ScaleContext, type ScenarioResult } from './scenario';
 import { startWorkerProcess } from './worker-handle';
 
 export interface BareResult extends ScenarioResult {
@@ -63,48 +63,18 @@ export async function runBare(ctx: ScaleContext, bundlePath: string): Promise<Ba
       await calls.time('result', () => handle.result());
     };
 
-    const warm = new Calls();
-    await inPool(ids(ctx, 'bare-warm', ctx.options.warmup), ctx.options.concurrency, async (id) => {
-      await lifecycle(warm, await start(warm, id));
-      await signalled(warm, `${id}-signal`);
+    const measured = await measureLifecycle(ctx, worker, files, {
+      prefix: 'bare',
+      start,
+      run: lifecycle,
+      alsoWarm: signalled,
     });
-    if (warm.errors.length) throw new Error(`the baseline's warm-up failed: ${warm.errors[0]}`);
-    const empty = await worker.sample();
-    const emptyFiles = files.peak('idle')!;
-
-    files.enter('run');
-    const calls = new Calls();
-    const handles: WorkflowHandle[] = [];
-    const requests = new RequestCounter(ctx);
-    const started = await requests.around(() =>
-      startInHalves(
-        ctx,
-        ids(ctx, 'bare', ctx.options.sessions),
-        async (id) => handles.push(await start(calls, id)),
-        () => worker.sample(),
-      ),
-    );
-    const idle = await measureIdle(ctx, worker.pid);
-    const controlsMs = await requests.around(() =>
-      inPool(handles, ctx.options.concurrency, (h) => lifecycle(calls, h)),
-    );
-    const after = await worker.sample();
 
     const signalCalls = new Calls();
     const signalMs = await inPool(ids(ctx, 'bare-signal', ctx.options.sessions), ctx.options.concurrency, (id) =>
       signalled(signalCalls, id),
     );
-    return {
-      startMs: started.ms,
-      controlsMs,
-      calls,
-      memory: { empty, half: started.half, loaded: started.loaded, after },
-      requestsPerWorkflow: requests.perWorkflow(ctx.options.sessions),
-      idle,
-      openFiles: { empty: emptyFiles, peak: files.peak('run')! },
-      signalMs,
-      signalCalls,
-    };
+    return { ...measured, signalMs, signalCalls };
   } finally {
     files.stop();
     await worker.stop();

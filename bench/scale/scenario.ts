@@ -1,8 +1,8 @@
 /** What both halves of the run share: the server, the options, and how an idle window is measured. */
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Client } from '@temporalio/client';
-import { inPool, type Calls } from './load';
-import { cpuWindow } from './procfs';
+import { Calls, inPool } from './load';
+import { cpuWindow, type OpenFilesSampler } from './procfs';
 import { frontendRequests, requestRates, type RequestCounts } from './server-metrics';
 import type { MemorySample } from './worker-handle';
 
@@ -103,4 +103,61 @@ export class RequestCounter {
 
 export function ids(ctx: ScaleContext, prefix: string, count: number): string[] {
   return Array.from({ length: count }, (_, i) => `${prefix}-${ctx.runId}-${i}`);
+}
+
+/** How one kind of workflow is started and driven through checkpoint, pause, resume and stop. */
+export interface Lifecycle<H> {
+  /** The prefix of the measured workflows' ids (the warm-up's is `<prefix>-warm`). */
+  prefix: string;
+  start(calls: Calls, id: string): Promise<H>;
+  run(calls: Calls, handle: H): Promise<void>;
+  /** Run after each warm-up lifecycle (the baseline warms its start + signal + complete too). */
+  alsoWarm?(calls: Calls, id: string): Promise<void>;
+}
+
+/**
+ * The warm-up, then N workflows started in halves, the idle window, and every lifecycle: what both the sessions and
+ * their bare baseline measure, the same way. Open files peak over the N's run only.
+ */
+export async function measureLifecycle<H>(
+  ctx: ScaleContext,
+  worker: { pid: number; sample(): Promise<MemorySample> },
+  files: OpenFilesSampler,
+  kind: Lifecycle<H>,
+): Promise<ScenarioResult> {
+  const warm = new Calls();
+  await inPool(ids(ctx, `${kind.prefix}-warm`, ctx.options.warmup), ctx.options.concurrency, async (id) => {
+    await kind.run(warm, await kind.start(warm, id));
+    await kind.alsoWarm?.(warm, `${id}-signal`);
+  });
+  if (warm.errors.length) throw new Error(`the ${kind.prefix} warm-up failed: ${warm.errors[0]}`);
+  const empty = await worker.sample();
+  const emptyFiles = files.peak('idle')!;
+
+  files.enter('run');
+  const calls = new Calls();
+  const handles: H[] = [];
+  const requests = new RequestCounter(ctx);
+  const started = await requests.around(() =>
+    startInHalves(
+      ctx,
+      ids(ctx, kind.prefix, ctx.options.sessions),
+      async (id) => handles.push(await kind.start(calls, id)),
+      () => worker.sample(),
+    ),
+  );
+  const idle = await measureIdle(ctx, worker.pid);
+  const controlsMs = await requests.around(() => inPool(handles, ctx.options.concurrency, (h) => kind.run(calls, h)));
+  const after = await worker.sample();
+  const peak = files.peak('run')!;
+  files.enter('after-run');
+  return {
+    startMs: started.ms,
+    controlsMs,
+    calls,
+    memory: { empty, half: started.half, loaded: started.loaded, after },
+    requestsPerWorkflow: requests.perWorkflow(ctx.options.sessions),
+    idle,
+    openFiles: { empty: emptyFiles, peak },
+  };
 }

@@ -1,9 +1,10 @@
 /** The project's worker under load: memory sessions through their whole lifecycle, then workspace sessions. */
 import * as path from 'node:path';
+import { DEFAULT_MAX_SESSIONS } from '../../src/activities';
 import { SessionClient, type SessionHandle } from '../../src/client';
 import { Calls, inPool } from './load';
 import { OpenFilesSampler } from './procfs';
-import { ids, measureIdle, RequestCounter, startInHalves, type ScaleContext, type ScenarioResult } from './scenario';
+import { ids, measureLifecycle, type ScaleContext, type ScenarioResult } from './scenario';
 import { startWorkerProcess, type WorkerHandle } from './worker-handle';
 
 export interface WorkspaceResult {
@@ -29,8 +30,8 @@ export async function runSessions(ctx: ScaleContext, bundlePath: string): Promis
     taskQueue,
     bundlePath,
     dir: path.join(ctx.dir, 'sessions'),
-    // The default limit is 1,000: the benchmark may ask for more on one worker.
-    maxSessions: Math.max(1_000, ctx.options.sessions, ctx.options.workspaceSessions),
+    // The benchmark may ask for more sessions on one worker than the default limit.
+    maxSessions: Math.max(DEFAULT_MAX_SESSIONS, ctx.options.sessions, ctx.options.workspaceSessions),
   });
   const files = new OpenFilesSampler(worker.pid);
   const client = new SessionClient({ client: ctx.client, taskQueue });
@@ -44,44 +45,9 @@ export async function runSessions(ctx: ScaleContext, bundlePath: string): Promis
       await calls.time('stop', () => session.stop());
     };
 
-    const warm = new Calls();
-    await inPool(ids(ctx, 'warm', ctx.options.warmup), ctx.options.concurrency, async (id) =>
-      lifecycle(warm, await start(warm, id)),
-    );
-    if (warm.errors.length) throw new Error(`the sessions' warm-up failed: ${warm.errors[0]}`);
-    const empty = await worker.sample();
-    const emptyFiles = files.peak('idle')!;
-
-    files.enter('run');
-    const calls = new Calls();
-    const sessions: SessionHandle[] = [];
-    const requests = new RequestCounter(ctx);
-    const started = await requests.around(() =>
-      startInHalves(
-        ctx,
-        ids(ctx, 'memory', ctx.options.sessions),
-        async (id) => sessions.push(await start(calls, id)),
-        () => worker.sample(),
-      ),
-    );
-    const idle = await measureIdle(ctx, worker.pid);
-    const controlsMs = await requests.around(() =>
-      inPool(sessions, ctx.options.concurrency, (s) => lifecycle(calls, s)),
-    );
-    const after = await worker.sample();
-    const runFiles = files.peak('run')!;
-
+    const measured = await measureLifecycle(ctx, worker, files, { prefix: 'memory', start, run: lifecycle });
     const workspace = await runWorkspaces(ctx, client, worker, files);
-    return {
-      startMs: started.ms,
-      controlsMs,
-      calls,
-      memory: { empty, half: started.half, loaded: started.loaded, after },
-      requestsPerWorkflow: requests.perWorkflow(ctx.options.sessions),
-      idle,
-      openFiles: { empty: emptyFiles, peak: runFiles },
-      workspace,
-    };
+    return { ...measured, workspace };
   } finally {
     files.stop();
     await worker.stop();
