@@ -9,7 +9,7 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import type { WorkerProcess } from './cluster';
 import { progress, type Context } from './context';
-import { startTimeOf } from './host';
+import { identityOf } from '../../src/runtimes/process-table';
 import type { Subject } from './judge';
 import { FAST_LIVENESS, writeBlobs } from './workload';
 
@@ -179,7 +179,7 @@ async function nextWorker(ctx: Context, previous: WorkerProcess, subjects: reado
   for (const s of subjects) s.notes.push(`the worker said: ${drained ?? 'nothing of a drain'}`);
   progress(`  ${ctx.host.name}: the worker is gone; starting the next one`);
   const next = await ctx.host.startWorker();
-  const since = startTimeOf(next.pid) ?? Infinity;
+  const since = identityOf(next.pid)?.startTime ?? Infinity;
   const left = ctx.processes(new Set(subjects.map((s) => s.sessionId))).filter((p) => p.startTime < since);
   ctx.orphans(left, 'still alive after the next worker started');
 }

@@ -52,15 +52,6 @@ function readLink(file: string): string | undefined {
   }
 }
 
-/** Field 22 of `/proc/<pid>/stat`, or undefined once it has gone. */
-export function startTimeOf(pid: number): number | undefined {
-  try {
-    return parseProcessStat(pid, fs.readFileSync(`/proc/${pid}/stat`, 'utf8'))?.startTime;
-  } catch {
-    return undefined;
-  }
-}
-
 /** Whether `pid` is alive and works in `dir` (the process a status names as a session's runtime). */
 export function runsIn(pid: number | undefined, dir: string): boolean {
   return pid !== undefined && readLink(`/proc/${pid}/cwd`) === dir;

@@ -48,7 +48,7 @@ const QUICK: Omit<Plan, 'scenarios' | 'keep'> = {
   cycleSessions: 1,
   budgetMs: 4 * 60_000,
 };
-// 8 rounds × (2 sessions × 3 operations + 1 drain) = 56 kill points in scenario 1.
+// Each round kills once, striking `perOp` sessions of each operation (and of the drain) at their own points.
 const FULL: Omit<Plan, 'scenarios' | 'keep'> = {
   rounds: 8,
   perOp: 2,

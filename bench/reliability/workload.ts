@@ -9,6 +9,7 @@ import * as path from 'node:path';
 import { extract } from 'tar-stream';
 import type { CheckpointRef, LivenessOptions, StartSessionInput } from '../../src/domain/schemas';
 import type { SnapshotStore } from '../../src/snapshots';
+import { publish } from '../../src/snapshots/files';
 
 const MiB = 1024 * 1024;
 /** "A few MiB" of files for capture and restore to move, in files of 2 MiB. */
@@ -62,15 +63,7 @@ export async function writeBlobs(location: string): Promise<BlobVersion> {
   for (let i = 0; i < BLOB_FILES; i++) {
     const name = `blob-${i}`;
     const bytes = randomBytes(BLOB_BYTES);
-    const temp = path.join(location, `.${name}.writing`);
-    const handle = await fsp.open(temp, 'w');
-    try {
-      await handle.writeFile(bytes);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await fsp.rename(temp, path.join(location, name));
+    await publish(path.join(location, name), bytes);
     version.set(name, sha256(bytes));
   }
   return version;
