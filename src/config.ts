@@ -168,7 +168,8 @@ export const EnvConfig = z.object({
   /** Sessions one worker hosts at most; placement passes a full worker by. */
   DS_MAX_SESSIONS: z.coerce.number({ message: 'expected a number' }).int().min(1).max(100_000).default(1_000),
   /**
-   * Session workflows a worker keeps in memory (about 1.3 MiB each); one evicted replays its history at its next task.
+   * Session workflows a worker keeps in memory (their cost: bench/README.md, Scale); one evicted replays its history at
+   * its next task.
    * Unset: the SDK's default, sized from the worker's memory.
    */
   DS_MAX_CACHED_WORKFLOWS: z.coerce.number({ message: 'expected a number' }).int().min(0).max(1_000_000).optional(),

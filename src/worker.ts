@@ -79,8 +79,8 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     activities,
     ...heartbeats,
   });
-  // One slot per watched session (and its next round): watchers only wait, and must never take the slots that
-  // the host's controls need.
+  // The host's lease and the question whether it is alive, and one slot per watcher of a session from before the host
+  // monitor (and its next round): they only wait, and must never take the slots that the host's controls need.
   const watchWorker = await Worker.create({
     connection: options.connection,
     namespace: options.namespace,
