@@ -28,7 +28,7 @@ export interface WorkerProcessConfig {
 /** Parent → child. */
 export type WorkerRequest = { type: 'sample' } | { type: 'stop' };
 /** Child → parent. */
-export type WorkerMessage = { type: 'ready' } | { type: 'sample'; heapUsed: number; rss: number } | { type: 'stopped' };
+export type WorkerMessage = { type: 'ready' } | { type: 'sample'; heapUsed: number };
 
 interface Running {
   run(): Promise<void>;
@@ -111,18 +111,14 @@ async function main(): Promise<void> {
     if (request.type === 'sample') {
       // A full collection first, so that what is counted is what stays alive, not garbage awaiting a GC.
       global.gc?.();
-      const { heapUsed, rss } = process.memoryUsage();
-      send({ type: 'sample', heapUsed, rss });
+      send({ type: 'sample', heapUsed: process.memoryUsage().heapUsed });
     } else {
       worker.shutdown();
       void running
         .catch(() => undefined)
         .then(() => worker.close())
         .then(() => connection.close())
-        .finally(() => {
-          send({ type: 'stopped' });
-          process.exit(0);
-        });
+        .finally(() => process.exit(0));
     }
   });
   send({ type: 'ready' });
