@@ -47,7 +47,8 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
   });
   setHandler(hostStartedSignal, (started) => {
     // Logged, not trusted: whoever can signal may send anything.
-    const incarnation = String((started as { incarnation?: unknown } | undefined)?.incarnation ?? 'unknown');
+    const said = (started as { incarnation?: unknown } | undefined)?.incarnation;
+    const incarnation = typeof said === 'string' ? said.slice(0, 100) : 'unknown';
     log.info('worker host started', { hostTaskQueue: input.hostTaskQueue, incarnation, attached: attached.size });
     // The lease under way is held by the dead incarnation: the new one answers at once what it does not know.
     restarted = true;
