@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { closestName } from './domain/names';
+import { DurableSessionsError } from './errors';
 
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'], { message: 'expected true or false' })
@@ -222,13 +223,13 @@ export interface Config {
  * Thrown when an environment variable has a value the schema refuses, or a `DS_` variable is not one the worker
  * knows. The message names each variable.
  */
-export class ConfigError extends Error {
+export class ConfigError extends DurableSessionsError {
+  readonly code = 'InvalidConfig';
   constructor(readonly issues: z.core.$ZodIssue[]) {
     super(
       'invalid configuration:\n' +
         issues.map((i) => `  ${i.path.join('.') || '(environment)'}: ${i.message}`).join('\n'),
     );
-    this.name = 'ConfigError';
   }
 }
 

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { ConfigError, loadConfig } from './config';
+import { isError } from './errors';
 import { startDevServer, type DevServer } from './dev-server';
 import { ensureDevMasterKey } from './snapshots/store-from-config';
 import { runWorker } from './worker';
@@ -40,6 +41,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  console.error(err instanceof ConfigError ? err.message : err instanceof Error ? (err.stack ?? err.message) : err);
+  console.error(err instanceof ConfigError ? err.message : isError(err) ? (err.stack ?? err.message) : err);
   process.exit(1);
 });

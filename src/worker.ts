@@ -11,6 +11,7 @@ import {
   type DrainResult,
 } from './api/messages';
 import { loadConfig, type Config } from './config';
+import { messageOf } from './errors';
 import { MemoryRuntime, WorkspaceRuntime } from './runtimes';
 import { snapshotStoreFromConfig } from './snapshots/store-from-config';
 import { connectionOptions } from './temporal-connection';
@@ -152,7 +153,7 @@ async function drainHost(
         ).catch((err: unknown): DrainResult => ({
           drained: false,
           checkpoint: null,
-          detail: err instanceof Error ? err.message : String(err),
+          detail: messageOf(err),
         }));
         if (result) results.set(sessionId, result);
       }),
@@ -282,7 +283,7 @@ function onShutdownSignal(drain: (signal: NodeJS.Signals) => Promise<void>, shut
     }
     drainingSince = Date.now();
     drain(signal)
-      .catch((err: unknown) => console.error('drain failed:', err instanceof Error ? err.message : err))
+      .catch((err: unknown) => console.error('drain failed:', messageOf(err)))
       .finally(shutdown);
   };
   const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM'];
@@ -294,7 +295,7 @@ function onShutdownSignal(drain: (signal: NodeJS.Signals) => Promise<void>, shut
 
 if (require.main === module) {
   runWorker().catch((err: unknown) => {
-    console.error(err instanceof Error ? err.message : err);
+    console.error(messageOf(err));
     process.exit(1);
   });
 }

@@ -1,4 +1,5 @@
 import { isErrorCode, type ErrorCode } from '../domain/error-codes';
+import { DurableSessionsError, isError, messageOf } from '../errors';
 import type { CommandName } from './commands';
 
 /**
@@ -18,8 +19,8 @@ export const CLI_ERROR_CODES = {
 
 export type CliErrorCode = (typeof CLI_ERROR_CODES)[keyof typeof CLI_ERROR_CODES];
 
-/** Base of the CLI's own errors: `code` is one of CLI_ERROR_CODES. */
-export class CliError extends Error {
+/** Thrown by the CLI for what went wrong around a session: the base of its own errors, `code` from CLI_ERROR_CODES. */
+export class CliError extends DurableSessionsError {
   /** For InvalidConfig: zod's issues, one per environment variable. */
   readonly issues?: readonly unknown[];
 
@@ -29,7 +30,6 @@ export class CliError extends Error {
     options?: { cause?: unknown; issues?: readonly unknown[] },
   ) {
     super(message, options);
-    this.name = new.target.name;
     this.issues = options?.issues;
   }
 }
@@ -51,13 +51,12 @@ export class TemporalUnavailableError extends CliError {
     readonly address: string,
     options: { cause: unknown },
   ) {
-    const detail = options.cause instanceof Error ? options.cause.message : String(options.cause);
-    super(CLI_ERROR_CODES.Unavailable, `cannot reach Temporal at ${address} (${detail})`, options);
+    super(CLI_ERROR_CODES.Unavailable, `cannot reach Temporal at ${address} (${messageOf(options.cause)})`, options);
   }
 }
 
 /** Errors of the client and of the snapshot store carry a session error code (and usually the session id). */
 export function sessionCodeOf(err: unknown): ErrorCode | undefined {
-  const code = err instanceof Error ? (err as { code?: unknown }).code : undefined;
+  const code = isError(err) ? (err as { code?: unknown }).code : undefined;
   return isErrorCode(code) ? code : undefined;
 }

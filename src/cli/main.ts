@@ -1,5 +1,6 @@
 import { commandUsage, COMMANDS, synopsis, topUsage, type CommandSpec } from './commands';
 import { CLI_ERROR_CODES, CliError, sessionCodeOf, UsageError } from './errors';
+import { messageOf } from '../errors';
 import { jsonRequested, parseCommandLine, type Invocation } from './parse';
 import type { Output } from './render';
 import type * as ConfigModule from '../config';
@@ -77,7 +78,7 @@ interface Failure {
 }
 
 function failureOf(err: unknown): Failure {
-  const message = err instanceof Error ? err.message : String(err);
+  const message = messageOf(err);
   // Messages may hold text from a session or the store; their own line breaks are kept.
   const shown = message.split('\n').map(printable).join('\n');
   if (err instanceof UsageError) {

@@ -1,5 +1,6 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { closestName } from '../domain/names';
+import { messageOf } from '../errors';
 import {
   COMMANDS,
   COMMAND_NAMES,
@@ -173,7 +174,7 @@ function describeRefusal(err: unknown, args: string[], options: Record<string, O
     }
   }
   // Not reached for the refusals parseArgs makes today; its own message is the best there is for a new one.
-  return err instanceof Error ? err.message.replace(/\s*\n\s*/g, ' ') : String(err);
+  return messageOf(err).replace(/\s*\n\s*/g, ' ');
 }
 
 function didYouMean(name: string, known: readonly string[], prefix = ''): string {

@@ -1,8 +1,9 @@
 import type { z } from 'zod';
 import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
+import { DurableSessionsError } from '../errors';
 
-/** Base of every error the SessionClient throws for a session. `code` is the wire failure type. */
-export class SessionError extends Error {
+/** Thrown by the SessionClient for a session: the base of its errors. `code` is the wire failure type. */
+export class SessionError extends DurableSessionsError {
   constructor(
     readonly code: ErrorCode,
     message: string,
@@ -10,7 +11,6 @@ export class SessionError extends Error {
     options?: { cause?: unknown },
   ) {
     super(message, options);
-    this.name = new.target.name;
   }
 }
 

@@ -34,6 +34,7 @@ import {
 } from '../api/messages';
 import { sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
+import { isError } from '../errors';
 import {
   CheckpointInput,
   PauseInput,
@@ -372,5 +373,5 @@ export function toSessionError(err: unknown, sessionId: string): unknown {
 }
 
 function isClosedWorkflowError(err: unknown): boolean {
-  return err instanceof Error && /workflow execution already completed/i.test(err.message);
+  return isError(err) && /workflow execution already completed/i.test(err.message);
 }
