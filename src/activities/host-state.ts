@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { DurableSessionsError } from '../errors';
 import type { ExitInfo } from '../runtimes';
 
 /** An instance of this host that ended, numbered in the order this incarnation of the host saw it. */
@@ -12,6 +13,21 @@ export interface HostExit {
 }
 
 const MAX_UNACKNOWLEDGED_EXITS = 10_000;
+
+/**
+ * Thrown when this worker host takes no new session: it is draining, or runs its limit of sessions. Retryable: the
+ * retry waits for another worker, or for the next one to start once this one is gone.
+ */
+export class HostRefusedError extends DurableSessionsError {
+  readonly code = 'HostRefused';
+  override readonly retryable = true;
+  constructor(
+    message: string,
+    readonly hostTaskQueue: string,
+  ) {
+    super(message);
+  }
+}
 
 /** Exits are acknowledged by position: a position of another incarnation of the host acknowledges nothing here. */
 export interface ExitCursor {

@@ -11,7 +11,7 @@ import type {
   VerificationStatus,
 } from '../domain/schemas';
 import type { ExitInfo, RuntimeInstanceInfo, RuntimeRegistry, SessionRuntime } from '../runtimes';
-import { HostState, type ExitCursor } from './host-state';
+import { HostRefusedError, HostState, type ExitCursor } from './host-state';
 import { ArchiveRejectedError, RuntimeFailedError, RuntimeNotFoundError } from '../runtimes';
 import { SnapshotTamperedError } from '../snapshots/engine/crypto';
 import {
@@ -152,11 +152,12 @@ export function createActivities(deps: ActivityDeps) {
 
     /** Runs on the shared queue; whichever worker picks it up becomes the session's host. */
     async placeSession(): Promise<{ hostTaskQueue: string }> {
-      // Retryable: the retry waits for another worker, or for the next one to start once this one is gone.
-      if (host.draining) throw new Error(`worker host ${deps.hostTaskQueue} is draining: it takes no new sessions`);
+      const queue = deps.hostTaskQueue;
+      if (host.draining)
+        throw new HostRefusedError(`worker host ${queue} is draining: it takes no new sessions`, queue);
       const limit = deps.maxSessions ?? DEFAULT_MAX_SESSIONS;
       if (host.sessions().length >= limit) {
-        throw new Error(`worker host ${deps.hostTaskQueue} runs ${limit} sessions, its limit: placing elsewhere`);
+        throw new HostRefusedError(`worker host ${queue} runs ${limit} sessions, its limit: placing elsewhere`, queue);
       }
       return { hostTaskQueue: deps.hostTaskQueue };
     },
