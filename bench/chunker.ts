@@ -113,7 +113,7 @@ async function main(): Promise<void> {
   const chunkers = CANDIDATES.map((options) => new Chunker(options));
   // Round robin: every pass measures everything once, and each cell keeps its fastest pass. A burst of load from
   // elsewhere then costs one pass of each cell rather than all passes of one row, and no option set runs with code
-  // V8 specialized for it alone (measured in a row, whichever set came first ran 20-40% slower here).
+  // V8 specialized for it alone (measured in a row, whichever set came first ran markedly slower).
   const measures: [string, (chunker: Chunker) => unknown][] = [
     ['split', (chunker) => splitPass(chunker, data)],
     ['stream64K', (chunker) => streamPass(chunker, data, 64 * KiB)],

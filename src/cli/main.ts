@@ -42,7 +42,7 @@ export async function cliMain(argv: readonly string[], streams: CliStreams = STD
 
 /**
  * Loads a module when a command first needs it: help and usage errors answer without loading the Temporal client or
- * the snapshot store (about 0.7 s of start-up). `require`, because `import()` goes to Node's ESM loader, which the bin's
+ * the snapshot store, most of the CLI's start-up. `require`, because `import()` goes to Node's ESM loader, which the bin's
  * tsx/cjs hook does not cover.
  */
 function load<M>(id: string): M {
