@@ -4,3 +4,4 @@ export * from './session-state';
 export * from './retention';
 export * from './strict';
 export * from './records';
+export * from './errors';
