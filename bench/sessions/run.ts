@@ -4,8 +4,8 @@
  * system, driven by the SessionClient. Physical baselines (write+fsync, read, SHA-256, tar) are measured on the
  * same file system with the same bytes, so the engine's numbers can be read as "how far from the hardware".
  *
- *   npm run bench
- *   npx tsx bench/run.ts --size-mb 100 --file-mb 5 --rounds 3
+ *   npm run bench:sessions
+ *   npx tsx bench/sessions/run.ts --size-mb 100 --file-mb 5 --rounds 3
  *
  * Nothing here asserts on time: it prints (and writes to .bench/results.md) what it measured.
  */
@@ -24,9 +24,9 @@ import * as v8 from 'node:v8';
 import * as vm from 'node:vm';
 import { Client, Connection } from '@temporalio/client';
 import { bundleWorkflowCode, DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
-import { SessionClient, type SessionHandle } from '../src/client';
-import { DEFAULT_TEMPORAL_BIN, freePort, startDevServer } from '../src/dev-server';
-import type { WorkspaceRuntimeSpec } from '../src/domain/schemas';
+import { SessionClient, type SessionHandle } from '../../src/client';
+import { DEFAULT_TEMPORAL_BIN, freePort, startDevServer } from '../../src/dev-server';
+import type { WorkspaceRuntimeSpec } from '../../src/domain/schemas';
 import {
   MemoryRuntime,
   WorkspaceRuntime,
@@ -35,17 +35,17 @@ import {
   type RestoreRequest,
   type RuntimeInstanceInfo,
   type WorkspaceRuntimeOptions,
-} from '../src/runtimes';
-import { ChunkedSnapshotStore } from '../src/snapshots/engine/chunked-store';
-import { Keyring } from '../src/snapshots/engine/keyring';
+} from '../../src/runtimes';
+import { ChunkedSnapshotStore } from '../../src/snapshots/engine/chunked-store';
+import { Keyring } from '../../src/snapshots/engine/keyring';
 import {
   type CheckpointManifest,
   type NewCheckpoint,
   type SnapshotStore,
   type StateSource,
   type StoreProgress,
-} from '../src/snapshots';
-import { createWorkers } from '../src/worker';
+} from '../../src/snapshots';
+import { createWorkers } from '../../src/worker';
 
 const MiB = 1024 * 1024;
 
@@ -54,12 +54,12 @@ function productionStore(rootDir: string): ChunkedSnapshotStore {
   return new ChunkedSnapshotStore({ rootDir, keyring: new Keyring([{ id: 'bench', key: randomBytes(32) }]) });
 }
 
-const PROJECT_DIR = path.resolve(__dirname, '..');
+const PROJECT_DIR = path.resolve(__dirname, '..', '..');
 const RESULTS_DIR = path.join(PROJECT_DIR, '.bench');
 const COMMAND = ['sh', '-c', 'while true; do sleep 1; done'];
 /** Seeded through the spec (at most 256 KiB); the big incompressible files are written after start. */
 const SMALL_FILES: Record<string, string> = {
-  'README.md': '# bench workspace\n\nA session seeded by bench/run.ts.\n',
+  'README.md': '# bench workspace\n\nA session seeded by bench/sessions/run.ts.\n',
   'src/main.sh': '#!/bin/sh\nwhile true; do sleep 1; done\n',
   'notes/todo.txt': Array.from({ length: 500 }, (_, i) => `- item ${i}: keep this across pause and resume`).join('\n'),
 };
@@ -758,7 +758,7 @@ async function engineRound(
   const handle = await sessions.start({
     sessionId,
     runtime: { kind: 'workspace', command: COMMAND, files: SMALL_FILES, stopGraceMs: 2_000 },
-    description: 'bench/run.ts',
+    description: 'bench/sessions/run.ts',
   });
   let ended = false;
   cleanup.add(`session ${sessionId}`, async () => {
@@ -1197,7 +1197,7 @@ async function main(cleanup: Cleanup): Promise<void> {
   cleanup.add('dev server', () => server.stop());
   serverPid = server.process.pid;
   const bundle = await bundleWorkflowCode({
-    workflowsPath: require.resolve('../src/workflows'),
+    workflowsPath: require.resolve('../../src/workflows'),
     logger: { trace() {}, debug() {}, info() {}, warn: console.warn, error: console.error, log() {} },
   });
   const nativeConnection = await NativeConnection.connect({ address: server.address });
