@@ -1,4 +1,5 @@
 /** The Markdown report: the table against the baselines, where the time goes, the checks, the machine. */
+import { table } from '../markdown';
 import type { Baselines } from './baselines';
 import { fmtMiB, fmtMiBps, fmtMs, fmtSigned, median, mibps, ratio, spread, throughput } from './format';
 import type { Machine } from './machine';
@@ -240,14 +241,6 @@ function breakdownRows(records: OpRecord[], stateBytes: number, cores: number): 
   });
 
   return breakdown;
-}
-
-function table(header: string[], body: string[][]): string {
-  return [
-    `| ${header.join(' | ')} |`,
-    `|${header.map(() => '---').join('|')}|`,
-    ...body.map((r) => `| ${r.join(' | ')} |`),
-  ].join('\n');
 }
 
 const byOp = (records: OpRecord[], op: OpName) => records.filter((r) => r.op === op);
