@@ -1,6 +1,5 @@
 /** The baselines: the same Temporal calls as a session with nothing behind them, and start+signal+complete. */
 import { WithStartWorkflowOperation, type WorkflowHandle } from '@temporalio/client';
-import * as path from 'node:path';
 import {
   bareCheckpointUpdate,
   bareDoneSignal,
@@ -12,9 +11,7 @@ import {
   bareStopUpdate,
 } from './bare-workflows';
 import { Calls, inPool } from './load';
-import { OpenFilesSampler } from './procfs';
-import { ids, measureLifecycle, type ScaleContext, type ScenarioResult } from './scenario';
-import { startWorkerProcess } from './worker-handle';
+import { ids, measureLifecycle, withScenarioWorker, type ScaleContext, type ScenarioResult } from './scenario';
 
 export interface BareResult extends ScenarioResult {
   /** Start, signal, result: N of them at the same concurrency. */
@@ -23,60 +20,51 @@ export interface BareResult extends ScenarioResult {
 }
 
 export async function runBare(ctx: ScaleContext, bundlePath: string): Promise<BareResult> {
-  const taskQueue = `scale-bare-${ctx.runId}`;
-  const worker = await startWorkerProcess({
-    mode: 'bare',
-    address: ctx.address,
-    taskQueue,
-    bundlePath,
-    dir: path.join(ctx.dir, 'bare'),
-    maxSessions: ctx.options.sessions,
-  });
-  const files = new OpenFilesSampler(worker.pid);
-  try {
-    const start = async (calls: Calls, workflowId: string): Promise<WorkflowHandle> => {
-      const startWorkflowOperation = new WithStartWorkflowOperation(bareSessionWorkflow, {
-        workflowId,
-        taskQueue,
-        workflowIdConflictPolicy: 'FAIL',
+  return withScenarioWorker(
+    ctx,
+    { mode: 'bare', bundlePath, maxSessions: ctx.options.sessions },
+    async ({ worker, files, taskQueue }) => {
+      const start = async (calls: Calls, workflowId: string): Promise<WorkflowHandle> => {
+        const startWorkflowOperation = new WithStartWorkflowOperation(bareSessionWorkflow, {
+          workflowId,
+          taskQueue,
+          workflowIdConflictPolicy: 'FAIL',
+        });
+        await calls.time('start', () =>
+          ctx.client.workflow.executeUpdateWithStart(bareStartUpdate, { startWorkflowOperation }),
+        );
+        return startWorkflowOperation.workflowHandle();
+      };
+      const lifecycle = async (calls: Calls, handle: WorkflowHandle): Promise<void> => {
+        for (const [name, update] of [
+          ['checkpoint', bareCheckpointUpdate],
+          ['pause', barePauseUpdate],
+          ['resume', bareResumeUpdate],
+          ['stop', bareStopUpdate],
+        ] as const) {
+          await calls.time(name, () => handle.executeUpdate(update));
+        }
+      };
+      const signalled = async (calls: Calls, workflowId: string): Promise<void> => {
+        const handle = await calls.time('start', () =>
+          ctx.client.workflow.start(bareSignalWorkflow, { workflowId, taskQueue }),
+        );
+        await calls.time('signal', () => handle.signal(bareDoneSignal));
+        await calls.time('result', () => handle.result());
+      };
+
+      const measured = await measureLifecycle(ctx, worker, files, {
+        prefix: 'bare',
+        start,
+        run: lifecycle,
+        alsoWarm: signalled,
       });
-      await calls.time('start', () =>
-        ctx.client.workflow.executeUpdateWithStart(bareStartUpdate, { startWorkflowOperation }),
-      );
-      return startWorkflowOperation.workflowHandle();
-    };
-    const lifecycle = async (calls: Calls, handle: WorkflowHandle): Promise<void> => {
-      for (const [name, update] of [
-        ['checkpoint', bareCheckpointUpdate],
-        ['pause', barePauseUpdate],
-        ['resume', bareResumeUpdate],
-        ['stop', bareStopUpdate],
-      ] as const) {
-        await calls.time(name, () => handle.executeUpdate(update));
-      }
-    };
-    const signalled = async (calls: Calls, workflowId: string): Promise<void> => {
-      const handle = await calls.time('start', () =>
-        ctx.client.workflow.start(bareSignalWorkflow, { workflowId, taskQueue }),
-      );
-      await calls.time('signal', () => handle.signal(bareDoneSignal));
-      await calls.time('result', () => handle.result());
-    };
 
-    const measured = await measureLifecycle(ctx, worker, files, {
-      prefix: 'bare',
-      start,
-      run: lifecycle,
-      alsoWarm: signalled,
-    });
-
-    const signalCalls = new Calls();
-    const signalMs = await inPool(ids(ctx, 'bare-signal', ctx.options.sessions), ctx.options.concurrency, (id) =>
-      signalled(signalCalls, id),
-    );
-    return { ...measured, signalMs, signalCalls };
-  } finally {
-    files.stop();
-    await worker.stop();
-  }
+      const signalCalls = new Calls();
+      const signalMs = await inPool(ids(ctx, 'bare-signal', ctx.options.sessions), ctx.options.concurrency, (id) =>
+        signalled(signalCalls, id),
+      );
+      return { ...measured, signalMs, signalCalls };
+    },
+  );
 }

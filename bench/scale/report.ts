@@ -1,4 +1,5 @@
 /** The scale benchmark's Markdown report: targets as ratios against baselines of the same run, then the detail. */
+import { table } from '../markdown';
 import type { BareResult } from './bare-scenario';
 import { percentile, type Calls } from './load';
 import type { ScaleOptions } from './scenario';
@@ -27,14 +28,6 @@ const ms = (v: number) => (Number.isNaN(v) ? '—' : v < 10 ? `${v.toFixed(1)} m
 const ratio = (a: number, b: number) => (b > 0 ? `${(a / b).toFixed(2)}×` : '—');
 const sum = (rates: [string, number][]) => rates.reduce((a, [, r]) => a + r, 0);
 const verdict = (ok: boolean) => (ok ? 'PASS' : '**MISS**');
-
-function table(header: string[], rows: string[][]): string {
-  return [
-    `| ${header.join(' | ')} |`,
-    `|${header.map(() => '---').join('|')}|`,
-    ...rows.map((r) => `| ${r.join(' | ')} |`),
-  ].join('\n');
-}
 
 function latency(calls: Calls, names?: string[]): string {
   const all = calls.all(names);

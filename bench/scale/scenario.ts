@@ -1,10 +1,12 @@
-/** What both halves of the run share: the server, the options, and how an idle window is measured. */
+/** What both halves of the run share: the server, the options, a worker of their own, how an idle window is measured. */
+import * as path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Client } from '@temporalio/client';
 import { Calls, inPool } from './load';
-import { cpuWindow, type OpenFilesSampler } from './procfs';
+import { cpuWindow, OpenFilesSampler } from './procfs';
 import { frontendRequests, requestRates, type RequestCounts } from './server-metrics';
-import type { MemorySample } from './worker-handle';
+import { startWorkerProcess, type MemorySample, type WorkerHandle } from './worker-handle';
+import type { WorkerProcessConfig } from './worker-process';
 
 export interface ScaleOptions {
   sessions: number;
@@ -98,6 +100,35 @@ export class RequestCounter {
     return [...this.total.entries()]
       .map(([op, count]): [string, number] => [op, count / n])
       .sort((a, b) => b[1] - a[1]);
+  }
+}
+
+/** A scenario's own worker process: its task queue, and a sampler of its open files from the start. */
+export interface ScenarioWorker {
+  worker: WorkerHandle;
+  files: OpenFilesSampler;
+  taskQueue: string;
+}
+
+/** Starts a worker of `mode` on a task queue and directory of its own, runs `fn` with it, then stops it. */
+export async function withScenarioWorker<T>(
+  ctx: ScaleContext,
+  config: Pick<WorkerProcessConfig, 'mode' | 'bundlePath' | 'maxSessions'>,
+  fn: (scenario: ScenarioWorker) => Promise<T>,
+): Promise<T> {
+  const taskQueue = `scale-${config.mode}-${ctx.runId}`;
+  const worker = await startWorkerProcess({
+    ...config,
+    address: ctx.address,
+    taskQueue,
+    dir: path.join(ctx.dir, config.mode),
+  });
+  const files = new OpenFilesSampler(worker.pid);
+  try {
+    return await fn({ worker, files, taskQueue });
+  } finally {
+    files.stop();
+    await worker.stop();
   }
 }
 

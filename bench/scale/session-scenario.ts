@@ -1,11 +1,10 @@
 /** The project's worker under load: memory sessions through their whole lifecycle, then workspace sessions. */
-import * as path from 'node:path';
 import { DEFAULT_MAX_SESSIONS } from '../../src/activities';
 import { SessionClient, type SessionHandle } from '../../src/client';
 import { Calls, inPool } from './load';
-import { OpenFilesSampler } from './procfs';
-import { ids, measureLifecycle, type ScaleContext, type ScenarioResult } from './scenario';
-import { startWorkerProcess, type WorkerHandle } from './worker-handle';
+import type { OpenFilesSampler } from './procfs';
+import { ids, measureLifecycle, withScenarioWorker, type ScaleContext, type ScenarioResult } from './scenario';
+import type { WorkerHandle } from './worker-handle';
 
 export interface WorkspaceResult {
   sessions: number;
@@ -23,35 +22,27 @@ export interface SessionResult extends ScenarioResult {
 const WORKSPACE_COMMAND = ['sh', '-c', 'while true; do sleep 10; done'];
 
 export async function runSessions(ctx: ScaleContext, bundlePath: string): Promise<SessionResult> {
-  const taskQueue = `scale-sessions-${ctx.runId}`;
-  const worker = await startWorkerProcess({
-    mode: 'sessions',
-    address: ctx.address,
-    taskQueue,
-    bundlePath,
-    dir: path.join(ctx.dir, 'sessions'),
-    // The benchmark may ask for more sessions on one worker than the default limit.
-    maxSessions: Math.max(DEFAULT_MAX_SESSIONS, ctx.options.sessions, ctx.options.workspaceSessions),
-  });
-  const files = new OpenFilesSampler(worker.pid);
-  const client = new SessionClient({ client: ctx.client, taskQueue });
-  try {
-    const start = (calls: Calls, sessionId: string): Promise<SessionHandle> =>
-      calls.time('start', () => client.start({ sessionId, runtime: { kind: 'memory', initialState: sessionId } }));
-    const lifecycle = async (calls: Calls, session: SessionHandle): Promise<void> => {
-      await calls.time('checkpoint', () => session.checkpoint());
-      await calls.time('pause', () => session.pause());
-      await calls.time('resume', () => session.resume());
-      await calls.time('stop', () => session.stop());
-    };
+  // The benchmark may ask for more sessions on one worker than the default limit.
+  const maxSessions = Math.max(DEFAULT_MAX_SESSIONS, ctx.options.sessions, ctx.options.workspaceSessions);
+  return withScenarioWorker(
+    ctx,
+    { mode: 'sessions', bundlePath, maxSessions },
+    async ({ worker, files, taskQueue }) => {
+      const client = new SessionClient({ client: ctx.client, taskQueue });
+      const start = (calls: Calls, sessionId: string): Promise<SessionHandle> =>
+        calls.time('start', () => client.start({ sessionId, runtime: { kind: 'memory', initialState: sessionId } }));
+      const lifecycle = async (calls: Calls, session: SessionHandle): Promise<void> => {
+        await calls.time('checkpoint', () => session.checkpoint());
+        await calls.time('pause', () => session.pause());
+        await calls.time('resume', () => session.resume());
+        await calls.time('stop', () => session.stop());
+      };
 
-    const measured = await measureLifecycle(ctx, worker, files, { prefix: 'memory', start, run: lifecycle });
-    const workspace = await runWorkspaces(ctx, client, worker, files);
-    return { ...measured, workspace };
-  } finally {
-    files.stop();
-    await worker.stop();
-  }
+      const measured = await measureLifecycle(ctx, worker, files, { prefix: 'memory', start, run: lifecycle });
+      const workspace = await runWorkspaces(ctx, client, worker, files);
+      return { ...measured, workspace };
+    },
+  );
 }
 
 /** Workspace sessions (a real process each) all running, then checkpointed `concurrency` at a time, then stopped. */

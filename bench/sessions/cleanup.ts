@@ -1,0 +1,42 @@
+/** Teardown that runs however the bench ends: a hung step must not keep the sessions or the server alive. */
+import { setTimeout as delay } from 'node:timers/promises';
+
+/** Cleanup steps, run last-registered first, each bounded in time, each failure reported but not fatal. */
+export class Cleanup {
+  private readonly steps: { name: string; fn: () => Promise<unknown> }[] = [];
+  private running?: Promise<void>;
+
+  add(name: string, fn: () => Promise<unknown>): void {
+    this.steps.push({ name, fn });
+  }
+
+  run(): Promise<void> {
+    this.running ??= (async () => {
+      for (const step of this.steps.reverse()) {
+        try {
+          await withTimeout(step.fn(), 30_000, `cleanup: ${step.name}`);
+        } catch (error) {
+          console.error(`cleanup of ${step.name} failed: ${errorText(error)}`);
+        }
+      }
+    })();
+    return this.running;
+  }
+}
+
+export async function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  const abort = new AbortController();
+  const timeout = delay(ms, undefined, { signal: abort.signal }).then(() => {
+    throw new Error(`${what} did not finish within ${ms} ms`);
+  });
+  timeout.catch(() => undefined);
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    abort.abort();
+  }
+}
+
+export function errorText(error: unknown): string {
+  return error instanceof Error ? (error.stack ?? error.message) : String(error);
+}

@@ -1,0 +1,54 @@
+/**
+ * The engine's data path without Temporal: the same runtime and store classes called directly, in this process,
+ * on a workspace seeded the same way. What the engine costs by itself, and so what Temporal and the activity
+ * around it add.
+ */
+import type { WorkspaceRuntime } from '../../src/runtimes';
+import type { SnapshotStore } from '../../src/snapshots';
+import type { Recorder } from './records';
+import { seedWorkspace, WORKSPACE_SPEC, type Seed } from './workload';
+
+export interface DirectRoundContext {
+  runtime: WorkspaceRuntime;
+  store: SnapshotStore;
+  recorder: Recorder;
+  seed: Seed;
+}
+
+/** Capture → store.write, then store.open → restore, each timed as one operation. */
+export async function directRound(ctx: DirectRoundContext, round: number): Promise<void> {
+  const { runtime, store, recorder, seed } = ctx;
+  const sessionId = `direct-${round}`;
+  const spec = WORKSPACE_SPEC;
+  const started = await runtime.start({ sessionId, instanceId: `${sessionId}-a`, spec });
+  try {
+    seedWorkspace(seed, started.location);
+    const checkpoint = {
+      checkpointId: `${sessionId}-1`,
+      sessionId,
+      sequence: 1,
+      parentId: null,
+      runtime: { kind: runtime.kind, version: runtime.version },
+      trigger: 'manual' as const,
+    };
+    const manifest = await recorder.time(
+      'direct-capture',
+      round,
+      async () => store.write(checkpoint, await runtime.capture(started.instanceId)),
+      (written) => written.size,
+    );
+    const restored = await recorder.time(
+      'direct-restore',
+      round,
+      async () => {
+        const { stream } = await store.open(sessionId, checkpoint.checkpointId);
+        return runtime.restore({ sessionId, instanceId: `${sessionId}-b`, spec, state: stream });
+      },
+      () => manifest.size,
+    );
+    await runtime.dispose(restored.instanceId);
+    await store.delete(sessionId, checkpoint.checkpointId);
+  } finally {
+    await runtime.dispose(started.instanceId);
+  }
+}
