@@ -19,7 +19,7 @@ import {
   writeInstanceRecord,
   type FenceOutcome,
   type FoundRecord,
-} from './instance-records';
+} from './workspace/instance-records';
 import {
   groupsWorkingUnder,
   hasProcfs,
@@ -29,7 +29,7 @@ import {
   signalGroup,
   waitUntilGroupGone,
   waitUntilGroupStopped,
-} from './process-table';
+} from './workspace/process-table';
 import type {
   CapturedState,
   ExitInfo,
@@ -39,7 +39,7 @@ import type {
   StartRequest,
 } from './session-runtime';
 import { RuntimeFailedError, RuntimeNotFoundError } from './session-runtime';
-import { lockStateDir } from './state-lock';
+import { lockStateDir } from './workspace/state-lock';
 import {
   encodeTarHeader,
   readTarHeaderLayout,
@@ -50,8 +50,8 @@ import {
   tarTrailer,
   type TarEntry,
 } from './tar-writer';
-import { checkEnvAllow, checkSpecEnv, DEFAULT_WORKSPACE_ENV_ALLOW, workspaceEnvironment } from './workspace-env';
-import { resolveWorkspaceUser, type UserIdentity, type WorkspaceUser } from './workspace-user';
+import { checkEnvAllow, checkSpecEnv, DEFAULT_WORKSPACE_ENV_ALLOW, workspaceEnvironment } from './workspace/env';
+import { resolveWorkspaceUser, type UserIdentity, type WorkspaceUser } from './workspace/user';
 
 /**
  * Thrown by `restore` when the state archive holds an entry that could land outside the workspace (an absolute

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import * as fsp from 'node:fs/promises';
 import * as path from 'node:path';
 import { z } from 'zod';
-import { strictObject } from '../domain/strict';
+import { strictObject } from '../../domain/strict';
 import { bootId, hasProcfs, isErrnoException, killGroup, scanGroups, waitUntilGroupGone } from './process-table';
 
 /**

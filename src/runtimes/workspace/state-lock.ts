@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { linkSync, mkdirSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { z } from 'zod';
-import { strictObject } from '../domain/strict';
+import { strictObject } from '../../domain/strict';
 import { identityOf, isErrnoException, isRunning } from './process-table';
 
 /**
