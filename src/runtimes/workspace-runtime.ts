@@ -5,7 +5,6 @@ import * as fsp from 'node:fs/promises';
 import * as path from 'node:path';
 import type { Readable } from 'node:stream';
 import { setTimeout as delay } from 'node:timers/promises';
-import { types } from 'node:util';
 import { extract as tarExtract } from 'tar-stream';
 import type { Extract, Header } from 'tar-stream';
 import type { WorkspaceRuntimeSpec } from '../domain/schemas';
@@ -24,7 +23,6 @@ import {
   groupsWorkingUnder,
   hasProcfs,
   identityOf,
-  isErrnoException,
   killGroup,
   signalGroup,
   waitUntilGroupGone,
@@ -39,6 +37,7 @@ import type {
   StartRequest,
 } from './session-runtime';
 import { RuntimeFailedError, RuntimeNotFoundError } from './session-runtime';
+import { isErrnoException, toError } from './node-errors';
 import { lockStateDir } from './workspace/state-lock';
 import {
   encodeTarHeader,
@@ -1624,8 +1623,4 @@ function raceAbort<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
     signal.addEventListener('abort', onAbort, { once: true });
     promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
   });
-}
-
-function toError(error: unknown): Error {
-  return types.isNativeError(error) || error instanceof Error ? error : new Error(String(error));
 }

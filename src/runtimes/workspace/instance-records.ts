@@ -3,7 +3,8 @@ import * as fsp from 'node:fs/promises';
 import * as path from 'node:path';
 import { z } from 'zod';
 import { strictObject } from '../../domain/strict';
-import { bootId, hasProcfs, isErrnoException, killGroup, scanGroups, waitUntilGroupGone } from './process-table';
+import { isErrnoException } from '../node-errors';
+import { bootId, hasProcfs, killGroup, scanGroups, waitUntilGroupGone } from './process-table';
 
 /**
  * What the runtime keeps on disk of a running instance, so that a later incarnation of the worker can find and kill
