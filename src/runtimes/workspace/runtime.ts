@@ -10,6 +10,7 @@ import type {
   SessionRuntime,
   StartRequest,
 } from '../session-runtime';
+import { raceAbort } from '../race-abort';
 import { RuntimeFailedError, RuntimeNotFoundError } from '../session-runtime';
 import { TarLayoutReader } from '../tar';
 import { openCapture } from './capture';
@@ -372,15 +373,4 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
 
 function namesOf(paths: readonly RestoredPath[]): string[] {
   return paths.map(({ name }) => name);
-}
-
-/** Resolves or rejects with `promise`, or rejects with an AbortError when `signal` aborts first. */
-function raceAbort<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
-  if (!signal) return promise;
-  return new Promise((resolve, reject) => {
-    const onAbort = (): void => reject(new DOMException('waiting for the runtime instance was aborted', 'AbortError'));
-    if (signal.aborted) return onAbort();
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
-  });
 }
