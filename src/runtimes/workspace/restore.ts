@@ -125,7 +125,7 @@ async function writeEntry(entry: AsyncIterable<unknown> & { header: TarHeader },
   const flags = fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_TRUNC | fsConstants.O_NOFOLLOW;
   const handle = await fsp.open(file, flags, 0o600);
   try {
-    // Pieces arrive as the archive stream cut them (tens of KiB): written a MiB at a time, not one write each.
+    // Pieces arrive as the archive reader cut them, far smaller than a write should be: gathered up to WRITE_BYTES.
     let pending: Buffer[] = [];
     let pendingBytes = 0;
     const flush = async (): Promise<void> => {
