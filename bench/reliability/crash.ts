@@ -9,7 +9,7 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import type { WorkerProcess } from './cluster';
 import { progress, type Context } from './context';
-import { identityOf } from '../../src/runtimes/process-table';
+import { identityOf } from '../../src/runtimes/workspace/process-table';
 import type { Subject } from './judge';
 import { FAST_LIVENESS, writeBlobs } from './workload';
 

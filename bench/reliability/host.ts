@@ -4,7 +4,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { parseProcessStat } from '../../src/runtimes/process-table';
+import { parseProcessStat } from '../../src/runtimes/workspace/process-table';
 
 export interface SessionProcess {
   pid: number;

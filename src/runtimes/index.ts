@@ -2,10 +2,7 @@ import type { RuntimeKind } from '../domain/schemas';
 import type { SessionRuntime } from './session-runtime';
 
 export * from './session-runtime';
-export * from './workspace-runtime';
-export { WorkspaceRootLockedError } from './state-lock';
-export { DEFAULT_WORKSPACE_ENV_ALLOW } from './workspace-env';
-export type { WorkspaceUser } from './workspace-user';
+export * from './workspace';
 export * from './memory-runtime';
 
 /** The runtimes a worker offers, by kind. */

@@ -9,6 +9,7 @@ import type {
   SessionRuntime,
   StartRequest,
 } from './session-runtime';
+import { raceAbort } from './race-abort';
 import { RuntimeFailedError, RuntimeNotFoundError } from './session-runtime';
 
 interface MemoryInstance {
@@ -134,15 +135,7 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
   }
 
   async waitForExit(instanceId: string, signal?: AbortSignal): Promise<ExitInfo> {
-    const { exited } = this.get(instanceId);
-    if (!signal) return exited;
-    return new Promise((resolve, reject) => {
-      const onAbort = (): void =>
-        reject(new DOMException('waiting for the runtime instance was aborted', 'AbortError'));
-      if (signal.aborted) return onAbort();
-      signal.addEventListener('abort', onAbort, { once: true });
-      void exited.then(resolve).finally(() => signal.removeEventListener('abort', onAbort));
-    });
+    return raceAbort(this.get(instanceId).exited, signal);
   }
 
   describe(instanceId: string): RuntimeInstanceInfo | undefined {

@@ -11,7 +11,7 @@ import {
   tarPaddingBytes,
   tarTrailer,
   type TarEntry,
-} from '../../src/runtimes/tar-writer';
+} from '../../src/runtimes/tar';
 
 const run = promisify(execFile);
 

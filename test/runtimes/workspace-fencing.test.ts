@@ -13,7 +13,7 @@ import {
   type RuntimeInstanceInfo,
   type WorkspaceRuntimeOptions,
 } from '../../src/runtimes';
-import { writeInstanceRecord } from '../../src/runtimes/instance-records';
+import { writeInstanceRecord } from '../../src/runtimes/workspace/instance-records';
 import { readAll } from '../helpers/checkpoints';
 
 /** What a worker leaves behind on its host when it dies, and what the next one does about it. Reads /proc. */

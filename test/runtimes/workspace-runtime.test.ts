@@ -8,7 +8,7 @@ import { pipeline } from 'node:stream/promises';
 import { setTimeout as delay } from 'node:timers/promises';
 import { extract as tarExtract, pack as tarPack } from 'tar-stream';
 import type { WorkspaceRuntimeSpec } from '../../src/domain/schemas';
-import { ArchiveRejectedError, RuntimeFailedError, RuntimeNotFoundError, WorkspaceRuntime } from '../../src/runtimes';
+import { ArchiveRejectedError, RuntimeFailedError, WorkspaceRuntime } from '../../src/runtimes';
 import { isUnchangedRange, sourceBytes, type StateSource, type UnchangedRange } from '../../src/snapshots/state-source';
 import { readAll } from '../helpers/checkpoints';
 
@@ -401,29 +401,6 @@ describe('WorkspaceRuntime', () => {
     expect(Date.now() - started).toBeLessThan(1_500);
   });
 
-  test('a command that exits by itself is reported with its exit code, not as requested', async () => {
-    const info = await runtime.start({
-      sessionId: SESSION,
-      instanceId: newId(),
-      spec: spec(['sh', '-c', 'sleep 0.1; exit 3']),
-    });
-    const exit = await runtime.waitForExit(info.instanceId);
-    expect(exit).toEqual({ exitCode: 3, signal: null, requested: false });
-    expect(runtime.describe(info.instanceId)?.running).toBe(false);
-    expect(await runtime.stop(info.instanceId)).toEqual(exit);
-    // The files are still there to capture.
-    await expect(readAll(await runtime.capture(info.instanceId))).resolves.toBeInstanceOf(Buffer);
-  });
-
-  test('waitForExit rejects with an AbortError when its signal aborts', async () => {
-    const info = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(['sleep', '30']) });
-    const controller = new AbortController();
-    const waiting = runtime.waitForExit(info.instanceId, controller.signal);
-    controller.abort();
-    await expect(waiting).rejects.toMatchObject({ name: 'AbortError' });
-    expect(runtime.describe(info.instanceId)?.running).toBe(true);
-  });
-
   test('a program that does not exist fails with RuntimeFailedError naming it, leaving nothing behind', async () => {
     const instanceId = newId();
     const failure = runtime.start({ sessionId: SESSION, instanceId, spec: spec(['no-such-program-xyz', '--flag']) });
@@ -466,18 +443,13 @@ describe('WorkspaceRuntime', () => {
     expect(await fsp.readdir(rootDir)).toEqual([]);
   });
 
-  test('start refuses ids that are not path-safe and instances that already exist', async () => {
+  test('start refuses ids that are not path-safe', async () => {
     await expect(runtime.start({ sessionId: '..', instanceId: newId(), spec: spec(['true']) })).rejects.toThrow(
       RuntimeFailedError,
     );
     await expect(runtime.start({ sessionId: SESSION, instanceId: 'a/b', spec: spec(['true']) })).rejects.toThrow(
       RuntimeFailedError,
     );
-    const info = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(['sleep', '30']) });
-    await expect(
-      runtime.start({ sessionId: SESSION, instanceId: info.instanceId, spec: spec(['sleep', '30']) }),
-    ).rejects.toThrow(RuntimeFailedError);
-    expect(runtime.describe(info.instanceId)?.running).toBe(true);
   });
 
   test.each([
@@ -538,14 +510,6 @@ describe('WorkspaceRuntime', () => {
     expect(await fsp.readdir(rootDir)).toEqual([]);
     expect(await exists(path.join(rootDir, 'evil'))).toBe(false);
     expect(await exists('/tmp/evil-absolute')).toBe(false);
-  });
-
-  test('an unknown instance is RuntimeNotFoundError; describe and dispose accept it', async () => {
-    await expect(runtime.capture('nope')).rejects.toThrow(RuntimeNotFoundError);
-    await expect(runtime.stop('nope')).rejects.toThrow(RuntimeNotFoundError);
-    await expect(runtime.waitForExit('nope')).rejects.toThrow(RuntimeNotFoundError);
-    expect(runtime.describe('nope')).toBeUndefined();
-    await expect(runtime.dispose('nope')).resolves.toBeUndefined();
   });
 
   test('dispose stops a running instance and removes its directory and log', async () => {
@@ -833,13 +797,6 @@ describe('WorkspaceRuntime', () => {
       expect(ranges.at(-1)!.range).toMatchObject({ baseOffset: archive.length - 1024, length: 1024 });
       const unchangedBytes = ranges.reduce((sum, { range }) => sum + range.length, 0);
       expect(unchangedBytes).toBeGreaterThan(0.9 * bytes.length);
-    });
-
-    test('without a checkpoint id leaves the instance without a base', async () => {
-      const restored = await restoreArchive(await captureOf({ 'a.txt': 'a' }));
-      const next = await runtime.captureState(restored.instanceId);
-      expect(next.base).toBeNull();
-      next.close();
     });
 
     /** Sets the checksum of the header at `at` for its bytes as they are now, in the form the encoder writes it. */

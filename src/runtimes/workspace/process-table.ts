@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import { setTimeout as delay } from 'node:timers/promises';
-import { types } from 'node:util';
+import { isErrnoException } from '../node-errors';
 
 /** What `/proc/<pid>/stat` says of one process (Linux). */
 export interface ProcessStat {
@@ -199,11 +199,6 @@ function readOrUndefined(read: () => string): string | undefined {
     if (isErrnoException(error) && (error.code === 'ENOENT' || error.code === 'ESRCH')) return undefined;
     throw error;
   }
-}
-
-// `types.isNativeError`, not `instanceof Error`: errors made by Node itself may come from another realm.
-export function isErrnoException(error: unknown): error is NodeJS.ErrnoException {
-  return types.isNativeError(error) && 'code' in error;
 }
 
 /**

@@ -2,8 +2,9 @@ import { randomUUID } from 'node:crypto';
 import { linkSync, mkdirSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { z } from 'zod';
-import { strictObject } from '../domain/strict';
-import { identityOf, isErrnoException, isRunning } from './process-table';
+import { strictObject } from '../../domain/strict';
+import { isErrnoException } from '../node-errors';
+import { identityOf, isRunning } from './process-table';
 
 /**
  * Thrown when a workspace runtime is made on a state directory whose lock a live runtime holds: two runtimes on one

@@ -1,6 +1,6 @@
-import { envAllowProblem, isWorkerVariable } from '../config';
-import { RuntimeFailedError } from './session-runtime';
-import type { UserIdentity } from './workspace-user';
+import { envAllowProblem, isWorkerVariable } from '../../config';
+import { RuntimeFailedError } from '../session-runtime';
+import type { UserIdentity } from './user';
 
 /**
  * The worker's variables a workspace command inherits by default, each for a reason: `PATH` finds programs as the

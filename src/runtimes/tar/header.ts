@@ -9,6 +9,8 @@
  * uses) and by GNU tar.
  */
 
+import { createHash } from 'node:crypto';
+
 /** What a record describes. Sizes are content bytes; only files have content. */
 export type TarEntryType = 'file' | 'directory' | 'symlink';
 
@@ -108,6 +110,11 @@ export function tarPaddingBytes(size: number): number {
 /** The bytes that end an archive. */
 export function tarTrailer(): Buffer {
   return Buffer.alloc(TAR_TRAILER_BYTES);
+}
+
+/** What records are compared by: the sha256 of their header bytes (pax and ustar), base64. */
+export function tarHeaderDigest(header: Uint8Array): string {
+  return createHash('sha256').update(header).digest('base64');
 }
 
 function validate(entry: TarEntry): void {

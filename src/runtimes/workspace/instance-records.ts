@@ -2,8 +2,9 @@ import { randomUUID } from 'node:crypto';
 import * as fsp from 'node:fs/promises';
 import * as path from 'node:path';
 import { z } from 'zod';
-import { strictObject } from '../domain/strict';
-import { bootId, hasProcfs, isErrnoException, killGroup, scanGroups, waitUntilGroupGone } from './process-table';
+import { strictObject } from '../../domain/strict';
+import { isErrnoException } from '../node-errors';
+import { bootId, hasProcfs, killGroup, scanGroups, waitUntilGroupGone } from './process-table';
 
 /**
  * What the runtime keeps on disk of a running instance, so that a later incarnation of the worker can find and kill

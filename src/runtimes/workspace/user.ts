@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { RuntimeFailedError } from './session-runtime';
+import { RuntimeFailedError } from '../session-runtime';
 
 /** Who workspace commands run as: a user name looked up on the host, or ids. */
 export type WorkspaceUser = string | { uid: number; gid: number };

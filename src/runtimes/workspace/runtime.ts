@@ -1,0 +1,376 @@
+import * as path from 'node:path';
+import type { Readable } from 'node:stream';
+import type { WorkspaceRuntimeSpec } from '../../domain/schemas';
+import { sourceStream } from '../../snapshots/state-source';
+import type {
+  CapturedState,
+  ExitInfo,
+  RestoreRequest,
+  RuntimeInstanceInfo,
+  SessionRuntime,
+  StartRequest,
+} from '../session-runtime';
+import { raceAbort } from '../race-abort';
+import { RuntimeFailedError, RuntimeNotFoundError } from '../session-runtime';
+import { TarLayoutReader } from '../tar';
+import { openCapture } from './capture';
+import { checkEnvAllow, checkSpecEnv, DEFAULT_WORKSPACE_ENV_ALLOW } from './env';
+import { listInstanceRecords } from './instance-records';
+import { Leftovers, type HostRecovery } from './leftovers';
+import { freeze, signalRunning, spawnInstance, terminate, type WorkspaceInstance } from './process-group';
+import { killGroup } from './process-table';
+import { extractArchive, indexRestoredTree, type RestoredPath } from './restore';
+import { lockStateDir } from './state-lock';
+import { fileSystemNow, type CommittedIndex } from './tree-index';
+import { resolveWorkspaceUser, type UserIdentity, type WorkspaceUser } from './user';
+import {
+  assertSafeId,
+  discardWorkspace,
+  handOver,
+  isSafeId,
+  makeWorkspaceDir,
+  removeIfEmpty,
+  removeWorkspace,
+  writeSeedFiles,
+} from './workspace-dir';
+
+export interface WorkspaceRuntimeOptions {
+  /** Instances live in `<rootDir>/<sessionId>/<instanceId>`, their output in `<instanceId>.log` beside it. */
+  rootDir: string;
+  /**
+   * Where the runtime keeps a record of each running instance (pid, process group, start time) and its lock
+   * (default `<rootDir>/.run`). A runtime made on a state directory whose lock a live runtime holds throws
+   * {@link WorkspaceRootLockedError}: give each root one state directory, and each state directory one root.
+   */
+  stateDir?: string;
+  /** Where `recoverHost` and the discarding of leftovers say what they did (default `console.log`). */
+  log?: (message: string) => void;
+  /** How long `stop` waits after SIGTERM before SIGKILL when neither the call nor the spec says (default 10 s). */
+  defaultStopGraceMs?: number;
+  /**
+   * The worker's variables a command inherits: names, or prefixes ending in `*` (default
+   * {@link DEFAULT_WORKSPACE_ENV_ALLOW}). The spec's `env` comes on top; `DS_*` and `TEMPORAL_*` never pass.
+   */
+  envAllow?: readonly string[];
+  /**
+   * Run commands as this unprivileged user (the worker must be root): each workspace is handed to it, and its
+   * session's directory is the worker's, so it cannot list other instances. Sessions that run as one user can still
+   * reach each other's processes and, by path, workspaces (docs/design.md §7). Unset: the worker's user.
+   */
+  user?: WorkspaceUser;
+}
+
+const VERSION = '1';
+
+/**
+ * A working directory with a command running in it, on this host. The command leads its own process group, so
+ * `stop` and the freeze around `capture` reach everything it started. State is the directory, as a tar stream.
+ */
+export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
+  readonly kind = 'workspace';
+  readonly version = VERSION;
+
+  private readonly rootDir: string;
+  private readonly stateDir: string;
+  private readonly log: (message: string) => void;
+  private readonly defaultStopGraceMs: number;
+  private readonly envAllow: readonly string[];
+  private readonly user: WorkspaceUser | undefined;
+  /** The user's ids, looked up once; a failed look-up is tried again by the next start. */
+  private userIdentity?: Promise<UserIdentity>;
+  private readonly instances = new Map<string, WorkspaceInstance>();
+  /** The directory of each start or restore in flight, by instance id, from its checks until it has settled. */
+  private readonly creating = new Map<string, string>();
+  private readonly leftovers: Leftovers;
+
+  /** Throws {@link WorkspaceRootLockedError} when another live runtime holds the state directory. */
+  constructor(options: WorkspaceRuntimeOptions) {
+    this.rootDir = path.resolve(options.rootDir);
+    this.stateDir = path.resolve(options.stateDir ?? path.join(this.rootDir, '.run'));
+    this.log = options.log ?? ((message) => console.log(message));
+    this.defaultStopGraceMs = options.defaultStopGraceMs ?? 10_000;
+    this.envAllow = options.envAllow ?? DEFAULT_WORKSPACE_ENV_ALLOW;
+    checkEnvAllow(this.envAllow);
+    this.user = options.user;
+    this.leftovers = new Leftovers(this.rootDir, this.stateDir, this.log);
+    lockStateDir(this.stateDir, this.rootDir);
+  }
+
+  /**
+   * Fences what a previous incarnation of the worker left on this host; call it once, before any session is started
+   * or restored here. Every process group an instance record names that is still the same group (by start time) is
+   * sent SIGKILL and SIGCONT, frozen ones too, and waited for; then its record goes. Then every instance directory
+   * and log under the root that no instance of this runtime owns is removed, and session directories left empty.
+   * A group still there 10 s after SIGKILL (stuck in the kernel) keeps its record, so the next recovery tries again.
+   */
+  async recoverHost(): Promise<HostRecovery> {
+    let killed = 0;
+    for (const found of await listInstanceRecords(this.stateDir)) {
+      if ('record' in found && this.instances.get(found.record.instanceId)?.pid === found.record.pid) continue;
+      if ((await this.leftovers.fence(found)) === 'killed') killed++;
+    }
+    killed += await this.leftovers.fenceUnrecorded(this.ownedDirs());
+    const { removedDirs, bytes } = await this.leftovers.removeUnowned(this.ownedDirs());
+    this.log(
+      `workspace recovery: killed ${killed} process group(s) left running, ` +
+        `removed ${removedDirs} abandoned workspace(s) (${bytes} bytes) under ${this.rootDir}`,
+    );
+    return { killed, removedDirs, bytes };
+  }
+
+  canRestore(version: string): boolean {
+    return version === VERSION;
+  }
+
+  /**
+   * Starts the command in a fresh directory. An instance id that is not live here but has a directory on disk (an
+   * attempt that crashed, in this process or before it restarted) is started afresh: what that attempt left goes.
+   */
+  async start(request: StartRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
+    const { dir, logPath, user } = await this.createWorkspace(request);
+    try {
+      const seeded = await writeSeedFiles(dir, request.spec.files ?? {});
+      if (user) await handOver(dir, seeded, user);
+      return this.info(await this.launch(request, dir, logPath, user));
+    } catch (error) {
+      await discardWorkspace(dir, logPath);
+      throw error;
+    } finally {
+      this.creating.delete(request.instanceId);
+    }
+  }
+
+  /**
+   * Extracts `request.state` into a fresh directory and runs the command there. With `request.checkpointId` the
+   * checkpoint becomes the new instance's base: restore follows the record layout of the stream as it extracts it,
+   * so the first `captureState` names the records still as restored as ranges of that checkpoint. The layout is kept
+   * only when a capture of the restored tree would write every record's header exactly where and as the stream had
+   * it; a stream from another encoder, or with anything else unexpected in it, leaves the instance without a base.
+   * Like `start`, it starts afresh over what a crashed attempt with the same instance id left.
+   */
+  async restore(request: RestoreRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
+    const { dir, logPath, user } = await this.createWorkspace(request).catch((error: unknown) => {
+      request.state.destroy();
+      throw error;
+    });
+    try {
+      const { checkpointId } = request;
+      const restoring = checkpointId === undefined ? undefined : { checkpointId, layout: new TarLayoutReader() };
+      const restored = await extractArchive(request.state, dir, restoring?.layout);
+      // Before the index reads the tree's stats: a change of owner is a change of ctime.
+      if (user) await handOver(dir, namesOf(restored), user);
+      // Only now has the whole stream verified: nothing runs on state that may be corrupt.
+      const index = restoring
+        ? await indexRestoredTree(dir, restoring.checkpointId, restoring.layout.finish(), restored)
+        : undefined;
+      // The index becomes the base with the instance itself: a restore that fails leaves none.
+      return this.info(await this.launch(request, dir, logPath, user, index));
+    } catch (error) {
+      await discardWorkspace(dir, logPath);
+      throw error;
+    } finally {
+      this.creating.delete(request.instanceId);
+    }
+  }
+
+  async capture(instanceId: string): Promise<Readable> {
+    const instance = this.get(instanceId);
+    const thaw = await freeze(instance);
+    // The same bytes as a `captureState` without a base. The stream's 'close' follows 'end', 'error' and
+    // `destroy()` alike and closes the source, so the group is resumed whatever the consumer does.
+    return sourceStream(openCapture(instance.dir, thaw, undefined, undefined));
+  }
+
+  /**
+   * `capture`, told as pieces: records byte-identical to a record of the instance's base (the last stored capture,
+   * or the checkpoint it was restored from) are named as {@link UnchangedRange}s of it instead of read. Files are judged by their lstat (size, mtime, ctime, inode,
+   * device), everything else by its header bytes.
+   */
+  async captureState(instanceId: string): Promise<CapturedState> {
+    const instance = this.get(instanceId);
+    // Taken before any await: a `stored` that lands meanwhile must not mix one checkpoint's id with another's layout.
+    const base = instance.committed;
+    const thaw = await freeze(instance);
+    const clockNs = await fileSystemNow(path.dirname(instance.dir));
+    return openCapture(instance.dir, thaw, base, {
+      clockNs,
+      commit: (index) => {
+        // A disposed or stopped instance keeps no index, whatever captures were still in flight.
+        if (this.instances.get(instance.instanceId) === instance && !instance.indexDropped) {
+          instance.committed = index;
+        }
+      },
+    });
+  }
+
+  async stop(instanceId: string, options: { graceMs?: number } = {}): Promise<ExitInfo> {
+    const instance = this.get(instanceId);
+    // Its next state is a restore into a new instance, which indexes the checkpoint it restores for itself.
+    instance.committed = undefined;
+    instance.indexDropped = true;
+    if (instance.exit) return instance.exit;
+    instance.stopping ??= terminate(instance, options.graceMs ?? instance.stopGraceMs ?? this.defaultStopGraceMs);
+    return instance.stopping;
+  }
+
+  async waitForExit(instanceId: string, signal?: AbortSignal): Promise<ExitInfo> {
+    return raceAbort(this.get(instanceId).exited, signal);
+  }
+
+  describe(instanceId: string): RuntimeInstanceInfo | undefined {
+    const instance = this.instances.get(instanceId);
+    return instance && this.info(instance);
+  }
+
+  /**
+   * Stops the instance if it still runs, then removes its directory and log. An id not live here removes what is on
+   * disk under it, if anything: a retry after a crash frees what the first attempt made.
+   */
+  async dispose(instanceId: string): Promise<void> {
+    const instance = this.instances.get(instanceId);
+    if (!instance) return this.disposeLeftover(instanceId);
+    if (!instance.exit) await this.stop(instanceId);
+    await removeWorkspace(instance.dir, instance.logPath);
+    await removeIfEmpty(path.dirname(instance.dir));
+    this.instances.delete(instanceId);
+  }
+
+  /** Stops every running instance (for worker shutdown); directories stay for a later restore or dispose. */
+  async stopAll(): Promise<void> {
+    await Promise.all([...this.instances.keys()].map((id) => this.stop(id)));
+  }
+
+  /**
+   * Sends every running instance's process group SIGKILL and SIGCONT, at once and synchronously: safe in a
+   * `process.on('exit')` handler, which cannot wait. Calling it again signals nothing twice. Returns the number of
+   * groups signalled; throws, after signalling all the others, if a group could not be.
+   */
+  killAll(): number {
+    let signalled = 0;
+    const failures: unknown[] = [];
+    for (const instance of this.instances.values()) {
+      if (instance.exit || instance.killed) continue;
+      instance.killed = true;
+      instance.stopRequested = true;
+      try {
+        killGroup(instance.pid);
+        signalled++;
+      } catch (error) {
+        failures.push(error);
+      }
+    }
+    if (failures.length > 0) throw failures[0];
+    return signalled;
+  }
+
+  private get(instanceId: string): WorkspaceInstance {
+    const instance = this.instances.get(instanceId);
+    if (!instance) throw new RuntimeNotFoundError(instanceId);
+    return instance;
+  }
+
+  private info(instance: WorkspaceInstance): RuntimeInstanceInfo {
+    return {
+      instanceId: instance.instanceId,
+      sessionId: instance.sessionId,
+      kind: this.kind,
+      version: this.version,
+      location: instance.dir,
+      pid: instance.pid,
+      output: instance.logPath,
+      startedAt: instance.startedAt,
+      running: !instance.exit,
+    };
+  }
+
+  /**
+   * Checks the request, then creates the instance's fresh, empty directory, and resolves the user the command runs
+   * as, if any. What an earlier attempt with the same id left (its directory, log, processes) is discarded first:
+   * the id is not live here, so nothing here uses it. Registers the id as being created; the caller unregisters it.
+   */
+  private async createWorkspace(
+    request: StartRequest<WorkspaceRuntimeSpec>,
+  ): Promise<{ dir: string; logPath: string; user: UserIdentity | undefined }> {
+    const { instanceId } = request;
+    assertSafeId('session id', request.sessionId);
+    assertSafeId('instance id', instanceId);
+    checkSpecEnv(request.spec.env);
+    if (this.instances.has(instanceId)) {
+      throw new RuntimeFailedError(`runtime instance ${instanceId} already exists on this worker`);
+    }
+    this.refuseWhileCreating(instanceId);
+    const sessionDir = path.join(this.rootDir, request.sessionId);
+    const dir = path.join(sessionDir, instanceId);
+    this.creating.set(instanceId, dir);
+    try {
+      const user = await this.resolveUser();
+      await this.leftovers.discard(instanceId, dir);
+      return await makeWorkspaceDir(this.rootDir, sessionDir, dir, user);
+    } catch (error) {
+      this.creating.delete(instanceId);
+      throw error;
+    }
+  }
+
+  /** `dispose` of an id not live here: what is on disk under it, in whichever session. */
+  private async disposeLeftover(instanceId: string): Promise<void> {
+    if (!isSafeId(instanceId)) return; // nothing can lie under a name no start accepts
+    this.refuseWhileCreating(instanceId);
+    await this.leftovers.discardEverywhere(instanceId);
+  }
+
+  /** The instance directories this runtime owns: those of live instances and of starts in flight. */
+  private ownedDirs(): Set<string> {
+    return new Set([...[...this.instances.values()].map(({ dir }) => dir), ...this.creating.values()]);
+  }
+
+  /** A second start of an id whose first is still in flight would discard the directory the first is filling. */
+  private refuseWhileCreating(instanceId: string): void {
+    if (this.creating.has(instanceId)) {
+      // Not a RuntimeFailedError: a retry once the first attempt has settled finds it live, or finds it gone.
+      throw new Error(`runtime instance ${instanceId} is still being started on this worker; try again`);
+    }
+  }
+
+  private resolveUser(): Promise<UserIdentity | undefined> {
+    if (this.user === undefined) return Promise.resolve(undefined);
+    this.userIdentity ??= resolveWorkspaceUser(this.user).catch((error: unknown) => {
+      this.userIdentity = undefined;
+      throw error;
+    });
+    return this.userIdentity;
+  }
+
+  /**
+   * Spawns the command in `dir`, registers the instance with `committed` as its base once the process exists, and
+   * records it in the state directory before it is reported started.
+   */
+  private async launch(
+    request: StartRequest<WorkspaceRuntimeSpec>,
+    dir: string,
+    logPath: string,
+    user: UserIdentity | undefined,
+    committed?: CommittedIndex,
+  ): Promise<WorkspaceInstance> {
+    const context = {
+      stateDir: this.stateDir,
+      envAllow: this.envAllow,
+      register: (spawned: WorkspaceInstance) => this.instances.set(spawned.instanceId, spawned),
+    };
+    const instance = await spawnInstance(context, request, dir, logPath, user, committed);
+    try {
+      await instance.recorded;
+    } catch (error) {
+      // Unrecorded, it would outlive a crash of the worker unseen: rather no instance at all.
+      signalRunning(instance, 'SIGKILL');
+      await instance.exited;
+      this.instances.delete(instance.instanceId);
+      throw error;
+    }
+    return instance;
+  }
+}
+
+function namesOf(paths: readonly RestoredPath[]): string[] {
+  return paths.map(({ name }) => name);
+}
