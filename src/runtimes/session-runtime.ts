@@ -1,5 +1,7 @@
 import type { Readable } from 'node:stream';
 import type { RuntimeSpec } from '../domain/schemas';
+import { ERROR_CODES } from '../domain/error-codes';
+import { DurableSessionsError } from '../errors';
 import type { StateSource } from '../snapshots/state-source';
 
 /** How a runtime instance ended. `requested` is true when `stop` caused it. */
@@ -82,17 +84,15 @@ export interface SessionRuntime<S extends RuntimeSpec = RuntimeSpec> {
 }
 
 /** Thrown when an instance id is not known to this worker (it was never here, or the worker restarted). */
-export class RuntimeNotFoundError extends Error {
+export class RuntimeNotFoundError extends DurableSessionsError {
+  /** For its session, an instance its host does not know is lost. */
+  readonly code = ERROR_CODES.RuntimeLost;
   constructor(readonly instanceId: string) {
     super(`runtime instance ${instanceId} is not running on this worker`);
-    this.name = 'RuntimeNotFoundError';
   }
 }
 
 /** Thrown when a runtime cannot do what was asked for a reason a retry will not fix (bad command, …). */
-export class RuntimeFailedError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'RuntimeFailedError';
-  }
+export class RuntimeFailedError extends DurableSessionsError {
+  readonly code = ERROR_CODES.RuntimeFailed;
 }

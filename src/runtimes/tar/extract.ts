@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream';
 import { extract as tarExtract, type Extract, type Header } from 'tar-stream';
-import { toError } from '../node-errors';
+import { toError } from '../../errors';
 import type { TarLayoutReader } from './layout-reader';
 
 /*

@@ -3,7 +3,7 @@ import * as fsp from 'node:fs/promises';
 import * as path from 'node:path';
 import { z } from 'zod';
 import { strictObject } from '../../domain/strict';
-import { isErrnoException } from '../node-errors';
+import { isErrnoError } from '../../errors';
 import { bootId, hasProcfs, killGroup, scanGroups, waitUntilGroupGone } from './process-table';
 
 /**
@@ -72,7 +72,7 @@ export async function listInstanceRecords(stateDir: string): Promise<FoundRecord
 }
 
 function orUndefinedIfMissing(error: unknown): undefined {
-  if (isErrnoException(error) && error.code === 'ENOENT') return undefined;
+  if (isErrnoError(error, 'ENOENT')) return undefined;
   throw error;
 }
 

@@ -1,6 +1,6 @@
 import * as fsp from 'node:fs/promises';
 import * as path from 'node:path';
-import { isErrnoException } from '../node-errors';
+import { isErrnoError } from '../../errors';
 import { fenceRecord, readInstanceRecord, type FenceOutcome, type FoundRecord } from './instance-records';
 import { groupsWorkingUnder, killGroup, waitUntilGroupGone } from './process-table';
 import { anyExists, isSafeId, removeIfEmpty, removeTree, removeWorkspace, treeBytes } from './workspace-dir';
@@ -132,7 +132,7 @@ export class Leftovers {
   /** The session directories under the root (what a start would have made: a safe name, a real directory). */
   private async sessionDirs(): Promise<string[]> {
     const entries = await fsp.readdir(this.rootDir, { withFileTypes: true }).catch((error: unknown) => {
-      if (isErrnoException(error) && error.code === 'ENOENT') return [];
+      if (isErrnoError(error, 'ENOENT')) return [];
       throw error;
     });
     return entries

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import * as fsp from 'node:fs/promises';
 import type { WorkspaceRuntimeSpec } from '../../domain/schemas';
-import { isErrnoException, toError } from '../node-errors';
+import { isErrnoError, toError } from '../../errors';
 import type { ExitInfo, StartRequest } from '../session-runtime';
 import { RuntimeFailedError } from '../session-runtime';
 import { workspaceEnvironment } from './env';
@@ -188,7 +188,7 @@ export function signalRunning(instance: WorkspaceInstance, signal: NodeJS.Signal
 
 /** What a failed spawn says: plainly for the common causes, with the system's words otherwise. */
 function spawnFailureMessage(program: string, command: readonly string[], error: unknown): string {
-  if (isErrnoException(error) && error.code === 'ENOENT') return `command not found: ${program}`;
-  if (isErrnoException(error) && error.code === 'EACCES') return `permission denied: ${program} cannot be run`;
+  if (isErrnoError(error, 'ENOENT')) return `command not found: ${program}`;
+  if (isErrnoError(error, 'EACCES')) return `permission denied: ${program} cannot be run`;
   return `cannot run command ${JSON.stringify(command)}: ${toError(error).message}`;
 }

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import { setTimeout as delay } from 'node:timers/promises';
-import { isErrnoException } from '../node-errors';
+import { isErrnoError } from '../../errors';
 
 /** What `/proc/<pid>/stat` says of one process (Linux). */
 export interface ProcessStat {
@@ -66,7 +66,7 @@ function isAlive(pid: number): boolean {
     process.kill(pid, 0);
     return true;
   } catch (error) {
-    return isErrnoException(error) && error.code === 'EPERM';
+    return isErrnoError(error, 'EPERM');
   }
 }
 
@@ -76,7 +76,7 @@ export function signalGroup(pgid: number, signal: NodeJS.Signals): void {
     process.kill(-pgid, signal);
   } catch (error) {
     // ESRCH: every process of the group has already exited.
-    if (!isErrnoException(error) || error.code !== 'ESRCH') throw error;
+    if (!isErrnoError(error, 'ESRCH')) throw error;
   }
 }
 
@@ -196,7 +196,7 @@ function readOrUndefined(read: () => string): string | undefined {
   try {
     return read();
   } catch (error) {
-    if (isErrnoException(error) && (error.code === 'ENOENT' || error.code === 'ESRCH')) return undefined;
+    if (isErrnoError(error, 'ENOENT', 'ESRCH')) return undefined;
     throw error;
   }
 }

@@ -4,6 +4,8 @@ import * as path from 'node:path';
 import type { Readable } from 'node:stream';
 import { setTimeout as delay } from 'node:timers/promises';
 import { writevAll } from '../../fs-io';
+import { ERROR_CODES } from '../../domain/error-codes';
+import { DurableSessionsError } from '../../errors';
 import {
   encodeTarHeader,
   readTarStream,
@@ -32,13 +34,14 @@ import { STATS_AHEAD } from './workspace-dir';
  * Thrown by `restore` when the state archive holds an entry that could land outside the workspace (an absolute
  * path, "..", a symlink pointing out) or one a workspace cannot hold (hard links, devices, fifos).
  */
-export class ArchiveRejectedError extends Error {
+export class ArchiveRejectedError extends DurableSessionsError {
+  /** The archive itself is malformed or hostile: no retry can make it restorable. */
+  readonly code = ERROR_CODES.SnapshotCorrupt;
   constructor(
     message: string,
     readonly entryName: string,
   ) {
     super(message);
-    this.name = 'ArchiveRejectedError';
   }
 }
 

@@ -3,14 +3,15 @@ import { linkSync, mkdirSync, readFileSync, renameSync, unlinkSync, writeFileSyn
 import * as path from 'node:path';
 import { z } from 'zod';
 import { strictObject } from '../../domain/strict';
-import { isErrnoException } from '../node-errors';
+import { DurableSessionsError, isErrnoError } from '../../errors';
 import { identityOf, isRunning } from './process-table';
 
 /**
  * Thrown when a workspace runtime is made on a state directory whose lock a live runtime holds: two runtimes on one
  * root would kill each other's processes and remove each other's workspaces as left behind.
  */
-export class WorkspaceRootLockedError extends Error {
+export class WorkspaceRootLockedError extends DurableSessionsError {
+  readonly code = 'WorkspaceRootLocked';
   constructor(
     readonly lockPath: string,
     /** The process holding the lock. */
@@ -18,7 +19,6 @@ export class WorkspaceRootLockedError extends Error {
   ) {
     const holder = pid === process.pid ? `this process (${pid})` : `process ${pid}`;
     super(`${lockPath} is held by ${holder}: another workspace runtime uses this root, and two must not share one`);
-    this.name = 'WorkspaceRootLockedError';
   }
 }
 
@@ -45,7 +45,7 @@ export function lockStateDir(stateDir: string, rootDir: string): void {
       linkSync(temp, lockPath);
       return;
     } catch (error) {
-      if (!isErrnoException(error) || error.code !== 'EEXIST' || attempt >= 3) throw error;
+      if (!isErrnoError(error, 'EEXIST') || attempt >= 3) throw error;
     } finally {
       unlinkSync(temp);
     }
@@ -66,13 +66,13 @@ function takeOver(lockPath: string, stale: string): void {
   try {
     renameSync(lockPath, aside);
   } catch (error) {
-    if (isErrnoException(error) && error.code === 'ENOENT') return;
+    if (isErrnoError(error, 'ENOENT')) return;
     throw error;
   }
   try {
     if (readFileSync(aside, 'utf8') !== stale) linkSync(aside, lockPath);
   } catch (error) {
-    if (!isErrnoException(error) || error.code !== 'EEXIST') throw error;
+    if (!isErrnoError(error, 'EEXIST')) throw error;
   } finally {
     unlinkSync(aside);
   }
@@ -91,7 +91,7 @@ function readIfExists(file: string): string | undefined {
   try {
     return readFileSync(file, 'utf8');
   } catch (error) {
-    if (isErrnoException(error) && error.code === 'ENOENT') return undefined;
+    if (isErrnoError(error, 'ENOENT')) return undefined;
     throw error;
   }
 }

@@ -1,6 +1,6 @@
 import * as fsp from 'node:fs/promises';
 import * as path from 'node:path';
-import { isErrnoException } from '../node-errors';
+import { isErrnoError } from '../../errors';
 import { RuntimeFailedError } from '../session-runtime';
 import type { UserIdentity } from './user';
 
@@ -36,7 +36,7 @@ export async function makeWorkspaceDir(
   // A concurrent dispose or failed start of the same session may remove its directory once empty: then again.
   for (let attempt = 1; ; attempt++) {
     await fsp.mkdir(sessionDir).catch((error: unknown) => {
-      if (!isErrnoException(error) || error.code !== 'EEXIST') throw error;
+      if (!isErrnoError(error, 'EEXIST')) throw error;
     });
     // The worker's, and no one else's to read: with a user, searchable (its workspace lies below) but not
     // listable, so a command cannot find the session's other instances or its logs.
@@ -45,7 +45,7 @@ export async function makeWorkspaceDir(
       await fsp.mkdir(dir, { mode: 0o700 });
       break;
     } catch (error) {
-      if (isErrnoException(error) && error.code === 'EEXIST') {
+      if (isErrnoError(error, 'EEXIST')) {
         throw new RuntimeFailedError(`workspace ${dir} already exists`, { cause: error });
       }
       retryOnMissing(attempt)(error);
@@ -57,7 +57,7 @@ export async function makeWorkspaceDir(
 /** A catch for a step of `makeWorkspaceDir`: the session directory vanished under it, try again (a few times). */
 function retryOnMissing(attempt: number): (error: unknown) => void {
   return (error) => {
-    if (!isErrnoException(error) || error.code !== 'ENOENT' || attempt >= 5) throw error;
+    if (!isErrnoError(error, 'ENOENT') || attempt >= 5) throw error;
   };
 }
 
@@ -132,7 +132,7 @@ export async function removeTree(dir: string): Promise<void> {
     await fsp.rm(dir, { recursive: true, force: true });
   } catch (error) {
     // Directories the command (or the archive) made read-only cannot be emptied until made writable again.
-    if (!isErrnoException(error) || (error.code !== 'EACCES' && error.code !== 'EPERM')) throw error;
+    if (!isErrnoError(error, 'EACCES', 'EPERM')) throw error;
     await makeDirectoriesWritable(dir);
     await fsp.rm(dir, { recursive: true, force: true });
   }
