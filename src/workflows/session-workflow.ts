@@ -1,5 +1,4 @@
 import {
-  ActivityFailure,
   allHandlersFinished,
   ApplicationFailure,
   CancellationScope,
@@ -9,20 +8,16 @@ import {
   isCancellation,
   log,
   patched,
-  proxyActivities,
-  proxyLocalActivities,
   setCurrentDetails,
   setDefaultQueryHandler,
   setDefaultSignalHandler,
   setDefaultUpdateHandler,
   setHandler,
-  TimeoutFailure,
   upsertSearchAttributes,
   uuid4,
   workflowInfo,
-  type ActivityOptions,
 } from '@temporalio/workflow';
-import type { SessionActivities, WatchResult } from '../activities';
+import type { WatchResult } from '../activities';
 import {
   checkpointSignal,
   checkpointUpdate,
@@ -41,7 +36,6 @@ import {
   stopUpdate,
   timelineQuery,
   verifyUpdate,
-  watchTaskQueue,
   type DrainResult,
   type ResumeResult,
   type RuntimeInstanceRef,
@@ -69,11 +63,13 @@ import {
   VerifyInput,
   type CheckpointRef,
   type CheckpointTrigger,
-  type LivenessOptions,
   type VerificationResult,
 } from '../domain/schemas';
 import { checkpointsToDelete } from '../domain/retention';
 import { issueSummary, messageOf, parse } from './inputs';
+import { local, onHost, onPlacedHost, shared, stopAndDispose, verifier, watcherOn, askHost } from './activity-proxies';
+import { asFailure, closed, failure, invalidTransition, typeOf } from './failures';
+import { ASK_HOST_PATCH, CONTRACTS_PATCH, HOST_MONITOR_PATCH, LEAN_PATCH } from './patches';
 import {
   isFinal,
   isStable,
@@ -86,47 +82,6 @@ import {
 } from '../domain/session-state';
 import type { z } from 'zod';
 
-/** Transient I/O (store unavailable, disk hiccup) is retried with backoff; typed permanent errors are not. */
-const IO_RETRY: ActivityOptions['retry'] = {
-  initialInterval: '1s',
-  backoffCoefficient: 2,
-  maximumInterval: '30s',
-  maximumAttempts: 10,
-  nonRetryableErrorTypes: [
-    ...PERMANENT_SNAPSHOT_ERRORS,
-    ERROR_CODES.KeyUnavailable,
-    ERROR_CODES.RuntimeFailed,
-    ERROR_CODES.RuntimeLost,
-    ERROR_CODES.StoreFull,
-    ERROR_CODES.SessionAlreadyExists,
-  ],
-};
-
-/**
- * Behaviour that differs from histories recorded before it (committed histories replay without it): the session id
- * is claimed in the store before anything else, and what the store might still repair leaves a session paused
- * instead of failed.
- */
-const CONTRACTS_PATCH = 'strict-contracts';
-
-/** Watchers wait on their host's watch queue, not on the queue its controls need. */
-const WATCH_QUEUE_PATCH = 'watchers-own-queue';
-
-/** A watcher that fails asks the host whether the instance still runs before the session recovers elsewhere. */
-const ASK_HOST_PATCH = 'ask-host-before-recovery';
-
-/**
- * The host's monitor workflow watches the instance (one lease per host), instead of an activity per session: the
- * session attaches its instance to it and hears back by signal (`runtimeReport`).
- */
-const HOST_MONITOR_PATCH = 'host-monitor';
-
-/**
- * Fewer steps per lifecycle, each of them one workflow task less: stop and dispose are one activity, the id claim is a
- * local activity, and search attributes are upserted only when the phase changes.
- */
-const LEAN_PATCH = 'lean-lifecycle';
-
 /** Refused signals kept in status (each is in the timeline as well). */
 const MAX_REJECTED_SIGNALS = 10;
 
@@ -134,75 +89,6 @@ const MAX_REJECTED_SIGNALS = 10;
 const CONTROL_NAMES = ['start', 'checkpoint', 'pause', 'resume', 'stop', 'verify'];
 const SIGNAL_NAMES = ['requestCheckpoint', 'requestPause', 'requestResume', 'requestStop'];
 const QUERY_NAMES = ['status', 'timeline'];
-
-const shared = proxyActivities<SessionActivities>({
-  startToCloseTimeout: '1 minute',
-  retry: IO_RETRY,
-});
-
-/** The id claim is one small write to the store, done by the worker running the workflow task. */
-const local = proxyLocalActivities<SessionActivities>({
-  startToCloseTimeout: '10 seconds',
-  retry: IO_RETRY,
-});
-
-/** Verification reads a whole checkpoint on any worker: long, so it heartbeats its progress. */
-const verifier = proxyActivities<SessionActivities>({
-  startToCloseTimeout: '2 hours',
-  heartbeatTimeout: '1 minute',
-  retry: IO_RETRY,
-});
-
-/**
- * Placement does no work, so a short timeout: a placement handed to a worker that was shutting down is retried on
- * another within seconds instead of after a minute.
- */
-const placement = proxyActivities<SessionActivities>({
-  startToCloseTimeout: '10 seconds',
-  // A host that is full or draining refuses; the next attempt is soon, and likely lands on another host. With every
-  // host refusing, the attempts go on for about two minutes.
-  retry: { ...IO_RETRY, initialInterval: '200ms', backoffCoefficient: 1.5, maximumInterval: '5s', maximumAttempts: 30 },
-});
-
-/**
- * Activities that touch a runtime instance run on the task queue of the worker host it lives on.
- * scheduleToStartTimeout makes a host that has gone away show up as a failure instead of a wait forever.
- */
-function onHost(hostTaskQueue: string, liveness: LivenessOptions = {}) {
-  return proxyActivities<SessionActivities>({
-    taskQueue: hostTaskQueue,
-    startToCloseTimeout: '2 hours',
-    scheduleToStartTimeout: liveness.hostTimeoutMs ?? 60_000,
-    // A host that stops beating is gone: what runs there is noticed as soon as the watcher notices it.
-    heartbeatTimeout: liveness.heartbeatTimeoutMs ?? 30_000,
-    retry: IO_RETRY,
-  });
-}
-
-/** The watcher's heartbeat timeout is how fast a dead host is noticed. */
-function watcherOn(hostTaskQueue: string, liveness: LivenessOptions = {}) {
-  return proxyActivities<SessionActivities>({
-    taskQueue: patched(WATCH_QUEUE_PATCH) ? watchTaskQueue(hostTaskQueue) : hostTaskQueue,
-    startToCloseTimeout: '2 hours',
-    scheduleToStartTimeout: liveness.hostTimeoutMs ?? 60_000,
-    heartbeatTimeout: liveness.heartbeatTimeoutMs ?? 30_000,
-    // No retries: a watcher that stops heartbeating means its host is gone or cut off, and recovery handles it.
-    retry: { maximumAttempts: 1 },
-  });
-}
-
-/** A question to a host that does no work: answered within seconds by a live host, or not at all. */
-function askHost(hostTaskQueue: string, liveness: LivenessOptions = {}) {
-  return proxyActivities<SessionActivities>({
-    taskQueue: hostTaskQueue,
-    scheduleToStartTimeout: liveness.hostTimeoutMs ?? 60_000,
-    startToCloseTimeout: '10 seconds',
-    retry: { maximumAttempts: 1 },
-  });
-}
-
-/** How many hosts a start or restore is offered to when the chosen one never picks it up. */
-const PLACEMENT_ATTEMPTS = 3;
 
 /** Idempotency results kept (and carried across continue-as-new) per session. */
 const MAX_REMEMBERED_RESULTS = 200;
@@ -514,7 +400,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
 
   async function doStart(): Promise<void> {
     try {
-      const runtime = await onPlacedHost((host) =>
+      const runtime = await onPlacedHost(state.spec.liveness, (host) =>
         host.startRuntime({ sessionId, instanceId: newInstanceId(), spec: state.spec.runtime }),
       );
       state.runtime = runtime;
@@ -701,23 +587,6 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   }
 
   /**
-   * Places the session on a live host and runs `work` there. A host that never picks the work up within
-   * `hostTimeoutMs` (it went away between placement and the work, or is stalled) did nothing, so the session is
-   * placed again, up to PLACEMENT_ATTEMPTS times; any other failure is the work's own and is returned as it is.
-   */
-  async function onPlacedHost<T>(work: (host: ReturnType<typeof onHost>) => Promise<T>): Promise<T> {
-    for (let attempt = 1; ; attempt++) {
-      const { hostTaskQueue } = await placement.placeSession();
-      try {
-        return await work(onHost(hostTaskQueue, state.spec.liveness));
-      } catch (err) {
-        if (attempt >= PLACEMENT_ATTEMPTS || !neverStarted(err)) throw err;
-        log.warn('placed host did not pick the work up; placing again', { hostTaskQueue, attempt });
-      }
-    }
-  }
-
-  /**
    * Called only once the state is durable in a checkpoint, so a host that cannot be reached to stop the
    * runtime loses nothing: the instance is recorded as lost and the session moves on.
    */
@@ -732,15 +601,6 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
       log.warn('runtime could not be stopped; its state is checkpointed', { instanceId: runtime.instanceId });
     }
     state.runtime = null;
-  }
-
-  async function stopAndDispose(host: ReturnType<typeof onHost>, runtime: RuntimeInstanceRef): Promise<void> {
-    if (patched(LEAN_PATCH)) {
-      await host.stopRuntime({ instance: runtime, dispose: true });
-      return;
-    }
-    await host.stopRuntime({ instance: runtime });
-    await host.disposeRuntime({ instance: runtime });
   }
 
   function cancelWatch(): void {
@@ -760,7 +620,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     const skipped: { checkpointId: string; reason: string }[] = [];
     for (const candidate of candidates) {
       try {
-        const runtime = await onPlacedHost((host) =>
+        const runtime = await onPlacedHost(state.spec.liveness, (host) =>
           host.restoreCheckpoint({
             sessionId,
             checkpointId: candidate.checkpointId,
@@ -1103,10 +963,6 @@ function parseControl<T>(schema: z.ZodType<T>, raw: unknown): T {
   return parse(schema, raw ?? {});
 }
 
-function closed(): ApplicationFailure {
-  return failure(ERROR_CODES.SessionClosed, 'the session has ended: no control can change it');
-}
-
 function unknownName(what: string, name: string, known: readonly string[]): string {
   const near = closestName(name, known);
   return `the session has no ${what} named ${JSON.stringify(name.slice(0, 100))}${near ? ` (did you mean "${near}"?)` : ''}`;
@@ -1117,38 +973,8 @@ function sameJson(a: unknown, b: unknown): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
 }
 
-function failure(type: ErrorCode, message: string): ApplicationFailure {
-  return ApplicationFailure.create({ type, message, nonRetryable: true });
-}
-
-function invalidTransition(reason: string): ApplicationFailure {
-  return failure(ERROR_CODES.InvalidTransition, reason);
-}
-
 function stableOr(phase: Phase, fallback: StablePhase): StablePhase {
   return isStable(phase) ? phase : fallback;
-}
-
-/** The failure type of an activity error, if it is one of ours. */
-function typeOf(err: unknown): ErrorCode | undefined {
-  const cause = err instanceof ActivityFailure ? err.cause : err;
-  if (
-    cause instanceof ApplicationFailure &&
-    cause.type &&
-    (Object.values(ERROR_CODES) as string[]).includes(cause.type)
-  ) {
-    return cause.type as ErrorCode;
-  }
-  return undefined;
-}
-
-/** An activity that timed out before any worker started it: it did nothing anywhere. */
-function neverStarted(err: unknown): boolean {
-  return (
-    err instanceof ActivityFailure &&
-    err.cause instanceof TimeoutFailure &&
-    err.cause.timeoutType === 'SCHEDULE_TO_START'
-  );
 }
 
 /** What history says a checkpoint is: restore and verify refuse a manifest that says otherwise. */
@@ -1158,17 +984,6 @@ function recorded(ref: CheckpointRef): { formatVersion: number; digest: string; 
     digest: ref.digest,
     ...(ref.encryption ? { encryption: ref.encryption } : {}),
   };
-}
-
-/** Update handlers must throw ApplicationFailures (a plain Error would fail the workflow task, forever). */
-function asFailure(err: unknown, context: string): ApplicationFailure {
-  const type = typeOf(err);
-  if (err instanceof ApplicationFailure && !(err instanceof ActivityFailure)) return err;
-  return ApplicationFailure.create({
-    type: type ?? ERROR_CODES.RuntimeFailed,
-    message: `${context}: ${messageOf(err)}`,
-    nonRetryable: true,
-  });
 }
 
 function now(): string {
