@@ -13,7 +13,6 @@ import {
   setDefaultSignalHandler,
   setDefaultUpdateHandler,
   setHandler,
-  upsertSearchAttributes,
   uuid4,
   workflowInfo,
 } from '@temporalio/workflow';
@@ -29,7 +28,6 @@ import {
   resumeSignal,
   resumeUpdate,
   runtimeReportSignal,
-  sessionWorkflowId,
   startUpdate,
   statusQuery,
   stopSignal,
@@ -41,17 +39,9 @@ import {
   type RuntimeInstanceRef,
   type SessionStatus,
   type StopResult,
-  type TimelineEntry,
 } from '../api/messages';
-import {
-  type CarriedState,
-  RuntimeReport,
-  SessionWorkflowInput,
-  type RejectedSignal,
-  type RememberedResult,
-} from '../domain/records';
+import { RuntimeReport, SessionWorkflowInput, type RememberedResult } from '../domain/records';
 import { closestName } from '../domain/names';
-import { sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
 import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS, type ErrorCode } from '../domain/error-codes';
 import {
   CheckpointInput,
@@ -69,21 +59,10 @@ import { checkpointsToDelete } from '../domain/retention';
 import { issueSummary, messageOf, parse } from './inputs';
 import { local, onHost, onPlacedHost, shared, stopAndDispose, verifier, watcherOn, askHost } from './activity-proxies';
 import { asFailure, closed, failure, invalidTransition, typeOf } from './failures';
+import { now, sameJson, Session, stateOf } from './session';
 import { ASK_HOST_PATCH, CONTRACTS_PATCH, HOST_MONITOR_PATCH, LEAN_PATCH } from './patches';
-import {
-  isFinal,
-  isStable,
-  planControl,
-  transition,
-  type Control,
-  type Phase,
-  type SessionEvent,
-  type StablePhase,
-} from '../domain/session-state';
+import { isFinal, isStable, planControl, type Control, type Phase, type StablePhase } from '../domain/session-state';
 import type { z } from 'zod';
-
-/** Refused signals kept in status (each is in the timeline as well). */
-const MAX_REJECTED_SIGNALS = 10;
 
 /** Updates and signals a caller may send, for the "did you mean" of an unknown name. */
 const CONTROL_NAMES = ['start', 'checkpoint', 'pause', 'resume', 'stop', 'verify'];
@@ -93,9 +72,6 @@ const QUERY_NAMES = ['status', 'timeline'];
 /** Idempotency results kept (and carried across continue-as-new) per session. */
 const MAX_REMEMBERED_RESULTS = 200;
 
-/** Everything a run hands to the next one at continue-as-new. */
-type SessionState = CarriedState & { rejectedSignals: RejectedSignal[] };
-
 /**
  * One workflow per session: it owns the session's lifecycle. Handlers only validate and enqueue; controls
  * run one at a time, in the order they were accepted, through `serial`.
@@ -104,7 +80,8 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   // Whatever started this run (another SDK, the `temporal` CLI) is checked like any other input: a bad start fails
   // the run with InvalidInput here, at its first task, before anything exists.
   const input = parse(SessionWorkflowInput, raw);
-  const state: SessionState = input.carried ? carriedState(input) : initialState(input.spec);
+  const session = new Session(stateOf(input));
+  const { state } = session;
   const sessionId = state.spec.sessionId;
 
   // ---- serial execution of operations -------------------------------------------------------------
@@ -114,8 +91,6 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   let projected: StablePhase = stableOr(state.phase, 'running');
   const inFlight = new Map<string, { control: Control; result: Promise<unknown> }>();
   let watchScope: CancellationScope | null = null;
-  /** The phase last published as a search attribute (a new run publishes its own). */
-  let published: Phase | undefined;
   /** Background verifications in flight: the run neither ends nor continues as new before they finish. */
   const verifying = new Set<Promise<unknown>>();
 
@@ -134,38 +109,6 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   }
 
   // ---- state changes ------------------------------------------------------------------------------
-  function apply(event: SessionEvent): void {
-    const result = transition(state.phase, event);
-    if (!result.ok) throw invalidTransition(result.reason);
-    state.phase = result.phase;
-    if (result.phase === 'failed' && !state.failure) {
-      state.failure = { type: ERROR_CODES.RuntimeFailed, message: result.failureReason ?? 'failed', at: now() };
-    }
-    touch();
-  }
-
-  function fail(type: ErrorCode, message: string): void {
-    if (isFinal(state.phase)) return;
-    // Set first, so that what apply() publishes (status, Web UI details) names the real failure.
-    state.failure = { type, message, at: now() };
-    apply({ type: 'failed', reason: message });
-  }
-
-  function touch(): void {
-    state.updatedAt = now();
-    if (published !== state.phase || !patched(LEAN_PATCH)) {
-      upsertSearchAttributes([
-        { key: sessionStateKey, value: state.phase },
-        { key: sessionRuntimeKey, value: state.spec.runtime.kind },
-      ]);
-      published = state.phase;
-    }
-    setCurrentDetails(describe());
-  }
-
-  function record(entry: TimelineEntry): void {
-    state.timeline.push(entry);
-  }
 
   // ---- validators and handlers ---------------------------------------------------------------------
   /**
@@ -179,13 +122,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     if (isFinal(projected)) throw closed();
     const plan = planControl(projected, control);
     if (!plan.ok) throw invalidTransition(plan.reason);
-    if (control === 'resume') checkResumeTarget((input as ResumeInput).checkpointId);
-  }
-
-  function checkResumeTarget(checkpointId: string | undefined): void {
-    if (checkpointId !== undefined && !state.checkpoints.some((c) => c.checkpointId === checkpointId)) {
-      throw failure(ERROR_CODES.SnapshotNotFound, `session ${sessionId} has no checkpoint ${checkpointId}`);
-    }
+    if (control === 'resume') session.checkResumeTarget((input as ResumeInput).checkpointId);
   }
 
   /** Accepts a validated control: dedupes by key, advances the projection, and queues the work. */
@@ -256,33 +193,11 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     return (raw: I): void => {
       try {
         validate(control, schema, raw);
-        accept(control, parseControl(schema, raw), run).catch((err: unknown) => rejectSignal(signal, err));
+        accept(control, parseControl(schema, raw), run).catch((err: unknown) => session.rejectSignal(signal, err));
       } catch (err) {
-        rejectSignal(signal, err);
+        session.rejectSignal(signal, err);
       }
     };
-  }
-
-  /** Every refused signal is kept: the newest few in status, each one in the timeline. */
-  function rejectSignal(signal: string, err: unknown): void {
-    const reason = err instanceof Error ? err.message : String(err);
-    log.warn('signal rejected', { signal, reason });
-    const rejected = { signal: signal.slice(0, 300), reason, at: now() };
-    state.lastRejectedSignal = rejected;
-    state.rejectedSignals.push(rejected);
-    if (state.rejectedSignals.length > MAX_REJECTED_SIGNALS) state.rejectedSignals.shift();
-    record({ kind: 'signal-rejected', ...rejected });
-  }
-
-  /** A control that failed is recorded where an operator looks (the timeline), not only told to its caller. */
-  function controlFailed(control: Control | 'drain', err: unknown): void {
-    record({
-      kind: 'control-failed',
-      at: now(),
-      control,
-      type: typeOf(err) ?? ERROR_CODES.RuntimeFailed,
-      reason: messageOf(err),
-    });
   }
 
   /**
@@ -294,7 +209,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     if (state.phase === 'failed' && state.failure) {
       throw failure(state.failure.type as ErrorCode, state.failure.message);
     }
-    return status();
+    return session.status(pendingControls);
   }
 
   setHandler(startUpdate, () => awaitStarted(), {
@@ -340,7 +255,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     },
     {
       validator: (i) => {
-        checkResumeTarget(parseControl(VerifyInput, i).checkpointId);
+        session.checkResumeTarget(parseControl(VerifyInput, i).checkpointId);
       },
       description: 'Read checkpoints back from the store (every chunk authenticated); returns what each one is.',
     },
@@ -370,11 +285,13 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   setDefaultUpdateHandler((name) => {
     throw failure(ERROR_CODES.InvalidInput, unknownName('update', name, CONTROL_NAMES));
   });
-  setDefaultSignalHandler((name) => rejectSignal(name, new Error(unknownName('signal', name, SIGNAL_NAMES))));
+  setDefaultSignalHandler((name) => session.rejectSignal(name, new Error(unknownName('signal', name, SIGNAL_NAMES))));
   setDefaultQueryHandler((name) => {
     throw failure(ERROR_CODES.InvalidInput, unknownName('query', name, QUERY_NAMES));
   });
-  setHandler(statusQuery, () => status(), { description: 'Current phase, runtime, head checkpoint and failure.' });
+  setHandler(statusQuery, () => session.status(pendingControls), {
+    description: 'Current phase, runtime, head checkpoint and failure.',
+  });
   setHandler(timelineQuery, () => state.timeline, {
     description: 'Checkpoints, restores, fallbacks and runtime events, oldest first.',
   });
@@ -401,13 +318,13 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   async function doStart(): Promise<void> {
     try {
       const runtime = await onPlacedHost(state.spec.liveness, (host) =>
-        host.startRuntime({ sessionId, instanceId: newInstanceId(), spec: state.spec.runtime }),
+        host.startRuntime({ sessionId, instanceId: session.newInstanceId(), spec: state.spec.runtime }),
       );
       state.runtime = runtime;
-      apply({ type: 'started' });
+      session.apply({ type: 'started' });
       watch(runtime);
     } catch (err) {
-      fail(typeOf(err) ?? ERROR_CODES.RuntimeFailed, `the runtime could not be started: ${messageOf(err)}`);
+      session.fail(typeOf(err) ?? ERROR_CODES.RuntimeFailed, `the runtime could not be started: ${messageOf(err)}`);
     }
   }
 
@@ -430,19 +347,19 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
       answer({ drained: false, checkpoint: null, detail: `the session is ${state.phase}${where}` });
       return;
     }
-    apply({ type: 'checkpointRequested' });
+    session.apply({ type: 'checkpointRequested' });
     let checkpoint: CheckpointRef;
     try {
       checkpoint = await capture('drain', undefined, input.reason ?? 'its worker is shutting down');
-      apply({ type: 'checkpointSucceeded' });
+      session.apply({ type: 'checkpointSucceeded' });
     } catch (err) {
-      apply({ type: 'checkpointFailed' });
-      controlFailed('drain', err);
+      session.apply({ type: 'checkpointFailed' });
+      session.controlFailed('drain', err);
       answer({ drained: false, checkpoint: null, detail: `no checkpoint could be taken: ${messageOf(err)}` });
       return;
     }
     await stopRuntime();
-    apply({ type: 'runtimeLost' });
+    session.apply({ type: 'runtimeLost' });
     answer({ drained: true, checkpoint });
     const outcome = await restoreWithFallback(checkpoint, 'drain');
     if (outcome.ok) resumed();
@@ -450,41 +367,41 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   }
 
   async function doCheckpoint(input: CheckpointInput): Promise<CheckpointRef> {
-    apply({ type: 'checkpointRequested' });
+    session.apply({ type: 'checkpointRequested' });
     try {
       const ref = await capture('manual', input.label);
-      apply({ type: 'checkpointSucceeded' });
+      session.apply({ type: 'checkpointSucceeded' });
       return ref;
     } catch (err) {
-      apply({ type: 'checkpointFailed' });
-      controlFailed('checkpoint', err);
+      session.apply({ type: 'checkpointFailed' });
+      session.controlFailed('checkpoint', err);
       throw asFailure(err, 'checkpoint failed');
     }
   }
 
   async function doPause(input: PauseInput): Promise<CheckpointRef> {
-    apply({ type: 'pauseRequested' });
+    session.apply({ type: 'pauseRequested' });
     let ref: CheckpointRef;
     try {
       ref = await capture('pause', undefined, input.reason);
     } catch (err) {
       // The state is not durable, so the runtime keeps running: pausing must never lose work.
-      apply({ type: 'pauseFailed' });
-      controlFailed('pause', err);
+      session.apply({ type: 'pauseFailed' });
+      session.controlFailed('pause', err);
       throw asFailure(err, 'pause failed: the checkpoint could not be written, the session keeps running');
     }
     await stopRuntime();
-    apply({ type: 'pauseSucceeded' });
+    session.apply({ type: 'pauseSucceeded' });
     return ref;
   }
 
   async function doResume(input: ResumeInput): Promise<ResumeResult> {
-    apply({ type: 'resumeRequested' });
+    session.apply({ type: 'resumeRequested' });
     const target = input.checkpointId
       ? state.checkpoints.find((c) => c.checkpointId === input.checkpointId)
       : state.head;
     if (!target) {
-      fail(ERROR_CODES.RestoreFailed, 'the session has no checkpoint to resume from');
+      session.fail(ERROR_CODES.RestoreFailed, 'the session has no checkpoint to resume from');
       throw failure(ERROR_CODES.RestoreFailed, 'the session has no checkpoint to resume from');
     }
     const outcome = await restoreWithFallback(target, 'resume');
@@ -498,7 +415,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
 
   async function doStop(input: StopInput): Promise<StopResult> {
     const wasRunning = state.phase === 'running';
-    apply({ type: 'stopRequested' });
+    session.apply({ type: 'stopRequested' });
     let finalCheckpoint: CheckpointRef | null = null;
     if (wasRunning) {
       if (input.checkpoint !== false) {
@@ -506,19 +423,19 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
           finalCheckpoint = await capture('stop', undefined, input.reason);
         } catch (err) {
           // Stopping without the final state would lose work the caller asked to keep.
-          apply({ type: 'stopFailed' });
-          controlFailed('stop', err);
+          session.apply({ type: 'stopFailed' });
+          session.controlFailed('stop', err);
           throw asFailure(err, 'stop failed: the final checkpoint could not be written, the session keeps running');
         }
       }
       await stopRuntime();
     }
-    apply({ type: 'stopSucceeded' });
+    session.apply({ type: 'stopSucceeded' });
     return { phase: 'completed', finalCheckpoint };
   }
 
   async function capture(trigger: CheckpointTrigger, label?: string, reason?: string): Promise<CheckpointRef> {
-    const runtime = requireRuntime();
+    const runtime = session.requireRuntime();
     const sequence = state.nextSequence;
     const ref = await onHost(runtime.hostTaskQueue, state.spec.liveness).captureCheckpoint({
       sessionId,
@@ -532,8 +449,8 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     state.nextSequence = sequence + 1;
     state.checkpoints.push(ref);
     state.head = ref;
-    record({ kind: 'checkpoint', at: now(), checkpoint: ref, ...(reason ? { reason } : {}) });
-    touch();
+    session.record({ kind: 'checkpoint', at: now(), checkpoint: ref, ...(reason ? { reason } : {}) });
+    session.touch();
     await applyRetention();
     if (state.spec.backgroundVerify) verifyInBackground(ref);
     return ref;
@@ -555,8 +472,8 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
       checkpointId: ref.checkpointId,
       expected: recorded(ref),
     });
-    record({ kind: 'verified', cause, ...result });
-    setCurrentDetails(describe());
+    session.record({ kind: 'verified', cause, ...result });
+    setCurrentDetails(session.describe());
     if (result.status !== 'ok') {
       log.warn('checkpoint did not verify', { checkpointId: ref.checkpointId, status: result.status });
     }
@@ -582,7 +499,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
         continue;
       }
       state.checkpoints = state.checkpoints.filter((x) => x.checkpointId !== c.checkpointId);
-      record({ kind: 'checkpoint-deleted', at: now(), checkpointId: c.checkpointId, reason: 'retention' });
+      session.record({ kind: 'checkpoint-deleted', at: now(), checkpointId: c.checkpointId, reason: 'retention' });
     }
   }
 
@@ -591,13 +508,13 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
    * runtime loses nothing: the instance is recorded as lost and the session moves on.
    */
   async function stopRuntime(): Promise<void> {
-    const runtime = requireRuntime();
+    const runtime = session.requireRuntime();
     cancelWatch();
     const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
     try {
       await stopAndDispose(host, runtime);
     } catch (err) {
-      record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason: messageOf(err) });
+      session.record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason: messageOf(err) });
       log.warn('runtime could not be stopped; its state is checkpointed', { instanceId: runtime.instanceId });
     }
     state.runtime = null;
@@ -625,7 +542,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
             sessionId,
             checkpointId: candidate.checkpointId,
             expected: recorded(candidate),
-            instanceId: newInstanceId(),
+            instanceId: session.newInstanceId(),
             spec: state.spec.runtime,
           }),
         );
@@ -636,7 +553,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
           at: now(),
           fallbackFrom: skipped.map((s) => s.checkpointId),
         };
-        record({
+        session.record({
           kind: 'restored',
           at: now(),
           checkpointId: candidate.checkpointId,
@@ -658,7 +575,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
         const reason = `${type}: ${messageOf(err)}`;
         skipped.push({ checkpointId: candidate.checkpointId, reason });
         const next = candidates[candidates.indexOf(candidate) + 1];
-        record({
+        session.record({
           kind: 'fallback',
           at: now(),
           fromCheckpointId: candidate.checkpointId,
@@ -672,7 +589,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
       `no checkpoint of session ${sessionId} could be restored: ` +
       skipped.map((s) => `${s.checkpointId} (${s.reason})`).join('; ');
     // Before the contracts patch, a session whose every checkpoint failed for good failed with them.
-    if (!patched(CONTRACTS_PATCH)) fail(ERROR_CODES.RestoreFailed, reason);
+    if (!patched(CONTRACTS_PATCH)) session.fail(ERROR_CODES.RestoreFailed, reason);
     return { ok: false, permanent: true, reason };
   }
 
@@ -688,17 +605,17 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     if (isFinal(state.phase)) return; // (failed before the contracts patch)
     if (patched(CONTRACTS_PATCH)) {
       state.failure = { type: ERROR_CODES.RestoreFailed, message: outcome.reason, at: now() };
-      record({ kind: 'restore-failed', at: now(), cause, reason: outcome.reason });
+      session.record({ kind: 'restore-failed', at: now(), cause, reason: outcome.reason });
     } else if (outcome.permanent) {
       return;
     }
-    apply({ type: 'resumeFailed' });
+    session.apply({ type: 'resumeFailed' });
   }
 
   /** The session runs again: a failure that left it paused is behind it. */
   function resumed(): void {
     if (state.failure && !isFinal(state.phase)) state.failure = null;
-    apply({ type: 'resumeSucceeded' });
+    session.apply({ type: 'resumeSucceeded' });
   }
 
   function olderThan(target: CheckpointRef): CheckpointRef[] {
@@ -765,7 +682,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   function onRuntimeReport(raw: unknown): void {
     const parsed = RuntimeReport.safeParse(raw);
     if (!parsed.success) {
-      rejectSignal('runtimeReport', `invalid report: ${issueSummary(parsed.error)}`);
+      session.rejectSignal('runtimeReport', `invalid report: ${issueSummary(parsed.error)}`);
       return;
     }
     const report = parsed.data;
@@ -796,18 +713,18 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     signal: string | null,
   ): Promise<void> {
     if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
-    record({ kind: 'runtime-exited', at: now(), exitCode, signal });
+    session.record({ kind: 'runtime-exited', at: now(), exitCode, signal });
     state.runtime = null;
-    apply({ type: 'runtimeExited', exitCode, signal });
+    session.apply({ type: 'runtimeExited', exitCode, signal });
   }
 
   async function onRuntimeLost(runtime: RuntimeInstanceRef, reason: string): Promise<void> {
     if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
-    record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason });
+    session.record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason });
     state.runtime = null;
     // Status must never say `running` without a runtime: the phase moves on with the runtime.
     const recovering = patched(CONTRACTS_PATCH) && state.head !== null;
-    if (recovering) apply({ type: 'runtimeLost' });
+    if (recovering) session.apply({ type: 'runtimeLost' });
     // A host that is only slow may still run the old instance: stop it before starting another copy. A host
     // that is really gone fails this fast (hostTimeoutMs).
     try {
@@ -818,70 +735,17 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
       // shuts down; until then a stale copy may run beside the recovered one (see docs/design.md).
     }
     if (!state.head) {
-      fail(ERROR_CODES.RuntimeLost, `the runtime was lost and the session has no checkpoint: ${reason}`);
+      session.fail(ERROR_CODES.RuntimeLost, `the runtime was lost and the session has no checkpoint: ${reason}`);
       return;
     }
     // The host is gone: bring the session back from its newest checkpoint, wherever a worker can run it.
-    if (!recovering) apply({ type: 'runtimeLost' });
+    if (!recovering) session.apply({ type: 'runtimeLost' });
     const outcome = await restoreWithFallback(state.head, 'recovery');
     if (outcome.ok) resumed();
     else restoreFailed(outcome, 'recovery');
   }
 
   // ---- helpers -------------------------------------------------------------------------------------
-  function requireRuntime(): RuntimeInstanceRef {
-    if (!state.runtime) throw failure(ERROR_CODES.RuntimeLost, `session ${sessionId} has no running runtime`);
-    return state.runtime;
-  }
-
-  function newInstanceId(): string {
-    return `${sessionId}-${uuid4().slice(0, 8)}`;
-  }
-
-  function status(): SessionStatus {
-    return {
-      sessionId,
-      phase: state.phase,
-      runtimeKind: state.spec.runtime.kind,
-      runtime: state.runtime,
-      head: state.head,
-      checkpointCount: state.checkpoints.length,
-      pendingControls,
-      failure: state.failure,
-      lastRestore: state.lastRestore,
-      lastRejectedSignal: state.lastRejectedSignal,
-      rejectedSignals: state.rejectedSignals,
-      lastVerification: lastVerification(),
-      startedAt: state.startedAt,
-      updatedAt: state.updatedAt,
-    };
-  }
-
-  /** The newest `verified` entry of the timeline, as a result. */
-  function lastVerification(): VerificationResult | null {
-    for (let i = state.timeline.length - 1; i >= 0; i--) {
-      const entry = state.timeline[i]!;
-      if (entry.kind === 'verified') {
-        const { checkpointId, status, detail, at } = entry;
-        return { checkpointId, status, ...(detail !== undefined ? { detail } : {}), at };
-      }
-    }
-    return null;
-  }
-
-  /** Markdown shown as "current details" in the Web UI. */
-  function describe(): string {
-    const lines = [
-      `**${state.phase}** · ${state.spec.runtime.kind} runtime · ${state.checkpoints.length} checkpoint(s)`,
-    ];
-    if (state.head)
-      lines.push(`head: \`${state.head.checkpointId}\` (${state.head.size} bytes, ${state.head.createdAt})`);
-    if (state.runtime) lines.push(`runtime: \`${state.runtime.instanceId}\` on \`${state.runtime.hostTaskQueue}\``);
-    if (state.failure) lines.push(`failure: ${state.failure.type}: ${state.failure.message}`);
-    const verified = lastVerification();
-    if (verified) lines.push(`last verification: \`${verified.checkpointId}\` ${verified.status} (${verified.at})`);
-    return lines.join('\n\n');
-  }
 
   // ---- main ----------------------------------------------------------------------------------------
   if (input.carried === undefined) {
@@ -889,16 +753,16 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
       void serial(async () => {
         // Before anything is visible or made: a run under an id that was used already touches nothing of it.
         if (await claimed()) {
-          touch();
+          session.touch();
           await doStart();
         }
       });
     } else {
-      touch();
+      session.touch();
       void serial(doStart);
     }
   } else {
-    touch();
+    session.touch();
     if (state.runtime && state.phase === 'running') watch(state.runtime);
   }
 
@@ -919,45 +783,6 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   return continueAsNew<typeof sessionWorkflow>({ spec: state.spec, carried: state });
 }
 
-/** Clients find a session by its derived workflow id; a session run under another id is unreachable. */
-function checkWorkflowId(spec: StartSessionInput): void {
-  const expected = sessionWorkflowId(spec.sessionId);
-  if (workflowInfo().workflowId !== expected) {
-    throw failure(ERROR_CODES.InvalidInput, `session ${spec.sessionId} must run as workflow ${expected}`);
-  }
-}
-
-/** The state a previous run handed over: it must be this session's, under the spec it was started with. */
-function carriedState(input: SessionWorkflowInput): SessionState {
-  const carried = input.carried!;
-  checkWorkflowId(carried.spec);
-  if (!sameJson(carried.spec, input.spec)) {
-    throw failure(ERROR_CODES.InvalidInput, 'the carried state belongs to another spec than the one given');
-  }
-  return { ...carried, rejectedSignals: carried.rejectedSignals ?? [] };
-}
-
-function initialState(spec: StartSessionInput): SessionState {
-  checkWorkflowId(spec);
-  const at = now();
-  return {
-    spec,
-    phase: 'starting',
-    runtime: null,
-    head: null,
-    checkpoints: [],
-    timeline: [],
-    nextSequence: 1,
-    failure: null,
-    lastRestore: null,
-    lastRejectedSignal: null,
-    rejectedSignals: [],
-    results: [],
-    startedAt: at,
-    updatedAt: at,
-  };
-}
-
 /** Controls whose every field is optional may be sent with no input at all (`temporal workflow update` without --input). */
 function parseControl<T>(schema: z.ZodType<T>, raw: unknown): T {
   return parse(schema, raw ?? {});
@@ -966,11 +791,6 @@ function parseControl<T>(schema: z.ZodType<T>, raw: unknown): T {
 function unknownName(what: string, name: string, known: readonly string[]): string {
   const near = closestName(name, known);
   return `the session has no ${what} named ${JSON.stringify(name.slice(0, 100))}${near ? ` (did you mean "${near}"?)` : ''}`;
-}
-
-/** Specs are compared as the JSON they travel as (the workflow sandbox has no deep-equal). */
-function sameJson(a: unknown, b: unknown): boolean {
-  return JSON.stringify(a) === JSON.stringify(b);
 }
 
 function stableOr(phase: Phase, fallback: StablePhase): StablePhase {
@@ -984,8 +804,4 @@ function recorded(ref: CheckpointRef): { formatVersion: number; digest: string; 
     digest: ref.digest,
     ...(ref.encryption ? { encryption: ref.encryption } : {}),
   };
-}
-
-function now(): string {
-  return new Date().toISOString();
 }
