@@ -40,7 +40,7 @@ import {
   type SessionStatus,
   type StopResult,
 } from '../api/messages';
-import { RuntimeReport, SessionWorkflowInput, type RememberedResult } from '../domain/records';
+import { RuntimeReport, SessionWorkflowInput } from '../domain/records';
 import { closestName } from '../domain/names';
 import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS, type ErrorCode } from '../domain/error-codes';
 import {
@@ -56,21 +56,18 @@ import {
   type VerificationResult,
 } from '../domain/schemas';
 import { checkpointsToDelete } from '../domain/retention';
-import { issueSummary, messageOf, parse } from './inputs';
+import { issueSummary, messageOf, parse, parseControl } from './inputs';
+import { ControlQueue } from './control-queue';
 import { local, onHost, onPlacedHost, shared, stopAndDispose, verifier, watcherOn, askHost } from './activity-proxies';
-import { asFailure, closed, failure, invalidTransition, typeOf } from './failures';
+import { asFailure, failure, typeOf } from './failures';
 import { now, sameJson, Session, stateOf } from './session';
 import { ASK_HOST_PATCH, CONTRACTS_PATCH, HOST_MONITOR_PATCH, LEAN_PATCH } from './patches';
-import { isFinal, isStable, planControl, type Control, type Phase, type StablePhase } from '../domain/session-state';
-import type { z } from 'zod';
+import { isFinal } from '../domain/session-state';
 
 /** Updates and signals a caller may send, for the "did you mean" of an unknown name. */
 const CONTROL_NAMES = ['start', 'checkpoint', 'pause', 'resume', 'stop', 'verify'];
 const SIGNAL_NAMES = ['requestCheckpoint', 'requestPause', 'requestResume', 'requestStop'];
 const QUERY_NAMES = ['status', 'timeline'];
-
-/** Idempotency results kept (and carried across continue-as-new) per session. */
-const MAX_REMEMBERED_RESULTS = 200;
 
 /**
  * One workflow per session: it owns the session's lifecycle. Handlers only validate and enqueue; controls
@@ -82,31 +79,13 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   const input = parse(SessionWorkflowInput, raw);
   const session = new Session(stateOf(input));
   const { state } = session;
+  const queue = new ControlQueue(session);
   const sessionId = state.spec.sessionId;
 
   // ---- serial execution of operations -------------------------------------------------------------
-  let tail: Promise<unknown> = Promise.resolve();
-  let queued = 0; // operations accepted and not finished (controls and internal events)
-  let pendingControls = 0;
-  let projected: StablePhase = stableOr(state.phase, 'running');
-  const inFlight = new Map<string, { control: Control; result: Promise<unknown> }>();
   let watchScope: CancellationScope | null = null;
   /** Background verifications in flight: the run neither ends nor continues as new before they finish. */
   const verifying = new Set<Promise<unknown>>();
-
-  function serial<T>(op: () => Promise<T>): Promise<T> {
-    queued++;
-    const run = tail.then(op);
-    tail = run.then(
-      () => undefined,
-      () => undefined,
-    );
-    return run.finally(() => {
-      queued--;
-      // Once nothing is queued, the projection is simply where the session is.
-      if (queued === 0) projected = stableOr(state.phase, projected);
-    });
-  }
 
   // ---- state changes ------------------------------------------------------------------------------
 
@@ -115,90 +94,6 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
    * Synchronous by design: an async validator's rejection is ignored by the SDK. A rejected update leaves
    * no trace in history and changes nothing.
    */
-  function validate<S extends z.ZodType<{ idempotencyKey?: string }>>(control: Control, schema: S, raw: unknown): void {
-    const input = parseControl(schema, raw);
-    const key = input.idempotencyKey;
-    if (key !== undefined && isRepeat(key, control)) return; // the handler answers with the first outcome
-    if (isFinal(projected)) throw closed();
-    const plan = planControl(projected, control);
-    if (!plan.ok) throw invalidTransition(plan.reason);
-    if (control === 'resume') session.checkResumeTarget((input as ResumeInput).checkpointId);
-  }
-
-  /** Accepts a validated control: dedupes by key, advances the projection, and queues the work. */
-  function accept<I extends { idempotencyKey?: string }, R>(
-    control: Control,
-    input: I,
-    run: (i: I) => Promise<R>,
-  ): Promise<R> {
-    const key = input.idempotencyKey;
-    if (key !== undefined && isRepeat(key, control)) return outcomeOf(key) as Promise<R>;
-    if (isFinal(projected)) return Promise.reject(closed());
-    const plan = planControl(projected, control);
-    if (!plan.ok) return Promise.reject(invalidTransition(plan.reason));
-    projected = plan.projected;
-    pendingControls++;
-    const result = serial(() => run(input)).finally(() => {
-      pendingControls--;
-      if (key !== undefined) inFlight.delete(key);
-    });
-    if (key !== undefined) {
-      inFlight.set(key, { control, result });
-      // Failures are remembered too: the server answers a repeated update id with the stored outcome within a
-      // run, and this keeps the same answer after continue-as-new. A retry after a failure takes a new key.
-      result.then(
-        (value) => remember({ key, control, outcome: { ok: true, value } }),
-        (err: unknown) =>
-          remember({
-            key,
-            control,
-            outcome: { ok: false, type: typeOf(err) ?? ERROR_CODES.RuntimeFailed, message: messageOf(err) },
-          }),
-      );
-    }
-    return result;
-  }
-
-  /** Whether `key` was used before; throws if it was used for another control. */
-  function isRepeat(key: string, control: Control): boolean {
-    const owner = state.results.find((r) => r.key === key)?.control ?? inFlight.get(key)?.control;
-    if (owner === undefined) return false;
-    if (owner !== control) {
-      throw failure(ERROR_CODES.InvalidInput, `idempotency key "${key}" was already used for ${owner}`);
-    }
-    return true;
-  }
-
-  function outcomeOf(key: string): Promise<unknown> {
-    const running = inFlight.get(key);
-    if (running) return running.result;
-    const { outcome } = state.results.find((r) => r.key === key)!;
-    return outcome.ok
-      ? Promise.resolve(outcome.value)
-      : Promise.reject(failure(outcome.type as ErrorCode, outcome.message));
-  }
-
-  function remember(entry: RememberedResult): void {
-    state.results.push(entry);
-    if (state.results.length > MAX_REMEMBERED_RESULTS) state.results.shift();
-  }
-
-  /** Signals have no caller to answer: a control that cannot run is recorded in status instead. */
-  function fromSignal<I extends { idempotencyKey?: string }>(
-    signal: string,
-    control: Control,
-    schema: z.ZodType<I>,
-    run: (i: I) => Promise<unknown>,
-  ) {
-    return (raw: I): void => {
-      try {
-        validate(control, schema, raw);
-        accept(control, parseControl(schema, raw), run).catch((err: unknown) => session.rejectSignal(signal, err));
-      } catch (err) {
-        session.rejectSignal(signal, err);
-      }
-    };
-  }
 
   /**
    * Answers when the session has started: its status once running, or the typed failure that ended the start. The
@@ -209,7 +104,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     if (state.phase === 'failed' && state.failure) {
       throw failure(state.failure.type as ErrorCode, state.failure.message);
     }
-    return session.status(pendingControls);
+    return session.status(queue.pending);
   }
 
   setHandler(startUpdate, () => awaitStarted(), {
@@ -226,20 +121,20 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
       'Waits until the session is running and returns its status (or the failure that ended the start). ' +
       'Input: the start spec, e.g. {"sessionId": "build-42", "runtime": {"kind": "memory"}}; another spec is refused.',
   });
-  setHandler(checkpointUpdate, (i) => accept('checkpoint', parseControl(CheckpointInput, i), doCheckpoint), {
-    validator: (i) => validate('checkpoint', CheckpointInput, i),
+  setHandler(checkpointUpdate, (i) => queue.accept('checkpoint', parseControl(CheckpointInput, i), doCheckpoint), {
+    validator: (i) => queue.validate('checkpoint', CheckpointInput, i),
     description: 'Capture the running session into a new checkpoint; returns its reference.',
   });
-  setHandler(pauseUpdate, (i) => accept('pause', parseControl(PauseInput, i), doPause), {
-    validator: (i) => validate('pause', PauseInput, i),
+  setHandler(pauseUpdate, (i) => queue.accept('pause', parseControl(PauseInput, i), doPause), {
+    validator: (i) => queue.validate('pause', PauseInput, i),
     description: 'Checkpoint the session, then stop its runtime to free compute; returns the checkpoint.',
   });
-  setHandler(resumeUpdate, (i) => accept('resume', parseControl(ResumeInput, i), doResume), {
-    validator: (i) => validate('resume', ResumeInput, i),
+  setHandler(resumeUpdate, (i) => queue.accept('resume', parseControl(ResumeInput, i), doResume), {
+    validator: (i) => queue.validate('resume', ResumeInput, i),
     description: 'Restore a paused session from its newest (or the given) checkpoint that verifies.',
   });
-  setHandler(stopUpdate, (i) => accept('stop', parseControl(StopInput, i), doStop), {
-    validator: (i) => validate('stop', StopInput, i),
+  setHandler(stopUpdate, (i) => queue.accept('stop', parseControl(StopInput, i), doStop), {
+    validator: (i) => queue.validate('stop', StopInput, i),
     description: 'Stop the session for good, with a final checkpoint of a running session by default.',
   });
   setHandler(
@@ -260,16 +155,16 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
       description: 'Read checkpoints back from the store (every chunk authenticated); returns what each one is.',
     },
   );
-  setHandler(checkpointSignal, fromSignal('requestCheckpoint', 'checkpoint', CheckpointInput, doCheckpoint), {
+  setHandler(checkpointSignal, queue.fromSignal('requestCheckpoint', 'checkpoint', CheckpointInput, doCheckpoint), {
     description: 'Fire-and-forget checkpoint.',
   });
-  setHandler(pauseSignal, fromSignal('requestPause', 'pause', PauseInput, doPause), {
+  setHandler(pauseSignal, queue.fromSignal('requestPause', 'pause', PauseInput, doPause), {
     description: 'Fire-and-forget pause.',
   });
-  setHandler(resumeSignal, fromSignal('requestResume', 'resume', ResumeInput, doResume), {
+  setHandler(resumeSignal, queue.fromSignal('requestResume', 'resume', ResumeInput, doResume), {
     description: 'Fire-and-forget resume.',
   });
-  setHandler(stopSignal, fromSignal('requestStop', 'stop', StopInput, doStop), {
+  setHandler(stopSignal, queue.fromSignal('requestStop', 'stop', StopInput, doStop), {
     description: 'Fire-and-forget stop.',
   });
   setHandler(drainUpdate, (i) => drain(parse(DrainInput, i)), {
@@ -289,7 +184,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   setDefaultQueryHandler((name) => {
     throw failure(ERROR_CODES.InvalidInput, unknownName('query', name, QUERY_NAMES));
   });
-  setHandler(statusQuery, () => session.status(pendingControls), {
+  setHandler(statusQuery, () => session.status(queue.pending), {
     description: 'Current phase, runtime, head checkpoint and failure.',
   });
   setHandler(timelineQuery, () => state.timeline, {
@@ -331,7 +226,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   /** Queues the drain; its caller (the draining worker) is answered once the runtime is off its host. */
   function drain(input: DrainInput): Promise<DrainResult> {
     return new Promise((answer, refuse) => {
-      serial(() => doDrain(input, answer)).catch(refuse);
+      queue.serial(() => doDrain(input, answer)).catch(refuse);
     });
   }
 
@@ -639,15 +534,15 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
         if (!result.exited) return;
         const { exitCode, signal, requested } = result.exit;
         // Our own stops cancel the watch first; a stop nobody here asked for is the host shutting down.
-        if (requested) void serial(() => onRuntimeLost(runtime, 'the runtime was stopped by its host'));
-        else void serial(() => onRuntimeExited(runtime, exitCode, signal));
+        if (requested) void queue.serial(() => onRuntimeLost(runtime, 'the runtime was stopped by its host'));
+        else void queue.serial(() => onRuntimeExited(runtime, exitCode, signal));
       },
       (err: unknown) => {
         if (isCancellation(err) || scope.consideredCancelled) return;
         // A host that says it does not know the instance (a restarted worker) has lost it; any other failure only
         // says the watcher lost contact, which a Temporal outage does to a healthy host too.
         const hostSaidLost = typeOf(err) === ERROR_CODES.RuntimeLost;
-        void serial(async () => {
+        void queue.serial(async () => {
           if (!hostSaidLost && (await stillRunsOnHost(runtime))) {
             log.warn('lost contact with the runtime, but its host still runs it: watching again', {
               instanceId: runtime.instanceId,
@@ -674,7 +569,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
       })
       .catch((err: unknown) => {
         // Every worker starts its host's monitor before it takes work: a host without one is not a host any more.
-        void serial(() => onRuntimeLost(runtime, `its host has no monitor to watch it: ${messageOf(err)}`));
+        void queue.serial(() => onRuntimeLost(runtime, `its host has no monitor to watch it: ${messageOf(err)}`));
       });
   }
 
@@ -688,9 +583,10 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     const report = parsed.data;
     const runtime = state.runtime;
     if (!runtime || runtime.instanceId !== report.instanceId) return;
-    if (report.outcome === 'lost') void serial(() => onRuntimeLost(runtime, report.reason));
-    else if (report.stoppedByHost) void serial(() => onRuntimeLost(runtime, 'the runtime was stopped by its host'));
-    else void serial(() => onRuntimeExited(runtime, report.exitCode, report.signal));
+    if (report.outcome === 'lost') void queue.serial(() => onRuntimeLost(runtime, report.reason));
+    else if (report.stoppedByHost)
+      void queue.serial(() => onRuntimeLost(runtime, 'the runtime was stopped by its host'));
+    else void queue.serial(() => onRuntimeExited(runtime, report.exitCode, report.signal));
   }
 
   /**
@@ -750,7 +646,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   // ---- main ----------------------------------------------------------------------------------------
   if (input.carried === undefined) {
     if (patched(CONTRACTS_PATCH)) {
-      void serial(async () => {
+      void queue.serial(async () => {
         // Before anything is visible or made: a run under an id that was used already touches nothing of it.
         if (await claimed()) {
           session.touch();
@@ -759,7 +655,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
       });
     } else {
       session.touch();
-      void serial(doStart);
+      void queue.serial(doStart);
     }
   } else {
     session.touch();
@@ -767,9 +663,9 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   }
 
   const shouldContinueAsNew = () => workflowInfo().continueAsNewSuggested;
-  await condition(() => queued === 0 && (isFinal(state.phase) || shouldContinueAsNew()));
+  await condition(() => queue.idle && (isFinal(state.phase) || shouldContinueAsNew()));
   // Let accepted updates answer their callers before this run closes.
-  await condition(() => allHandlersFinished() && queued === 0 && verifying.size === 0);
+  await condition(() => allHandlersFinished() && queue.idle && verifying.size === 0);
 
   if (state.phase === 'failed') {
     const f = state.failure ?? { type: ERROR_CODES.RuntimeFailed, message: 'failed', at: now() };
@@ -783,18 +679,9 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   return continueAsNew<typeof sessionWorkflow>({ spec: state.spec, carried: state });
 }
 
-/** Controls whose every field is optional may be sent with no input at all (`temporal workflow update` without --input). */
-function parseControl<T>(schema: z.ZodType<T>, raw: unknown): T {
-  return parse(schema, raw ?? {});
-}
-
 function unknownName(what: string, name: string, known: readonly string[]): string {
   const near = closestName(name, known);
   return `the session has no ${what} named ${JSON.stringify(name.slice(0, 100))}${near ? ` (did you mean "${near}"?)` : ''}`;
-}
-
-function stableOr(phase: Phase, fallback: StablePhase): StablePhase {
-  return isStable(phase) ? phase : fallback;
 }
 
 /** What history says a checkpoint is: restore and verify refuse a manifest that says otherwise. */
