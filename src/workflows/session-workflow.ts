@@ -1,11 +1,8 @@
 import {
   allHandlersFinished,
   ApplicationFailure,
-  CancellationScope,
   condition,
   continueAsNew,
-  getExternalWorkflowHandle,
-  isCancellation,
   log,
   patched,
   setCurrentDetails,
@@ -16,13 +13,10 @@ import {
   uuid4,
   workflowInfo,
 } from '@temporalio/workflow';
-import type { WatchResult } from '../activities';
 import {
   checkpointSignal,
   checkpointUpdate,
-  attachRuntimeSignal,
   drainUpdate,
-  hostWorkflowId,
   pauseSignal,
   pauseUpdate,
   resumeSignal,
@@ -36,13 +30,12 @@ import {
   verifyUpdate,
   type DrainResult,
   type ResumeResult,
-  type RuntimeInstanceRef,
   type SessionStatus,
   type StopResult,
 } from '../api/messages';
-import { RuntimeReport, SessionWorkflowInput } from '../domain/records';
+import { SessionWorkflowInput } from '../domain/records';
 import { closestName } from '../domain/names';
-import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS, type ErrorCode } from '../domain/error-codes';
+import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
 import {
   CheckpointInput,
   DrainInput,
@@ -56,12 +49,14 @@ import {
   type VerificationResult,
 } from '../domain/schemas';
 import { checkpointsToDelete } from '../domain/retention';
-import { issueSummary, messageOf, parse, parseControl } from './inputs';
+import { messageOf, parse, parseControl } from './inputs';
 import { ControlQueue } from './control-queue';
-import { local, onHost, onPlacedHost, shared, stopAndDispose, verifier, watcherOn, askHost } from './activity-proxies';
+import { Recovery } from './recovery';
+import { recorded, restoreFailed, restoreWithFallback, resumed } from './restore';
+import { local, onHost, onPlacedHost, shared, stopAndDispose, verifier } from './activity-proxies';
 import { asFailure, failure, typeOf } from './failures';
 import { now, sameJson, Session, stateOf } from './session';
-import { ASK_HOST_PATCH, CONTRACTS_PATCH, HOST_MONITOR_PATCH, LEAN_PATCH } from './patches';
+import { CONTRACTS_PATCH, LEAN_PATCH } from './patches';
 import { isFinal } from '../domain/session-state';
 
 /** Updates and signals a caller may send, for the "did you mean" of an unknown name. */
@@ -80,10 +75,10 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   const session = new Session(stateOf(input));
   const { state } = session;
   const queue = new ControlQueue(session);
+  const recovery = new Recovery(session, queue);
   const sessionId = state.spec.sessionId;
 
   // ---- serial execution of operations -------------------------------------------------------------
-  let watchScope: CancellationScope | null = null;
   /** Background verifications in flight: the run neither ends nor continues as new before they finish. */
   const verifying = new Set<Promise<unknown>>();
 
@@ -173,7 +168,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
       'Sent by a worker that shuts down: checkpoint (trigger drain), stop the runtime there, answer, then restore ' +
       'on another worker. Input: {"hostTaskQueue": "durable-sessions@host-1"}; a session hosted elsewhere is left alone.',
   });
-  setHandler(runtimeReportSignal, onRuntimeReport, {
+  setHandler(runtimeReportSignal, (raw) => recovery.onRuntimeReport(raw), {
     description: "Sent by the host's monitor workflow: the session's runtime instance ended, or its host is lost.",
   });
   // A name nobody defined is a typed refusal naming the closest real one, not the SDK's untyped "no handler".
@@ -217,7 +212,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
       );
       state.runtime = runtime;
       session.apply({ type: 'started' });
-      watch(runtime);
+      recovery.watch(runtime);
     } catch (err) {
       session.fail(typeOf(err) ?? ERROR_CODES.RuntimeFailed, `the runtime could not be started: ${messageOf(err)}`);
     }
@@ -256,9 +251,9 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     await stopRuntime();
     session.apply({ type: 'runtimeLost' });
     answer({ drained: true, checkpoint });
-    const outcome = await restoreWithFallback(checkpoint, 'drain');
-    if (outcome.ok) resumed();
-    else restoreFailed(outcome, 'drain');
+    const outcome = await restoreWithFallback(session, checkpoint, 'drain', (r) => recovery.watch(r));
+    if (outcome.ok) resumed(session);
+    else restoreFailed(session, outcome, 'drain');
   }
 
   async function doCheckpoint(input: CheckpointInput): Promise<CheckpointRef> {
@@ -299,12 +294,12 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
       session.fail(ERROR_CODES.RestoreFailed, 'the session has no checkpoint to resume from');
       throw failure(ERROR_CODES.RestoreFailed, 'the session has no checkpoint to resume from');
     }
-    const outcome = await restoreWithFallback(target, 'resume');
+    const outcome = await restoreWithFallback(session, target, 'resume', (r) => recovery.watch(r));
     if (!outcome.ok) {
-      restoreFailed(outcome, 'resume');
+      restoreFailed(session, outcome, 'resume');
       throw failure(ERROR_CODES.RestoreFailed, outcome.reason);
     }
-    resumed();
+    resumed(session);
     return outcome.result;
   }
 
@@ -404,7 +399,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
    */
   async function stopRuntime(): Promise<void> {
     const runtime = session.requireRuntime();
-    cancelWatch();
+    recovery.cancelWatch();
     const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
     try {
       await stopAndDispose(host, runtime);
@@ -413,232 +408,6 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
       log.warn('runtime could not be stopped; its state is checkpointed', { instanceId: runtime.instanceId });
     }
     state.runtime = null;
-  }
-
-  function cancelWatch(): void {
-    watchScope?.cancel();
-    watchScope = null;
-  }
-
-  /**
-   * Restores `target`, or else the newest older checkpoint that verifies. Transient errors were already
-   * retried by the activity's retry policy; what reaches here is permanent for that checkpoint.
-   */
-  async function restoreWithFallback(
-    target: CheckpointRef,
-    cause: 'resume' | 'recovery' | 'drain',
-  ): Promise<{ ok: true; result: ResumeResult } | { ok: false; permanent: boolean; reason: string }> {
-    const candidates = [target, ...olderThan(target)];
-    const skipped: { checkpointId: string; reason: string }[] = [];
-    for (const candidate of candidates) {
-      try {
-        const runtime = await onPlacedHost(state.spec.liveness, (host) =>
-          host.restoreCheckpoint({
-            sessionId,
-            checkpointId: candidate.checkpointId,
-            expected: recorded(candidate),
-            instanceId: session.newInstanceId(),
-            spec: state.spec.runtime,
-          }),
-        );
-        state.runtime = runtime;
-        state.head = candidate;
-        state.lastRestore = {
-          checkpointId: candidate.checkpointId,
-          at: now(),
-          fallbackFrom: skipped.map((s) => s.checkpointId),
-        };
-        session.record({
-          kind: 'restored',
-          at: now(),
-          checkpointId: candidate.checkpointId,
-          instanceId: runtime.instanceId,
-          cause,
-        });
-        watch(runtime);
-        return {
-          ok: true,
-          result: { restoredFrom: candidate, runtime, ...(skipped.length ? { fallbackFrom: skipped } : {}) },
-        };
-      } catch (err) {
-        const type = typeOf(err);
-        if (!type || !PERMANENT_SNAPSHOT_ERRORS.includes(type)) {
-          // Not a property of this checkpoint (retries exhausted, no host): an older one would not help.
-          const reason = `restore of checkpoint ${candidate.checkpointId} failed: ${type ? `${type}: ` : ''}${messageOf(err)}`;
-          return { ok: false, permanent: false, reason };
-        }
-        const reason = `${type}: ${messageOf(err)}`;
-        skipped.push({ checkpointId: candidate.checkpointId, reason });
-        const next = candidates[candidates.indexOf(candidate) + 1];
-        session.record({
-          kind: 'fallback',
-          at: now(),
-          fromCheckpointId: candidate.checkpointId,
-          toCheckpointId: next?.checkpointId ?? null,
-          reason,
-        });
-        log.warn('checkpoint cannot be restored, falling back', { checkpointId: candidate.checkpointId, reason });
-      }
-    }
-    const reason =
-      `no checkpoint of session ${sessionId} could be restored: ` +
-      skipped.map((s) => `${s.checkpointId} (${s.reason})`).join('; ');
-    // Before the contracts patch, a session whose every checkpoint failed for good failed with them.
-    if (!patched(CONTRACTS_PATCH)) session.fail(ERROR_CODES.RestoreFailed, reason);
-    return { ok: false, permanent: true, reason };
-  }
-
-  /**
-   * No checkpoint could be restored. The store may still be repaired (a key file put back, a pack restored from a
-   * backup), so the session waits, paused, with the failure in status, the timeline and the Web UI: a later resume can
-   * succeed. Only a session that has nothing left to restore fails for good.
-   */
-  function restoreFailed(
-    outcome: { permanent: boolean; reason: string },
-    cause: 'resume' | 'recovery' | 'drain',
-  ): void {
-    if (isFinal(state.phase)) return; // (failed before the contracts patch)
-    if (patched(CONTRACTS_PATCH)) {
-      state.failure = { type: ERROR_CODES.RestoreFailed, message: outcome.reason, at: now() };
-      session.record({ kind: 'restore-failed', at: now(), cause, reason: outcome.reason });
-    } else if (outcome.permanent) {
-      return;
-    }
-    session.apply({ type: 'resumeFailed' });
-  }
-
-  /** The session runs again: a failure that left it paused is behind it. */
-  function resumed(): void {
-    if (state.failure && !isFinal(state.phase)) state.failure = null;
-    session.apply({ type: 'resumeSucceeded' });
-  }
-
-  function olderThan(target: CheckpointRef): CheckpointRef[] {
-    return state.checkpoints.filter((c) => c.sequence < target.sequence).sort((a, b) => b.sequence - a.sequence);
-  }
-
-  // ---- watching the runtime ------------------------------------------------------------------------
-  /** Learns of exits nobody asked for and of lost hosts, in bounded rounds of a long-polling activity. */
-  function watch(runtime: RuntimeInstanceRef): void {
-    if (patched(HOST_MONITOR_PATCH)) {
-      attach(runtime);
-      return;
-    }
-    const scope = new CancellationScope();
-    watchScope = scope;
-    const watcher = watcherOn(runtime.hostTaskQueue, state.spec.liveness);
-    const round = (): Promise<WatchResult> =>
-      scope.run(() => watcher.watchRuntime({ instance: runtime })).then((r) => (r.exited ? r : round()));
-    round().then(
-      (result) => {
-        if (!result.exited) return;
-        const { exitCode, signal, requested } = result.exit;
-        // Our own stops cancel the watch first; a stop nobody here asked for is the host shutting down.
-        if (requested) void queue.serial(() => onRuntimeLost(runtime, 'the runtime was stopped by its host'));
-        else void queue.serial(() => onRuntimeExited(runtime, exitCode, signal));
-      },
-      (err: unknown) => {
-        if (isCancellation(err) || scope.consideredCancelled) return;
-        // A host that says it does not know the instance (a restarted worker) has lost it; any other failure only
-        // says the watcher lost contact, which a Temporal outage does to a healthy host too.
-        const hostSaidLost = typeOf(err) === ERROR_CODES.RuntimeLost;
-        void queue.serial(async () => {
-          if (!hostSaidLost && (await stillRunsOnHost(runtime))) {
-            log.warn('lost contact with the runtime, but its host still runs it: watching again', {
-              instanceId: runtime.instanceId,
-              reason: messageOf(err),
-            });
-            if (state.runtime?.instanceId === runtime.instanceId && state.phase === 'running') watch(runtime);
-            return;
-          }
-          await onRuntimeLost(runtime, messageOf(err));
-        });
-      },
-    );
-  }
-
-  /** Asks the host's monitor to watch the instance; it signals `runtimeReport` when the instance ends or its host is lost. */
-  function attach(runtime: RuntimeInstanceRef): void {
-    const { heartbeatTimeoutMs, hostTimeoutMs } = state.spec.liveness ?? {};
-    getExternalWorkflowHandle(hostWorkflowId(runtime.hostTaskQueue))
-      .signal(attachRuntimeSignal, {
-        instanceId: runtime.instanceId,
-        sessionWorkflowId: workflowInfo().workflowId,
-        ...(heartbeatTimeoutMs !== undefined ? { heartbeatTimeoutMs } : {}),
-        ...(hostTimeoutMs !== undefined ? { hostTimeoutMs } : {}),
-      })
-      .catch((err: unknown) => {
-        // Every worker starts its host's monitor before it takes work: a host without one is not a host any more.
-        void queue.serial(() => onRuntimeLost(runtime, `its host has no monitor to watch it: ${messageOf(err)}`));
-      });
-  }
-
-  /** What the host's monitor reports: the instance ended, or its host is lost. Reports of other instances are late. */
-  function onRuntimeReport(raw: unknown): void {
-    const parsed = RuntimeReport.safeParse(raw);
-    if (!parsed.success) {
-      session.rejectSignal('runtimeReport', `invalid report: ${issueSummary(parsed.error)}`);
-      return;
-    }
-    const report = parsed.data;
-    const runtime = state.runtime;
-    if (!runtime || runtime.instanceId !== report.instanceId) return;
-    if (report.outcome === 'lost') void queue.serial(() => onRuntimeLost(runtime, report.reason));
-    else if (report.stoppedByHost)
-      void queue.serial(() => onRuntimeLost(runtime, 'the runtime was stopped by its host'));
-    else void queue.serial(() => onRuntimeExited(runtime, report.exitCode, report.signal));
-  }
-
-  /**
-   * Asks the runtime's host, before anything is declared lost, whether the instance still runs there. A host that is
-   * gone does not pick the question up within hostTimeoutMs. Before the patch, a watcher that failed meant a lost host.
-   */
-  async function stillRunsOnHost(runtime: RuntimeInstanceRef): Promise<boolean> {
-    if (!patched(ASK_HOST_PATCH) || state.runtime?.instanceId !== runtime.instanceId) return false;
-    try {
-      return (await askHost(runtime.hostTaskQueue, state.spec.liveness).describeInstance({ instance: runtime }))
-        .running;
-    } catch {
-      return false;
-    }
-  }
-
-  async function onRuntimeExited(
-    runtime: RuntimeInstanceRef,
-    exitCode: number | null,
-    signal: string | null,
-  ): Promise<void> {
-    if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
-    session.record({ kind: 'runtime-exited', at: now(), exitCode, signal });
-    state.runtime = null;
-    session.apply({ type: 'runtimeExited', exitCode, signal });
-  }
-
-  async function onRuntimeLost(runtime: RuntimeInstanceRef, reason: string): Promise<void> {
-    if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
-    session.record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason });
-    state.runtime = null;
-    // Status must never say `running` without a runtime: the phase moves on with the runtime.
-    const recovering = patched(CONTRACTS_PATCH) && state.head !== null;
-    if (recovering) session.apply({ type: 'runtimeLost' });
-    // A host that is only slow may still run the old instance: stop it before starting another copy. A host
-    // that is really gone fails this fast (hostTimeoutMs).
-    try {
-      const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
-      await stopAndDispose(host, runtime);
-    } catch {
-      // Gone with its host. If the host is only cut off from Temporal, its worker stops the instance when it
-      // shuts down; until then a stale copy may run beside the recovered one (see docs/design.md).
-    }
-    if (!state.head) {
-      session.fail(ERROR_CODES.RuntimeLost, `the runtime was lost and the session has no checkpoint: ${reason}`);
-      return;
-    }
-    // The host is gone: bring the session back from its newest checkpoint, wherever a worker can run it.
-    if (!recovering) session.apply({ type: 'runtimeLost' });
-    const outcome = await restoreWithFallback(state.head, 'recovery');
-    if (outcome.ok) resumed();
-    else restoreFailed(outcome, 'recovery');
   }
 
   // ---- helpers -------------------------------------------------------------------------------------
@@ -659,7 +428,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     }
   } else {
     session.touch();
-    if (state.runtime && state.phase === 'running') watch(state.runtime);
+    if (state.runtime && state.phase === 'running') recovery.watch(state.runtime);
   }
 
   const shouldContinueAsNew = () => workflowInfo().continueAsNewSuggested;
@@ -675,20 +444,11 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     const last = state.checkpoints[state.checkpoints.length - 1];
     return { phase: 'completed', finalCheckpoint: last?.trigger === 'stop' ? last : null };
   }
-  cancelWatch();
+  recovery.cancelWatch();
   return continueAsNew<typeof sessionWorkflow>({ spec: state.spec, carried: state });
 }
 
 function unknownName(what: string, name: string, known: readonly string[]): string {
   const near = closestName(name, known);
   return `the session has no ${what} named ${JSON.stringify(name.slice(0, 100))}${near ? ` (did you mean "${near}"?)` : ''}`;
-}
-
-/** What history says a checkpoint is: restore and verify refuse a manifest that says otherwise. */
-function recorded(ref: CheckpointRef): { formatVersion: number; digest: string; encryption?: 'aes-256-gcm' | 'none' } {
-  return {
-    formatVersion: ref.formatVersion,
-    digest: ref.digest,
-    ...(ref.encryption ? { encryption: ref.encryption } : {}),
-  };
 }
