@@ -3,10 +3,10 @@ import { sessionWorkflowId, type RuntimeInstanceRef, type SessionStatus, type Ti
 import { sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
 import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
 import type { CarriedState, RejectedSignal, SessionWorkflowInput } from '../domain/records';
-import type { StartSessionInput, VerificationResult } from '../domain/schemas';
+import { StartSessionInput, type VerificationResult } from '../domain/schemas';
 import { isFinal, transition, type Control, type Phase, type SessionEvent } from '../domain/session-state';
 import { failure, invalidTransition, typeOf } from './failures';
-import { messageOf } from './inputs';
+import { messageOf, parse } from './inputs';
 import { LEAN_PATCH } from './patches';
 
 /** Everything a run hands to the next one at continue-as-new. */
@@ -86,6 +86,17 @@ export class Session {
       type: typeOf(err) ?? ERROR_CODES.RuntimeFailed,
       reason: messageOf(err),
     });
+  }
+
+  /** The same spec again is a harmless repeat; another spec under a session id in use is refused. */
+  checkSameSpec(spec: unknown): void {
+    const asked = parse(StartSessionInput, spec);
+    if (!sameJson(asked, this.state.spec)) {
+      throw failure(
+        ERROR_CODES.SessionAlreadyExists,
+        `session ${this.id} exists with another spec: session ids are never reused`,
+      );
+    }
   }
 
   checkResumeTarget(checkpointId: string | undefined): void {
@@ -197,7 +208,7 @@ function initialState(spec: StartSessionInput): SessionState {
 }
 
 /** Specs are compared as the JSON they travel as (the workflow sandbox has no deep-equal). */
-export function sameJson(a: unknown, b: unknown): boolean {
+function sameJson(a: unknown, b: unknown): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
 }
 
