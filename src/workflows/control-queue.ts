@@ -62,7 +62,7 @@ export class ControlQueue {
     if (isFinal(this.projected)) throw closed();
     const plan = planControl(this.projected, control);
     if (!plan.ok) throw invalidTransition(plan.reason);
-    if (control === 'resume') this.session.checkResumeTarget((input as ResumeInput).checkpointId);
+    if (control === 'resume') this.session.checkKnownCheckpoint((input as ResumeInput).checkpointId);
   }
 
   /** Accepts a validated control: dedupes by key, advances the projection, and queues the work. */

@@ -37,9 +37,8 @@ export class SessionController {
     private readonly recovery: Recovery,
   ) {}
 
-  /** No background verification is in flight. */
-  get verified(): boolean {
-    return this.verifying.size === 0;
+  get verificationsInFlight(): number {
+    return this.verifying.size;
   }
 
   /** A first run claims the session id and starts the runtime; a continued run watches the runtime it was handed. */

@@ -79,7 +79,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   const shouldContinueAsNew = () => workflowInfo().continueAsNewSuggested;
   await condition(() => queue.idle && (isFinal(state.phase) || shouldContinueAsNew()));
   // Let accepted updates answer their callers before this run closes.
-  await condition(() => allHandlersFinished() && queue.idle && controller.verified);
+  await condition(() => allHandlersFinished() && queue.idle && controller.verificationsInFlight === 0);
 
   if (state.phase === 'failed') {
     const f = state.failure ?? { type: ERROR_CODES.RuntimeFailed, message: 'failed', at: now() };
@@ -128,7 +128,7 @@ function setControlHandlers(
   });
   setHandler(verifyUpdate, (i) => controller.verifyAll(i), {
     validator: (i) => {
-      session.checkResumeTarget(parseControl(VerifyInput, i).checkpointId);
+      session.checkKnownCheckpoint(parseControl(VerifyInput, i).checkpointId);
     },
     description: 'Read checkpoints back from the store (every chunk authenticated); returns what each one is.',
   });

@@ -99,7 +99,8 @@ export class Session {
     }
   }
 
-  checkResumeTarget(checkpointId: string | undefined): void {
+  /** A resume or verify may name only a checkpoint the session has. */
+  checkKnownCheckpoint(checkpointId: string | undefined): void {
     if (checkpointId !== undefined && !this.state.checkpoints.some((c) => c.checkpointId === checkpointId)) {
       throw failure(ERROR_CODES.SnapshotNotFound, `session ${this.id} has no checkpoint ${checkpointId}`);
     }
