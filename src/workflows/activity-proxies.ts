@@ -22,6 +22,7 @@ const IO_RETRY: ActivityOptions['retry'] = {
   ],
 };
 
+/** Store work that any worker can do. */
 export const shared = proxyActivities<SessionActivities>({
   startToCloseTimeout: '1 minute',
   retry: IO_RETRY,

@@ -12,6 +12,7 @@ import { now, type Session } from './session';
 /** What asked for a restore; the timeline says it. */
 export type RestoreCause = 'resume' | 'recovery' | 'drain';
 
+/** The restored runtime, or why there is none: `permanent` when every candidate failed for good. */
 export type RestoreOutcome = { ok: true; result: ResumeResult } | { ok: false; permanent: boolean; reason: string };
 
 /**
