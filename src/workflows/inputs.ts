@@ -29,3 +29,8 @@ export function messageOf(err: unknown): string {
   const cause = err instanceof ActivityFailure && err.cause ? err.cause : err;
   return cause instanceof Error ? cause.message : String(cause);
 }
+
+/** Controls whose every field is optional may be sent with no input at all (`temporal workflow update` without --input). */
+export function parseControl<T>(schema: z.ZodType<T>, raw: unknown): T {
+  return parse(schema, raw ?? {});
+}

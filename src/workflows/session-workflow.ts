@@ -1,1051 +1,85 @@
 import {
-  ActivityFailure,
   allHandlersFinished,
   ApplicationFailure,
-  CancellationScope,
   condition,
   continueAsNew,
-  getExternalWorkflowHandle,
-  isCancellation,
-  log,
-  patched,
-  proxyActivities,
-  proxyLocalActivities,
-  setCurrentDetails,
   setDefaultQueryHandler,
   setDefaultSignalHandler,
   setDefaultUpdateHandler,
   setHandler,
-  TimeoutFailure,
-  upsertSearchAttributes,
-  uuid4,
   workflowInfo,
-  type ActivityOptions,
 } from '@temporalio/workflow';
-import type { SessionActivities, WatchResult } from '../activities';
 import {
   checkpointSignal,
   checkpointUpdate,
-  attachRuntimeSignal,
   drainUpdate,
-  hostWorkflowId,
   pauseSignal,
   pauseUpdate,
   resumeSignal,
   resumeUpdate,
   runtimeReportSignal,
-  sessionWorkflowId,
   startUpdate,
   statusQuery,
   stopSignal,
   stopUpdate,
   timelineQuery,
   verifyUpdate,
-  watchTaskQueue,
-  type DrainResult,
-  type ResumeResult,
-  type RuntimeInstanceRef,
-  type SessionStatus,
   type StopResult,
-  type TimelineEntry,
 } from '../api/messages';
-import {
-  type CarriedState,
-  RuntimeReport,
-  SessionWorkflowInput,
-  type RejectedSignal,
-  type RememberedResult,
-} from '../domain/records';
+import { ERROR_CODES } from '../domain/error-codes';
 import { closestName } from '../domain/names';
-import { sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
-import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS, type ErrorCode } from '../domain/error-codes';
-import {
-  CheckpointInput,
-  DrainInput,
-  PauseInput,
-  ResumeInput,
-  StartSessionInput,
-  StopInput,
-  VerifyInput,
-  type CheckpointRef,
-  type CheckpointTrigger,
-  type LivenessOptions,
-  type VerificationResult,
-} from '../domain/schemas';
-import { checkpointsToDelete } from '../domain/retention';
-import { issueSummary, messageOf, parse } from './inputs';
-import {
-  isFinal,
-  isStable,
-  planControl,
-  transition,
-  type Control,
-  type Phase,
-  type SessionEvent,
-  type StablePhase,
-} from '../domain/session-state';
-import type { z } from 'zod';
-
-/** Transient I/O (store unavailable, disk hiccup) is retried with backoff; typed permanent errors are not. */
-const IO_RETRY: ActivityOptions['retry'] = {
-  initialInterval: '1s',
-  backoffCoefficient: 2,
-  maximumInterval: '30s',
-  maximumAttempts: 10,
-  nonRetryableErrorTypes: [
-    ...PERMANENT_SNAPSHOT_ERRORS,
-    ERROR_CODES.KeyUnavailable,
-    ERROR_CODES.RuntimeFailed,
-    ERROR_CODES.RuntimeLost,
-    ERROR_CODES.StoreFull,
-    ERROR_CODES.SessionAlreadyExists,
-  ],
-};
-
-/**
- * Behaviour that differs from histories recorded before it (committed histories replay without it): the session id
- * is claimed in the store before anything else, and what the store might still repair leaves a session paused
- * instead of failed.
- */
-const CONTRACTS_PATCH = 'strict-contracts';
-
-/** Watchers wait on their host's watch queue, not on the queue its controls need. */
-const WATCH_QUEUE_PATCH = 'watchers-own-queue';
-
-/** A watcher that fails asks the host whether the instance still runs before the session recovers elsewhere. */
-const ASK_HOST_PATCH = 'ask-host-before-recovery';
-
-/**
- * The host's monitor workflow watches the instance (one lease per host), instead of an activity per session: the
- * session attaches its instance to it and hears back by signal (`runtimeReport`).
- */
-const HOST_MONITOR_PATCH = 'host-monitor';
-
-/**
- * Fewer steps per lifecycle, each of them one workflow task less: stop and dispose are one activity, the id claim is a
- * local activity, and search attributes are upserted only when the phase changes.
- */
-const LEAN_PATCH = 'lean-lifecycle';
-
-/** Refused signals kept in status (each is in the timeline as well). */
-const MAX_REJECTED_SIGNALS = 10;
+import { SessionWorkflowInput } from '../domain/records';
+import { CheckpointInput, DrainInput, PauseInput, ResumeInput, StopInput, VerifyInput } from '../domain/schemas';
+import { isFinal } from '../domain/session-state';
+import { ControlQueue } from './control-queue';
+import { failure } from './failures';
+import { parse, parseControl } from './inputs';
+import { Recovery } from './recovery';
+import { now, Session, stateOf } from './session';
+import { SessionController } from './session-controller';
 
 /** Updates and signals a caller may send, for the "did you mean" of an unknown name. */
 const CONTROL_NAMES = ['start', 'checkpoint', 'pause', 'resume', 'stop', 'verify'];
 const SIGNAL_NAMES = ['requestCheckpoint', 'requestPause', 'requestResume', 'requestStop'];
 const QUERY_NAMES = ['status', 'timeline'];
 
-const shared = proxyActivities<SessionActivities>({
-  startToCloseTimeout: '1 minute',
-  retry: IO_RETRY,
-});
-
-/** The id claim is one small write to the store, done by the worker running the workflow task. */
-const local = proxyLocalActivities<SessionActivities>({
-  startToCloseTimeout: '10 seconds',
-  retry: IO_RETRY,
-});
-
-/** Verification reads a whole checkpoint on any worker: long, so it heartbeats its progress. */
-const verifier = proxyActivities<SessionActivities>({
-  startToCloseTimeout: '2 hours',
-  heartbeatTimeout: '1 minute',
-  retry: IO_RETRY,
-});
-
-/**
- * Placement does no work, so a short timeout: a placement handed to a worker that was shutting down is retried on
- * another within seconds instead of after a minute.
- */
-const placement = proxyActivities<SessionActivities>({
-  startToCloseTimeout: '10 seconds',
-  // A host that is full or draining refuses; the next attempt is soon, and likely lands on another host. With every
-  // host refusing, the attempts go on for about two minutes.
-  retry: { ...IO_RETRY, initialInterval: '200ms', backoffCoefficient: 1.5, maximumInterval: '5s', maximumAttempts: 30 },
-});
-
-/**
- * Activities that touch a runtime instance run on the task queue of the worker host it lives on.
- * scheduleToStartTimeout makes a host that has gone away show up as a failure instead of a wait forever.
- */
-function onHost(hostTaskQueue: string, liveness: LivenessOptions = {}) {
-  return proxyActivities<SessionActivities>({
-    taskQueue: hostTaskQueue,
-    startToCloseTimeout: '2 hours',
-    scheduleToStartTimeout: liveness.hostTimeoutMs ?? 60_000,
-    // A host that stops beating is gone: what runs there is noticed as soon as the watcher notices it.
-    heartbeatTimeout: liveness.heartbeatTimeoutMs ?? 30_000,
-    retry: IO_RETRY,
-  });
-}
-
-/** The watcher's heartbeat timeout is how fast a dead host is noticed. */
-function watcherOn(hostTaskQueue: string, liveness: LivenessOptions = {}) {
-  return proxyActivities<SessionActivities>({
-    taskQueue: patched(WATCH_QUEUE_PATCH) ? watchTaskQueue(hostTaskQueue) : hostTaskQueue,
-    startToCloseTimeout: '2 hours',
-    scheduleToStartTimeout: liveness.hostTimeoutMs ?? 60_000,
-    heartbeatTimeout: liveness.heartbeatTimeoutMs ?? 30_000,
-    // No retries: a watcher that stops heartbeating means its host is gone or cut off, and recovery handles it.
-    retry: { maximumAttempts: 1 },
-  });
-}
-
-/** A question to a host that does no work: answered within seconds by a live host, or not at all. */
-function askHost(hostTaskQueue: string, liveness: LivenessOptions = {}) {
-  return proxyActivities<SessionActivities>({
-    taskQueue: hostTaskQueue,
-    scheduleToStartTimeout: liveness.hostTimeoutMs ?? 60_000,
-    startToCloseTimeout: '10 seconds',
-    retry: { maximumAttempts: 1 },
-  });
-}
-
-/** How many hosts a start or restore is offered to when the chosen one never picks it up. */
-const PLACEMENT_ATTEMPTS = 3;
-
-/** Idempotency results kept (and carried across continue-as-new) per session. */
-const MAX_REMEMBERED_RESULTS = 200;
-
-/** Everything a run hands to the next one at continue-as-new. */
-type SessionState = CarriedState & { rejectedSignals: RejectedSignal[] };
-
 /**
  * One workflow per session: it owns the session's lifecycle. Handlers only validate and enqueue; controls
- * run one at a time, in the order they were accepted, through `serial`.
+ * run one at a time, in the order they were accepted, through the ControlQueue.
  */
 export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopResult> {
   // Whatever started this run (another SDK, the `temporal` CLI) is checked like any other input: a bad start fails
   // the run with InvalidInput here, at its first task, before anything exists.
   const input = parse(SessionWorkflowInput, raw);
-  const state: SessionState = input.carried ? carriedState(input) : initialState(input.spec);
-  const sessionId = state.spec.sessionId;
+  const session = new Session(stateOf(input));
+  const { state } = session;
+  const queue = new ControlQueue(session);
+  const recovery = new Recovery(session, queue);
+  const controller = new SessionController(session, queue, recovery);
 
-  // ---- serial execution of operations -------------------------------------------------------------
-  let tail: Promise<unknown> = Promise.resolve();
-  let queued = 0; // operations accepted and not finished (controls and internal events)
-  let pendingControls = 0;
-  let projected: StablePhase = stableOr(state.phase, 'running');
-  const inFlight = new Map<string, { control: Control; result: Promise<unknown> }>();
-  let watchScope: CancellationScope | null = null;
-  /** The phase last published as a search attribute (a new run publishes its own). */
-  let published: Phase | undefined;
-  /** Background verifications in flight: the run neither ends nor continues as new before they finish. */
-  const verifying = new Set<Promise<unknown>>();
-
-  function serial<T>(op: () => Promise<T>): Promise<T> {
-    queued++;
-    const run = tail.then(op);
-    tail = run.then(
-      () => undefined,
-      () => undefined,
-    );
-    return run.finally(() => {
-      queued--;
-      // Once nothing is queued, the projection is simply where the session is.
-      if (queued === 0) projected = stableOr(state.phase, projected);
-    });
-  }
-
-  // ---- state changes ------------------------------------------------------------------------------
-  function apply(event: SessionEvent): void {
-    const result = transition(state.phase, event);
-    if (!result.ok) throw invalidTransition(result.reason);
-    state.phase = result.phase;
-    if (result.phase === 'failed' && !state.failure) {
-      state.failure = { type: ERROR_CODES.RuntimeFailed, message: result.failureReason ?? 'failed', at: now() };
-    }
-    touch();
-  }
-
-  function fail(type: ErrorCode, message: string): void {
-    if (isFinal(state.phase)) return;
-    // Set first, so that what apply() publishes (status, Web UI details) names the real failure.
-    state.failure = { type, message, at: now() };
-    apply({ type: 'failed', reason: message });
-  }
-
-  function touch(): void {
-    state.updatedAt = now();
-    if (published !== state.phase || !patched(LEAN_PATCH)) {
-      upsertSearchAttributes([
-        { key: sessionStateKey, value: state.phase },
-        { key: sessionRuntimeKey, value: state.spec.runtime.kind },
-      ]);
-      published = state.phase;
-    }
-    setCurrentDetails(describe());
-  }
-
-  function record(entry: TimelineEntry): void {
-    state.timeline.push(entry);
-  }
-
-  // ---- validators and handlers ---------------------------------------------------------------------
-  /**
-   * Synchronous by design: an async validator's rejection is ignored by the SDK. A rejected update leaves
-   * no trace in history and changes nothing.
-   */
-  function validate<S extends z.ZodType<{ idempotencyKey?: string }>>(control: Control, schema: S, raw: unknown): void {
-    const input = parseControl(schema, raw);
-    const key = input.idempotencyKey;
-    if (key !== undefined && isRepeat(key, control)) return; // the handler answers with the first outcome
-    if (isFinal(projected)) throw closed();
-    const plan = planControl(projected, control);
-    if (!plan.ok) throw invalidTransition(plan.reason);
-    if (control === 'resume') checkResumeTarget((input as ResumeInput).checkpointId);
-  }
-
-  function checkResumeTarget(checkpointId: string | undefined): void {
-    if (checkpointId !== undefined && !state.checkpoints.some((c) => c.checkpointId === checkpointId)) {
-      throw failure(ERROR_CODES.SnapshotNotFound, `session ${sessionId} has no checkpoint ${checkpointId}`);
-    }
-  }
-
-  /** Accepts a validated control: dedupes by key, advances the projection, and queues the work. */
-  function accept<I extends { idempotencyKey?: string }, R>(
-    control: Control,
-    input: I,
-    run: (i: I) => Promise<R>,
-  ): Promise<R> {
-    const key = input.idempotencyKey;
-    if (key !== undefined && isRepeat(key, control)) return outcomeOf(key) as Promise<R>;
-    if (isFinal(projected)) return Promise.reject(closed());
-    const plan = planControl(projected, control);
-    if (!plan.ok) return Promise.reject(invalidTransition(plan.reason));
-    projected = plan.projected;
-    pendingControls++;
-    const result = serial(() => run(input)).finally(() => {
-      pendingControls--;
-      if (key !== undefined) inFlight.delete(key);
-    });
-    if (key !== undefined) {
-      inFlight.set(key, { control, result });
-      // Failures are remembered too: the server answers a repeated update id with the stored outcome within a
-      // run, and this keeps the same answer after continue-as-new. A retry after a failure takes a new key.
-      result.then(
-        (value) => remember({ key, control, outcome: { ok: true, value } }),
-        (err: unknown) =>
-          remember({
-            key,
-            control,
-            outcome: { ok: false, type: typeOf(err) ?? ERROR_CODES.RuntimeFailed, message: messageOf(err) },
-          }),
-      );
-    }
-    return result;
-  }
-
-  /** Whether `key` was used before; throws if it was used for another control. */
-  function isRepeat(key: string, control: Control): boolean {
-    const owner = state.results.find((r) => r.key === key)?.control ?? inFlight.get(key)?.control;
-    if (owner === undefined) return false;
-    if (owner !== control) {
-      throw failure(ERROR_CODES.InvalidInput, `idempotency key "${key}" was already used for ${owner}`);
-    }
-    return true;
-  }
-
-  function outcomeOf(key: string): Promise<unknown> {
-    const running = inFlight.get(key);
-    if (running) return running.result;
-    const { outcome } = state.results.find((r) => r.key === key)!;
-    return outcome.ok
-      ? Promise.resolve(outcome.value)
-      : Promise.reject(failure(outcome.type as ErrorCode, outcome.message));
-  }
-
-  function remember(entry: RememberedResult): void {
-    state.results.push(entry);
-    if (state.results.length > MAX_REMEMBERED_RESULTS) state.results.shift();
-  }
-
-  /** Signals have no caller to answer: a control that cannot run is recorded in status instead. */
-  function fromSignal<I extends { idempotencyKey?: string }>(
-    signal: string,
-    control: Control,
-    schema: z.ZodType<I>,
-    run: (i: I) => Promise<unknown>,
-  ) {
-    return (raw: I): void => {
-      try {
-        validate(control, schema, raw);
-        accept(control, parseControl(schema, raw), run).catch((err: unknown) => rejectSignal(signal, err));
-      } catch (err) {
-        rejectSignal(signal, err);
-      }
-    };
-  }
-
-  /** Every refused signal is kept: the newest few in status, each one in the timeline. */
-  function rejectSignal(signal: string, err: unknown): void {
-    const reason = err instanceof Error ? err.message : String(err);
-    log.warn('signal rejected', { signal, reason });
-    const rejected = { signal: signal.slice(0, 300), reason, at: now() };
-    state.lastRejectedSignal = rejected;
-    state.rejectedSignals.push(rejected);
-    if (state.rejectedSignals.length > MAX_REJECTED_SIGNALS) state.rejectedSignals.shift();
-    record({ kind: 'signal-rejected', ...rejected });
-  }
-
-  /** A control that failed is recorded where an operator looks (the timeline), not only told to its caller. */
-  function controlFailed(control: Control | 'drain', err: unknown): void {
-    record({
-      kind: 'control-failed',
-      at: now(),
-      control,
-      type: typeOf(err) ?? ERROR_CODES.RuntimeFailed,
-      reason: messageOf(err),
-    });
-  }
-
-  /**
-   * Answers when the session has started: its status once running, or the typed failure that ended the start. The
-   * same spec again is a harmless repeat; another spec under a session id in use is refused.
-   */
-  async function awaitStarted(): Promise<SessionStatus> {
-    await condition(() => state.phase !== 'starting');
-    if (state.phase === 'failed' && state.failure) {
-      throw failure(state.failure.type as ErrorCode, state.failure.message);
-    }
-    return status();
-  }
-
-  setHandler(startUpdate, () => awaitStarted(), {
-    validator: (spec) => {
-      const asked = parse(StartSessionInput, spec);
-      if (!sameJson(asked, state.spec)) {
-        throw failure(
-          ERROR_CODES.SessionAlreadyExists,
-          `session ${sessionId} exists with another spec: session ids are never reused`,
-        );
-      }
-    },
-    description:
-      'Waits until the session is running and returns its status (or the failure that ended the start). ' +
-      'Input: the start spec, e.g. {"sessionId": "build-42", "runtime": {"kind": "memory"}}; another spec is refused.',
-  });
-  setHandler(checkpointUpdate, (i) => accept('checkpoint', parseControl(CheckpointInput, i), doCheckpoint), {
-    validator: (i) => validate('checkpoint', CheckpointInput, i),
-    description: 'Capture the running session into a new checkpoint; returns its reference.',
-  });
-  setHandler(pauseUpdate, (i) => accept('pause', parseControl(PauseInput, i), doPause), {
-    validator: (i) => validate('pause', PauseInput, i),
-    description: 'Checkpoint the session, then stop its runtime to free compute; returns the checkpoint.',
-  });
-  setHandler(resumeUpdate, (i) => accept('resume', parseControl(ResumeInput, i), doResume), {
-    validator: (i) => validate('resume', ResumeInput, i),
-    description: 'Restore a paused session from its newest (or the given) checkpoint that verifies.',
-  });
-  setHandler(stopUpdate, (i) => accept('stop', parseControl(StopInput, i), doStop), {
-    validator: (i) => validate('stop', StopInput, i),
-    description: 'Stop the session for good, with a final checkpoint of a running session by default.',
-  });
-  setHandler(
-    verifyUpdate,
-    async (i) => {
-      const { checkpointId } = parseControl(VerifyInput, i);
-      const targets = checkpointId
-        ? state.checkpoints.filter((c) => c.checkpointId === checkpointId)
-        : [...state.checkpoints]; // (oldest first; the ones that exist when the request came)
-      const results: VerificationResult[] = [];
-      for (const target of targets) results.push(await verify(target, 'request'));
-      return results;
-    },
-    {
-      validator: (i) => {
-        checkResumeTarget(parseControl(VerifyInput, i).checkpointId);
-      },
-      description: 'Read checkpoints back from the store (every chunk authenticated); returns what each one is.',
-    },
-  );
-  setHandler(checkpointSignal, fromSignal('requestCheckpoint', 'checkpoint', CheckpointInput, doCheckpoint), {
-    description: 'Fire-and-forget checkpoint.',
-  });
-  setHandler(pauseSignal, fromSignal('requestPause', 'pause', PauseInput, doPause), {
-    description: 'Fire-and-forget pause.',
-  });
-  setHandler(resumeSignal, fromSignal('requestResume', 'resume', ResumeInput, doResume), {
-    description: 'Fire-and-forget resume.',
-  });
-  setHandler(stopSignal, fromSignal('requestStop', 'stop', StopInput, doStop), {
-    description: 'Fire-and-forget stop.',
-  });
-  setHandler(drainUpdate, (i) => drain(parse(DrainInput, i)), {
-    validator: (i) => void parse(DrainInput, i),
-    description:
-      'Sent by a worker that shuts down: checkpoint (trigger drain), stop the runtime there, answer, then restore ' +
-      'on another worker. Input: {"hostTaskQueue": "durable-sessions@host-1"}; a session hosted elsewhere is left alone.',
-  });
-  setHandler(runtimeReportSignal, onRuntimeReport, {
-    description: "Sent by the host's monitor workflow: the session's runtime instance ended, or its host is lost.",
-  });
+  // Registered in this order before anything runs: messages buffered for this run are dispatched as handlers appear.
+  setControlHandlers(session, queue, recovery, controller);
   // A name nobody defined is a typed refusal naming the closest real one, not the SDK's untyped "no handler".
   setDefaultUpdateHandler((name) => {
     throw failure(ERROR_CODES.InvalidInput, unknownName('update', name, CONTROL_NAMES));
   });
-  setDefaultSignalHandler((name) => rejectSignal(name, new Error(unknownName('signal', name, SIGNAL_NAMES))));
+  setDefaultSignalHandler((name) => session.rejectSignal(name, new Error(unknownName('signal', name, SIGNAL_NAMES))));
   setDefaultQueryHandler((name) => {
     throw failure(ERROR_CODES.InvalidInput, unknownName('query', name, QUERY_NAMES));
   });
-  setHandler(statusQuery, () => status(), { description: 'Current phase, runtime, head checkpoint and failure.' });
+  setHandler(statusQuery, () => session.status(queue.pending), {
+    description: 'Current phase, runtime, head checkpoint and failure.',
+  });
   setHandler(timelineQuery, () => state.timeline, {
     description: 'Checkpoints, restores, fallbacks and runtime events, oldest first.',
   });
 
-  // ---- operations ----------------------------------------------------------------------------------
-  /**
-   * Claims the session id in the snapshot store for this session (its first run). A run under an id that has a
-   * lineage already (a stopped, failed or forked-from session) fails with SessionAlreadyExists without touching it,
-   * and publishes nothing (no search attributes: `list` shows the id once, for its real session).
-   */
-  async function claimed(): Promise<boolean> {
-    try {
-      const owner = workflowInfo().firstExecutionRunId;
-      await (patched(LEAN_PATCH) ? local : shared).claimSession({ sessionId, owner });
-      return true;
-    } catch (err) {
-      const type = typeOf(err) ?? ERROR_CODES.RuntimeFailed;
-      state.failure = { type, message: messageOf(err), at: now() };
-      state.phase = 'failed';
-      return false;
-    }
-  }
-
-  async function doStart(): Promise<void> {
-    try {
-      const runtime = await onPlacedHost((host) =>
-        host.startRuntime({ sessionId, instanceId: newInstanceId(), spec: state.spec.runtime }),
-      );
-      state.runtime = runtime;
-      apply({ type: 'started' });
-      watch(runtime);
-    } catch (err) {
-      fail(typeOf(err) ?? ERROR_CODES.RuntimeFailed, `the runtime could not be started: ${messageOf(err)}`);
-    }
-  }
-
-  /** Queues the drain; its caller (the draining worker) is answered once the runtime is off its host. */
-  function drain(input: DrainInput): Promise<DrainResult> {
-    return new Promise((answer, refuse) => {
-      serial(() => doDrain(input, answer)).catch(refuse);
-    });
-  }
-
-  /**
-   * Moves the session off a host that is shutting down: checkpoint, stop the runtime there, answer the host, then
-   * restore on whichever worker places it (the draining one refuses placements). A capture that fails leaves the
-   * runtime as it is: the host's exit then makes it a lost runtime, recovered from its newest checkpoint.
-   */
-  async function doDrain(input: DrainInput, answer: (result: DrainResult) => void): Promise<void> {
-    const runtime = state.runtime;
-    if (state.phase !== 'running' || !runtime || runtime.hostTaskQueue !== input.hostTaskQueue) {
-      const where = runtime ? ` on ${runtime.hostTaskQueue}` : '';
-      answer({ drained: false, checkpoint: null, detail: `the session is ${state.phase}${where}` });
-      return;
-    }
-    apply({ type: 'checkpointRequested' });
-    let checkpoint: CheckpointRef;
-    try {
-      checkpoint = await capture('drain', undefined, input.reason ?? 'its worker is shutting down');
-      apply({ type: 'checkpointSucceeded' });
-    } catch (err) {
-      apply({ type: 'checkpointFailed' });
-      controlFailed('drain', err);
-      answer({ drained: false, checkpoint: null, detail: `no checkpoint could be taken: ${messageOf(err)}` });
-      return;
-    }
-    await stopRuntime();
-    apply({ type: 'runtimeLost' });
-    answer({ drained: true, checkpoint });
-    const outcome = await restoreWithFallback(checkpoint, 'drain');
-    if (outcome.ok) resumed();
-    else restoreFailed(outcome, 'drain');
-  }
-
-  async function doCheckpoint(input: CheckpointInput): Promise<CheckpointRef> {
-    apply({ type: 'checkpointRequested' });
-    try {
-      const ref = await capture('manual', input.label);
-      apply({ type: 'checkpointSucceeded' });
-      return ref;
-    } catch (err) {
-      apply({ type: 'checkpointFailed' });
-      controlFailed('checkpoint', err);
-      throw asFailure(err, 'checkpoint failed');
-    }
-  }
-
-  async function doPause(input: PauseInput): Promise<CheckpointRef> {
-    apply({ type: 'pauseRequested' });
-    let ref: CheckpointRef;
-    try {
-      ref = await capture('pause', undefined, input.reason);
-    } catch (err) {
-      // The state is not durable, so the runtime keeps running: pausing must never lose work.
-      apply({ type: 'pauseFailed' });
-      controlFailed('pause', err);
-      throw asFailure(err, 'pause failed: the checkpoint could not be written, the session keeps running');
-    }
-    await stopRuntime();
-    apply({ type: 'pauseSucceeded' });
-    return ref;
-  }
-
-  async function doResume(input: ResumeInput): Promise<ResumeResult> {
-    apply({ type: 'resumeRequested' });
-    const target = input.checkpointId
-      ? state.checkpoints.find((c) => c.checkpointId === input.checkpointId)
-      : state.head;
-    if (!target) {
-      fail(ERROR_CODES.RestoreFailed, 'the session has no checkpoint to resume from');
-      throw failure(ERROR_CODES.RestoreFailed, 'the session has no checkpoint to resume from');
-    }
-    const outcome = await restoreWithFallback(target, 'resume');
-    if (!outcome.ok) {
-      restoreFailed(outcome, 'resume');
-      throw failure(ERROR_CODES.RestoreFailed, outcome.reason);
-    }
-    resumed();
-    return outcome.result;
-  }
-
-  async function doStop(input: StopInput): Promise<StopResult> {
-    const wasRunning = state.phase === 'running';
-    apply({ type: 'stopRequested' });
-    let finalCheckpoint: CheckpointRef | null = null;
-    if (wasRunning) {
-      if (input.checkpoint !== false) {
-        try {
-          finalCheckpoint = await capture('stop', undefined, input.reason);
-        } catch (err) {
-          // Stopping without the final state would lose work the caller asked to keep.
-          apply({ type: 'stopFailed' });
-          controlFailed('stop', err);
-          throw asFailure(err, 'stop failed: the final checkpoint could not be written, the session keeps running');
-        }
-      }
-      await stopRuntime();
-    }
-    apply({ type: 'stopSucceeded' });
-    return { phase: 'completed', finalCheckpoint };
-  }
-
-  async function capture(trigger: CheckpointTrigger, label?: string, reason?: string): Promise<CheckpointRef> {
-    const runtime = requireRuntime();
-    const sequence = state.nextSequence;
-    const ref = await onHost(runtime.hostTaskQueue, state.spec.liveness).captureCheckpoint({
-      sessionId,
-      instance: runtime,
-      checkpointId: `${String(sequence).padStart(6, '0')}-${uuid4().slice(0, 8)}`,
-      sequence,
-      parentId: state.head?.checkpointId ?? null,
-      trigger,
-      label,
-    });
-    state.nextSequence = sequence + 1;
-    state.checkpoints.push(ref);
-    state.head = ref;
-    record({ kind: 'checkpoint', at: now(), checkpoint: ref, ...(reason ? { reason } : {}) });
-    touch();
-    await applyRetention();
-    if (state.spec.backgroundVerify) verifyInBackground(ref);
-    return ref;
-  }
-
-  /** Verifies a checkpoint while the session goes on; the outcome lands in the timeline and status. */
-  function verifyInBackground(ref: CheckpointRef): void {
-    const running = verify(ref, 'background').catch((err: unknown) => {
-      // Only a store that stayed unreachable through every retry gets here; nothing is recorded for it.
-      log.warn('background verification did not run', { checkpointId: ref.checkpointId, error: messageOf(err) });
-    });
-    verifying.add(running);
-    void running.finally(() => verifying.delete(running));
-  }
-
-  async function verify(ref: CheckpointRef, cause: 'background' | 'request'): Promise<VerificationResult> {
-    const result = await verifier.verifyCheckpoint({
-      sessionId,
-      checkpointId: ref.checkpointId,
-      expected: recorded(ref),
-    });
-    record({ kind: 'verified', cause, ...result });
-    setCurrentDetails(describe());
-    if (result.status !== 'ok') {
-      log.warn('checkpoint did not verify', { checkpointId: ref.checkpointId, status: result.status });
-    }
-    return result;
-  }
-
-  /** Deletes what the session's retention policy lets go; a failed delete is simply tried again next time. */
-  async function applyRetention(): Promise<void> {
-    const doomed = checkpointsToDelete(
-      state.checkpoints,
-      state.head?.checkpointId ?? null,
-      state.spec.retention,
-      Date.now(),
-    );
-    for (const c of doomed) {
-      try {
-        await shared.deleteCheckpoint({ sessionId, checkpointId: c.checkpointId });
-      } catch (err) {
-        log.warn('checkpoint not deleted; retention will try again', {
-          checkpointId: c.checkpointId,
-          error: messageOf(err),
-        });
-        continue;
-      }
-      state.checkpoints = state.checkpoints.filter((x) => x.checkpointId !== c.checkpointId);
-      record({ kind: 'checkpoint-deleted', at: now(), checkpointId: c.checkpointId, reason: 'retention' });
-    }
-  }
-
-  /**
-   * Places the session on a live host and runs `work` there. A host that never picks the work up within
-   * `hostTimeoutMs` (it went away between placement and the work, or is stalled) did nothing, so the session is
-   * placed again, up to PLACEMENT_ATTEMPTS times; any other failure is the work's own and is returned as it is.
-   */
-  async function onPlacedHost<T>(work: (host: ReturnType<typeof onHost>) => Promise<T>): Promise<T> {
-    for (let attempt = 1; ; attempt++) {
-      const { hostTaskQueue } = await placement.placeSession();
-      try {
-        return await work(onHost(hostTaskQueue, state.spec.liveness));
-      } catch (err) {
-        if (attempt >= PLACEMENT_ATTEMPTS || !neverStarted(err)) throw err;
-        log.warn('placed host did not pick the work up; placing again', { hostTaskQueue, attempt });
-      }
-    }
-  }
-
-  /**
-   * Called only once the state is durable in a checkpoint, so a host that cannot be reached to stop the
-   * runtime loses nothing: the instance is recorded as lost and the session moves on.
-   */
-  async function stopRuntime(): Promise<void> {
-    const runtime = requireRuntime();
-    cancelWatch();
-    const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
-    try {
-      await stopAndDispose(host, runtime);
-    } catch (err) {
-      record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason: messageOf(err) });
-      log.warn('runtime could not be stopped; its state is checkpointed', { instanceId: runtime.instanceId });
-    }
-    state.runtime = null;
-  }
-
-  async function stopAndDispose(host: ReturnType<typeof onHost>, runtime: RuntimeInstanceRef): Promise<void> {
-    if (patched(LEAN_PATCH)) {
-      await host.stopRuntime({ instance: runtime, dispose: true });
-      return;
-    }
-    await host.stopRuntime({ instance: runtime });
-    await host.disposeRuntime({ instance: runtime });
-  }
-
-  function cancelWatch(): void {
-    watchScope?.cancel();
-    watchScope = null;
-  }
-
-  /**
-   * Restores `target`, or else the newest older checkpoint that verifies. Transient errors were already
-   * retried by the activity's retry policy; what reaches here is permanent for that checkpoint.
-   */
-  async function restoreWithFallback(
-    target: CheckpointRef,
-    cause: 'resume' | 'recovery' | 'drain',
-  ): Promise<{ ok: true; result: ResumeResult } | { ok: false; permanent: boolean; reason: string }> {
-    const candidates = [target, ...olderThan(target)];
-    const skipped: { checkpointId: string; reason: string }[] = [];
-    for (const candidate of candidates) {
-      try {
-        const runtime = await onPlacedHost((host) =>
-          host.restoreCheckpoint({
-            sessionId,
-            checkpointId: candidate.checkpointId,
-            expected: recorded(candidate),
-            instanceId: newInstanceId(),
-            spec: state.spec.runtime,
-          }),
-        );
-        state.runtime = runtime;
-        state.head = candidate;
-        state.lastRestore = {
-          checkpointId: candidate.checkpointId,
-          at: now(),
-          fallbackFrom: skipped.map((s) => s.checkpointId),
-        };
-        record({
-          kind: 'restored',
-          at: now(),
-          checkpointId: candidate.checkpointId,
-          instanceId: runtime.instanceId,
-          cause,
-        });
-        watch(runtime);
-        return {
-          ok: true,
-          result: { restoredFrom: candidate, runtime, ...(skipped.length ? { fallbackFrom: skipped } : {}) },
-        };
-      } catch (err) {
-        const type = typeOf(err);
-        if (!type || !PERMANENT_SNAPSHOT_ERRORS.includes(type)) {
-          // Not a property of this checkpoint (retries exhausted, no host): an older one would not help.
-          const reason = `restore of checkpoint ${candidate.checkpointId} failed: ${type ? `${type}: ` : ''}${messageOf(err)}`;
-          return { ok: false, permanent: false, reason };
-        }
-        const reason = `${type}: ${messageOf(err)}`;
-        skipped.push({ checkpointId: candidate.checkpointId, reason });
-        const next = candidates[candidates.indexOf(candidate) + 1];
-        record({
-          kind: 'fallback',
-          at: now(),
-          fromCheckpointId: candidate.checkpointId,
-          toCheckpointId: next?.checkpointId ?? null,
-          reason,
-        });
-        log.warn('checkpoint cannot be restored, falling back', { checkpointId: candidate.checkpointId, reason });
-      }
-    }
-    const reason =
-      `no checkpoint of session ${sessionId} could be restored: ` +
-      skipped.map((s) => `${s.checkpointId} (${s.reason})`).join('; ');
-    // Before the contracts patch, a session whose every checkpoint failed for good failed with them.
-    if (!patched(CONTRACTS_PATCH)) fail(ERROR_CODES.RestoreFailed, reason);
-    return { ok: false, permanent: true, reason };
-  }
-
-  /**
-   * No checkpoint could be restored. The store may still be repaired (a key file put back, a pack restored from a
-   * backup), so the session waits, paused, with the failure in status, the timeline and the Web UI: a later resume can
-   * succeed. Only a session that has nothing left to restore fails for good.
-   */
-  function restoreFailed(
-    outcome: { permanent: boolean; reason: string },
-    cause: 'resume' | 'recovery' | 'drain',
-  ): void {
-    if (isFinal(state.phase)) return; // (failed before the contracts patch)
-    if (patched(CONTRACTS_PATCH)) {
-      state.failure = { type: ERROR_CODES.RestoreFailed, message: outcome.reason, at: now() };
-      record({ kind: 'restore-failed', at: now(), cause, reason: outcome.reason });
-    } else if (outcome.permanent) {
-      return;
-    }
-    apply({ type: 'resumeFailed' });
-  }
-
-  /** The session runs again: a failure that left it paused is behind it. */
-  function resumed(): void {
-    if (state.failure && !isFinal(state.phase)) state.failure = null;
-    apply({ type: 'resumeSucceeded' });
-  }
-
-  function olderThan(target: CheckpointRef): CheckpointRef[] {
-    return state.checkpoints.filter((c) => c.sequence < target.sequence).sort((a, b) => b.sequence - a.sequence);
-  }
-
-  // ---- watching the runtime ------------------------------------------------------------------------
-  /** Learns of exits nobody asked for and of lost hosts, in bounded rounds of a long-polling activity. */
-  function watch(runtime: RuntimeInstanceRef): void {
-    if (patched(HOST_MONITOR_PATCH)) {
-      attach(runtime);
-      return;
-    }
-    const scope = new CancellationScope();
-    watchScope = scope;
-    const watcher = watcherOn(runtime.hostTaskQueue, state.spec.liveness);
-    const round = (): Promise<WatchResult> =>
-      scope.run(() => watcher.watchRuntime({ instance: runtime })).then((r) => (r.exited ? r : round()));
-    round().then(
-      (result) => {
-        if (!result.exited) return;
-        const { exitCode, signal, requested } = result.exit;
-        // Our own stops cancel the watch first; a stop nobody here asked for is the host shutting down.
-        if (requested) void serial(() => onRuntimeLost(runtime, 'the runtime was stopped by its host'));
-        else void serial(() => onRuntimeExited(runtime, exitCode, signal));
-      },
-      (err: unknown) => {
-        if (isCancellation(err) || scope.consideredCancelled) return;
-        // A host that says it does not know the instance (a restarted worker) has lost it; any other failure only
-        // says the watcher lost contact, which a Temporal outage does to a healthy host too.
-        const hostSaidLost = typeOf(err) === ERROR_CODES.RuntimeLost;
-        void serial(async () => {
-          if (!hostSaidLost && (await stillRunsOnHost(runtime))) {
-            log.warn('lost contact with the runtime, but its host still runs it: watching again', {
-              instanceId: runtime.instanceId,
-              reason: messageOf(err),
-            });
-            if (state.runtime?.instanceId === runtime.instanceId && state.phase === 'running') watch(runtime);
-            return;
-          }
-          await onRuntimeLost(runtime, messageOf(err));
-        });
-      },
-    );
-  }
-
-  /** Asks the host's monitor to watch the instance; it signals `runtimeReport` when the instance ends or its host is lost. */
-  function attach(runtime: RuntimeInstanceRef): void {
-    const { heartbeatTimeoutMs, hostTimeoutMs } = state.spec.liveness ?? {};
-    getExternalWorkflowHandle(hostWorkflowId(runtime.hostTaskQueue))
-      .signal(attachRuntimeSignal, {
-        instanceId: runtime.instanceId,
-        sessionWorkflowId: workflowInfo().workflowId,
-        ...(heartbeatTimeoutMs !== undefined ? { heartbeatTimeoutMs } : {}),
-        ...(hostTimeoutMs !== undefined ? { hostTimeoutMs } : {}),
-      })
-      .catch((err: unknown) => {
-        // Every worker starts its host's monitor before it takes work: a host without one is not a host any more.
-        void serial(() => onRuntimeLost(runtime, `its host has no monitor to watch it: ${messageOf(err)}`));
-      });
-  }
-
-  /** What the host's monitor reports: the instance ended, or its host is lost. Reports of other instances are late. */
-  function onRuntimeReport(raw: unknown): void {
-    const parsed = RuntimeReport.safeParse(raw);
-    if (!parsed.success) {
-      rejectSignal('runtimeReport', `invalid report: ${issueSummary(parsed.error)}`);
-      return;
-    }
-    const report = parsed.data;
-    const runtime = state.runtime;
-    if (!runtime || runtime.instanceId !== report.instanceId) return;
-    if (report.outcome === 'lost') void serial(() => onRuntimeLost(runtime, report.reason));
-    else if (report.stoppedByHost) void serial(() => onRuntimeLost(runtime, 'the runtime was stopped by its host'));
-    else void serial(() => onRuntimeExited(runtime, report.exitCode, report.signal));
-  }
-
-  /**
-   * Asks the runtime's host, before anything is declared lost, whether the instance still runs there. A host that is
-   * gone does not pick the question up within hostTimeoutMs. Before the patch, a watcher that failed meant a lost host.
-   */
-  async function stillRunsOnHost(runtime: RuntimeInstanceRef): Promise<boolean> {
-    if (!patched(ASK_HOST_PATCH) || state.runtime?.instanceId !== runtime.instanceId) return false;
-    try {
-      return (await askHost(runtime.hostTaskQueue, state.spec.liveness).describeInstance({ instance: runtime }))
-        .running;
-    } catch {
-      return false;
-    }
-  }
-
-  async function onRuntimeExited(
-    runtime: RuntimeInstanceRef,
-    exitCode: number | null,
-    signal: string | null,
-  ): Promise<void> {
-    if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
-    record({ kind: 'runtime-exited', at: now(), exitCode, signal });
-    state.runtime = null;
-    apply({ type: 'runtimeExited', exitCode, signal });
-  }
-
-  async function onRuntimeLost(runtime: RuntimeInstanceRef, reason: string): Promise<void> {
-    if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
-    record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason });
-    state.runtime = null;
-    // Status must never say `running` without a runtime: the phase moves on with the runtime.
-    const recovering = patched(CONTRACTS_PATCH) && state.head !== null;
-    if (recovering) apply({ type: 'runtimeLost' });
-    // A host that is only slow may still run the old instance: stop it before starting another copy. A host
-    // that is really gone fails this fast (hostTimeoutMs).
-    try {
-      const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
-      await stopAndDispose(host, runtime);
-    } catch {
-      // Gone with its host. If the host is only cut off from Temporal, its worker stops the instance when it
-      // shuts down; until then a stale copy may run beside the recovered one (see docs/design.md).
-    }
-    if (!state.head) {
-      fail(ERROR_CODES.RuntimeLost, `the runtime was lost and the session has no checkpoint: ${reason}`);
-      return;
-    }
-    // The host is gone: bring the session back from its newest checkpoint, wherever a worker can run it.
-    if (!recovering) apply({ type: 'runtimeLost' });
-    const outcome = await restoreWithFallback(state.head, 'recovery');
-    if (outcome.ok) resumed();
-    else restoreFailed(outcome, 'recovery');
-  }
-
-  // ---- helpers -------------------------------------------------------------------------------------
-  function requireRuntime(): RuntimeInstanceRef {
-    if (!state.runtime) throw failure(ERROR_CODES.RuntimeLost, `session ${sessionId} has no running runtime`);
-    return state.runtime;
-  }
-
-  function newInstanceId(): string {
-    return `${sessionId}-${uuid4().slice(0, 8)}`;
-  }
-
-  function status(): SessionStatus {
-    return {
-      sessionId,
-      phase: state.phase,
-      runtimeKind: state.spec.runtime.kind,
-      runtime: state.runtime,
-      head: state.head,
-      checkpointCount: state.checkpoints.length,
-      pendingControls,
-      failure: state.failure,
-      lastRestore: state.lastRestore,
-      lastRejectedSignal: state.lastRejectedSignal,
-      rejectedSignals: state.rejectedSignals,
-      lastVerification: lastVerification(),
-      startedAt: state.startedAt,
-      updatedAt: state.updatedAt,
-    };
-  }
-
-  /** The newest `verified` entry of the timeline, as a result. */
-  function lastVerification(): VerificationResult | null {
-    for (let i = state.timeline.length - 1; i >= 0; i--) {
-      const entry = state.timeline[i]!;
-      if (entry.kind === 'verified') {
-        const { checkpointId, status, detail, at } = entry;
-        return { checkpointId, status, ...(detail !== undefined ? { detail } : {}), at };
-      }
-    }
-    return null;
-  }
-
-  /** Markdown shown as "current details" in the Web UI. */
-  function describe(): string {
-    const lines = [
-      `**${state.phase}** · ${state.spec.runtime.kind} runtime · ${state.checkpoints.length} checkpoint(s)`,
-    ];
-    if (state.head)
-      lines.push(`head: \`${state.head.checkpointId}\` (${state.head.size} bytes, ${state.head.createdAt})`);
-    if (state.runtime) lines.push(`runtime: \`${state.runtime.instanceId}\` on \`${state.runtime.hostTaskQueue}\``);
-    if (state.failure) lines.push(`failure: ${state.failure.type}: ${state.failure.message}`);
-    const verified = lastVerification();
-    if (verified) lines.push(`last verification: \`${verified.checkpointId}\` ${verified.status} (${verified.at})`);
-    return lines.join('\n\n');
-  }
-
-  // ---- main ----------------------------------------------------------------------------------------
-  if (input.carried === undefined) {
-    if (patched(CONTRACTS_PATCH)) {
-      void serial(async () => {
-        // Before anything is visible or made: a run under an id that was used already touches nothing of it.
-        if (await claimed()) {
-          touch();
-          await doStart();
-        }
-      });
-    } else {
-      touch();
-      void serial(doStart);
-    }
-  } else {
-    touch();
-    if (state.runtime && state.phase === 'running') watch(state.runtime);
-  }
+  controller.begin(input.carried === undefined);
 
   const shouldContinueAsNew = () => workflowInfo().continueAsNewSuggested;
-  await condition(() => queued === 0 && (isFinal(state.phase) || shouldContinueAsNew()));
+  await condition(() => queue.idle && (isFinal(state.phase) || shouldContinueAsNew()));
   // Let accepted updates answer their callers before this run closes.
-  await condition(() => allHandlersFinished() && queued === 0 && verifying.size === 0);
+  await condition(() => allHandlersFinished() && queue.idle && controller.verificationsInFlight === 0);
 
   if (state.phase === 'failed') {
     const f = state.failure ?? { type: ERROR_CODES.RuntimeFailed, message: 'failed', at: now() };
@@ -1055,122 +89,81 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     const last = state.checkpoints[state.checkpoints.length - 1];
     return { phase: 'completed', finalCheckpoint: last?.trigger === 'stop' ? last : null };
   }
-  cancelWatch();
+  recovery.cancelWatch();
   return continueAsNew<typeof sessionWorkflow>({ spec: state.spec, carried: state });
 }
 
-/** Clients find a session by its derived workflow id; a session run under another id is unreachable. */
-function checkWorkflowId(spec: StartSessionInput): void {
-  const expected = sessionWorkflowId(spec.sessionId);
-  if (workflowInfo().workflowId !== expected) {
-    throw failure(ERROR_CODES.InvalidInput, `session ${spec.sessionId} must run as workflow ${expected}`);
-  }
-}
-
-/** The state a previous run handed over: it must be this session's, under the spec it was started with. */
-function carriedState(input: SessionWorkflowInput): SessionState {
-  const carried = input.carried!;
-  checkWorkflowId(carried.spec);
-  if (!sameJson(carried.spec, input.spec)) {
-    throw failure(ERROR_CODES.InvalidInput, 'the carried state belongs to another spec than the one given');
-  }
-  return { ...carried, rejectedSignals: carried.rejectedSignals ?? [] };
-}
-
-function initialState(spec: StartSessionInput): SessionState {
-  checkWorkflowId(spec);
-  const at = now();
-  return {
-    spec,
-    phase: 'starting',
-    runtime: null,
-    head: null,
-    checkpoints: [],
-    timeline: [],
-    nextSequence: 1,
-    failure: null,
-    lastRestore: null,
-    lastRejectedSignal: null,
-    rejectedSignals: [],
-    results: [],
-    startedAt: at,
-    updatedAt: at,
-  };
-}
-
-/** Controls whose every field is optional may be sent with no input at all (`temporal workflow update` without --input). */
-function parseControl<T>(schema: z.ZodType<T>, raw: unknown): T {
-  return parse(schema, raw ?? {});
-}
-
-function closed(): ApplicationFailure {
-  return failure(ERROR_CODES.SessionClosed, 'the session has ended: no control can change it');
+/** Updates validate synchronously and queue their work; signals are their fire-and-forget twins. */
+function setControlHandlers(
+  session: Session,
+  queue: ControlQueue,
+  recovery: Recovery,
+  controller: SessionController,
+): void {
+  setHandler(startUpdate, () => controller.awaitStarted(), {
+    validator: (spec) => session.checkSameSpec(spec),
+    description:
+      'Waits until the session is running and returns its status (or the failure that ended the start). ' +
+      'Input: the start spec, e.g. {"sessionId": "build-42", "runtime": {"kind": "memory"}}; another spec is refused.',
+  });
+  setHandler(
+    checkpointUpdate,
+    (i) => queue.accept('checkpoint', parseControl(CheckpointInput, i), (x) => controller.checkpoint(x)),
+    {
+      validator: (i) => queue.validate('checkpoint', CheckpointInput, i),
+      description: 'Capture the running session into a new checkpoint; returns its reference.',
+    },
+  );
+  setHandler(pauseUpdate, (i) => queue.accept('pause', parseControl(PauseInput, i), (x) => controller.pause(x)), {
+    validator: (i) => queue.validate('pause', PauseInput, i),
+    description: 'Checkpoint the session, then stop its runtime to free compute; returns the checkpoint.',
+  });
+  setHandler(resumeUpdate, (i) => queue.accept('resume', parseControl(ResumeInput, i), (x) => controller.resume(x)), {
+    validator: (i) => queue.validate('resume', ResumeInput, i),
+    description: 'Restore a paused session from its newest (or the given) checkpoint that verifies.',
+  });
+  setHandler(stopUpdate, (i) => queue.accept('stop', parseControl(StopInput, i), (x) => controller.stop(x)), {
+    validator: (i) => queue.validate('stop', StopInput, i),
+    description: 'Stop the session for good, with a final checkpoint of a running session by default.',
+  });
+  setHandler(verifyUpdate, (i) => controller.verifyAll(i), {
+    validator: (i) => {
+      session.checkKnownCheckpoint(parseControl(VerifyInput, i).checkpointId);
+    },
+    description: 'Read checkpoints back from the store (every chunk authenticated); returns what each one is.',
+  });
+  setHandler(
+    checkpointSignal,
+    queue.fromSignal('requestCheckpoint', 'checkpoint', CheckpointInput, (x) => controller.checkpoint(x)),
+    { description: 'Fire-and-forget checkpoint.' },
+  );
+  setHandler(
+    pauseSignal,
+    queue.fromSignal('requestPause', 'pause', PauseInput, (x) => controller.pause(x)),
+    { description: 'Fire-and-forget pause.' },
+  );
+  setHandler(
+    resumeSignal,
+    queue.fromSignal('requestResume', 'resume', ResumeInput, (x) => controller.resume(x)),
+    { description: 'Fire-and-forget resume.' },
+  );
+  setHandler(
+    stopSignal,
+    queue.fromSignal('requestStop', 'stop', StopInput, (x) => controller.stop(x)),
+    { description: 'Fire-and-forget stop.' },
+  );
+  setHandler(drainUpdate, (i) => controller.drain(parse(DrainInput, i)), {
+    validator: (i) => void parse(DrainInput, i),
+    description:
+      'Sent by a worker that shuts down: checkpoint (trigger drain), stop the runtime there, answer, then restore ' +
+      'on another worker. Input: {"hostTaskQueue": "durable-sessions@host-1"}; a session hosted elsewhere is left alone.',
+  });
+  setHandler(runtimeReportSignal, (report) => recovery.onRuntimeReport(report), {
+    description: "Sent by the host's monitor workflow: the session's runtime instance ended, or its host is lost.",
+  });
 }
 
 function unknownName(what: string, name: string, known: readonly string[]): string {
   const near = closestName(name, known);
   return `the session has no ${what} named ${JSON.stringify(name.slice(0, 100))}${near ? ` (did you mean "${near}"?)` : ''}`;
-}
-
-/** Specs are compared as the JSON they travel as (the workflow sandbox has no deep-equal). */
-function sameJson(a: unknown, b: unknown): boolean {
-  return JSON.stringify(a) === JSON.stringify(b);
-}
-
-function failure(type: ErrorCode, message: string): ApplicationFailure {
-  return ApplicationFailure.create({ type, message, nonRetryable: true });
-}
-
-function invalidTransition(reason: string): ApplicationFailure {
-  return failure(ERROR_CODES.InvalidTransition, reason);
-}
-
-function stableOr(phase: Phase, fallback: StablePhase): StablePhase {
-  return isStable(phase) ? phase : fallback;
-}
-
-/** The failure type of an activity error, if it is one of ours. */
-function typeOf(err: unknown): ErrorCode | undefined {
-  const cause = err instanceof ActivityFailure ? err.cause : err;
-  if (
-    cause instanceof ApplicationFailure &&
-    cause.type &&
-    (Object.values(ERROR_CODES) as string[]).includes(cause.type)
-  ) {
-    return cause.type as ErrorCode;
-  }
-  return undefined;
-}
-
-/** An activity that timed out before any worker started it: it did nothing anywhere. */
-function neverStarted(err: unknown): boolean {
-  return (
-    err instanceof ActivityFailure &&
-    err.cause instanceof TimeoutFailure &&
-    err.cause.timeoutType === 'SCHEDULE_TO_START'
-  );
-}
-
-/** What history says a checkpoint is: restore and verify refuse a manifest that says otherwise. */
-function recorded(ref: CheckpointRef): { formatVersion: number; digest: string; encryption?: 'aes-256-gcm' | 'none' } {
-  return {
-    formatVersion: ref.formatVersion,
-    digest: ref.digest,
-    ...(ref.encryption ? { encryption: ref.encryption } : {}),
-  };
-}
-
-/** Update handlers must throw ApplicationFailures (a plain Error would fail the workflow task, forever). */
-function asFailure(err: unknown, context: string): ApplicationFailure {
-  const type = typeOf(err);
-  if (err instanceof ApplicationFailure && !(err instanceof ActivityFailure)) return err;
-  return ApplicationFailure.create({
-    type: type ?? ERROR_CODES.RuntimeFailed,
-    message: `${context}: ${messageOf(err)}`,
-    nonRetryable: true,
-  });
-}
-
-function now(): string {
-  return new Date().toISOString();
 }

@@ -1,0 +1,125 @@
+import { log, patched, proxyActivities, proxyLocalActivities, type ActivityOptions } from '@temporalio/workflow';
+import type { SessionActivities } from '../activities';
+import { watchTaskQueue, type RuntimeInstanceRef } from '../api/messages';
+import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS } from '../domain/error-codes';
+import type { LivenessOptions } from '../domain/schemas';
+import { neverStarted } from './failures';
+import { LEAN_PATCH, WATCH_QUEUE_PATCH } from './patches';
+
+/** Transient I/O (store unavailable, disk hiccup) is retried with backoff; typed permanent errors are not. */
+const IO_RETRY: ActivityOptions['retry'] = {
+  initialInterval: '1s',
+  backoffCoefficient: 2,
+  maximumInterval: '30s',
+  maximumAttempts: 10,
+  nonRetryableErrorTypes: [
+    ...PERMANENT_SNAPSHOT_ERRORS,
+    ERROR_CODES.KeyUnavailable,
+    ERROR_CODES.RuntimeFailed,
+    ERROR_CODES.RuntimeLost,
+    ERROR_CODES.StoreFull,
+    ERROR_CODES.SessionAlreadyExists,
+  ],
+};
+
+/** Store work that any worker can do. */
+export const shared = proxyActivities<SessionActivities>({
+  startToCloseTimeout: '1 minute',
+  retry: IO_RETRY,
+});
+
+/** The id claim is one small write to the store, done by the worker running the workflow task. */
+export const local = proxyLocalActivities<SessionActivities>({
+  startToCloseTimeout: '10 seconds',
+  retry: IO_RETRY,
+});
+
+/** Verification reads a whole checkpoint on any worker: long, so it heartbeats its progress. */
+export const verifier = proxyActivities<SessionActivities>({
+  startToCloseTimeout: '2 hours',
+  heartbeatTimeout: '1 minute',
+  retry: IO_RETRY,
+});
+
+/**
+ * Placement does no work, so a short timeout: a placement handed to a worker that was shutting down is retried on
+ * another within seconds instead of after a minute.
+ */
+const placement = proxyActivities<SessionActivities>({
+  startToCloseTimeout: '10 seconds',
+  // A host that is full or draining refuses; the next attempt is soon, and likely lands on another host. With every
+  // host refusing, the attempts go on for about two minutes.
+  retry: { ...IO_RETRY, initialInterval: '200ms', backoffCoefficient: 1.5, maximumInterval: '5s', maximumAttempts: 30 },
+});
+
+/**
+ * Activities that touch a runtime instance run on the task queue of the worker host it lives on.
+ * scheduleToStartTimeout makes a host that has gone away show up as a failure instead of a wait forever.
+ */
+export function onHost(hostTaskQueue: string, liveness: LivenessOptions = {}) {
+  return proxyActivities<SessionActivities>({
+    taskQueue: hostTaskQueue,
+    startToCloseTimeout: '2 hours',
+    scheduleToStartTimeout: liveness.hostTimeoutMs ?? 60_000,
+    // A host that stops beating is gone: what runs there is noticed as soon as the watcher notices it.
+    heartbeatTimeout: liveness.heartbeatTimeoutMs ?? 30_000,
+    retry: IO_RETRY,
+  });
+}
+
+/** The activities of one worker host. */
+export type HostActivities = ReturnType<typeof onHost>;
+
+/** The watcher's heartbeat timeout is how fast a dead host is noticed. */
+export function watcherOn(hostTaskQueue: string, liveness: LivenessOptions = {}) {
+  return proxyActivities<SessionActivities>({
+    taskQueue: patched(WATCH_QUEUE_PATCH) ? watchTaskQueue(hostTaskQueue) : hostTaskQueue,
+    startToCloseTimeout: '2 hours',
+    scheduleToStartTimeout: liveness.hostTimeoutMs ?? 60_000,
+    heartbeatTimeout: liveness.heartbeatTimeoutMs ?? 30_000,
+    // No retries: a watcher that stops heartbeating means its host is gone or cut off, and recovery handles it.
+    retry: { maximumAttempts: 1 },
+  });
+}
+
+/** A question to a host that does no work: answered within seconds by a live host, or not at all. */
+export function askHost(hostTaskQueue: string, liveness: LivenessOptions = {}) {
+  return proxyActivities<SessionActivities>({
+    taskQueue: hostTaskQueue,
+    scheduleToStartTimeout: liveness.hostTimeoutMs ?? 60_000,
+    startToCloseTimeout: '10 seconds',
+    retry: { maximumAttempts: 1 },
+  });
+}
+
+/** How many hosts a start or restore is offered to when the chosen one never picks it up. */
+const PLACEMENT_ATTEMPTS = 3;
+
+/**
+ * Places the session on a live host and runs `work` there. A host that never picks the work up within
+ * `hostTimeoutMs` (it went away between placement and the work, or is stalled) did nothing, so the session is
+ * placed again, up to PLACEMENT_ATTEMPTS times; any other failure is the work's own and is returned as it is.
+ */
+export async function onPlacedHost<T>(
+  liveness: LivenessOptions | undefined,
+  work: (host: HostActivities) => Promise<T>,
+): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    const { hostTaskQueue } = await placement.placeSession();
+    try {
+      return await work(onHost(hostTaskQueue, liveness));
+    } catch (err) {
+      if (attempt >= PLACEMENT_ATTEMPTS || !neverStarted(err)) throw err;
+      log.warn('placed host did not pick the work up; placing again', { hostTaskQueue, attempt });
+    }
+  }
+}
+
+export async function stopAndDispose(host: HostActivities, runtime: RuntimeInstanceRef): Promise<void> {
+  if (patched(LEAN_PATCH)) {
+    await host.stopRuntime({ instance: runtime, dispose: true });
+    return;
+  }
+  await host.stopRuntime({ instance: runtime });
+  await host.disposeRuntime({ instance: runtime });
+}

@@ -1,0 +1,52 @@
+import { ActivityFailure, ApplicationFailure, TimeoutFailure } from '@temporalio/workflow';
+import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
+import { messageOf } from './inputs';
+
+/**
+ * The typed, non-retryable failure that handlers and the run end with. A plain Error thrown from workflow code would
+ * fail the workflow task instead, and retry it forever.
+ */
+export function failure(type: ErrorCode, message: string): ApplicationFailure {
+  return ApplicationFailure.create({ type, message, nonRetryable: true });
+}
+
+export function invalidTransition(reason: string): ApplicationFailure {
+  return failure(ERROR_CODES.InvalidTransition, reason);
+}
+
+export function closed(): ApplicationFailure {
+  return failure(ERROR_CODES.SessionClosed, 'the session has ended: no control can change it');
+}
+
+/** The failure type of an activity error, if it is one of ours. */
+export function typeOf(err: unknown): ErrorCode | undefined {
+  const cause = err instanceof ActivityFailure ? err.cause : err;
+  if (
+    cause instanceof ApplicationFailure &&
+    cause.type &&
+    (Object.values(ERROR_CODES) as string[]).includes(cause.type)
+  ) {
+    return cause.type as ErrorCode;
+  }
+  return undefined;
+}
+
+/** An activity that timed out before any worker started it: it did nothing anywhere. */
+export function neverStarted(err: unknown): boolean {
+  return (
+    err instanceof ActivityFailure &&
+    err.cause instanceof TimeoutFailure &&
+    err.cause.timeoutType === 'SCHEDULE_TO_START'
+  );
+}
+
+/** Update handlers must throw ApplicationFailures (a plain Error would fail the workflow task, forever). */
+export function asFailure(err: unknown, context: string): ApplicationFailure {
+  const type = typeOf(err);
+  if (err instanceof ApplicationFailure && !(err instanceof ActivityFailure)) return err;
+  return ApplicationFailure.create({
+    type: type ?? ERROR_CODES.RuntimeFailed,
+    message: `${context}: ${messageOf(err)}`,
+    nonRetryable: true,
+  });
+}

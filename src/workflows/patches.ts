@@ -1,0 +1,30 @@
+/**
+ * The `patched()` ids of the session workflow. Each one is recorded in the histories of the sessions that ran with it,
+ * and its absence in those that ran without: an id is never renamed, and its old branch stays while such a session
+ * may still replay.
+ */
+
+/**
+ * Behaviour that differs from histories recorded before it (committed histories replay without it): the session id
+ * is claimed in the store before anything else, and what the store might still repair leaves a session paused
+ * instead of failed.
+ */
+export const CONTRACTS_PATCH = 'strict-contracts';
+
+/** Watchers wait on their host's watch queue, not on the queue its controls need. */
+export const WATCH_QUEUE_PATCH = 'watchers-own-queue';
+
+/** A watcher that fails asks the host whether the instance still runs before the session recovers elsewhere. */
+export const ASK_HOST_PATCH = 'ask-host-before-recovery';
+
+/**
+ * The host's monitor workflow watches the instance (one lease per host), instead of an activity per session: the
+ * session attaches its instance to it and hears back by signal (`runtimeReport`).
+ */
+export const HOST_MONITOR_PATCH = 'host-monitor';
+
+/**
+ * Fewer steps per lifecycle, each of them one workflow task less: stop and dispose are one activity, the id claim is a
+ * local activity, and search attributes are upserted only when the phase changes.
+ */
+export const LEAN_PATCH = 'lean-lifecycle';

@@ -1,0 +1,169 @@
+import {
+  CancellationScope,
+  getExternalWorkflowHandle,
+  isCancellation,
+  log,
+  patched,
+  workflowInfo,
+} from '@temporalio/workflow';
+import type { WatchResult } from '../activities';
+import { attachRuntimeSignal, hostWorkflowId, type RuntimeInstanceRef } from '../api/messages';
+import { ERROR_CODES } from '../domain/error-codes';
+import { RuntimeReport } from '../domain/records';
+import { askHost, onHost, stopAndDispose, watcherOn } from './activity-proxies';
+import type { ControlQueue } from './control-queue';
+import { typeOf } from './failures';
+import { issueSummary, messageOf } from './inputs';
+import { ASK_HOST_PATCH, CONTRACTS_PATCH, HOST_MONITOR_PATCH } from './patches';
+import { restoreFailed, restoreWithFallback, resumed } from './restore';
+import { now, type Session } from './session';
+
+/**
+ * Learns that the session's runtime ended or its host was lost, and brings the session back from its newest
+ * checkpoint on another host. What it learns is queued like any control, so it never interleaves with one.
+ */
+export class Recovery {
+  /** The watcher activity under way (sessions from before the host monitor). */
+  private watchScope: CancellationScope | null = null;
+
+  constructor(
+    private readonly session: Session,
+    private readonly queue: ControlQueue,
+  ) {}
+
+  /** Learns of exits nobody asked for and of lost hosts, in bounded rounds of a long-polling activity. */
+  watch(runtime: RuntimeInstanceRef): void {
+    if (patched(HOST_MONITOR_PATCH)) {
+      this.attach(runtime);
+      return;
+    }
+    const { state } = this.session;
+    const scope = new CancellationScope();
+    this.watchScope = scope;
+    const watcher = watcherOn(runtime.hostTaskQueue, state.spec.liveness);
+    const round = (): Promise<WatchResult> =>
+      scope.run(() => watcher.watchRuntime({ instance: runtime })).then((r) => (r.exited ? r : round()));
+    round().then(
+      (result) => {
+        if (!result.exited) return;
+        const { exitCode, signal, requested } = result.exit;
+        // Our own stops cancel the watch first; a stop nobody here asked for is the host shutting down.
+        if (requested) void this.queue.serial(() => this.onRuntimeLost(runtime, 'the runtime was stopped by its host'));
+        else void this.queue.serial(() => this.onRuntimeExited(runtime, exitCode, signal));
+      },
+      (err: unknown) => {
+        if (isCancellation(err) || scope.consideredCancelled) return;
+        // A host that says it does not know the instance (a restarted worker) has lost it; any other failure only
+        // says the watcher lost contact, which a Temporal outage does to a healthy host too.
+        const hostSaidLost = typeOf(err) === ERROR_CODES.RuntimeLost;
+        void this.queue.serial(async () => {
+          if (!hostSaidLost && (await this.stillRunsOnHost(runtime))) {
+            log.warn('lost contact with the runtime, but its host still runs it: watching again', {
+              instanceId: runtime.instanceId,
+              reason: messageOf(err),
+            });
+            if (state.runtime?.instanceId === runtime.instanceId && state.phase === 'running') this.watch(runtime);
+            return;
+          }
+          await this.onRuntimeLost(runtime, messageOf(err));
+        });
+      },
+    );
+  }
+
+  cancelWatch(): void {
+    this.watchScope?.cancel();
+    this.watchScope = null;
+  }
+
+  /** What the host's monitor reports: the instance ended, or its host is lost. Reports of other instances are late. */
+  onRuntimeReport(raw: unknown): void {
+    const parsed = RuntimeReport.safeParse(raw);
+    if (!parsed.success) {
+      this.session.rejectSignal('runtimeReport', `invalid report: ${issueSummary(parsed.error)}`);
+      return;
+    }
+    const report = parsed.data;
+    const runtime = this.session.state.runtime;
+    if (!runtime || runtime.instanceId !== report.instanceId) return;
+    if (report.outcome === 'lost') void this.queue.serial(() => this.onRuntimeLost(runtime, report.reason));
+    else if (report.stoppedByHost)
+      void this.queue.serial(() => this.onRuntimeLost(runtime, 'the runtime was stopped by its host'));
+    else void this.queue.serial(() => this.onRuntimeExited(runtime, report.exitCode, report.signal));
+  }
+
+  /** Asks the host's monitor to watch the instance; it signals `runtimeReport` when the instance ends or its host is lost. */
+  private attach(runtime: RuntimeInstanceRef): void {
+    const { heartbeatTimeoutMs, hostTimeoutMs } = this.session.state.spec.liveness ?? {};
+    getExternalWorkflowHandle(hostWorkflowId(runtime.hostTaskQueue))
+      .signal(attachRuntimeSignal, {
+        instanceId: runtime.instanceId,
+        sessionWorkflowId: workflowInfo().workflowId,
+        ...(heartbeatTimeoutMs !== undefined ? { heartbeatTimeoutMs } : {}),
+        ...(hostTimeoutMs !== undefined ? { hostTimeoutMs } : {}),
+      })
+      .catch((err: unknown) => {
+        // Every worker starts its host's monitor before it takes work: a host without one is not a host any more.
+        void this.queue.serial(() =>
+          this.onRuntimeLost(runtime, `its host has no monitor to watch it: ${messageOf(err)}`),
+        );
+      });
+  }
+
+  /**
+   * Asks the runtime's host, before anything is declared lost, whether the instance still runs there. A host that is
+   * gone does not pick the question up within hostTimeoutMs. Before the patch, a watcher that failed meant a lost host.
+   */
+  private async stillRunsOnHost(runtime: RuntimeInstanceRef): Promise<boolean> {
+    const { state } = this.session;
+    if (!patched(ASK_HOST_PATCH) || state.runtime?.instanceId !== runtime.instanceId) return false;
+    try {
+      return (await askHost(runtime.hostTaskQueue, state.spec.liveness).describeInstance({ instance: runtime }))
+        .running;
+    } catch {
+      return false;
+    }
+  }
+
+  private async onRuntimeExited(
+    runtime: RuntimeInstanceRef,
+    exitCode: number | null,
+    signal: string | null,
+  ): Promise<void> {
+    const { session } = this;
+    const { state } = session;
+    if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
+    session.record({ kind: 'runtime-exited', at: now(), exitCode, signal });
+    state.runtime = null;
+    session.apply({ type: 'runtimeExited', exitCode, signal });
+  }
+
+  private async onRuntimeLost(runtime: RuntimeInstanceRef, reason: string): Promise<void> {
+    const { session } = this;
+    const { state } = session;
+    if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
+    session.record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason });
+    state.runtime = null;
+    // Status must never say `running` without a runtime: the phase moves on with the runtime.
+    const recovering = patched(CONTRACTS_PATCH) && state.head !== null;
+    if (recovering) session.apply({ type: 'runtimeLost' });
+    // A host that is only slow may still run the old instance: stop it before starting another copy. A host
+    // that is really gone fails this fast (hostTimeoutMs).
+    try {
+      const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
+      await stopAndDispose(host, runtime);
+    } catch {
+      // Gone with its host. If the host is only cut off from Temporal, its worker stops the instance when it
+      // shuts down; until then a stale copy may run beside the recovered one (see docs/design.md).
+    }
+    if (!state.head) {
+      session.fail(ERROR_CODES.RuntimeLost, `the runtime was lost and the session has no checkpoint: ${reason}`);
+      return;
+    }
+    // The host is gone: bring the session back from its newest checkpoint, wherever a worker can run it.
+    if (!recovering) session.apply({ type: 'runtimeLost' });
+    const outcome = await restoreWithFallback(session, state.head, 'recovery', (r) => this.watch(r));
+    if (outcome.ok) resumed(session);
+    else restoreFailed(session, outcome, 'recovery');
+  }
+}

@@ -1,0 +1,330 @@
+import { condition, log, patched, setCurrentDetails, uuid4, workflowInfo } from '@temporalio/workflow';
+import type { DrainResult, ResumeResult, SessionStatus, StopResult } from '../api/messages';
+import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
+import { checkpointsToDelete } from '../domain/retention';
+import {
+  VerifyInput,
+  type CheckpointInput,
+  type CheckpointRef,
+  type CheckpointTrigger,
+  type DrainInput,
+  type PauseInput,
+  type ResumeInput,
+  type StopInput,
+  type VerificationResult,
+} from '../domain/schemas';
+import { local, onHost, onPlacedHost, shared, stopAndDispose, verifier } from './activity-proxies';
+import type { ControlQueue } from './control-queue';
+import { asFailure, failure, typeOf } from './failures';
+import { messageOf, parseControl } from './inputs';
+import { CONTRACTS_PATCH, LEAN_PATCH } from './patches';
+import type { Recovery } from './recovery';
+import { recorded, restoreFailed, restoreWithFallback, resumed } from './restore';
+import { now, type Session } from './session';
+
+/**
+ * What each control does to the session, once the ControlQueue has accepted it and its turn has come: start,
+ * checkpoint, pause, resume, stop, drain and verify, with the checkpoint capture, retention and background
+ * verification they share.
+ */
+export class SessionController {
+  /** Background verifications in flight: the run neither ends nor continues as new before they finish. */
+  private readonly verifying = new Set<Promise<unknown>>();
+
+  constructor(
+    private readonly session: Session,
+    private readonly queue: ControlQueue,
+    private readonly recovery: Recovery,
+  ) {}
+
+  get verificationsInFlight(): number {
+    return this.verifying.size;
+  }
+
+  /** A first run claims the session id and starts the runtime; a continued run watches the runtime it was handed. */
+  begin(firstRun: boolean): void {
+    const { session } = this;
+    if (firstRun) {
+      if (patched(CONTRACTS_PATCH)) {
+        void this.queue.serial(async () => {
+          // Before anything is visible or made: a run under an id that was used already touches nothing of it.
+          if (await this.claimed()) {
+            session.touch();
+            await this.start();
+          }
+        });
+      } else {
+        session.touch();
+        void this.queue.serial(() => this.start());
+      }
+    } else {
+      session.touch();
+      if (session.state.runtime && session.state.phase === 'running') this.recovery.watch(session.state.runtime);
+    }
+  }
+
+  /**
+   * Answers when the session has started: its status once running, or the typed failure that ended the start. The
+   * same spec again is a harmless repeat; another spec under a session id in use is refused.
+   */
+  async awaitStarted(): Promise<SessionStatus> {
+    const { state } = this.session;
+    await condition(() => state.phase !== 'starting');
+    if (state.phase === 'failed' && state.failure) {
+      throw failure(state.failure.type as ErrorCode, state.failure.message);
+    }
+    return this.session.status(this.queue.pending);
+  }
+
+  /** Queues the drain; its caller (the draining worker) is answered once the runtime is off its host. */
+  drain(input: DrainInput): Promise<DrainResult> {
+    return new Promise((answer, refuse) => {
+      this.queue.serial(() => this.runDrain(input, answer)).catch(refuse);
+    });
+  }
+
+  async checkpoint(input: CheckpointInput): Promise<CheckpointRef> {
+    const { session } = this;
+    session.apply({ type: 'checkpointRequested' });
+    try {
+      const ref = await this.capture('manual', input.label);
+      session.apply({ type: 'checkpointSucceeded' });
+      return ref;
+    } catch (err) {
+      session.apply({ type: 'checkpointFailed' });
+      session.controlFailed('checkpoint', err);
+      throw asFailure(err, 'checkpoint failed');
+    }
+  }
+
+  async pause(input: PauseInput): Promise<CheckpointRef> {
+    const { session } = this;
+    session.apply({ type: 'pauseRequested' });
+    let ref: CheckpointRef;
+    try {
+      ref = await this.capture('pause', undefined, input.reason);
+    } catch (err) {
+      // The state is not durable, so the runtime keeps running: pausing must never lose work.
+      session.apply({ type: 'pauseFailed' });
+      session.controlFailed('pause', err);
+      throw asFailure(err, 'pause failed: the checkpoint could not be written, the session keeps running');
+    }
+    await this.stopRuntime();
+    session.apply({ type: 'pauseSucceeded' });
+    return ref;
+  }
+
+  async resume(input: ResumeInput): Promise<ResumeResult> {
+    const { session } = this;
+    const { state } = session;
+    session.apply({ type: 'resumeRequested' });
+    const target = input.checkpointId
+      ? state.checkpoints.find((c) => c.checkpointId === input.checkpointId)
+      : state.head;
+    if (!target) {
+      session.fail(ERROR_CODES.RestoreFailed, 'the session has no checkpoint to resume from');
+      throw failure(ERROR_CODES.RestoreFailed, 'the session has no checkpoint to resume from');
+    }
+    const outcome = await restoreWithFallback(session, target, 'resume', (r) => this.recovery.watch(r));
+    if (!outcome.ok) {
+      restoreFailed(session, outcome, 'resume');
+      throw failure(ERROR_CODES.RestoreFailed, outcome.reason);
+    }
+    resumed(session);
+    return outcome.result;
+  }
+
+  async stop(input: StopInput): Promise<StopResult> {
+    const { session } = this;
+    const wasRunning = session.state.phase === 'running';
+    session.apply({ type: 'stopRequested' });
+    let finalCheckpoint: CheckpointRef | null = null;
+    if (wasRunning) {
+      if (input.checkpoint !== false) {
+        try {
+          finalCheckpoint = await this.capture('stop', undefined, input.reason);
+        } catch (err) {
+          // Stopping without the final state would lose work the caller asked to keep.
+          session.apply({ type: 'stopFailed' });
+          session.controlFailed('stop', err);
+          throw asFailure(err, 'stop failed: the final checkpoint could not be written, the session keeps running');
+        }
+      }
+      await this.stopRuntime();
+    }
+    session.apply({ type: 'stopSucceeded' });
+    return { phase: 'completed', finalCheckpoint };
+  }
+
+  /** Verification only reads the store, so it runs beside the queue: a long one holds up no control. */
+  async verifyAll(raw: unknown): Promise<VerificationResult[]> {
+    const { state } = this.session;
+    const { checkpointId } = parseControl(VerifyInput, raw);
+    const targets = checkpointId
+      ? state.checkpoints.filter((c) => c.checkpointId === checkpointId)
+      : [...state.checkpoints]; // (oldest first; the ones that exist when the request came)
+    const results: VerificationResult[] = [];
+    for (const target of targets) results.push(await this.verify(target, 'request'));
+    return results;
+  }
+
+  /**
+   * Claims the session id in the snapshot store for this session (its first run). A run under an id that has a
+   * lineage already (a stopped, failed or forked-from session) fails with SessionAlreadyExists without touching it,
+   * and publishes nothing (no search attributes: `list` shows the id once, for its real session).
+   */
+  private async claimed(): Promise<boolean> {
+    const { state } = this.session;
+    try {
+      const owner = workflowInfo().firstExecutionRunId;
+      await (patched(LEAN_PATCH) ? local : shared).claimSession({ sessionId: this.session.id, owner });
+      return true;
+    } catch (err) {
+      const type = typeOf(err) ?? ERROR_CODES.RuntimeFailed;
+      state.failure = { type, message: messageOf(err), at: now() };
+      state.phase = 'failed';
+      return false;
+    }
+  }
+
+  private async start(): Promise<void> {
+    const { session } = this;
+    const { state } = session;
+    try {
+      const runtime = await onPlacedHost(state.spec.liveness, (host) =>
+        host.startRuntime({ sessionId: session.id, instanceId: session.newInstanceId(), spec: state.spec.runtime }),
+      );
+      state.runtime = runtime;
+      session.apply({ type: 'started' });
+      this.recovery.watch(runtime);
+    } catch (err) {
+      session.fail(typeOf(err) ?? ERROR_CODES.RuntimeFailed, `the runtime could not be started: ${messageOf(err)}`);
+    }
+  }
+
+  /**
+   * Moves the session off a host that is shutting down: checkpoint, stop the runtime there, answer the host, then
+   * restore on whichever worker places it (the draining one refuses placements). A capture that fails leaves the
+   * runtime as it is: the host's exit then makes it a lost runtime, recovered from its newest checkpoint.
+   */
+  private async runDrain(input: DrainInput, answer: (result: DrainResult) => void): Promise<void> {
+    const { session } = this;
+    const { state } = session;
+    const runtime = state.runtime;
+    if (state.phase !== 'running' || !runtime || runtime.hostTaskQueue !== input.hostTaskQueue) {
+      const where = runtime ? ` on ${runtime.hostTaskQueue}` : '';
+      answer({ drained: false, checkpoint: null, detail: `the session is ${state.phase}${where}` });
+      return;
+    }
+    session.apply({ type: 'checkpointRequested' });
+    let checkpoint: CheckpointRef;
+    try {
+      checkpoint = await this.capture('drain', undefined, input.reason ?? 'its worker is shutting down');
+      session.apply({ type: 'checkpointSucceeded' });
+    } catch (err) {
+      session.apply({ type: 'checkpointFailed' });
+      session.controlFailed('drain', err);
+      answer({ drained: false, checkpoint: null, detail: `no checkpoint could be taken: ${messageOf(err)}` });
+      return;
+    }
+    await this.stopRuntime();
+    session.apply({ type: 'runtimeLost' });
+    answer({ drained: true, checkpoint });
+    const outcome = await restoreWithFallback(session, checkpoint, 'drain', (r) => this.recovery.watch(r));
+    if (outcome.ok) resumed(session);
+    else restoreFailed(session, outcome, 'drain');
+  }
+
+  private async capture(trigger: CheckpointTrigger, label?: string, reason?: string): Promise<CheckpointRef> {
+    const { session } = this;
+    const { state } = session;
+    const runtime = session.requireRuntime();
+    const sequence = state.nextSequence;
+    const ref = await onHost(runtime.hostTaskQueue, state.spec.liveness).captureCheckpoint({
+      sessionId: session.id,
+      instance: runtime,
+      checkpointId: `${String(sequence).padStart(6, '0')}-${uuid4().slice(0, 8)}`,
+      sequence,
+      parentId: state.head?.checkpointId ?? null,
+      trigger,
+      label,
+    });
+    state.nextSequence = sequence + 1;
+    state.checkpoints.push(ref);
+    state.head = ref;
+    session.record({ kind: 'checkpoint', at: now(), checkpoint: ref, ...(reason ? { reason } : {}) });
+    session.touch();
+    await this.applyRetention();
+    if (state.spec.backgroundVerify) this.verifyInBackground(ref);
+    return ref;
+  }
+
+  /** Verifies a checkpoint while the session goes on; the outcome lands in the timeline and status. */
+  private verifyInBackground(ref: CheckpointRef): void {
+    const running = this.verify(ref, 'background').catch((err: unknown) => {
+      // Only a store that stayed unreachable through every retry gets here; nothing is recorded for it.
+      log.warn('background verification did not run', { checkpointId: ref.checkpointId, error: messageOf(err) });
+    });
+    this.verifying.add(running);
+    void running.finally(() => this.verifying.delete(running));
+  }
+
+  private async verify(ref: CheckpointRef, cause: 'background' | 'request'): Promise<VerificationResult> {
+    const { session } = this;
+    const result = await verifier.verifyCheckpoint({
+      sessionId: session.id,
+      checkpointId: ref.checkpointId,
+      expected: recorded(ref),
+    });
+    session.record({ kind: 'verified', cause, ...result });
+    setCurrentDetails(session.describe());
+    if (result.status !== 'ok') {
+      log.warn('checkpoint did not verify', { checkpointId: ref.checkpointId, status: result.status });
+    }
+    return result;
+  }
+
+  /** Deletes what the session's retention policy lets go; a failed delete is simply tried again next time. */
+  private async applyRetention(): Promise<void> {
+    const { session } = this;
+    const { state } = session;
+    const doomed = checkpointsToDelete(
+      state.checkpoints,
+      state.head?.checkpointId ?? null,
+      state.spec.retention,
+      Date.now(),
+    );
+    for (const c of doomed) {
+      try {
+        await shared.deleteCheckpoint({ sessionId: session.id, checkpointId: c.checkpointId });
+      } catch (err) {
+        log.warn('checkpoint not deleted; retention will try again', {
+          checkpointId: c.checkpointId,
+          error: messageOf(err),
+        });
+        continue;
+      }
+      state.checkpoints = state.checkpoints.filter((x) => x.checkpointId !== c.checkpointId);
+      session.record({ kind: 'checkpoint-deleted', at: now(), checkpointId: c.checkpointId, reason: 'retention' });
+    }
+  }
+
+  /**
+   * Called only once the state is durable in a checkpoint, so a host that cannot be reached to stop the
+   * runtime loses nothing: the instance is recorded as lost and the session moves on.
+   */
+  private async stopRuntime(): Promise<void> {
+    const { session } = this;
+    const { state } = session;
+    const runtime = session.requireRuntime();
+    this.recovery.cancelWatch();
+    const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
+    try {
+      await stopAndDispose(host, runtime);
+    } catch (err) {
+      session.record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason: messageOf(err) });
+      log.warn('runtime could not be stopped; its state is checkpointed', { instanceId: runtime.instanceId });
+    }
+    state.runtime = null;
+  }
+}
