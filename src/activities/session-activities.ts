@@ -13,11 +13,11 @@ import type {
 import type { ExitInfo, RuntimeInstanceInfo, RuntimeRegistry, SessionRuntime } from '../runtimes';
 import { HostState, type ExitCursor } from './host-state';
 import { ArchiveRejectedError, RuntimeFailedError, RuntimeNotFoundError } from '../runtimes';
-import { SnapshotTamperedError } from '../snapshots/engine/crypto';
 import {
   SnapshotError,
   SnapshotIncompatibleError,
   SnapshotNotFoundError,
+  SnapshotTamperedError,
   verificationStatusOf,
 } from '../snapshots/errors';
 import type { CheckpointManifest, SnapshotStore } from '../snapshots/snapshot-store';

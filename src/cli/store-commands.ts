@@ -1,6 +1,6 @@
 import type { Config } from '../config';
-import { KeyringConfigError } from '../snapshots/engine/keyring';
-import { MissingMasterKeyError, snapshotStoreFromConfig } from '../snapshots/store-from-config';
+import { KeyringConfigError, MissingMasterKeyError } from '../snapshots/errors';
+import { snapshotStoreFromConfig } from '../snapshots/store-from-config';
 import { CLI_ERROR_CODES, CliError } from './errors';
 import type { Invocation } from './parse';
 import { verificationReport, type Output } from './render';

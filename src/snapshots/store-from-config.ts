@@ -5,17 +5,7 @@ import { ChunkedSnapshotStore } from './engine/chunked-store';
 import { chunkerFor } from './engine/chunker';
 import { CODECS, isCodecAvailable, type CodecId } from './engine/codec';
 import { Keyring } from './engine/keyring';
-
-/** Thrown when encryption is on and no master key is configured: the worker never falls back to plaintext. */
-export class MissingMasterKeyError extends Error {
-  constructor() {
-    super(
-      'snapshot encryption is on but no master key is configured: set DS_MASTER_KEYS (id:base64,...) or ' +
-        'DS_MASTER_KEY_DIR (a directory of <id>.key files), or DS_SNAPSHOT_ENCRYPTION=none to store plaintext',
-    );
-    this.name = 'MissingMasterKeyError';
-  }
-}
+import { MissingMasterKeyError } from './errors';
 
 /**
  * The master keys from the configuration, or null for explicitly configured plaintext. Without DS_MASTER_KEYS or

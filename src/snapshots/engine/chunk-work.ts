@@ -9,14 +9,8 @@
  */
 import { createHash, createHmac } from 'node:crypto';
 import { ChunkCodecError, compressChunk, decompressChunk, type CodecId } from './codec';
-import {
-  openObject,
-  sealedLength,
-  sealObjectInto,
-  sealPlaintextObjectInto,
-  SnapshotTamperedError,
-  type CryptoFailureReason,
-} from './crypto';
+import { openObject, sealedLength, sealObjectInto, sealPlaintextObjectInto } from './crypto';
+import { type CryptoFailureReason, SnapshotTamperedError } from '../errors';
 
 /** The lineage key material a batch needs. */
 export interface ChunkKey {

@@ -15,14 +15,24 @@ import {
   type CleanAbandonedOptions,
 } from '../abandoned';
 import {
+  KeyUnavailableError,
   SnapshotCorruptError,
   SnapshotError,
   SnapshotIncompatibleError,
   SnapshotNotFoundError,
+  SnapshotTamperedError,
   verificationStatusOf,
 } from '../errors';
 import { ensureDir, exists, publish, readSmall } from '../files';
-import { checkNew, CheckpointManifestSchema, FsSnapshotStore, NewCheckpointSchema } from '../fs-snapshot-store';
+import {
+  CHUNKED_FORMAT_VERSION,
+  ENGINE_FORMAT_VERSION,
+  LEGACY_FORMAT_VERSION,
+  READABLE_FORMAT_VERSIONS,
+  TABLE_FORMAT_VERSION,
+} from '../format';
+import { FsSnapshotStore } from '../fs-snapshot-store';
+import { checkNew, CheckpointManifestSchema, NewCheckpointSchema } from '../manifest';
 import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from '../snapshot-store';
 import { CLAIM_FILE, claimSession } from '../session-claim';
 import { isStateSource, sourceBytes, type StateSource } from '../state-source';
@@ -39,19 +49,10 @@ import {
   encodeTable,
   ManifestBodyError,
   splitManifestBody,
-  TABLE_FORMAT_VERSION,
   type ChunkTable,
   type Location,
 } from './manifest-codec';
-import {
-  claimedFormatVersion,
-  isEncryptedObject,
-  KeyUnavailableError,
-  openObject,
-  sealObject,
-  sealPlaintextObject,
-  SnapshotTamperedError,
-} from './crypto';
+import { claimedFormatVersion, isEncryptedObject, openObject, sealObject, sealPlaintextObject } from './crypto';
 import type { Keyring } from './keyring';
 import { LineageKeys } from './lineage-keys';
 import { PackReader, PackWriter } from './packs';
@@ -70,17 +71,6 @@ import { createPin, livePinStarts, removeAbandonedPins, type Pin } from './pins'
  * each (create, fsync, rename) costs more than the bytes. A pack is fsynced once, then renamed; the manifest is published last, so a
  * crash leaves at worst an unreferenced pack, which garbage collection removes.
  */
-/** The manifest format this store writes: format 2's layout and chunks, with a binary chunk table (manifest-codec.ts). */
-const ENGINE_FORMAT_VERSION = TABLE_FORMAT_VERSION;
-/** The first chunked format. Its chunk objects are also format 3's (their additional data says 2), so checkpoints of
- * both formats share chunks. */
-const CHUNKED_FORMAT_VERSION = 2;
-const LEGACY_FORMAT_VERSION = 1;
-export const READABLE_FORMAT_VERSIONS: readonly number[] = [
-  LEGACY_FORMAT_VERSION,
-  CHUNKED_FORMAT_VERSION,
-  ENGINE_FORMAT_VERSION,
-];
 const CHUNKED_FORMAT_VERSIONS = READABLE_FORMAT_VERSIONS.filter((v) => v >= CHUNKED_FORMAT_VERSION);
 
 const MANIFEST_SUFFIX = '.manifest';
@@ -96,6 +86,7 @@ const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
 /** Folders of a lineage's directory where writers make temp files (a session's own directory has them too). */
 const TEMP_DIRS = ['packs', 'keys'];
 
+/** Thrown when a lineage cannot be swept (gc skips it and says why). */
 class LineageSkipped extends Error {}
 
 /** A chunked manifest without its chunk list (decoded and checked by manifest-codec.ts). */

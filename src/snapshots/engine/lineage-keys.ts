@@ -12,7 +12,8 @@ import * as fs from 'node:fs/promises';
 import { join } from 'node:path';
 import { exists, publish, readSmall } from '../files';
 import type { ChunkKey } from './chunk-work';
-import { isEncryptedObject, KeyUnavailableError, SnapshotTamperedError, type CryptoErrorContext } from './crypto';
+import { KeyUnavailableError, SnapshotTamperedError, type CryptoErrorContext } from '../errors';
+import { isEncryptedObject } from './crypto';
 import { createDataKey, rewrapDataKey, unwrapDataKey, wrapDataKey, WrappedDataKey, type Keyring } from './keyring';
 
 const DATA_KEY_FILE = 'data-key.json';

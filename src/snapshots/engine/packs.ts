@@ -24,7 +24,8 @@ import { join } from 'node:path';
 import { fsyncDir, writevAll } from '../../fs-io';
 import { ensureDir } from '../files';
 import type { ChunkKey, OpenEntry } from './chunk-work';
-import { openObject, sealedObjectLength, sealObject, sealPlaintextObject, SnapshotTamperedError } from './crypto';
+import { SnapshotTamperedError } from '../errors';
+import { openObject, sealedObjectLength, sealObject, sealPlaintextObject } from './crypto';
 import type { Location } from './manifest-codec';
 
 /** A pack is closed and a new one started beyond this size, so one checkpoint of gigabytes is several files. */

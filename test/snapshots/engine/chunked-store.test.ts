@@ -4,12 +4,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { ChunkedSnapshotStore } from '../../../src/snapshots/engine/chunked-store';
-import {
-  KeyUnavailableError,
-  openObject,
-  sealPlaintextObject,
-  SnapshotTamperedError,
-} from '../../../src/snapshots/engine/crypto';
+import { openObject, sealPlaintextObject } from '../../../src/snapshots/engine/crypto';
+import { KeyUnavailableError, SnapshotTamperedError } from '../../../src/snapshots/errors';
 import { Keyring } from '../../../src/snapshots/engine/keyring';
 import {
   decodeTable,
