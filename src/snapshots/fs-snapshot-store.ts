@@ -12,7 +12,7 @@ import {
 import { finished, pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 import { CheckpointId, SessionId } from '../domain/schemas';
-import { fsyncDir, hasCode } from '../fs-io';
+import { ensureDir, fsyncDir, hasCode } from '../fs-io';
 import {
   abandonedAge,
   keepTouched,
@@ -25,7 +25,6 @@ import { SnapshotCorruptError, SnapshotError, SnapshotIncompatibleError, Snapsho
 import { LEGACY_FORMAT_VERSION } from './format';
 import { checkNew, CheckpointManifestSchema, NewCheckpointSchema } from './manifest';
 import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from './snapshot-store';
-import { ensureDir } from './files';
 import { claimSession } from './session-claim';
 import { isStateSource, sourceStream, type StateSource } from './state-source';
 import { asStoreFull } from './store-full';

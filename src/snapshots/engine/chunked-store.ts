@@ -23,7 +23,7 @@ import {
   SnapshotTamperedError,
   verificationStatusOf,
 } from '../errors';
-import { ensureDir, exists, publish, readSmall } from '../files';
+import { ensureDir, exists, publish, readSmall } from '../../fs-io';
 import {
   CHUNKED_FORMAT_VERSION,
   ENGINE_FORMAT_VERSION,

@@ -10,7 +10,7 @@
 import { hkdfSync, timingSafeEqual } from 'node:crypto';
 import * as fs from 'node:fs/promises';
 import { join } from 'node:path';
-import { exists, publish, readSmall } from '../files';
+import { exists, publish, readSmall } from '../../fs-io';
 import type { ChunkKey } from './chunk-work';
 import { KeyUnavailableError, SnapshotTamperedError, type CryptoErrorContext } from '../errors';
 import { isEncryptedObject } from './crypto';

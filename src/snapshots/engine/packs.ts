@@ -21,8 +21,7 @@
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs/promises';
 import { join } from 'node:path';
-import { fsyncDir, writevAll } from '../../fs-io';
-import { ensureDir } from '../files';
+import { ensureDir, fsyncDir, writevAll } from '../../fs-io';
 import type { ChunkKey, OpenEntry } from './chunk-work';
 import { SnapshotTamperedError } from '../errors';
 import { openObject, sealedObjectLength, sealObject, sealPlaintextObject } from './crypto';
