@@ -36,10 +36,10 @@ import {
   type RuntimeInstanceInfo,
   type WorkspaceRuntimeOptions,
 } from '../src/runtimes';
-import { ChunkedSnapshotStore } from '../src/snapshots/engine/chunked-store';
-import { Keyring } from '../src/snapshots/engine/keyring';
 import {
   type CheckpointManifest,
+  ChunkedSnapshotStore,
+  Keyring,
   type NewCheckpoint,
   type SnapshotStore,
   type StateSource,

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { ConfigError, loadConfig } from './config';
 import { startDevServer, type DevServer } from './dev-server';
-import { ensureDevMasterKey } from './snapshots/store-from-config';
+import { ensureDevMasterKey } from './snapshots';
 import { runWorker } from './worker';
 
 /**

@@ -14,13 +14,14 @@ import type { ExitInfo, RuntimeInstanceInfo, RuntimeRegistry, SessionRuntime } f
 import { HostState, type ExitCursor } from './host-state';
 import { ArchiveRejectedError, RuntimeFailedError, RuntimeNotFoundError } from '../runtimes';
 import {
+  type CheckpointManifest,
   SnapshotError,
   SnapshotIncompatibleError,
   SnapshotNotFoundError,
+  type SnapshotStore,
   SnapshotTamperedError,
   verificationStatusOf,
-} from '../snapshots/errors';
-import type { CheckpointManifest, SnapshotStore } from '../snapshots/snapshot-store';
+} from '../snapshots';
 
 export interface ActivityDeps {
   store: SnapshotStore;

@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream';
 import type { RuntimeSpec } from '../domain/schemas';
-import type { StateSource } from '../snapshots/state-source';
+import type { StateSource } from '../snapshots';
 
 /** How a runtime instance ended. `requested` is true when `stop` caused it. */
 export interface ExitInfo {

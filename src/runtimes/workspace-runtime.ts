@@ -10,7 +10,7 @@ import { extract as tarExtract } from 'tar-stream';
 import type { Extract, Header } from 'tar-stream';
 import type { WorkspaceRuntimeSpec } from '../domain/schemas';
 import { writevAll } from '../fs-io';
-import { sourceStream, type UnchangedRange } from '../snapshots/state-source';
+import { sourceStream, type UnchangedRange } from '../snapshots';
 import {
   fenceRecord,
   listInstanceRecords,

@@ -1,6 +1,6 @@
 import * as fs from 'node:fs';
 import path from 'node:path';
-import type { NewCheckpoint } from '../../src/snapshots/snapshot-store';
+import type { NewCheckpoint } from '../../src/snapshots';
 
 /** Checkpoint `cp-<sequence>` of a memory-runtime session, taken by hand. */
 export function cp(sequence: number, parentId: string | null = null, sessionId = 's1'): NewCheckpoint {

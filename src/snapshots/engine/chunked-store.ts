@@ -3,7 +3,7 @@ import * as fs from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { z } from 'zod';
-import { CheckpointId, SessionId, type VerificationStatus } from '../../domain/schemas';
+import { CheckpointId, SessionId } from '../../domain/schemas';
 import {
   abandonedAge,
   ABANDONED_AFTER_MS,
@@ -33,6 +33,7 @@ import {
 } from '../format';
 import { FsSnapshotStore } from '../fs-snapshot-store';
 import { checkNew, CheckpointManifestSchema, NewCheckpointSchema } from '../manifest';
+import type { GcReport, SnapshotMaintenance, VerifyResult } from '../snapshot-maintenance';
 import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from '../snapshot-store';
 import { CLAIM_FILE, claimSession } from '../session-claim';
 import { isStateSource, sourceBytes, type StateSource } from '../state-source';
@@ -135,32 +136,12 @@ export interface ChunkedStoreOptions {
   codec?: CodecId;
 }
 
-export interface VerifyResult {
-  checkpointId: string;
-  sequence: number | null;
-  formatVersion: number | null;
-  status: VerificationStatus;
-  detail?: string;
-}
-
-export interface GcReport {
-  dryRun: boolean;
-  lineages: number;
-  /** Lineages left untouched, with why (a manifest that cannot be read may reference any pack). */
-  skipped: { lineage: string; reason: string }[];
-  packsKept: number;
-  packsRemoved: { lineage: string; packId: string; bytes: number }[];
-  bytesRemoved: number;
-  /** Temp files and pins of dead writers, untouched for ABANDONED_AFTER_MS, removed first (cleanAbandoned). */
-  abandoned: AbandonedReport;
-}
-
 /** A manifest as read: format 1, or a chunked one with the SHA-256 of its file (what a child's hash-chain link names). */
 type Loaded =
   { kind: 'v1'; manifest: CheckpointManifest } | { kind: 'chunked'; manifest: ChunkedManifest; fileDigest: string };
 
 /** A SnapshotStore writing format 3 (or 2 on request) and reading formats 1, 2 and 3. */
-export class ChunkedSnapshotStore implements SnapshotStore {
+export class ChunkedSnapshotStore implements SnapshotStore, SnapshotMaintenance {
   readonly root: string;
   readonly tenant: string;
   private readonly legacy: FsSnapshotStore;

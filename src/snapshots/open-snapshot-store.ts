@@ -68,7 +68,12 @@ export function chunkCodecFor(
   return undefined;
 }
 
-export async function snapshotStoreFromConfig(config: Config): Promise<ChunkedSnapshotStore> {
+/**
+ * The store a worker or the CLI uses, as the configuration describes it: chunked, encrypted under the configured
+ * master keys unless plaintext is asked for explicitly. Creates the store's directory (mode 0700).
+ * @throws MissingMasterKeyError, KeyringConfigError for keys that are missing or cannot be loaded.
+ */
+export async function openSnapshotStore(config: Config): Promise<ChunkedSnapshotStore> {
   const codec = chunkCodecFor(config.snapshots.codec);
   // Only the worker reads the store: a session's command (DS_WORKSPACE_USER) must not even list it.
   await fs.mkdir(config.snapshotDir, { recursive: true, mode: 0o700 });
