@@ -35,6 +35,11 @@ export class LineageKeys {
     private readonly keyring: Keyring | null,
   ) {}
 
+  /** Whether the store has master keys (without them it stores, and can open, plaintext only). */
+  get hasKeyring(): boolean {
+    return this.keyring !== null;
+  }
+
   /**
    * The lineage's data key as its file holds it now. Only a writer (`create`) makes one, and only for a lineage with
    * nothing sealed yet: a reader never invents a key, and a destroyed key is not silently replaced by a new one.
