@@ -125,7 +125,7 @@ export class Manifests {
     const { header, chunks, size } = manifestBody(checkpointId, sessionId, () => {
       if (version < TABLE_FORMAT_VERSION) {
         const json = decodeJsonBody(body);
-        return { ...json, size: json.chunks.reduce((n, c) => n + c[1], 0) };
+        return { ...json, size: json.chunks.reduce((n, [, chunkSize]) => n + chunkSize, 0) };
       }
       const { header, table } = splitManifestBody(body);
       return { header, chunks: decodeTable(table), size: table.size };
