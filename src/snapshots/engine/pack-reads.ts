@@ -78,7 +78,7 @@ export function readChunks(
 
 /**
  * The chunks of a manifest in order, in batches of about BATCH_BYTES of sealed or of plain bytes, whichever is more:
- * a MiB of text compressed 14:1 opens to 14 MiB, and a few such batches in flight would cost as many.
+ * a MiB of well-compressed text opens to many, and a few such batches in flight would cost as many.
  */
 function* readBatches(chunks: readonly Location[]): Generator<Location[]> {
   let batch: Location[] = [];
