@@ -1,7 +1,6 @@
 import * as fs from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import { SessionId } from '../../domain/schemas';
-import { ensureDir, publish } from '../../fs-io';
 import { TOUCH_INTERVAL_MS, type AbandonedReport, type CleanAbandonedOptions } from '../abandoned';
 import { SnapshotIncompatibleError } from '../errors';
 import { CHUNKED_FORMAT_VERSION, ENGINE_FORMAT_VERSION, LEGACY_FORMAT_VERSION } from '../format';
@@ -271,17 +270,7 @@ export class ChunkedSnapshotStore implements SnapshotStore, SnapshotMaintenance 
       return this.shareChunks({ sessionId, checkpointId }, source, 'forking', {
         lineage: (origin) => origin.lineage,
         manifest: async (origin, originDigest) => {
-          await ensureDir(this.layout.sessionDir(sessionId));
-          const lineage = origin.lineage;
-          const joined = await publish(
-            this.layout.lineageFilePath(sessionId),
-            Buffer.from(JSON.stringify({ lineage })),
-            {
-              replace: false,
-            },
-          );
-          if (!joined) throw taken();
-          this.layout.joined(sessionId, lineage);
+          if (!(await this.layout.joinLineage(sessionId, origin.lineage))) throw taken();
           return {
             ...origin,
             formatVersion: this.writeFormat,
@@ -418,33 +407,24 @@ export class ChunkedSnapshotStore implements SnapshotStore, SnapshotMaintenance 
     await this.legacy.delete(sessionId, checkpointId);
   }
 
-  // ---- maintenance (maintenance.ts) ---------------------------------------------------------------------------
+  // ---- SnapshotMaintenance (maintenance.ts; documented on the interface) ----------------------------------------
 
-  /** See SnapshotMaintenance.verifyLineage. */
   verifyLineage(sessionId: string): Promise<VerifyResult[]> {
     return this.maintenance.verifyLineage(sessionId);
   }
 
-  /**
-   * Removes what writers that died mid-write left: temp files and pins, once untouched for `olderThanMs`
-   * (ABANDONED_AFTER_MS by default). Never touches a manifest, a pack in place, a key or a claim. Run at worker start
-   * and by gc.
-   */
   cleanAbandoned(options: CleanAbandonedOptions = {}): Promise<AbandonedReport> {
     return this.maintenance.cleanAbandoned(options);
   }
 
-  /** See SnapshotMaintenance.gc: mark and sweep of a lineage's packs, safe while checkpoints are being written. */
   gc(options: { dryRun?: boolean; now?: number } = {}): Promise<GcReport> {
     return this.maintenance.gc(options);
   }
 
-  /** Re-wraps every lineage's data key under the primary master key. Chunks are not rewritten. */
   rekey(): Promise<{ rewrapped: number; unchanged: number }> {
     return this.maintenance.rekey();
   }
 
-  /** Destroys the data key of the session's lineage (every session of it): see SnapshotMaintenance.shred. */
   shred(sessionId: string): Promise<string> {
     return this.maintenance.shred(sessionId);
   }

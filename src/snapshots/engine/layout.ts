@@ -14,7 +14,7 @@ import * as fs from 'node:fs/promises';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { CheckpointId, SessionId } from '../../domain/schemas';
-import { exists, readSmall } from '../../fs-io';
+import { ensureDir, exists, publish, readSmall } from '../../fs-io';
 import { SnapshotCorruptError, SnapshotNotFoundError } from '../errors';
 import { createPin, type Pin } from './pins';
 
@@ -108,9 +108,17 @@ export class StoreLayout {
     return parsed.lineage;
   }
 
-  /** Records the lineage of a fork just published. */
-  joined(sessionId: string, lineage: string): void {
-    this.lineages.set(sessionId, lineage);
+  /**
+   * Makes a new session a fork in `lineage`: publishes its `lineage.json`, once (false if the session has one
+   * already: a fork starts a new session).
+   */
+  async joinLineage(sessionId: string, lineage: string): Promise<boolean> {
+    await ensureDir(this.sessionDir(sessionId));
+    const joined = await publish(this.lineageFilePath(sessionId), Buffer.from(JSON.stringify({ lineage })), {
+      replace: false,
+    });
+    if (joined) this.lineages.set(sessionId, lineage);
+    return joined;
   }
 
   /** Marks a checkpoint as being written into a lineage, for gc (pins.ts); touched, with `alsoTouch`, until released. */
