@@ -23,6 +23,35 @@ module.exports = tseslint.config(
     },
   },
   {
+    // The snapshot layer has one front door: src/snapshots/index.ts. Its own tests may reach inside, and so may the
+    // benchmarks of its internals (chunker, codec, crypto, chunk pool, engine rows), which measure what the front door
+    // deliberately does not expose. Keep this block before the workflow block: a later no-restricted-imports for the
+    // same files replaces this one, and the workflow block forbids the snapshot layer outright.
+    files: ['**/*.ts'],
+    ignores: [
+      'src/snapshots/**',
+      'test/snapshots/**',
+      'bench/engine.ts',
+      'bench/codec.ts',
+      'bench/chunker.ts',
+      'bench/crypto.ts',
+      'bench/bounded.ts',
+    ],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: ['**/snapshots/*'],
+              message: 'Import the snapshot layer from its front door (src/snapshots/index.ts), not its modules.',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     // Workflow code runs in Temporal's deterministic sandbox: no Node built-ins, no I/O, no activities'
     // implementations (types only).
     files: ['src/workflows/**/*.ts'],

@@ -14,10 +14,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Readable } from 'node:stream';
-import { ChunkedSnapshotStore } from '../src/snapshots/engine/chunked-store';
-import { Keyring } from '../src/snapshots/engine/keyring';
-import { FsSnapshotStore } from '../src/snapshots/fs-snapshot-store';
-import type { SnapshotStore } from '../src/snapshots/snapshot-store';
+import { ChunkedSnapshotStore, FsSnapshotStore, Keyring, type SnapshotStore } from '../src/snapshots';
 
 export const FIXTURE_MASTER_KEY = { id: 'fixture-1', key: Buffer.alloc(32, 0x42) };
 

@@ -3,7 +3,7 @@ import path from 'node:path';
 import { ConfigError, loadConfig } from './config';
 import { isError } from './errors';
 import { startDevServer, type DevServer } from './dev-server';
-import { ensureDevMasterKey } from './snapshots/store-from-config';
+import { ensureDevMasterKey } from './snapshots';
 import { runWorker } from './worker';
 
 /**

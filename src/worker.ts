@@ -13,7 +13,7 @@ import {
 import { loadConfig, type Config } from './config';
 import { messageOf } from './errors';
 import { MemoryRuntime, WorkspaceRuntime } from './runtimes';
-import { snapshotStoreFromConfig } from './snapshots/store-from-config';
+import { openSnapshotStore } from './snapshots';
 import { connectionOptions } from './temporal-connection';
 
 export interface SessionWorkers {
@@ -187,7 +187,7 @@ async function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T | und
 export async function runWorker(config: Config = loadConfig(), address = config.temporal.address): Promise<void> {
   if (!address) throw new Error('TEMPORAL_ADDRESS is not set (npm start runs the embedded server and sets it)');
   Runtime.install({ logger: new DefaultLogger(config.logLevel), shutdownSignals: [] });
-  const store = await snapshotStoreFromConfig(config);
+  const store = await openSnapshotStore(config);
   // Only what no writer touched for ABANDONED_AFTER_MS: safe while other workers write to the same store.
   const abandoned = await store.cleanAbandoned().catch((err: unknown) => {
     console.warn(`snapshot store: could not remove what dead writers left: ${String(err)}`);

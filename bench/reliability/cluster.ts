@@ -15,8 +15,7 @@ import { Client, Connection } from '@temporalio/client';
 import { SessionClient } from '../../src/client';
 import { loadConfig } from '../../src/config';
 import { freePort, startDevServer, type DevServer } from '../../src/dev-server';
-import { ChunkedSnapshotStore } from '../../src/snapshots/engine/chunked-store';
-import { Keyring } from '../../src/snapshots/engine/keyring';
+import { ChunkedSnapshotStore, Keyring } from '../../src/snapshots';
 
 const PROJECT_DIR = path.resolve(__dirname, '..', '..');
 /** A worker bundles the workflow code at start: on a busy 2-core machine that takes a while. */

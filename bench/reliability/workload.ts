@@ -9,7 +9,7 @@ import * as path from 'node:path';
 import { extract } from 'tar-stream';
 import type { CheckpointRef, LivenessOptions, StartSessionInput } from '../../src/domain/schemas';
 import type { SnapshotStore } from '../../src/snapshots';
-import { publish } from '../../src/snapshots/files';
+import { publish } from '../../src/fs-io';
 
 const MiB = 1024 * 1024;
 /** "A few MiB" of files for capture and restore to move, in files of 2 MiB. */

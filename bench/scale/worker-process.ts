@@ -9,8 +9,7 @@ import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import { MemoryRuntime, WorkspaceRuntime } from '../../src/runtimes';
-import { ChunkedSnapshotStore } from '../../src/snapshots/engine/chunked-store';
-import { Keyring } from '../../src/snapshots/engine/keyring';
+import { ChunkedSnapshotStore, Keyring } from '../../src/snapshots';
 import { createWorkers } from '../../src/worker';
 import type { BareActivities } from './bare-workflows';
 

@@ -13,14 +13,15 @@ import type {
 import type { ExitInfo, RuntimeInstanceInfo, RuntimeRegistry, SessionRuntime } from '../runtimes';
 import { HostRefusedError, HostState, type ExitCursor } from './host-state';
 import { ArchiveRejectedError, RuntimeFailedError, RuntimeNotFoundError } from '../runtimes';
-import { SnapshotTamperedError } from '../snapshots/engine/crypto';
 import {
+  type CheckpointManifest,
   SnapshotError,
   SnapshotIncompatibleError,
   SnapshotNotFoundError,
+  type SnapshotStore,
+  SnapshotTamperedError,
   verificationStatusOf,
-} from '../snapshots/errors';
-import type { CheckpointManifest, SnapshotStore } from '../snapshots/snapshot-store';
+} from '../snapshots';
 
 export interface ActivityDeps {
   store: SnapshotStore;

@@ -1,6 +1,5 @@
 import type { Config } from '../config';
-import { KeyringConfigError } from '../snapshots/engine/keyring';
-import { MissingMasterKeyError, snapshotStoreFromConfig } from '../snapshots/store-from-config';
+import { KeyringConfigError, MissingMasterKeyError, openSnapshotStore, type SnapshotMaintenance } from '../snapshots';
 import { CLI_ERROR_CODES, CliError } from './errors';
 import type { Invocation } from './parse';
 import { verificationReport, type Output } from './render';
@@ -9,7 +8,7 @@ import { verificationReport, type Output } from './render';
 export type StoreInvocation = Extract<Invocation, { command: 'verify' | 'gc' | 'rekey' | 'shred' }>;
 
 export async function runStoreCommand(invocation: StoreInvocation, config: Config): Promise<Output> {
-  const store = await snapshotStoreFromConfig(config).catch((err: unknown) => {
+  const store: SnapshotMaintenance = await openSnapshotStore(config).catch((err: unknown) => {
     if (err instanceof KeyringConfigError || err instanceof MissingMasterKeyError) {
       throw new CliError(CLI_ERROR_CODES.InvalidConfig, err.message, { cause: err });
     }

@@ -1,6 +1,6 @@
 import { Readable } from 'node:stream';
 import type { MemoryRuntimeSpec } from '../domain/schemas';
-import type { UnchangedRange } from '../snapshots/state-source';
+import type { UnchangedRange } from '../snapshots';
 import type {
   CapturedState,
   ExitInfo,

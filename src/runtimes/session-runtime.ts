@@ -2,7 +2,7 @@ import type { Readable } from 'node:stream';
 import type { RuntimeSpec } from '../domain/schemas';
 import { ERROR_CODES } from '../domain/error-codes';
 import { DurableSessionsError } from '../errors';
-import type { StateSource } from '../snapshots/state-source';
+import type { StateSource } from '../snapshots';
 
 /** How a runtime instance ended. `requested` is true when `stop` caused it. */
 export interface ExitInfo {

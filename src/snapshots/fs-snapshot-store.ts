@@ -11,8 +11,8 @@ import {
 } from 'node:stream';
 import { finished, pipeline } from 'node:stream/promises';
 import { z } from 'zod';
-import { CheckpointId, CheckpointTrigger, Label, SessionId } from '../domain/schemas';
-import { fsyncDir, hasCode } from '../fs-io';
+import { CheckpointId, SessionId } from '../domain/schemas';
+import { ensureDir, fsyncDir, hasCode } from '../fs-io';
 import {
   abandonedAge,
   keepTouched,
@@ -22,15 +22,9 @@ import {
   type CleanAbandonedOptions,
 } from './abandoned';
 import { SnapshotCorruptError, SnapshotError, SnapshotIncompatibleError, SnapshotNotFoundError } from './errors';
-import {
-  FORMAT_VERSION,
-  SUPPORTED_FORMAT_VERSIONS,
-  type CheckpointManifest,
-  type NewCheckpoint,
-  type SnapshotStore,
-  type StoreProgress,
-} from './snapshot-store';
-import { ensureDir } from './files';
+import { LEGACY_FORMAT_VERSION } from './format';
+import { checkNew, CheckpointManifestSchema, NewCheckpointSchema } from './manifest';
+import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from './snapshot-store';
 import { claimSession } from './session-claim';
 import { isStateSource, sourceStream, type StateSource } from './state-source';
 import { asStoreFull } from './store-full';
@@ -39,41 +33,6 @@ const DATA_SUFFIX = '.data';
 const MANIFEST_SUFFIX = '.manifest.json';
 /** Manifests are a few hundred bytes; anything far bigger is not one of ours and is not read into memory. */
 const MAX_MANIFEST_BYTES = 64 * 1024;
-
-/** Format 1's manifest; format 2 extends it (chunked-store.ts). */
-export const CheckpointManifestSchema = z.object({
-  formatVersion: z.number().int(),
-  checkpointId: CheckpointId,
-  sessionId: SessionId,
-  sequence: z.number().int().min(1),
-  parentId: CheckpointId.nullable(),
-  runtime: z.object({ kind: z.string().min(1), version: z.string() }),
-  size: z.number().int().min(0),
-  digest: z.string().regex(/^sha256:[0-9a-f]{64}$/),
-  createdAt: z.iso.datetime(),
-  label: Label.optional(),
-  trigger: CheckpointTrigger,
-}) satisfies z.ZodType<CheckpointManifest>;
-
-/** What a writer must say about a new checkpoint (ids, sequence, parent, runtime, label, trigger). */
-export const NewCheckpointSchema = CheckpointManifestSchema.omit({
-  formatVersion: true,
-  size: true,
-  digest: true,
-  createdAt: true,
-}) satisfies z.ZodType<NewCheckpoint>;
-
-/** Refuses a new checkpoint the store could not read back (bad id, label, sequence…) before anything is written. */
-export function checkNew<T extends { sessionId: string; checkpointId: string }>(
-  schema: z.ZodType<T>,
-  value: unknown,
-): T {
-  const parsed = schema.safeParse(value);
-  if (!parsed.success) {
-    throw new TypeError(`invalid checkpoint: ${z.prettifyError(parsed.error)}`, { cause: parsed.error });
-  }
-  return parsed.data;
-}
 
 const CheckpointAddress = z.object({ sessionId: SessionId, checkpointId: CheckpointId });
 
@@ -158,7 +117,7 @@ export class FsSnapshotStore implements SnapshotStore {
     );
 
     const manifest: CheckpointManifest = {
-      formatVersion: FORMAT_VERSION,
+      formatVersion: LEGACY_FORMAT_VERSION,
       ...parsed,
       size: meter.bytes,
       digest: meter.digest(),
@@ -354,8 +313,8 @@ function parseManifest(text: string, sessionId: string, checkpointId: string): C
     throw corrupt('its manifest is not valid JSON', error);
   }
   const header = ManifestHeader.safeParse(json);
-  if (header.success && !SUPPORTED_FORMAT_VERSIONS.includes(header.data.formatVersion)) {
-    const message = `checkpoint format version ${header.data.formatVersion} is not supported by this reader (supports ${SUPPORTED_FORMAT_VERSIONS.join(', ')})`;
+  if (header.success && header.data.formatVersion !== LEGACY_FORMAT_VERSION) {
+    const message = `checkpoint format version ${header.data.formatVersion} is not supported by this reader (supports ${LEGACY_FORMAT_VERSION})`;
     throw new SnapshotIncompatibleError(message, sessionId, checkpointId);
   }
   const parsed = CheckpointManifestSchema.safeParse(json);

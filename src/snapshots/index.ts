@@ -1,4 +1,40 @@
+/**
+ * The snapshot layer's front door: code outside src/snapshots imports from here only (eslint.config.js enforces
+ * it). What to import for what: README.md beside this file.
+ */
+
+// Reading and writing checkpoints.
+export type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from './snapshot-store';
+export {
+  isStateSource,
+  isUnchangedRange,
+  sourceBytes,
+  sourceStream,
+  type StateSource,
+  type UnchangedRange,
+} from './state-source';
+
+// Opening a store: from the configuration, or from explicit options (tests, benchmarks).
+export { chunkCodecFor, ensureDevMasterKey, openSnapshotStore } from './open-snapshot-store';
+export { ChunkedSnapshotStore, type ChunkedStoreOptions } from './engine/chunked-store';
+export { Keyring, type KeyringEntry } from './engine/keyring';
+export { FsSnapshotStore } from './fs-snapshot-store';
+// What the configuration's chunking and codec settings mean.
+export { chunkerFor, DEFAULT_CHUNKER, type ChunkerOptions } from './engine/chunker';
+export { CODECS, isCodecAvailable, type CodecId } from './engine/codec';
+
+// The operator's verbs: verify, gc, rekey, shred.
+export type { GcReport, SnapshotMaintenance, VerifyResult } from './snapshot-maintenance';
+export type { AbandonedReport, CleanAbandonedOptions } from './abandoned';
+
+// Errors.
 export * from './errors';
-export * from './fs-snapshot-store';
-export * from './snapshot-store';
-export * from './state-source';
+
+// Formats.
+export {
+  CHUNKED_FORMAT_VERSION,
+  ENGINE_FORMAT_VERSION,
+  LEGACY_FORMAT_VERSION,
+  READABLE_FORMAT_VERSIONS,
+  TABLE_FORMAT_VERSION,
+} from './format';

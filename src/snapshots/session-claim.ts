@@ -9,9 +9,8 @@ import { join } from 'node:path';
 import { z } from 'zod';
 import { SessionId } from '../domain/schemas';
 import { strictObject } from '../domain/strict';
-import { fsyncDir } from '../fs-io';
+import { ensureDir, fsyncDir, publish, readSmall } from '../fs-io';
 import { SessionIdTakenError } from './errors';
-import { ensureDir, publish, readSmall } from './files';
 import { asStoreFull } from './store-full';
 
 export const CLAIM_FILE = 'claim.json';

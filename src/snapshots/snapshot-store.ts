@@ -1,10 +1,6 @@
 import type { Readable } from 'node:stream';
 import type { StateSource } from './state-source';
 
-/** The format this code writes. Readers accept every version in SUPPORTED_FORMAT_VERSIONS. */
-export const FORMAT_VERSION = 1;
-export const SUPPORTED_FORMAT_VERSIONS: readonly number[] = [1];
-
 /**
  * The immutable description of one checkpoint, written after its data object is durable. A checkpoint
  * exists for readers exactly when its manifest does.

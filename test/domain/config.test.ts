@@ -2,9 +2,14 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { ConfigError, loadConfig, SECRET_VARIABLES } from '../../src/config';
-import { chunkerFor, DEFAULT_CHUNKER } from '../../src/snapshots/engine/chunker';
-import { CODECS, isCodecAvailable } from '../../src/snapshots/engine/codec';
-import { chunkCodecFor, snapshotStoreFromConfig } from '../../src/snapshots/store-from-config';
+import {
+  chunkCodecFor,
+  chunkerFor,
+  CODECS,
+  DEFAULT_CHUNKER,
+  isCodecAvailable,
+  openSnapshotStore as snapshotStoreFromConfig,
+} from '../../src/snapshots';
 
 describe('snapshot settings from the environment', () => {
   test("defaults: format 3, the engine's chunk sizes", () => {

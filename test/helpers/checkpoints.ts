@@ -1,6 +1,7 @@
 import * as fs from 'node:fs';
 import path from 'node:path';
-import type { NewCheckpoint } from '../../src/snapshots/snapshot-store';
+import type { Readable } from 'node:stream';
+import type { NewCheckpoint } from '../../src/snapshots';
 
 /** Checkpoint `cp-<sequence>` of a memory-runtime session, taken by hand. */
 export function cp(sequence: number, parentId: string | null = null, sessionId = 's1'): NewCheckpoint {
@@ -29,4 +30,17 @@ export function packBytes(root: string): number {
     if (e.isFile() && e.name.endsWith('.pack')) total += fs.statSync(path.join(e.parentPath, e.name)).size;
   }
   return total;
+}
+
+/** What a consumer of a stream observes: the bytes, whether 'end' fired, and the error if any. */
+export function consume(stream: Readable): Promise<{ bytes: Buffer; ended: boolean; error?: Error }> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let ended = false;
+    let error: Error | undefined;
+    stream.on('data', (chunk: Buffer) => chunks.push(chunk));
+    stream.on('end', () => (ended = true));
+    stream.on('error', (e) => (error = e));
+    stream.on('close', () => resolve({ bytes: Buffer.concat(chunks), ended, error }));
+  });
 }

@@ -9,9 +9,7 @@ import type { RuntimeInstanceRef, SessionStatus } from '../../src/api';
 import { SessionClient, type SessionHandle } from '../../src/client';
 import { MemoryRuntime, WorkspaceRuntime } from '../../src/runtimes';
 import { randomBytes } from 'node:crypto';
-import { ChunkedSnapshotStore } from '../../src/snapshots/engine/chunked-store';
-import { Keyring } from '../../src/snapshots/engine/keyring';
-import type { SnapshotStore } from '../../src/snapshots';
+import { ChunkedSnapshotStore, Keyring, type SnapshotStore } from '../../src/snapshots';
 import { createWorkers, type DrainReport, type SessionWorkers } from '../../src/worker';
 
 /** A worker host (shared + host-specific queue) and a client on the run's real Temporal dev server. */

@@ -3,8 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { MemoryRuntime, RuntimeFailedError, RuntimeNotFoundError, type CapturedState } from '../../src/runtimes';
-import { ChunkedSnapshotStore } from '../../src/snapshots/engine/chunked-store';
-import { isUnchangedRange, sourceBytes, type UnchangedRange } from '../../src/snapshots/state-source';
+import { ChunkedSnapshotStore, isUnchangedRange, sourceBytes, type UnchangedRange } from '../../src/snapshots';
 import { seeded } from '../helpers/bytes';
 import { cp, readAll } from '../helpers/checkpoints';
 

@@ -1,7 +1,7 @@
 import { Readable } from 'node:stream';
 import type { RuntimeSpec } from '../../src/domain/schemas';
 import { RuntimeFailedError, RuntimeNotFoundError, type SessionRuntime } from '../../src/runtimes';
-import { sourceBytes } from '../../src/snapshots/state-source';
+import { sourceBytes } from '../../src/snapshots';
 import { readAll } from '../helpers/checkpoints';
 
 /** What a runtime can do beyond what every runtime must; a case that needs one is skipped, by name, without it. */

@@ -4,7 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { WorkspaceRuntime } from '../../src/runtimes';
-import { sourceBytes } from '../../src/snapshots/state-source';
+import { sourceBytes } from '../../src/snapshots';
 import { readAll } from '../helpers/checkpoints';
 
 /** The freeze around a capture waits for every process of the group to stop, watching /proc. Linux only. */

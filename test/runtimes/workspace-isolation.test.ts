@@ -13,7 +13,7 @@ import {
   type RuntimeInstanceInfo,
   type WorkspaceRuntimeOptions,
 } from '../../src/runtimes';
-import { isUnchangedRange } from '../../src/snapshots/state-source';
+import { isUnchangedRange } from '../../src/snapshots';
 import { readAll } from '../helpers/checkpoints';
 
 /** What a session process can reach of the worker: its environment, its files, other sessions. */

@@ -9,7 +9,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { extract as tarExtract, pack as tarPack } from 'tar-stream';
 import type { WorkspaceRuntimeSpec } from '../../src/domain/schemas';
 import { ArchiveRejectedError, RuntimeFailedError, WorkspaceRuntime } from '../../src/runtimes';
-import { isUnchangedRange, sourceBytes, type StateSource, type UnchangedRange } from '../../src/snapshots/state-source';
+import { isUnchangedRange, sourceBytes, type StateSource, type UnchangedRange } from '../../src/snapshots';
 import { readAll } from '../helpers/checkpoints';
 
 /** Counts up from the value in `count` (or 0), replacing the file atomically every 50 ms. */

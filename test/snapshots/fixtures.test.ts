@@ -2,7 +2,8 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { ChunkedSnapshotStore, READABLE_FORMAT_VERSIONS } from '../../src/snapshots/engine/chunked-store';
+import { ChunkedSnapshotStore } from '../../src/snapshots/engine/chunked-store';
+import { READABLE_FORMAT_VERSIONS } from '../../src/snapshots/format';
 import { Keyring } from '../../src/snapshots/engine/keyring';
 import { FIXTURE_MASTER_KEY } from '../../scripts/make-snapshot-fixtures';
 

@@ -12,8 +12,7 @@ import {
   StoreFullError,
   type SessionHandle,
 } from '../../src/client';
-import { ChunkedSnapshotStore } from '../../src/snapshots/engine/chunked-store';
-import { Keyring } from '../../src/snapshots/engine/keyring';
+import { ChunkedSnapshotStore, Keyring } from '../../src/snapshots';
 import { failureMessage, failureType, workflowTaskFailures } from '../helpers/failures';
 import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 

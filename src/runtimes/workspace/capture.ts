@@ -1,7 +1,7 @@
 import { constants as fsConstants, type BigIntStats } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import * as path from 'node:path';
-import type { UnchangedRange } from '../../snapshots/state-source';
+import type { UnchangedRange } from '../../snapshots';
 import type { CapturedState } from '../session-runtime';
 import { RuntimeFailedError } from '../session-runtime';
 import { encodeTarHeader, tarHeaderDigest, tarPaddingBytes, tarRecordLength, tarTrailer, type TarEntry } from '../tar';

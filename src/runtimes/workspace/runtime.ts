@@ -1,7 +1,7 @@
 import * as path from 'node:path';
 import type { Readable } from 'node:stream';
 import type { WorkspaceRuntimeSpec } from '../../domain/schemas';
-import { sourceStream } from '../../snapshots/state-source';
+import { sourceStream } from '../../snapshots';
 import type {
   CapturedState,
   ExitInfo,

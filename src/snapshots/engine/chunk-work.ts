@@ -3,20 +3,14 @@
  * over batches of chunks. Pure functions of their inputs, so they run the same on a worker thread (chunk-pool.ts)
  * and on the calling thread.
  *
- * Batches, not single chunks, cross the thread boundary: a message costs tens of microseconds, about what sealing a
- * chunk costs, so one message per chunk would cost the main thread a good part of the work it hands off. A seal
+ * Batches, not single chunks, cross the thread boundary: a message costs about what sealing a chunk costs, so one
+ * message per chunk would cost the main thread a good part of the work it hands off. A seal
  * batch's sealed objects are appended to a pack with one (vectored) write.
  */
 import { createHash, createHmac } from 'node:crypto';
 import { ChunkCodecError, compressChunk, decompressChunk, type CodecId } from './codec';
-import {
-  openObject,
-  sealedLength,
-  sealObjectInto,
-  sealPlaintextObjectInto,
-  SnapshotTamperedError,
-  type CryptoFailureReason,
-} from './crypto';
+import { openObject, sealedLength, sealObjectInto, sealPlaintextObjectInto } from './crypto';
+import { type CryptoFailureReason, SnapshotTamperedError } from '../errors';
 
 /** The lineage key material a batch needs. */
 export interface ChunkKey {

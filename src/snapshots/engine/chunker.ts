@@ -38,25 +38,10 @@ export interface ChunkerOptions {
 /**
  * The engine's chunk sizes: 8 / 32 / 128 KiB.
  *
- * Measured with bench/chunker.ts: 256 MiB of random data, Node 20, a 2-core machine (best of 5 passes; the WebAssembly
- * scan). For scale, SHA-256 ran at ~1,360 MB/s. "Written" is what an incremental checkpoint adds after 1% of the
- * state changed in 20 scattered places: the bytes of the chunks the previous checkpoint does not have.
- *
- *   min/avg/max KiB   chunks/GiB   chunk MB/s   chunk + SHA-256 MB/s   written: 16 MiB state   256 MiB state
- *   1/4/16               215,000        1,351                    528                    2.0%            1.1%
- *   4/16/64               54,000        1,394                    674                    4.7%            1.2%
- *   8/32/128              27,000        1,493                    705                    8.1%            1.4%
- *   16/64/256             13,400        1,426                    722                     15%            2.2%
- *   64/256/1024            3,300        1,508                    735                     45%            4.3%
- *
- * Chunking speed does not depend on the size. A changed place costs a chunk or more (a place falls in a
- * long chunk more often than in a short one), so the size trades what incremental checkpoints write against the
- * number of chunks: manifest entries, per-chunk hashing, sealing and opening. The engine's own benchmark
- * (bench/engine.ts) changes 1% of 1 GiB in 256 places, one per 4 MiB, and prints the default next to 64 KiB chunks:
- * 64 KiB write about 4% of the state there, 32 KiB under 3%, for full checkpoints somewhat slower (a chunk has fixed
- * costs: a cipher, an HMAC, a header) and twice the manifest entries. Both keep a 2 GiB capture or restore under
- * 256 MiB (`npx tsx bench/bounded.ts 2048 /tmp text default 32`, and `... 64`). So 32 KiB; `DS_CHUNK_KIB=64` for states that are
- * mostly written whole.
+ * Chunking runs at the same speed whatever the size, so the size trades what an incremental checkpoint writes (a
+ * changed place costs at least a chunk) against the number of chunks: manifest entries and per-chunk hashing,
+ * sealing and opening. 32 KiB writes less after scattered small changes; `DS_CHUNK_KIB=64` suits states mostly
+ * written whole. bench/chunker.ts and bench/engine.ts print the trade (their figures: bench/README.md, "Chunk size").
  */
 export const DEFAULT_CHUNKER: ChunkerOptions = Object.freeze({
   minSize: 8 * KiB,

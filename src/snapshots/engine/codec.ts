@@ -2,17 +2,16 @@
  * Chunk codecs of the snapshot engine: how one content-defined chunk (16 KiB – 256 KiB of plaintext) is compressed
  * before it is encrypted, and decompressed after it is decrypted.
  *
- * The default is Zstandard level 1 when the `zstd-napi` binding is installed, Brotli quality 1 (node:zlib) otherwise.
- * On chunk-sized inputs zstd-1 compresses text 1.2–2× and decompresses it 2.5–4× faster than brotli-1, at a ~3 % better
- * ratio, and passes incompressible data through 2× faster (`npx tsx bench/codec.ts`). A chunk is stored as is
+ * The default is Zstandard level 1 when the `zstd-napi` binding is installed, Brotli quality 1 (node:zlib) otherwise:
+ * on chunk-sized inputs zstd-1 is the faster of the two both ways, at about the same ratio (`npx tsx bench/codec.ts`
+ * prints both; bench/README.md, "Codecs"). A chunk is stored as is
  * (`none`) unless compression saves at least 1/16 of it, and chunks are probed first (see `looksIncompressible`) so
  * that random or already-compressed data is not run through a compressor at all.
  *
- * Everything here is synchronous: a 256 KiB chunk takes 1–2 ms at worst (brotli, text), and the codec contexts are
- * per-thread state. To use more cores, run the whole chunk pipeline (hash, compress, encrypt) in worker_threads, each
- * with its own copy of this module: two workers compress text 1.5–1.9× faster than one thread on 2 idle cores, but
- * posting a chunk to a worker costs more than probing an incompressible one, so a pool for this call alone gains
- * nothing there.
+ * Everything here is synchronous (a chunk takes milliseconds at worst), and the codec contexts are per-thread state.
+ * More cores are used by running the whole chunk pipeline (hash, compress, encrypt) on worker threads, each with its
+ * own copy of this module (chunk-pool.ts): posting a single chunk to a worker costs more than probing an
+ * incompressible one, so a pool for this call alone would gain nothing.
  */
 import { createRequire } from 'node:module';
 import * as zlib from 'node:zlib';

@@ -24,71 +24,12 @@
  * recompute the SHA-256. It does not detect tampering, and its binding check only catches misfiled objects.
  */
 import { createCipheriv, createDecipheriv, createHash, createHmac, randomFillSync, timingSafeEqual } from 'node:crypto';
-import { ERROR_CODES, type ErrorCode } from '../../domain/error-codes';
-import { SnapshotError, SnapshotIncompatibleError } from '../errors';
-
-/** Why an object or a wrapped key could not be opened. */
-export type CryptoFailureReason =
-  /** Authentication failed with the right key, or the header does not name what the reader expected. */
-  | 'tampered'
-  /** The key supplied is not the one the object or wrapped key was sealed under (or its commitment was altered). */
-  | 'wrong-key'
-  /** The key needed is not available (never configured, removed, or crypto-shredded). */
-  | 'missing-key'
-  /** The object is shorter than its header says. */
-  | 'truncated'
-  /** The bytes are not a sealed object (bad magic, unparseable header, trailing bytes, bad wrapped-key JSON). */
-  | 'malformed'
-  /** Plaintext mode only: the SHA-256 does not match. Corruption, not proof of tampering (see the module doc). */
-  | 'corrupt';
-
-/** What the errors below know about where they happened; empty strings on SnapshotError mean "not known here". */
-export interface CryptoErrorContext {
-  sessionId?: string;
-  checkpointId?: string;
-  objectId?: string;
-}
-
-/**
- * Thrown when a sealed object or a wrapped data key fails authentication or its integrity checks, or is not the
- * object the reader asked for. No plaintext is ever returned alongside it. `reason` says which check failed.
- */
-export class SnapshotTamperedError extends SnapshotError {
-  /** Damage (truncated, malformed, a plaintext digest mismatch) is SnapshotCorrupt; failed authentication is tampering. */
-  readonly code: ErrorCode;
-  readonly objectId: string | undefined;
-
-  constructor(
-    message: string,
-    readonly reason: Exclude<CryptoFailureReason, 'missing-key'>,
-    context: CryptoErrorContext = {},
-    options?: { cause?: unknown },
-  ) {
-    super(message, context.sessionId ?? '', context.checkpointId ?? '', options);
-    this.code =
-      reason === 'tampered' || reason === 'wrong-key' ? ERROR_CODES.SnapshotTampered : ERROR_CODES.SnapshotCorrupt;
-    this.objectId = context.objectId;
-  }
-}
-
-/**
- * Thrown when a master key or a data key needed to open an object is not available: not configured on this
- * worker, removed from the keyring, or deliberately destroyed (crypto-shredding). Retrying does not help.
- */
-export class KeyUnavailableError extends SnapshotError {
-  readonly code: ErrorCode = ERROR_CODES.KeyUnavailable;
-  readonly reason = 'missing-key' as const;
-
-  constructor(
-    message: string,
-    readonly keyId: string,
-    readonly keyKind: 'master' | 'data',
-    context: CryptoErrorContext = {},
-    options?: { cause?: unknown },
-  ) {
-    super(message, context.sessionId ?? '', context.checkpointId ?? '', options);
-  }
-}
+import {
+  SnapshotIncompatibleError,
+  SnapshotTamperedError,
+  type CryptoErrorContext,
+  type CryptoFailureReason,
+} from '../errors';
 
 /** AES-256: every master key and data key is 32 bytes. */
 export const KEY_BYTES = 32;

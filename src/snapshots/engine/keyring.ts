@@ -15,35 +15,11 @@ import * as fs from 'node:fs/promises';
 import { join } from 'node:path';
 import { inspect } from 'node:util';
 import { z } from 'zod';
-import {
-  canonicalJson,
-  KEY_BYTES,
-  KEY_ID_PATTERN,
-  keyCommitment,
-  KeyUnavailableError,
-  NONCE_BYTES,
-  SnapshotTamperedError,
-  TAG_BYTES,
-  type CryptoErrorContext,
-} from './crypto';
+import { canonicalJson, KEY_BYTES, KEY_ID_PATTERN, keyCommitment, NONCE_BYTES, TAG_BYTES } from './crypto';
+import { KeyringConfigError, KeyUnavailableError, SnapshotTamperedError, type CryptoErrorContext } from '../errors';
 
 const KEY_FILE_SUFFIX = '.key';
 const COMMITMENT_BYTES = 16;
-
-/**
- * Thrown when master keys cannot be loaded: a bad key id, a key that is not 32 bytes of base64 (or raw), a
- * duplicate id, an unknown primary, a key file others can read. Names the key id or file, never key material.
- * Raised at worker start-up, it never crosses the wire.
- */
-export class KeyringConfigError extends Error {
-  constructor(
-    message: string,
-    readonly keyId?: string,
-  ) {
-    super(message);
-    this.name = 'KeyringConfigError';
-  }
-}
 
 export interface KeyringEntry {
   id: string;

@@ -10,9 +10,10 @@
 import { hkdfSync, timingSafeEqual } from 'node:crypto';
 import * as fs from 'node:fs/promises';
 import { join } from 'node:path';
-import { exists, publish, readSmall } from '../files';
+import { exists, publish, readSmall } from '../../fs-io';
 import type { ChunkKey } from './chunk-work';
-import { isEncryptedObject, KeyUnavailableError, SnapshotTamperedError, type CryptoErrorContext } from './crypto';
+import { KeyUnavailableError, SnapshotTamperedError, type CryptoErrorContext } from '../errors';
+import { isEncryptedObject } from './crypto';
 import { createDataKey, rewrapDataKey, unwrapDataKey, wrapDataKey, WrappedDataKey, type Keyring } from './keyring';
 
 const DATA_KEY_FILE = 'data-key.json';
@@ -33,6 +34,11 @@ export class LineageKeys {
     private readonly tenant: string,
     private readonly keyring: Keyring | null,
   ) {}
+
+  /** Whether the store has master keys (without them it stores, and can open, plaintext only). */
+  get hasKeyring(): boolean {
+    return this.keyring !== null;
+  }
 
   /**
    * The lineage's data key as its file holds it now. Only a writer (`create`) makes one, and only for a lineage with

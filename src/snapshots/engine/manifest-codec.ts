@@ -16,13 +16,12 @@
  * Both decode to the same `{ header, chunks }`; the header is checked by the caller's schema, the chunks here.
  */
 
+import { TABLE_FORMAT_VERSION } from '../format';
+
 /** Where a chunk is: `[chunkId (hex), plaintext size, pack id, offset in the pack, sealed length]`. */
 export type Location = [string, number, string, number, number];
 
-/** The manifest format whose body has a binary chunk table. */
-export const TABLE_FORMAT_VERSION = 3;
-
-/** Thrown for a body that does not decode; the caller reports it as the checkpoint's corruption. */
+/** Thrown when a manifest body does not decode; the caller reports it as the checkpoint's corruption. */
 export class ManifestBodyError extends Error {
   constructor(message: string) {
     super(message);

@@ -21,10 +21,10 @@
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs/promises';
 import { join } from 'node:path';
-import { fsyncDir, writevAll } from '../../fs-io';
-import { ensureDir } from '../files';
+import { ensureDir, fsyncDir, writevAll } from '../../fs-io';
 import type { ChunkKey, OpenEntry } from './chunk-work';
-import { openObject, sealedObjectLength, sealObject, sealPlaintextObject, SnapshotTamperedError } from './crypto';
+import { SnapshotTamperedError } from '../errors';
+import { openObject, sealedObjectLength, sealObject, sealPlaintextObject } from './crypto';
 import type { Location } from './manifest-codec';
 
 /** A pack is closed and a new one started beyond this size, so one checkpoint of gigabytes is several files. */
@@ -171,7 +171,7 @@ export class PackReader {
    * reports it as truncated.
    */
   async readBatch(batch: readonly Location[], into?: Buffer): Promise<{ sealed: Buffer; entries: OpenEntry[] }> {
-    const total = batch.reduce((n, l) => n + l[4], 0);
+    const total = batch.reduce((n, [, , , , sealedLength]) => n + sealedLength, 0);
     // With headroom, so that the buffer can be reused for the next batch, which may be a chunk larger.
     const sealed =
       into && into.length >= total
@@ -184,8 +184,10 @@ export class PackReader {
       const [, , packId, offset] = batch[i]!;
       let runLength = 0;
       let j = i;
-      for (; j < batch.length && batch[j]![2] === packId && batch[j]![3] === offset + runLength; j++) {
-        runLength += batch[j]![4];
+      for (; j < batch.length; j++) {
+        const [, , nextPackId, nextOffset, sealedLength] = batch[j]!;
+        if (nextPackId !== packId || nextOffset !== offset + runLength) break;
+        runLength += sealedLength;
       }
       const run = batch.slice(i, j).map(([id, size, , , length]) => ({ id, size, length }));
       const start = at;

@@ -12,7 +12,7 @@ import * as fs from 'node:fs/promises';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { keepTouched, removeIfBefore, sessionDirs } from '../abandoned';
-import { ensureDir, readSmall } from '../files';
+import { ensureDir, readSmall } from '../../fs-io';
 
 const PINS_DIR = 'pins';
 /** How long an empty pin (its writer does not touch it) holds packs back: a write never takes this long. */

@@ -8,7 +8,7 @@ import { promisify } from 'node:util';
 import { ChunkedSnapshotStore } from '../../../src/snapshots/engine/chunked-store';
 import { CODECS, isCodecAvailable, type CodecId } from '../../../src/snapshots/engine/codec';
 import { Keyring } from '../../../src/snapshots/engine/keyring';
-import { chunkCodecFor } from '../../../src/snapshots/store-from-config';
+import { chunkCodecFor } from '../../../src/snapshots/open-snapshot-store';
 import { cp } from '../../helpers/checkpoints';
 
 /**

@@ -1,7 +1,11 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { SnapshotIncompatibleError } from '../../../src/snapshots/errors';
 import {
+  type CryptoFailureReason,
   KeyUnavailableError,
+  SnapshotIncompatibleError,
+  SnapshotTamperedError,
+} from '../../../src/snapshots/errors';
+import {
   keyCommitment,
   openObject,
   sealedLength,
@@ -9,8 +13,6 @@ import {
   sealObjectInto,
   sealPlaintextObject,
   sealPlaintextObjectInto,
-  SnapshotTamperedError,
-  type CryptoFailureReason,
   type ExpectedBinding,
   type ObjectHeader,
   type PlaintextObjectHeader,

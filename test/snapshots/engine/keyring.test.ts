@@ -3,19 +3,12 @@ import * as fs from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { inspect } from 'node:util';
-import {
-  KeyUnavailableError,
-  openObject,
-  sealObject,
-  SnapshotTamperedError,
-  type ExpectedBinding,
-  type ObjectHeader,
-} from '../../../src/snapshots/engine/crypto';
+import { openObject, sealObject, type ExpectedBinding, type ObjectHeader } from '../../../src/snapshots/engine/crypto';
+import { KeyringConfigError, KeyUnavailableError, SnapshotTamperedError } from '../../../src/snapshots/errors';
 import {
   createDataKey,
   dataKeyResolver,
   Keyring,
-  KeyringConfigError,
   rewrapDataKey,
   unwrapDataKey,
   wrapDataKey,

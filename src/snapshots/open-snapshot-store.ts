@@ -5,17 +5,7 @@ import { ChunkedSnapshotStore } from './engine/chunked-store';
 import { chunkerFor } from './engine/chunker';
 import { CODECS, isCodecAvailable, type CodecId } from './engine/codec';
 import { Keyring } from './engine/keyring';
-
-/** Thrown when encryption is on and no master key is configured: the worker never falls back to plaintext. */
-export class MissingMasterKeyError extends Error {
-  constructor() {
-    super(
-      'snapshot encryption is on but no master key is configured: set DS_MASTER_KEYS (id:base64,...) or ' +
-        'DS_MASTER_KEY_DIR (a directory of <id>.key files), or DS_SNAPSHOT_ENCRYPTION=none to store plaintext',
-    );
-    this.name = 'MissingMasterKeyError';
-  }
-}
+import { MissingMasterKeyError } from './errors';
 
 /**
  * The master keys from the configuration, or null for explicitly configured plaintext. Without DS_MASTER_KEYS or
@@ -78,7 +68,12 @@ export function chunkCodecFor(
   return undefined;
 }
 
-export async function snapshotStoreFromConfig(config: Config): Promise<ChunkedSnapshotStore> {
+/**
+ * The store a worker or the CLI uses, as the configuration describes it: chunked, encrypted under the configured
+ * master keys unless plaintext is asked for explicitly. Creates the store's directory (mode 0700).
+ * @throws MissingMasterKeyError, KeyringConfigError for keys that are missing or cannot be loaded.
+ */
+export async function openSnapshotStore(config: Config): Promise<ChunkedSnapshotStore> {
   const codec = chunkCodecFor(config.snapshots.codec);
   // Only the worker reads the store: a session's command (DS_WORKSPACE_USER) must not even list it.
   await fs.mkdir(config.snapshotDir, { recursive: true, mode: 0o700 });

@@ -1,0 +1,263 @@
+import { createHash, randomBytes } from 'node:crypto';
+import * as fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Readable } from 'node:stream';
+import {
+  SnapshotNotFoundError,
+  type CheckpointManifest,
+  type NewCheckpoint,
+  type SnapshotMaintenance,
+  type SnapshotStore,
+} from '../../src/snapshots';
+import { seeded } from '../helpers/bytes';
+import { consume, cp, readAll } from '../helpers/checkpoints';
+
+/** What a store under the contract can do beyond the SnapshotStore interface; a case that needs more is skipped. */
+export interface StoreCapabilities {
+  /** The `formatVersion` its manifests say. */
+  formatVersion: number;
+  /** The `encryption` its manifests report (`undefined`: the format has no such field). */
+  encryption: CheckpointManifest['encryption'];
+  /** Data is authenticated, so altered bytes are SnapshotTampered rather than only SnapshotCorrupt. */
+  authenticatesData: boolean;
+  /** It also implements SnapshotMaintenance (verifyLineage, gc, rekey, shred). */
+  maintenance: boolean;
+  /**
+   * A failed write leaves no file at all. Not so for an encrypted chunked store: the lineage's data key, made by the
+   * first write, stays for the next one.
+   */
+  failedWritesLeaveNoFiles: boolean;
+}
+
+export interface SnapshotStoreContract {
+  name: string;
+  /** A store over the (empty, not yet created) directory `rootDir`. */
+  newStore: (rootDir: string) => SnapshotStore;
+  capabilities: StoreCapabilities;
+}
+
+const MiB = 1024 * 1024;
+const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
+/** A stream of `bytes` in 64 KiB pieces, so that writes and reads span many of them. */
+function streamOf(bytes: Buffer): Readable {
+  const pieces: Buffer[] = [];
+  for (let at = 0; at < bytes.length; at += 64 * 1024) pieces.push(bytes.subarray(at, at + 64 * 1024));
+  return Readable.from(pieces);
+}
+
+/** Every file under `dir` (none if it does not exist). */
+function filesUnder(dir: string): string[] {
+  if (!fs.existsSync(dir)) return [];
+  return fs
+    .readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((e) => e.isFile())
+    .map((e) => path.join(e.parentPath, e.name));
+}
+
+/**
+ * Flips one bit in the middle of the largest file under `dir`: the state's bytes, in any layout. The state is seeded,
+ * so the bit is the same on every run (a chunk's body, not the envelope around it).
+ */
+function flipLargestFile(dir: string): void {
+  const [largest] = filesUnder(dir).sort((a, b) => fs.statSync(b).size - fs.statSync(a).size);
+  const bytes = fs.readFileSync(largest!);
+  bytes[Math.floor(bytes.length / 2)]! ^= 0x01;
+  fs.writeFileSync(largest!, bytes);
+}
+
+/**
+ * The SnapshotStore contract: what every store does the same, whatever its format. Each store's test file calls it
+ * once per configuration; what only one store does is tested in that store's own file.
+ */
+export function runSnapshotStoreContract({ name, newStore, capabilities }: SnapshotStoreContract): void {
+  const withMaintenance = capabilities.maintenance ? test : test.skip;
+
+  describe(`SnapshotStore contract: ${name}`, () => {
+    let tmp: string;
+    let root: string;
+    let store: SnapshotStore;
+    beforeEach(() => {
+      tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-contract-'));
+      root = path.join(tmp, 'store');
+      store = newStore(root);
+    });
+    afterEach(() => {
+      fs.rmSync(tmp, { recursive: true, force: true });
+    });
+
+    test('a round trip: the bytes, the manifest a reader sees, progress up to the size', async () => {
+      const state = randomBytes(3 * MiB);
+      const progress: number[] = [];
+      const checkpoint: NewCheckpoint = { ...cp(2, 'cp-1'), label: 'before upgrade', trigger: 'pause' };
+      const before = Date.now();
+      const manifest = await store.write(checkpoint, streamOf(state), { onProgress: (n) => progress.push(n) });
+      expect(manifest).toEqual({
+        formatVersion: capabilities.formatVersion,
+        checkpointId: 'cp-2',
+        sessionId: 's1',
+        sequence: 2,
+        parentId: 'cp-1',
+        runtime: { kind: 'memory', version: '1' },
+        size: state.length,
+        digest: expect.stringMatching(/^sha256:[0-9a-f]{64}$/),
+        createdAt: expect.any(String),
+        label: 'before upgrade',
+        trigger: 'pause',
+        ...(capabilities.encryption !== undefined ? { encryption: capabilities.encryption } : {}),
+      });
+      expect(new Date(manifest.createdAt).toISOString()).toBe(manifest.createdAt);
+      expect(Date.parse(manifest.createdAt)).toBeGreaterThanOrEqual(before);
+      expect(progress.at(-1)).toBe(state.length);
+      expect(progress).toEqual([...progress].sort((a, b) => a - b));
+
+      const read: number[] = [];
+      const opened = await store.open('s1', 'cp-2', { onProgress: (n) => read.push(n) });
+      expect(opened.manifest).toEqual(manifest);
+      expect(sha(await readAll(opened.stream))).toBe(sha(state));
+      expect(read.at(-1)).toBe(state.length);
+      expect(await store.readManifest('s1', 'cp-2')).toEqual(manifest);
+      expect(await store.verify('s1', 'cp-2')).toEqual(manifest);
+      expect(await store.list('s1')).toEqual([manifest]);
+    });
+
+    test('an empty state round-trips, with the digest of nothing', async () => {
+      const manifest = await store.write(cp(1), Readable.from([]));
+      expect(manifest.size).toBe(0);
+      expect(manifest.digest).toBe(`sha256:${sha(Buffer.alloc(0))}`);
+      expect(await readAll((await store.open('s1', 'cp-1')).stream)).toEqual(Buffer.alloc(0));
+    });
+
+    test('a checkpoint whose fields break the domain rules is refused, creating nothing', async () => {
+      for (const bad of [
+        { ...cp(1), sequence: 0 },
+        { ...cp(1), label: 'two\nlines' },
+      ]) {
+        await expect(store.write(bad, Readable.from([randomBytes(1000)]))).rejects.toThrow(TypeError);
+      }
+      expect(fs.readdirSync(tmp, { recursive: true })).toEqual([]);
+    });
+
+    test('checkpoints are immutable: a second write of an id fails unread and keeps the first', async () => {
+      const original = Buffer.from('original');
+      const first = await store.write(cp(1), Readable.from([original]));
+      const files = filesUnder(root).sort();
+      let replacementRead = false;
+      const replacement = new Readable({
+        read() {
+          replacementRead = true;
+          this.push(null);
+        },
+      });
+      await expect(store.write(cp(1), replacement)).rejects.toThrow(/immutable/);
+      expect(replacementRead).toBe(false);
+      expect(await readAll((await store.open('s1', 'cp-1')).stream)).toEqual(original);
+      expect(await store.readManifest('s1', 'cp-1')).toEqual(first);
+      expect(filesUnder(root).sort()).toEqual(files);
+    });
+
+    test('a source that fails mid-way fails the write with its error; nothing becomes visible', async () => {
+      let pushed = 0;
+      const failure = new Error('source failed');
+      const source = new Readable({
+        read() {
+          if (pushed++ < 20) this.push(randomBytes(64 * 1024));
+          else this.destroy(failure);
+        },
+      });
+      await expect(store.write(cp(1), source)).rejects.toBe(failure);
+      expect(await store.list('s1')).toEqual([]);
+      if (capabilities.failedWritesLeaveNoFiles) expect(filesUnder(root)).toEqual([]);
+      await expect(store.readManifest('s1', 'cp-1')).rejects.toBeInstanceOf(SnapshotNotFoundError);
+    });
+
+    test('an abort mid-way is an AbortError; the source is released and nothing becomes visible', async () => {
+      const controller = new AbortController();
+      // 16 MiB, aborted after 1 MiB: if the abort were ignored, the write would complete and the test fail.
+      let pushed = 0;
+      let written = 0;
+      const source = new Readable({
+        read() {
+          this.push(pushed++ < 256 ? randomBytes(64 * 1024) : null);
+        },
+      });
+      const write = store.write(cp(1), source, {
+        signal: controller.signal,
+        onProgress: (bytes) => {
+          written = bytes;
+          if (bytes >= MiB) controller.abort();
+        },
+      });
+      await expect(write).rejects.toMatchObject({ name: 'AbortError' });
+      expect(written).toBeLessThan(2 * MiB);
+      expect(source.destroyed).toBe(true);
+      expect(await store.list('s1')).toEqual([]);
+      if (capabilities.failedWritesLeaveNoFiles) expect(filesUnder(root)).toEqual([]);
+      await expect(store.readManifest('s1', 'cp-1')).rejects.toBeInstanceOf(SnapshotNotFoundError);
+    });
+
+    test('an already aborted signal fails the write before anything is created', async () => {
+      const controller = new AbortController();
+      controller.abort();
+      await expect(store.write(cp(1), Readable.from(['x']), { signal: controller.signal })).rejects.toThrow();
+      expect(fs.readdirSync(tmp, { recursive: true })).toEqual([]);
+    });
+
+    test('what does not exist is SnapshotNotFound, path-like ids included', async () => {
+      await store.write(cp(1), Readable.from([Buffer.from('one')]));
+      for (const [sessionId, checkpointId] of [
+        ['s1', 'cp-9'],
+        ['never-written', 'cp-1'],
+        ['..', 'store'],
+        ['s1/../s1', 'cp-1'],
+      ] as const) {
+        await expect(store.readManifest(sessionId, checkpointId)).rejects.toBeInstanceOf(SnapshotNotFoundError);
+        await expect(store.open(sessionId, checkpointId)).rejects.toMatchObject({ code: 'SnapshotNotFound' });
+      }
+    });
+
+    test('list: in sequence order (not id order), [] for an unknown session or an id that cannot be one', async () => {
+      for (const sequence of [10, 2, 9])
+        await store.write(cp(sequence), Readable.from([Buffer.from(`state ${sequence}`)]));
+      expect((await store.list('s1')).map((m) => m.checkpointId)).toEqual(['cp-2', 'cp-9', 'cp-10']);
+      await expect(store.list('never-written')).resolves.toEqual([]);
+      await expect(store.list('../x')).resolves.toEqual([]);
+    });
+
+    test('delete: the checkpoint goes, the others stay; deleting again or what never was is no error', async () => {
+      await store.write(cp(1), Readable.from([Buffer.from('one')]));
+      const second = await store.write(cp(2, 'cp-1'), Readable.from([Buffer.from('two')]));
+      await store.delete('s1', 'cp-1');
+      await store.delete('s1', 'cp-1');
+      await store.delete('never-written', 'cp-1');
+      expect(await store.list('s1')).toEqual([second]);
+      await expect(store.readManifest('s1', 'cp-1')).rejects.toMatchObject({ code: 'SnapshotNotFound' });
+      expect((await readAll((await store.open('s1', 'cp-2')).stream)).toString()).toBe('two');
+    });
+
+    test('altered bytes fail the stream with a typed error before it ends, and fail verify', async () => {
+      await store.write(cp(1), streamOf(seeded(7, MiB)));
+      flipLargestFile(path.join(root, 's1'));
+      const code = capabilities.authenticatesData ? 'SnapshotTampered' : 'SnapshotCorrupt';
+      const { stream } = await store.open('s1', 'cp-1');
+      const result = await consume(stream);
+      expect(result.error).toMatchObject({ code, sessionId: 's1', checkpointId: 'cp-1' });
+      expect(result.ended).toBe(false);
+      await expect(store.verify('s1', 'cp-1')).rejects.toMatchObject({ code });
+    });
+
+    withMaintenance('verifyLineage reports each checkpoint, the altered one by its status', async () => {
+      await store.write(cp(1), streamOf(seeded(7, MiB)));
+      const maintenance = store as SnapshotStore & SnapshotMaintenance;
+      expect(await maintenance.verifyLineage('s1')).toEqual([
+        { checkpointId: 'cp-1', sequence: 1, formatVersion: capabilities.formatVersion, status: 'ok' },
+      ]);
+      flipLargestFile(path.join(root, 's1'));
+      expect((await maintenance.verifyLineage('s1'))[0]).toMatchObject({
+        checkpointId: 'cp-1',
+        status: capabilities.authenticatesData ? 'tampered' : 'corrupt',
+      });
+    });
+  });
+}
