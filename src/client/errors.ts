@@ -40,17 +40,17 @@ export function sessionErrorFor(
     case ERROR_CODES.SessionClosed:
       return new SessionClosedError(message, sessionId, options);
     case ERROR_CODES.StoreFull:
-      return new StoreFullError(message, sessionId, options);
+      return new StoreFullError(message, sessionId, '', options);
     case ERROR_CODES.SnapshotNotFound:
-      return new SnapshotNotFoundError(message, sessionId, options);
+      return new SnapshotNotFoundError(message, sessionId, '', options);
     case ERROR_CODES.SnapshotCorrupt:
-      return new SnapshotCorruptError(message, sessionId, options);
+      return new SnapshotCorruptError(message, sessionId, '', options);
     case ERROR_CODES.SnapshotIncompatible:
-      return new SnapshotIncompatibleError(message, sessionId, options);
+      return new SnapshotIncompatibleError(message, sessionId, '', options);
     case ERROR_CODES.SnapshotTampered:
-      return new SnapshotTamperedError(message, sessionId, options);
+      return new SnapshotTamperedError(message, 'tampered', { sessionId }, options);
     case ERROR_CODES.KeyUnavailable:
-      return new KeyUnavailableError(message, sessionId, options);
+      return new KeyUnavailableError(message, '', undefined, { sessionId }, options);
     case ERROR_CODES.RestoreFailed:
       return new RestoreFailedError(message, sessionId, options);
     case ERROR_CODES.RuntimeFailed:

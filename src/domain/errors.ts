@@ -84,48 +84,6 @@ export class SessionClosedError extends SessionError {
   }
 }
 
-/** Thrown when the snapshot store has no room or is read-only: the checkpoint was not written, nothing changed. */
-export class StoreFullError extends SessionError {
-  constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
-    super(ERROR_CODES.StoreFull, message, sessionId, options);
-  }
-}
-
-/** Thrown when a checkpoint's objects are missing from the snapshot store. */
-export class SnapshotNotFoundError extends SessionError {
-  constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
-    super(ERROR_CODES.SnapshotNotFound, message, sessionId, options);
-  }
-}
-
-/** Thrown when a checkpoint's bytes do not verify against its manifest. */
-export class SnapshotCorruptError extends SessionError {
-  constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
-    super(ERROR_CODES.SnapshotCorrupt, message, sessionId, options);
-  }
-}
-
-/** Thrown when a checkpoint's format or runtime version cannot be restored by the workers. */
-export class SnapshotIncompatibleError extends SessionError {
-  constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
-    super(ERROR_CODES.SnapshotIncompatible, message, sessionId, options);
-  }
-}
-
-/** Thrown when a checkpoint failed authentication: altered, swapped between sessions or checkpoints, or forged. */
-export class SnapshotTamperedError extends SessionError {
-  constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
-    super(ERROR_CODES.SnapshotTampered, message, sessionId, options);
-  }
-}
-
-/** Thrown when a key needed to read a checkpoint is not available (not configured, or destroyed on purpose). */
-export class KeyUnavailableError extends SessionError {
-  constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
-    super(ERROR_CODES.KeyUnavailable, message, sessionId, options);
-  }
-}
-
 /** Thrown when a resume could restore no checkpoint (the message lists each one tried and why). */
 export class RestoreFailedError extends SessionError {
   constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
@@ -142,5 +100,114 @@ export class SessionRuntimeError extends SessionError {
     options?: { cause?: unknown },
   ) {
     super(code, message, sessionId, options);
+  }
+}
+
+/**
+ * Thrown for one checkpoint of a session, or one object of the snapshot store: the base of the snapshot errors,
+ * raised by the store and, for a failure of that type, by the client. An empty `checkpointId` means "not known here".
+ */
+export abstract class SnapshotError extends SessionError {
+  constructor(
+    code: ErrorCode,
+    message: string,
+    sessionId: string,
+    readonly checkpointId: string,
+    options?: { cause?: unknown },
+  ) {
+    super(code, message, sessionId, options);
+  }
+}
+
+/** Thrown when a checkpoint's manifest or data object does not exist in the store. */
+export class SnapshotNotFoundError extends SnapshotError {
+  constructor(message: string, sessionId: string, checkpointId = '', options?: { cause?: unknown }) {
+    super(ERROR_CODES.SnapshotNotFound, message, sessionId, checkpointId, options);
+  }
+}
+
+/** Thrown when a checkpoint's bytes do not match its manifest (digest, size) or the manifest is unreadable. */
+export class SnapshotCorruptError extends SnapshotError {
+  constructor(message: string, sessionId: string, checkpointId = '', options?: { cause?: unknown }) {
+    super(ERROR_CODES.SnapshotCorrupt, message, sessionId, checkpointId, options);
+  }
+}
+
+/** Thrown when a checkpoint was written in a format or by a runtime version this reader cannot restore. */
+export class SnapshotIncompatibleError extends SnapshotError {
+  constructor(message: string, sessionId: string, checkpointId = '', options?: { cause?: unknown }) {
+    super(ERROR_CODES.SnapshotIncompatible, message, sessionId, checkpointId, options);
+  }
+}
+
+/**
+ * Thrown when the store cannot take a write: no space, quota exhausted or a read-only filesystem (ENOSPC, EDQUOT,
+ * EROFS). Nothing of the checkpoint is visible; retrying will not help until an operator makes room.
+ */
+export class StoreFullError extends SnapshotError {
+  constructor(message: string, sessionId: string, checkpointId = '', options?: { cause?: unknown }) {
+    super(ERROR_CODES.StoreFull, message, sessionId, checkpointId, options);
+  }
+}
+
+/** Why an object or a wrapped key could not be opened. */
+export type CryptoFailureReason =
+  /** Authentication failed with the right key, or the header does not name what the reader expected. */
+  | 'tampered'
+  /** The key supplied is not the one the object or wrapped key was sealed under (or its commitment was altered). */
+  | 'wrong-key'
+  /** The key needed is not available (never configured, removed, or crypto-shredded). */
+  | 'missing-key'
+  /** The object is shorter than its header says. */
+  | 'truncated'
+  /** The bytes are not a sealed object (bad magic, unparseable header, trailing bytes, bad wrapped-key JSON). */
+  | 'malformed'
+  /** Plaintext mode only: the SHA-256 does not match. Corruption, not proof of tampering (see the module doc). */
+  | 'corrupt';
+
+/** What the errors below know about where they happened; empty strings on SnapshotError mean "not known here". */
+export interface CryptoErrorContext {
+  sessionId?: string;
+  checkpointId?: string;
+  objectId?: string;
+}
+
+/**
+ * Thrown when a sealed object or a wrapped data key fails authentication or its integrity checks, or is not the
+ * object the reader asked for. No plaintext is ever returned alongside it. `reason` says which check failed.
+ */
+export class SnapshotTamperedError extends SnapshotError {
+  readonly objectId: string | undefined;
+
+  constructor(
+    message: string,
+    readonly reason: Exclude<CryptoFailureReason, 'missing-key'>,
+    context: CryptoErrorContext = {},
+    options?: { cause?: unknown },
+  ) {
+    // Damage (truncated, malformed, a plaintext digest mismatch) is SnapshotCorrupt; failed authentication is tampering.
+    const code =
+      reason === 'tampered' || reason === 'wrong-key' ? ERROR_CODES.SnapshotTampered : ERROR_CODES.SnapshotCorrupt;
+    super(code, message, context.sessionId ?? '', context.checkpointId ?? '', options);
+    this.objectId = context.objectId;
+  }
+}
+
+/**
+ * Thrown when a master key or a data key needed to open an object is not available: not configured on this
+ * worker, removed from the keyring, or deliberately destroyed (crypto-shredding). Retrying does not help.
+ */
+export class KeyUnavailableError extends SnapshotError {
+  readonly reason = 'missing-key' as const;
+
+  constructor(
+    message: string,
+    /** The missing key's id; empty when the raiser does not know it (the client, from a failure). */
+    readonly keyId: string,
+    readonly keyKind: 'master' | 'data' | undefined,
+    context: CryptoErrorContext = {},
+    options?: { cause?: unknown },
+  ) {
+    super(ERROR_CODES.KeyUnavailable, message, context.sessionId ?? '', context.checkpointId ?? '', options);
   }
 }

@@ -15,6 +15,7 @@
  */
 import { createRequire } from 'node:module';
 import * as zlib from 'node:zlib';
+import { DurableSessionsError } from '../../domain/errors';
 
 /**
  * Codec ids, stored as a u8 in every chunk header. They are part of the on-disk format: never renumber or reuse one;
@@ -64,7 +65,8 @@ export type ChunkCodecFailure =
   | 'Corrupt';
 
 /** Thrown when a chunk body cannot be decoded into the expected plaintext: unknown codec, corrupt body, wrong size. */
-export class ChunkCodecError extends Error {
+export class ChunkCodecError extends DurableSessionsError {
+  readonly code: ChunkCodecFailure;
   constructor(
     message: string,
     readonly reason: ChunkCodecFailure,
@@ -73,7 +75,7 @@ export class ChunkCodecError extends Error {
     options?: { cause?: unknown },
   ) {
     super(message, options);
-    this.name = new.target.name;
+    this.code = reason;
   }
 }
 

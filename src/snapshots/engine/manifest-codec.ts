@@ -16,17 +16,15 @@
  * Both decode to the same `{ header, chunks }`; the header is checked by the caller's schema, the chunks here.
  */
 
+import { DurableSessionsError } from '../../domain/errors';
 import { TABLE_FORMAT_VERSION } from '../format';
 
 /** Where a chunk is: `[chunkId (hex), plaintext size, pack id, offset in the pack, sealed length]`. */
 export type Location = [string, number, string, number, number];
 
 /** Thrown when a manifest body does not decode; the caller reports it as the checkpoint's corruption. */
-export class ManifestBodyError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'ManifestBodyError';
-  }
+export class ManifestBodyError extends DurableSessionsError {
+  readonly code = 'ManifestBody';
 }
 
 const MAGIC = Buffer.from('DSM3');
