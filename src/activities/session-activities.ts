@@ -1,7 +1,8 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { ApplicationFailure, Context, log } from '@temporalio/activity';
 import type { RuntimeInstanceRef } from '../api/messages';
-import { ERROR_CODES } from '../domain/error-codes';
+import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
+import { DurableSessionsError } from '../errors';
 import type {
   CheckpointRef,
   CheckpointTrigger,
@@ -12,7 +13,7 @@ import type {
 } from '../domain/schemas';
 import type { ExitInfo, RuntimeInstanceInfo, RuntimeRegistry, SessionRuntime } from '../runtimes';
 import { HostRefusedError, HostState, type ExitCursor } from './host-state';
-import { ArchiveRejectedError, RuntimeFailedError, RuntimeNotFoundError } from '../runtimes';
+import { RuntimeNotFoundError } from '../runtimes';
 import {
   type CheckpointManifest,
   SnapshotError,
@@ -459,21 +460,20 @@ function throttled(report: (bytesDone: number) => void, intervalMs = 500): (byte
   };
 }
 
-/** Typed, permanent errors become non-retryable failures; everything else stays retryable. */
+/**
+ * A typed error with a wire code becomes a failure of that type, non-retryable unless the error says it is
+ * retryable. Anything else (an I/O error the store or runtime did not type) is thrown as is: the retry policy
+ * retries it.
+ */
 function toFailure(err: unknown): unknown {
   if (err instanceof ApplicationFailure) return err;
-  if (err instanceof SnapshotError) {
-    return ApplicationFailure.create({ message: err.message, type: err.code, nonRetryable: true, cause: err });
-  }
-  if (err instanceof RuntimeFailedError) {
-    return ApplicationFailure.create({ message: err.message, type: ERROR_CODES.RuntimeFailed, nonRetryable: true });
-  }
-  if (err instanceof RuntimeNotFoundError) {
-    return ApplicationFailure.create({ message: err.message, type: ERROR_CODES.RuntimeLost, nonRetryable: true });
-  }
-  if (err instanceof ArchiveRejectedError) {
-    // The archive itself is malformed or hostile: no retry can make it restorable.
-    return ApplicationFailure.create({ message: err.message, type: ERROR_CODES.SnapshotCorrupt, nonRetryable: true });
+  if (err instanceof DurableSessionsError && isErrorCode(err.code)) {
+    return ApplicationFailure.create({
+      message: err.message,
+      type: err.code,
+      nonRetryable: !err.retryable,
+      cause: err,
+    });
   }
   return err;
 }
