@@ -5,23 +5,16 @@
 
 // Reading and writing checkpoints.
 export type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from './snapshot-store';
-export {
-  isStateSource,
-  isUnchangedRange,
-  sourceBytes,
-  sourceStream,
-  type StateSource,
-  type UnchangedRange,
-} from './state-source';
+export { isUnchangedRange, sourceBytes, sourceStream, type StateSource, type UnchangedRange } from './state-source';
 
 // Opening a store: from the configuration, or from explicit options (tests, benchmarks).
 export { chunkCodecFor, ensureDevMasterKey, openSnapshotStore } from './open-snapshot-store';
 export { ChunkedSnapshotStore, type ChunkedStoreOptions } from './engine/chunked-store';
-export { Keyring, type KeyringEntry } from './engine/keyring';
+export { Keyring } from './engine/keyring';
 export { FsSnapshotStore } from './fs-snapshot-store';
 // What the configuration's chunking and codec settings mean.
-export { chunkerFor, DEFAULT_CHUNKER, type ChunkerOptions } from './engine/chunker';
-export { CODECS, isCodecAvailable, type CodecId } from './engine/codec';
+export { chunkerFor, DEFAULT_CHUNKER } from './engine/chunker';
+export { CODECS, isCodecAvailable } from './engine/codec';
 
 // The operator's verbs: verify, gc, rekey, shred.
 export type { GcReport, SnapshotMaintenance, VerifyResult } from './snapshot-maintenance';

@@ -44,3 +44,14 @@ export function consume(stream: Readable): Promise<{ bytes: Buffer; ended: boole
     stream.on('close', () => resolve({ bytes: Buffer.concat(chunks), ended, error }));
   });
 }
+
+/** What a refused claim on session `s1` looks like to a caller: SessionIdTakenError with `message`. */
+export function sessionIdTaken(message: RegExp) {
+  return {
+    code: 'SessionAlreadyExists',
+    name: 'SessionIdTakenError',
+    sessionId: 's1',
+    checkpointId: '',
+    message: expect.stringMatching(message),
+  };
+}

@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import {
+  SessionIdTakenError,
   SnapshotNotFoundError,
   type CheckpointManifest,
   type NewCheckpoint,
@@ -11,7 +12,7 @@ import {
   type SnapshotStore,
 } from '../../src/snapshots';
 import { seeded } from '../helpers/bytes';
-import { consume, cp, readAll } from '../helpers/checkpoints';
+import { consume, cp, readAll, sessionIdTaken as taken } from '../helpers/checkpoints';
 
 /** What a store under the contract can do beyond the SnapshotStore interface; a case that needs more is skipped. */
 export interface StoreCapabilities {
@@ -257,6 +258,65 @@ export function runSnapshotStoreContract({ name, newStore, capabilities }: Snaps
       expect((await maintenance.verifyLineage('s1'))[0]).toMatchObject({
         checkpointId: 'cp-1',
         status: capabilities.authenticatesData ? 'tampered' : 'corrupt',
+      });
+    });
+
+    describe('claims: a session id is owned once, for good', () => {
+      const claimFile = (session = 's1') => path.join(root, session, 'claim.json');
+
+      test('the first claim wins; the same owner again is a no-op; another owner is refused', async () => {
+        const s = store;
+        await s.claim('s1', 'run-a');
+        const recorded = fs.readFileSync(claimFile(), 'utf8');
+        expect(JSON.parse(recorded)).toEqual({ owner: 'run-a', claimedAt: expect.any(String) });
+        // A retried activity: accepted, and the claim is not rewritten.
+        await s.claim('s1', 'run-a');
+        expect(fs.readFileSync(claimFile(), 'utf8')).toBe(recorded);
+        const refused = s.claim('s1', 'run-b');
+        await expect(refused).rejects.toBeInstanceOf(SessionIdTakenError);
+        await expect(refused).rejects.toMatchObject(
+          taken(/session id s1 is taken: it was claimed by "run-a", not "run-b"/),
+        );
+        // A claim is no checkpoint: the session lists none, and its checkpoints are written beside it as usual.
+        expect(await s.list('s1')).toEqual([]);
+        await s.write(cp(1), Readable.from([randomBytes(10_000)]));
+        expect((await s.list('s1')).map((m) => m.checkpointId)).toEqual(['cp-1']);
+        await s.claim('s1', 'run-a');
+      });
+
+      test('a session with checkpoints from before claims is taken, even for its first claimer', async () => {
+        const s = store;
+        await s.write(cp(1), Readable.from([randomBytes(10_000)]));
+        await expect(s.claim('s1', 'run-a')).rejects.toMatchObject(taken(/taken: the store holds .*cp-1/));
+        expect(fs.existsSync(claimFile())).toBe(false);
+      });
+
+      test('racing claimers: exactly one owner wins, every caller of that owner succeeds', async () => {
+        const s = store;
+        const owners = ['run-a', 'run-b', 'run-a', 'run-c', 'run-b', 'run-a'];
+        const results = await Promise.allSettled(owners.map((owner) => s.claim('s1', owner)));
+        const winner = (JSON.parse(fs.readFileSync(claimFile(), 'utf8')) as { owner: string }).owner;
+        expect(results.map((r) => r.status)).toEqual(owners.map((o) => (o === winner ? 'fulfilled' : 'rejected')));
+        expect(fs.readdirSync(path.join(root, 's1'))).toEqual(['claim.json']);
+      });
+
+      test('the claim outlives every checkpoint of the session: the id stays used', async () => {
+        const s = store;
+        await s.claim('s1', 'run-a');
+        await s.write(cp(1), Readable.from([randomBytes(10_000)]));
+        await s.delete('s1', 'cp-1');
+        await expect(s.claim('s1', 'run-b')).rejects.toMatchObject(taken(/claimed by "run-a"/));
+      });
+
+      test('a claim that cannot be read still takes the id; bad ids and owners are refused before anything', async () => {
+        const s = store;
+        fs.mkdirSync(path.join(root, 's1'), { recursive: true });
+        fs.writeFileSync(claimFile(), '{"owner":');
+        await expect(s.claim('s1', 'run-a')).rejects.toMatchObject(taken(/its claim is unreadable/));
+        await expect(s.claim('../escape', 'run-a')).rejects.toThrow(TypeError);
+        await expect(s.claim('s2', '')).rejects.toThrow(TypeError);
+        await expect(s.claim('s2', 'line\nbreak')).rejects.toThrow(TypeError);
+        expect(fs.readdirSync(root)).toEqual(['s1']);
       });
     });
   });
