@@ -2,12 +2,7 @@
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-
-/** Duck-typed: errors from Node internals may come from another realm (jest, vm), so instanceof is unreliable. */
-export function hasCode(error: unknown, ...codes: string[]): boolean {
-  const code: unknown = (error as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && codes.includes(code);
-}
+import { isErrnoError } from './errors';
 
 /** Makes the entries of `dir` (a rename, a new file) durable: a rename is only durable once its directory is. */
 export async function fsyncDir(dir: string): Promise<void> {
@@ -46,7 +41,7 @@ export async function ensureDir(path: string): Promise<string | undefined> {
   try {
     return await fs.mkdir(path, { recursive: true });
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    if (!isErrnoError(err, 'ENOENT')) throw err;
     let missing = path;
     while (dirname(missing) !== missing && !(await exists(dirname(missing)))) missing = dirname(missing);
     await fs.mkdir(missing);
@@ -74,7 +69,7 @@ export async function readSmall(path: string, maxBytes: number): Promise<Buffer 
   try {
     handle = await fs.open(path, 'r');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    if (isErrnoError(err, 'ENOENT')) return null;
     throw err;
   }
   try {
@@ -118,7 +113,7 @@ export async function publish(path: string, bytes: Buffer, options: { replace?: 
       try {
         await fs.link(tmp, path);
       } catch (err) {
-        if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
+        if (isErrnoError(err, 'EEXIST')) return false;
         throw err;
       }
     } else {

@@ -3,6 +3,7 @@ import { SessionClient } from '../client';
 import type { Config } from '../config';
 import { connectionOptions } from '../temporal-connection';
 import { TemporalUnavailableError } from './errors';
+import { isError } from '../errors';
 import type { Invocation } from './parse';
 import { withProgressBar } from './progress-bar';
 import { listLines, statusLines, timelineLines, verificationReport, type Output } from './render';
@@ -43,7 +44,7 @@ export async function runSessionCommand(invocation: SessionInvocation, config: C
 }
 
 function isUnavailable(err: unknown): boolean {
-  for (let cause = err; cause instanceof Error; cause = cause.cause) {
+  for (let cause: unknown = err; isError(cause); cause = cause.cause) {
     if (isGrpcServiceError(cause) && (cause.code as number) === GRPC_UNAVAILABLE) return true;
   }
   return false;

@@ -361,7 +361,7 @@ export function toSessionError(err: unknown, sessionId: string): unknown {
   if (err instanceof WorkflowNotFoundError) {
     return new SessionNotFoundError(`session ${sessionId} does not exist`, sessionId, { cause: err });
   }
-  for (let cause: unknown = err; cause instanceof Error; cause = cause.cause) {
+  for (let cause: unknown = err; isError(cause); cause = cause.cause) {
     if (cause instanceof ApplicationFailure && isErrorCode(cause.type)) {
       return sessionErrorFor(cause.type, cause.message, sessionId, err, cause.details?.[0]);
     }

@@ -11,7 +11,7 @@
 import * as fs from 'node:fs/promises';
 import { join } from 'node:path';
 import { SessionId } from '../domain/schemas';
-import { hasCode } from '../fs-io';
+import { isErrnoError } from '../errors';
 
 /** How long a temp file or pin must go untouched before it counts as abandoned. */
 export const ABANDONED_AFTER_MS = 60 * 60_000;
@@ -114,7 +114,7 @@ export async function removeIfBefore(path: string, before: number, dryRun: boole
     await fs.rm(path);
   } catch (err) {
     // Removed meanwhile (a second cleaner, or the writer's own cleanup): not ours to count.
-    if (hasCode(err, 'ENOENT')) return null;
+    if (isErrnoError(err, 'ENOENT')) return null;
     throw err;
   }
   return st.size;

@@ -12,7 +12,8 @@ import {
 import { finished, pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 import { CheckpointId, SessionId } from '../domain/schemas';
-import { ensureDir, fsyncDir, hasCode } from '../fs-io';
+import { isErrnoError } from '../errors';
+import { ensureDir, fsyncDir } from '../fs-io';
 import {
   abandonedAge,
   keepTouched,
@@ -140,7 +141,7 @@ export class FsSnapshotStore implements SnapshotStore {
     try {
       handle = await fs.open(paths.manifest, 'r');
     } catch (error) {
-      if (hasCode(error, 'ENOENT')) {
+      if (isErrnoError(error, 'ENOENT')) {
         throw new SnapshotNotFoundError(
           `${checkpointName(sessionId, checkpointId)} does not exist`,
           sessionId,
@@ -171,7 +172,7 @@ export class FsSnapshotStore implements SnapshotStore {
     try {
       handle = await fs.open(this.paths(sessionId, checkpointId).data, 'r');
     } catch (error) {
-      if (hasCode(error, 'ENOENT')) {
+      if (isErrnoError(error, 'ENOENT')) {
         const message = `${checkpointName(sessionId, checkpointId)} has a manifest but its data object is missing`;
         throw new SnapshotNotFoundError(message, sessionId, checkpointId, { cause: error });
       }
@@ -197,7 +198,7 @@ export class FsSnapshotStore implements SnapshotStore {
     try {
       names = await fs.readdir(join(this.root, sessionId));
     } catch (error) {
-      if (hasCode(error, 'ENOENT')) return [];
+      if (isErrnoError(error, 'ENOENT')) return [];
       throw error;
     }
     const manifests: CheckpointManifest[] = [];
@@ -227,7 +228,7 @@ export class FsSnapshotStore implements SnapshotStore {
     try {
       await fs.rmdir(paths.dir);
     } catch (error) {
-      if (!hasCode(error, 'ENOENT', 'ENOTEMPTY', 'EEXIST')) throw error;
+      if (!isErrnoError(error, 'ENOENT', 'ENOTEMPTY', 'EEXIST')) throw error;
     }
   }
 
@@ -272,7 +273,7 @@ export class FsSnapshotStore implements SnapshotStore {
     try {
       await fs.access(manifestPath);
     } catch (error) {
-      if (hasCode(error, 'ENOENT')) return;
+      if (isErrnoError(error, 'ENOENT')) return;
       throw error;
     }
     throw new Error(`${checkpointName(sessionId, checkpointId)} exists already; checkpoints are immutable`);

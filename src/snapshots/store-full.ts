@@ -1,3 +1,4 @@
+import { messageOf } from '../errors';
 import { SnapshotError, StoreFullError } from './errors';
 
 /** What each errno that means "no room" says, for a message an operator can act on. */
@@ -17,6 +18,6 @@ export function asStoreFull(err: unknown, sessionId: string, checkpointId: strin
   const code = (err as { code?: unknown } | null)?.code;
   const reason = NO_ROOM.get(code);
   if (reason === undefined) return err;
-  const detail = err instanceof Error ? err.message : String(err);
+  const detail = messageOf(err);
   return new StoreFullError(`${what} was not stored: ${reason} (${detail})`, sessionId, checkpointId, { cause: err });
 }

@@ -8,6 +8,7 @@
  * batch's sealed objects are appended to a pack with one (vectored) write.
  */
 import { createHash, createHmac } from 'node:crypto';
+import { messageOf } from '../../errors';
 import { ChunkCodecError, compressChunk, decompressChunk, type CodecId } from './codec';
 import { openObject, sealedLength, sealObjectInto, sealPlaintextObjectInto } from './crypto';
 import { type CryptoFailureReason, SnapshotTamperedError } from '../errors';
@@ -223,8 +224,4 @@ export function openBatch(
 ): OpenBatchResult {
   const opened = openBodies(context, sealed, entries);
   return opened.ok ? decodeBodies(opened.bodies, context.key === null) : opened;
-}
-
-function messageOf(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

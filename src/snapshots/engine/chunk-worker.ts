@@ -4,6 +4,7 @@
  * per write and stay until released; an open brings its own. Neither leaves the process.
  */
 import { parentPort } from 'node:worker_threads';
+import { messageOf } from '../../errors';
 import { openBatch, sealBatch } from './chunk-work';
 import {
   fromOpenWireContext,
@@ -59,7 +60,7 @@ port.on('message', (request: PoolRequest) => {
       reply = { job: request.job, type: 'seal', result, data: request.data };
     }
   } catch (err) {
-    reply = { job: request.job, type: 'error', message: err instanceof Error ? err.message : String(err) };
+    reply = { job: request.job, type: 'error', message: messageOf(err) };
   }
   port.postMessage(reply, transferList(reply));
 });

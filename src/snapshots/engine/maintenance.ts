@@ -15,6 +15,7 @@ import {
   type AbandonedReport,
   type CleanAbandonedOptions,
 } from '../abandoned';
+import { messageOf } from '../../errors';
 import { SnapshotError, SnapshotTamperedError, verificationStatusOf } from '../errors';
 import type { GcReport, SnapshotMaintenance, VerifyResult } from '../snapshot-maintenance';
 import { checkSessionId, LEGACY_MANIFEST_SUFFIX, MANIFEST_SUFFIX, TEMP_DIRS, type StoreLayout } from './layout';
@@ -243,8 +244,4 @@ export class StoreMaintenance implements SnapshotMaintenance {
     }
     return live;
   }
-}
-
-function messageOf(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }
