@@ -1,2 +1,3 @@
 export * from './session-activities';
+export type * from './activity-inputs';
 export * from './host-state';

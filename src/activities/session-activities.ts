@@ -3,16 +3,19 @@ import { ApplicationFailure, Context, log } from '@temporalio/activity';
 import type { RuntimeInstanceRef } from '../api/messages';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { DurableSessionsError } from '../errors';
-import type {
-  CheckpointRef,
-  CheckpointTrigger,
-  RuntimeKind,
-  RuntimeSpec,
-  VerificationResult,
-  VerificationStatus,
-} from '../domain/schemas';
+import type { CheckpointRef, RuntimeKind, VerificationResult, VerificationStatus } from '../domain/schemas';
 import type { ExitInfo, RuntimeInstanceInfo, RuntimeRegistry, SessionRuntime } from '../runtimes';
-import { HostRefusedError, HostState, type ExitCursor } from './host-state';
+import type {
+  CaptureInput,
+  HostLeaseInput,
+  HostLeaseResult,
+  InstanceInput,
+  RestoreInput,
+  StartRuntimeInput,
+  VerifyCheckpointInput,
+  WatchResult,
+} from './activity-inputs';
+import { HostRefusedError, HostState } from './host-state';
 import { RuntimeNotFoundError } from '../runtimes';
 import {
   type CheckpointManifest,
@@ -39,60 +42,6 @@ export interface ActivityDeps {
   watchRoundMs?: number;
   /** How long the host's lease runs before it returns the exits its sessions asked for (default 10 minutes). */
   leaseRoundMs?: number;
-}
-
-export interface StartRuntimeInput {
-  sessionId: string;
-  instanceId: string;
-  spec: RuntimeSpec;
-}
-
-export interface CaptureInput {
-  sessionId: string;
-  instance: RuntimeInstanceRef;
-  checkpointId: string;
-  sequence: number;
-  parentId: string | null;
-  trigger: CheckpointTrigger;
-  label?: string;
-}
-
-export interface RestoreInput extends StartRuntimeInput {
-  checkpointId: string;
-  /**
-   * What the workflow recorded when the checkpoint was taken. History cannot be rewritten by whoever can write the
-   * store, so a manifest that disagrees (a planted or downgraded checkpoint) is refused.
-   */
-  expected?: { formatVersion: number; digest: string; encryption?: 'aes-256-gcm' | 'none' };
-}
-
-export interface InstanceInput {
-  instance: RuntimeInstanceRef;
-  graceMs?: number;
-  /** Also remove what the instance leaves on its host (stopRuntime): one step instead of two. */
-  dispose?: boolean;
-}
-
-export type WatchResult = { exited: true; exit: ExitInfo } | { exited: false };
-
-export interface HostLeaseInput {
-  /** The instances the monitor watches. */
-  instances: string[];
-  /** Exits up to here were passed on. */
-  after?: ExitCursor;
-}
-
-export interface HostLeaseResult {
-  cursor: ExitCursor;
-  exits: { instanceId: string; exit: ExitInfo }[];
-  released: string[];
-  missing: string[];
-}
-
-export interface VerifyCheckpointInput {
-  sessionId: string;
-  checkpointId: string;
-  expected?: RestoreInput['expected'];
 }
 
 /**

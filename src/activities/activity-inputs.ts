@@ -1,0 +1,59 @@
+/** What the workflows send the activities and get back: the activities' wire shapes, apart from their code. */
+import type { RuntimeInstanceRef } from '../api/messages';
+import type { CheckpointTrigger, RuntimeSpec } from '../domain/schemas';
+import type { ExitInfo } from '../runtimes';
+import type { ExitCursor } from './host-state';
+
+export interface StartRuntimeInput {
+  sessionId: string;
+  instanceId: string;
+  spec: RuntimeSpec;
+}
+
+export interface CaptureInput {
+  sessionId: string;
+  instance: RuntimeInstanceRef;
+  checkpointId: string;
+  sequence: number;
+  parentId: string | null;
+  trigger: CheckpointTrigger;
+  label?: string;
+}
+
+export interface RestoreInput extends StartRuntimeInput {
+  checkpointId: string;
+  /**
+   * What the workflow recorded when the checkpoint was taken. History cannot be rewritten by whoever can write the
+   * store, so a manifest that disagrees (a planted or downgraded checkpoint) is refused.
+   */
+  expected?: { formatVersion: number; digest: string; encryption?: 'aes-256-gcm' | 'none' };
+}
+
+export interface InstanceInput {
+  instance: RuntimeInstanceRef;
+  graceMs?: number;
+  /** Also remove what the instance leaves on its host (stopRuntime): one step instead of two. */
+  dispose?: boolean;
+}
+
+export type WatchResult = { exited: true; exit: ExitInfo } | { exited: false };
+
+export interface HostLeaseInput {
+  /** The instances the monitor watches. */
+  instances: string[];
+  /** Exits up to here were passed on. */
+  after?: ExitCursor;
+}
+
+export interface HostLeaseResult {
+  cursor: ExitCursor;
+  exits: { instanceId: string; exit: ExitInfo }[];
+  released: string[];
+  missing: string[];
+}
+
+export interface VerifyCheckpointInput {
+  sessionId: string;
+  checkpointId: string;
+  expected?: RestoreInput['expected'];
+}
