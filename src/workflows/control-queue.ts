@@ -3,8 +3,8 @@ import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
 import type { RememberedResult } from '../domain/records';
 import type { ResumeInput } from '../domain/schemas';
 import { isFinal, isStable, planControl, type Control, type Phase, type StablePhase } from '../domain/session-state';
-import { closed, failure, invalidTransition, typeOf } from './failures';
-import { messageOf, parseControl } from './inputs';
+import { closed, failure, failureMessage, invalidTransition, typeOf } from './failures';
+import { parseControl } from './inputs';
 import type { Session } from './session';
 
 /** Idempotency results kept (and carried across continue-as-new) per session. */
@@ -88,7 +88,7 @@ export class ControlQueue {
           this.remember({
             key,
             control,
-            outcome: { ok: false, type: typeOf(err) ?? ERROR_CODES.RuntimeFailed, message: messageOf(err) },
+            outcome: { ok: false, type: typeOf(err) ?? ERROR_CODES.RuntimeFailed, message: failureMessage(err) },
           }),
       );
     }

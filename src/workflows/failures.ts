@@ -1,6 +1,5 @@
 import { ActivityFailure, ApplicationFailure, TimeoutFailure } from '@temporalio/workflow';
-import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
-import { messageOf } from './inputs';
+import { ERROR_CODES, isErrorCode, type ErrorCode } from '../domain/error-codes';
 
 /**
  * The typed, non-retryable failure that handlers and the run end with. A plain Error thrown from workflow code would
@@ -21,14 +20,16 @@ export function closed(): ApplicationFailure {
 /** The failure type of an activity error, if it is one of ours. */
 export function typeOf(err: unknown): ErrorCode | undefined {
   const cause = err instanceof ActivityFailure ? err.cause : err;
-  if (
-    cause instanceof ApplicationFailure &&
-    cause.type &&
-    (Object.values(ERROR_CODES) as string[]).includes(cause.type)
-  ) {
-    return cause.type as ErrorCode;
-  }
-  return undefined;
+  return cause instanceof ApplicationFailure && isErrorCode(cause.type) ? cause.type : undefined;
+}
+
+/**
+ * The message of an error, or of the failure an activity reported. Workflow code's own: src/errors.ts is Node code and
+ * does not unwrap an ActivityFailure.
+ */
+export function failureMessage(err: unknown): string {
+  const cause = err instanceof ActivityFailure && err.cause ? err.cause : err;
+  return cause instanceof Error ? cause.message : String(cause);
 }
 
 /** An activity that timed out before any worker started it: it did nothing anywhere. */
@@ -46,7 +47,7 @@ export function asFailure(err: unknown, context: string): ApplicationFailure {
   if (err instanceof ApplicationFailure && !(err instanceof ActivityFailure)) return err;
   return ApplicationFailure.create({
     type: type ?? ERROR_CODES.RuntimeFailed,
-    message: `${context}: ${messageOf(err)}`,
+    message: `${context}: ${failureMessage(err)}`,
     nonRetryable: true,
   });
 }

@@ -13,7 +13,8 @@ import {
 import type { ExitCursor, HostLeaseResult, SessionActivities } from '../activities';
 import { attachRuntimeSignal, hostStartedSignal, runtimeReportSignal, watchTaskQueue } from '../api/messages';
 import { HostAttachment, HostWorkflowInput, type RuntimeReport } from '../domain/records';
-import { issueSummary, messageOf, parse } from './inputs';
+import { issueSummary, parse } from './inputs';
+import { failureMessage } from './failures';
 
 /** Without a session's own setting, a host is lost after 30 s without a heartbeat or 60 s without polling. */
 const DEFAULT_HEARTBEAT_TIMEOUT_MS = 30_000;
@@ -73,7 +74,7 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
       if (isCancellation(err)) throw err;
       // Lost contact with the lease. A Temporal outage does that to a live host too: ask before declaring anything.
       if (await answers(input.hostTaskQueue, timeouts)) continue;
-      await hostLost(`its worker host ${input.hostTaskQueue} stopped answering: ${messageOf(err)}`);
+      await hostLost(`its worker host ${input.hostTaskQueue} stopped answering: ${failureMessage(err)}`);
     } finally {
       lease = undefined;
       leaseTimeouts = undefined;

@@ -1,4 +1,4 @@
-import { ActivityFailure, ApplicationFailure } from '@temporalio/workflow';
+import { ApplicationFailure } from '@temporalio/workflow';
 import type { z } from 'zod';
 import { ERROR_CODES } from '../domain/error-codes';
 
@@ -22,12 +22,6 @@ export function parse<T>(schema: z.ZodType<T>, raw: unknown): T {
     });
   }
   return result.data;
-}
-
-/** The message of an error, or of the failure an activity reported. */
-export function messageOf(err: unknown): string {
-  const cause = err instanceof ActivityFailure && err.cause ? err.cause : err;
-  return cause instanceof Error ? cause.message : String(cause);
 }
 
 /** Controls whose every field is optional may be sent with no input at all (`temporal workflow update` without --input). */

@@ -12,8 +12,8 @@ import { ERROR_CODES } from '../domain/error-codes';
 import { RuntimeReport } from '../domain/records';
 import { askHost, onHost, stopAndDispose, watcherOn } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
-import { typeOf } from './failures';
-import { issueSummary, messageOf } from './inputs';
+import { failureMessage, typeOf } from './failures';
+import { issueSummary } from './inputs';
 import { ASK_HOST_PATCH, CONTRACTS_PATCH, HOST_MONITOR_PATCH } from './patches';
 import { restoreFailed, restoreWithFallback, resumed } from './restore';
 import { now, type Session } from './session';
@@ -60,12 +60,12 @@ export class Recovery {
           if (!hostSaidLost && (await this.stillRunsOnHost(runtime))) {
             log.warn('lost contact with the runtime, but its host still runs it: watching again', {
               instanceId: runtime.instanceId,
-              reason: messageOf(err),
+              reason: failureMessage(err),
             });
             if (state.runtime?.instanceId === runtime.instanceId && state.phase === 'running') this.watch(runtime);
             return;
           }
-          await this.onRuntimeLost(runtime, messageOf(err));
+          await this.onRuntimeLost(runtime, failureMessage(err));
         });
       },
     );
@@ -105,7 +105,7 @@ export class Recovery {
       .catch((err: unknown) => {
         // Every worker starts its host's monitor before it takes work: a host without one is not a host any more.
         void this.queue.serial(() =>
-          this.onRuntimeLost(runtime, `its host has no monitor to watch it: ${messageOf(err)}`),
+          this.onRuntimeLost(runtime, `its host has no monitor to watch it: ${failureMessage(err)}`),
         );
       });
   }

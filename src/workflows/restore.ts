@@ -4,8 +4,8 @@ import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS } from '../domain/error-codes';
 import type { CheckpointRef } from '../domain/schemas';
 import { isFinal } from '../domain/session-state';
 import { onPlacedHost } from './activity-proxies';
-import { typeOf } from './failures';
-import { messageOf } from './inputs';
+import { failureMessage, typeOf } from './failures';
+
 import { CONTRACTS_PATCH } from './patches';
 import { now, type Session } from './session';
 
@@ -63,10 +63,10 @@ export async function restoreWithFallback(
       const type = typeOf(err);
       if (!type || !PERMANENT_SNAPSHOT_ERRORS.includes(type)) {
         // Not a property of this checkpoint (retries exhausted, no host): an older one would not help.
-        const reason = `restore of checkpoint ${candidate.checkpointId} failed: ${type ? `${type}: ` : ''}${messageOf(err)}`;
+        const reason = `restore of checkpoint ${candidate.checkpointId} failed: ${type ? `${type}: ` : ''}${failureMessage(err)}`;
         return { ok: false, permanent: false, reason };
       }
-      const reason = `${type}: ${messageOf(err)}`;
+      const reason = `${type}: ${failureMessage(err)}`;
       skipped.push({ checkpointId: candidate.checkpointId, reason });
       const next = candidates[candidates.indexOf(candidate) + 1];
       session.record({

@@ -15,8 +15,8 @@ import {
 } from '../domain/schemas';
 import { local, onHost, onPlacedHost, shared, stopAndDispose, verifier } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
-import { asFailure, failure, typeOf } from './failures';
-import { messageOf, parseControl } from './inputs';
+import { asFailure, failure, failureMessage, typeOf } from './failures';
+import { parseControl } from './inputs';
 import { CONTRACTS_PATCH, LEAN_PATCH } from './patches';
 import type { Recovery } from './recovery';
 import { recorded, restoreFailed, restoreWithFallback, resumed } from './restore';
@@ -181,7 +181,7 @@ export class SessionController {
       return true;
     } catch (err) {
       const type = typeOf(err) ?? ERROR_CODES.RuntimeFailed;
-      state.failure = { type, message: messageOf(err), at: now() };
+      state.failure = { type, message: failureMessage(err), at: now() };
       state.phase = 'failed';
       return false;
     }
@@ -198,7 +198,10 @@ export class SessionController {
       session.apply({ type: 'started' });
       this.recovery.watch(runtime);
     } catch (err) {
-      session.fail(typeOf(err) ?? ERROR_CODES.RuntimeFailed, `the runtime could not be started: ${messageOf(err)}`);
+      session.fail(
+        typeOf(err) ?? ERROR_CODES.RuntimeFailed,
+        `the runtime could not be started: ${failureMessage(err)}`,
+      );
     }
   }
 
@@ -224,7 +227,7 @@ export class SessionController {
     } catch (err) {
       session.apply({ type: 'checkpointFailed' });
       session.controlFailed('drain', err);
-      answer({ drained: false, checkpoint: null, detail: `no checkpoint could be taken: ${messageOf(err)}` });
+      answer({ drained: false, checkpoint: null, detail: `no checkpoint could be taken: ${failureMessage(err)}` });
       return;
     }
     await this.stopRuntime();
@@ -263,7 +266,7 @@ export class SessionController {
   private verifyInBackground(ref: CheckpointRef): void {
     const running = this.verify(ref, 'background').catch((err: unknown) => {
       // Only a store that stayed unreachable through every retry gets here; nothing is recorded for it.
-      log.warn('background verification did not run', { checkpointId: ref.checkpointId, error: messageOf(err) });
+      log.warn('background verification did not run', { checkpointId: ref.checkpointId, error: failureMessage(err) });
     });
     this.verifying.add(running);
     void running.finally(() => this.verifying.delete(running));
@@ -300,7 +303,7 @@ export class SessionController {
       } catch (err) {
         log.warn('checkpoint not deleted; retention will try again', {
           checkpointId: c.checkpointId,
-          error: messageOf(err),
+          error: failureMessage(err),
         });
         continue;
       }
@@ -322,7 +325,7 @@ export class SessionController {
     try {
       await stopAndDispose(host, runtime);
     } catch (err) {
-      session.record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason: messageOf(err) });
+      session.record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason: failureMessage(err) });
       log.warn('runtime could not be stopped; its state is checkpointed', { instanceId: runtime.instanceId });
     }
     state.runtime = null;

@@ -5,8 +5,8 @@ import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
 import type { CarriedState, RejectedSignal, SessionWorkflowInput } from '../domain/records';
 import { StartSessionInput, type VerificationResult } from '../domain/schemas';
 import { isFinal, transition, type Control, type Phase, type SessionEvent } from '../domain/session-state';
-import { failure, invalidTransition, typeOf } from './failures';
-import { messageOf, parse } from './inputs';
+import { failure, failureMessage, invalidTransition, typeOf } from './failures';
+import { parse } from './inputs';
 import { LEAN_PATCH } from './patches';
 
 /** Everything a run hands to the next one at continue-as-new. */
@@ -16,8 +16,9 @@ export type SessionState = CarriedState & { rejectedSignals: RejectedSignal[] };
 const MAX_REJECTED_SIGNALS = 10;
 
 /**
- * The session as this run holds it: the state it carries, the only place its phase changes, and what it shows of
- * itself (search attributes, Web UI details, status, timeline).
+ * The session as this run holds it: the state it carries, the phase transitions (all but a refused id claim, which
+ * fails the run before anything is published), and what it shows of itself (search attributes, Web UI details,
+ * status, timeline). The runtime reference and the failure are also set by restore, recovery and the controller.
  */
 export class Session {
   /** The phase last published as a search attribute (a new run publishes its own). */
@@ -84,7 +85,7 @@ export class Session {
       at: now(),
       control,
       type: typeOf(err) ?? ERROR_CODES.RuntimeFailed,
-      reason: messageOf(err),
+      reason: failureMessage(err),
     });
   }
 
