@@ -104,12 +104,13 @@ export function createActivities(deps: ActivityDeps) {
     /** Runs on the shared queue; whichever worker picks it up becomes the session's host. */
     async placeSession(): Promise<{ hostTaskQueue: string }> {
       const queue = deps.hostTaskQueue;
-      if (host.draining)
-        throw new HostRefusedError(`worker host ${queue} is draining: it takes no new sessions`, queue);
       const limit = deps.maxSessions ?? DEFAULT_MAX_SESSIONS;
-      if (host.sessions().length >= limit) {
-        throw new HostRefusedError(`worker host ${queue} runs ${limit} sessions, its limit: placing elsewhere`, queue);
-      }
+      const refusal = host.draining
+        ? `worker host ${queue} is draining: it takes no new sessions`
+        : host.sessions().length >= limit
+          ? `worker host ${queue} runs ${limit} sessions, its limit: placing elsewhere`
+          : undefined;
+      if (refusal) throw toFailure(new HostRefusedError(refusal, queue));
       return { hostTaskQueue: deps.hostTaskQueue };
     },
 
@@ -410,19 +411,15 @@ function throttled(report: (bytesDone: number) => void, intervalMs = 500): (byte
 }
 
 /**
- * A typed error with a wire code becomes a failure of that type, non-retryable unless the error says it is
- * retryable. Anything else (an I/O error the store or runtime did not type) is thrown as is: the retry policy
- * retries it.
+ * A typed error says what a retry can do: a retryable one stays retryable under its own code, one with a wire code
+ * becomes a non-retryable failure of that type. Anything untyped (an I/O error the store or runtime did not type) is
+ * thrown as is, and the retry policy retries it.
  */
 function toFailure(err: unknown): unknown {
-  if (err instanceof ApplicationFailure) return err;
-  if (err instanceof DurableSessionsError && isErrorCode(err.code)) {
-    return ApplicationFailure.create({
-      message: err.message,
-      type: err.code,
-      nonRetryable: !err.retryable,
-      cause: err,
-    });
+  if (err instanceof ApplicationFailure || !(err instanceof DurableSessionsError)) return err;
+  if (err.retryable) return ApplicationFailure.retryable(err.message, err.code);
+  if (isErrorCode(err.code)) {
+    return ApplicationFailure.create({ message: err.message, type: err.code, nonRetryable: true, cause: err });
   }
   return err;
 }
