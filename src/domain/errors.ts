@@ -11,7 +11,7 @@ const tagOf = (className: string): symbol => Symbol.for(`durable-sessions.error.
 /**
  * Base of the project's error classes. `instanceof` is symbol-based, like the Temporal SDK's errors: it holds when
  * the class was loaded more than once (jest's module registries, a bundled copy beside an installed one), where a
- * prototype check would say no.
+ * prototype check would say no. It goes by class name, so names are unique across the project (a test checks).
  */
 export abstract class DurableSessionsError extends Error {
   /** A stable, machine-readable code from the layer's closed set. */

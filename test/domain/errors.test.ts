@@ -1,4 +1,10 @@
 import * as vm from 'node:vm';
+import * as activities from '../../src/activities';
+import * as cli from '../../src/cli/errors';
+import * as client from '../../src/client';
+import * as domain from '../../src/domain';
+import * as runtimes from '../../src/runtimes';
+import * as snapshots from '../../src/snapshots';
 import type * as ClientErrors from '../../src/client/errors';
 import { InvalidInputError, SessionError, SessionNotFoundError } from '../../src/client/errors';
 import { CliError, UsageError } from '../../src/cli/errors';
@@ -41,6 +47,29 @@ describe('error classes', () => {
     expect(other).toBeInstanceOf(SessionNotFoundError);
     expect(other).toBeInstanceOf(SessionError);
     expect(other).not.toBeInstanceOf(InvalidInputError);
+  });
+});
+
+/** Whether `value` is a class whose chain reaches DurableSessionsError (tags live on instances, not prototypes). */
+function extendsBase(value: unknown): value is { name: string } {
+  for (let c: unknown = Object.getPrototypeOf(value); typeof c === 'function'; c = Object.getPrototypeOf(c)) {
+    if (c === DurableSessionsError) return true;
+  }
+  return false;
+}
+
+describe('error class names', () => {
+  it('are unique across the layers: instanceof goes by name', () => {
+    const byName = new Map<string, Set<unknown>>();
+    for (const layer of [activities, cli, client, domain, runtimes, snapshots]) {
+      for (const value of Object.values(layer)) {
+        if (!extendsBase(value)) continue;
+        const name = value.name;
+        byName.set(name, (byName.get(name) ?? new Set()).add(value));
+      }
+    }
+    expect(byName.size).toBeGreaterThan(20);
+    expect([...byName].filter(([, classes]) => classes.size > 1).map(([name]) => name)).toEqual([]);
   });
 });
 
