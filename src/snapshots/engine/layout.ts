@@ -11,7 +11,7 @@
  * A session's lineage is its own id unless it is a fork.
  */
 import * as fs from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { CheckpointId, SessionId } from '../../domain/schemas';
 import { ensureDir, exists, publish, readSmall } from '../../fs-io';
@@ -33,10 +33,14 @@ export class StoreLayout {
   /** Sessions known to be forks, and their lineage. */
   private readonly lineages = new Map<string, string>();
 
+  readonly root: string;
+
   constructor(
-    readonly root: string,
+    root: string,
     private readonly touchIntervalMs: number,
-  ) {}
+  ) {
+    this.root = resolve(root);
+  }
 
   sessionDir(sessionId: string): string {
     return join(this.root, sessionId);

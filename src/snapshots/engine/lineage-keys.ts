@@ -37,7 +37,7 @@ export class LineageKeys {
 
   /** Whether the store has master keys (without them it stores, and can open, plaintext only). */
   get hasKeyring(): boolean {
-    return this.keyring !== null;
+    return Boolean(this.keyring);
   }
 
   /**
