@@ -92,6 +92,15 @@ export class RuntimeNotFoundError extends DurableSessionsError {
   }
 }
 
+/**
+ * Thrown when a runtime cannot do what was asked yet, for a reason a retry can fix: an instance still being started,
+ * a file that changed while it was captured. Retryable.
+ */
+export class RuntimeBusyError extends DurableSessionsError {
+  readonly code = 'RuntimeBusy';
+  override readonly retryable = true;
+}
+
 /** Thrown when a runtime cannot do what was asked for a reason a retry will not fix (bad command, …). */
 export class RuntimeFailedError extends DurableSessionsError {
   readonly code = ERROR_CODES.RuntimeFailed;

@@ -46,6 +46,24 @@ export class SessionIdTakenError extends SnapshotError {
 }
 
 /**
+ * Thrown when an object of a checkpoint cannot be read for a reason that is not the checkpoint's fault (this worker
+ * lacks the codec another one wrote with, an I/O error while opening). Retryable: a restore is not failed over to an
+ * older checkpoint, nor the session failed, because of this worker.
+ */
+export class SnapshotReadError extends DurableSessionsError {
+  readonly code = 'SnapshotRead';
+  override readonly retryable = true;
+  constructor(
+    message: string,
+    readonly sessionId: string,
+    readonly checkpointId: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/**
  * Thrown when master keys cannot be loaded: a bad key id, a key that is not 32 bytes of base64 (or raw), a
  * duplicate id, an unknown primary, a key file others can read. Names the key id or file, never key material.
  * Raised at worker start-up, it never crosses the wire.

@@ -3,7 +3,7 @@ import * as fsp from 'node:fs/promises';
 import * as path from 'node:path';
 import type { UnchangedRange } from '../../snapshots';
 import type { CapturedState } from '../session-runtime';
-import { RuntimeFailedError } from '../session-runtime';
+import { RuntimeBusyError, RuntimeFailedError } from '../session-runtime';
 import { encodeTarHeader, tarHeaderDigest, tarPaddingBytes, tarRecordLength, tarTrailer, type TarEntry } from '../tar';
 import {
   beforeClock,
@@ -232,13 +232,13 @@ async function* readContent(
   const handle = await fsp.open(file.absPath, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW);
   try {
     if (checkKey && statKey(await handle.stat({ bigint: true })) !== file.statKey) {
-      throw new Error(`${entry.name} changed during capture`);
+      throw new RuntimeBusyError(`${entry.name} changed during capture`);
     }
     for (let position = start; position < end;) {
       const buffer = Buffer.allocUnsafe(Math.min(READ_BYTES, end - position));
       for (let filled = 0; filled < buffer.length;) {
         const { bytesRead } = await handle.read(buffer, filled, buffer.length - filled, position + filled);
-        if (bytesRead === 0) throw new Error(`${entry.name} changed size during capture`);
+        if (bytesRead === 0) throw new RuntimeBusyError(`${entry.name} changed size during capture`);
         filled += bytesRead;
       }
       position += buffer.length;

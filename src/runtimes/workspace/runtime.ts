@@ -11,7 +11,7 @@ import type {
   StartRequest,
 } from '../session-runtime';
 import { raceAbort } from '../race-abort';
-import { RuntimeFailedError, RuntimeNotFoundError } from '../session-runtime';
+import { RuntimeBusyError, RuntimeFailedError, RuntimeNotFoundError } from '../session-runtime';
 import { TarLayoutReader } from '../tar';
 import { openCapture } from './capture';
 import { checkEnvAllow, checkSpecEnv, DEFAULT_WORKSPACE_ENV_ALLOW } from './env';
@@ -327,8 +327,8 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   /** A second start of an id whose first is still in flight would discard the directory the first is filling. */
   private refuseWhileCreating(instanceId: string): void {
     if (this.creating.has(instanceId)) {
-      // Not a RuntimeFailedError: a retry once the first attempt has settled finds it live, or finds it gone.
-      throw new Error(`runtime instance ${instanceId} is still being started on this worker; try again`);
+      // Retryable: a retry once the first attempt has settled finds it live, or finds it gone.
+      throw new RuntimeBusyError(`runtime instance ${instanceId} is still being started on this worker; try again`);
     }
   }
 

@@ -4,7 +4,7 @@
  * pool thread or on the calling thread, and yielded in manifest order.
  */
 import { Readable } from 'node:stream';
-import { SnapshotCorruptError, SnapshotTamperedError } from '../errors';
+import { SnapshotCorruptError, SnapshotReadError, SnapshotTamperedError } from '../errors';
 import { CHUNKED_FORMAT_VERSION } from '../format';
 import type { StoreProgress } from '../snapshot-store';
 import type { ChunkPool } from './chunk-pool';
@@ -109,12 +109,10 @@ function openFailureError(failure: OpenFailure, sessionId: string, checkpointId:
     case 'decode':
       return new SnapshotCorruptError(`${where} does not decode: ${failure.message}`, sessionId, checkpointId);
     case 'unavailable':
-      // Not the checkpoint's fault: a retryable error, so that a restore is not failed over to an older checkpoint
-      // (or the session failed) because this worker lacks what another one wrote with.
-      return new Error(`this worker cannot decode ${where}: ${failure.message}`);
+      return new SnapshotReadError(`this worker cannot decode ${where}: ${failure.message}`, sessionId, checkpointId);
     case 'id-mismatch':
       return new SnapshotCorruptError(`${where} does not match its id`, sessionId, checkpointId);
     case 'other':
-      return new Error(`${where} could not be opened: ${failure.message}`);
+      return new SnapshotReadError(`${where} could not be opened: ${failure.message}`, sessionId, checkpointId);
   }
 }
