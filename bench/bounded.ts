@@ -14,10 +14,8 @@ import * as fs from 'node:fs/promises';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { ChunkedSnapshotStore, chunkerFor, Keyring } from '../src/snapshots';
 import { ChunkPool } from '../src/snapshots/engine/chunk-pool';
-import { chunkerFor } from '../src/snapshots/engine/chunker';
-import { ChunkedSnapshotStore } from '../src/snapshots/engine/chunked-store';
-import { Keyring } from '../src/snapshots/engine/keyring';
 
 const MiB = 1024 * 1024;
 

@@ -15,10 +15,15 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { promisify } from 'node:util';
-import { ChunkedSnapshotStore } from '../src/snapshots/engine/chunked-store';
-import { Chunker, chunkerFor, DEFAULT_CHUNKER } from '../src/snapshots/engine/chunker';
-import { Keyring } from '../src/snapshots/engine/keyring';
-import type { StateSource, UnchangedRange } from '../src/snapshots/state-source';
+import {
+  ChunkedSnapshotStore,
+  chunkerFor,
+  DEFAULT_CHUNKER,
+  Keyring,
+  type StateSource,
+  type UnchangedRange,
+} from '../src/snapshots';
+import { Chunker } from '../src/snapshots/engine/chunker';
 
 const MiB = 1024 * 1024;
 const args = new Map<string, string>();
