@@ -35,7 +35,7 @@ export interface AbandonedReport {
 }
 
 /**
- * Temp names the stores make, and nothing else: `.<random>.tmp` (files.ts `publish`), `.<packId>.tmp` (packs.ts) and
+ * Temp names the stores make, and nothing else: `.<random>.tmp` (fs-io.ts `publish`), `.<packId>.tmp` (packs.ts) and
  * `.<name>.tmp-<16 hex>` (the format-1 store). A manifest, a pack in place, a key or a claim never matches.
  */
 const TEMP_NAME = /^\..+\.tmp(-[0-9a-f]{16})?$/;
