@@ -10,10 +10,8 @@ import type { StoreProgress } from '../snapshot-store';
 import type { ChunkPool } from './chunk-pool';
 import type { OpenFailure } from './chunk-work';
 import type { Location } from './manifest-codec';
-import { PackReader, type PackBinding, type PackReadFor } from './packs';
+import { BATCH_BYTES, PackReader, type PackBinding, type PackReadFor } from './packs';
 
-/** Sealed bytes per read batch (plaintext per seal batch, seal-pipeline.ts): large enough that thread messages cost little. */
-export const BATCH_BYTES = 1024 * 1024;
 /** Read batches in flight ahead of a restore's consumer. */
 const READ_AHEAD_BATCHES = 4;
 

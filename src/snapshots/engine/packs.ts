@@ -29,6 +29,12 @@ import type { Location } from './manifest-codec';
 
 /** A pack is closed and a new one started beyond this size, so one checkpoint of gigabytes is several files. */
 export const PACK_TARGET_BYTES = 64 * 1024 * 1024;
+
+/**
+ * Bytes per batch of chunks, both ways: plaintext per seal batch (seal-pipeline.ts), sealed bytes per read batch
+ * (pack-reads.ts). Large enough that thread messages cost little.
+ */
+export const BATCH_BYTES = 1024 * 1024;
 /** The version of a pack header's (empty) body. */
 const PACK_HEADER_VERSION = 1;
 const HEADED = '-h';

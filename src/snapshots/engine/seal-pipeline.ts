@@ -15,8 +15,7 @@ import type { Chunker } from './chunker';
 import { planChunks, type PlannedChunk } from './incremental';
 import type { Location } from './manifest-codec';
 import type { ChunkedManifest } from './manifests';
-import { BATCH_BYTES } from './pack-reads';
-import type { PackWriter } from './packs';
+import { BATCH_BYTES, type PackWriter } from './packs';
 
 /** Plaintext bytes of reused chunks after which a batch of them is closed (progress is reported per batch). */
 const REUSED_BATCH_BYTES = 64 * 1024 * 1024;
