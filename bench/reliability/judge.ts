@@ -118,18 +118,33 @@ function isSettled(subject: Subject, status: SessionStatus): boolean {
   return subject.isMemory || runsIn(runtime.pid, runtime.location);
 }
 
-/** The verdict on a settled (or, with no status, unsettled) subject; a control that fails while judging is a loss. */
+/** How long a subject that moved after it settled gets to settle again. */
+const RESETTLE_MS = 60_000;
+
+/**
+ * The verdict on a settled (or, with no status, unsettled) subject; a control that fails while judging is a loss.
+ * A session can move after it settled (its host, slow under load, was declared lost and the session recovered
+ * elsewhere): then the instance it settled in is gone, and it is judged again where it runs now.
+ */
 export async function judge(
   subject: Subject,
   status: SessionStatus | undefined,
   store: SnapshotStore,
 ): Promise<Outcome> {
   try {
-    return await judgeSettled(subject, status, store);
+    for (let judged = 1; ; judged++) {
+      const outcome = await judgeSettled(subject, status, store);
+      if (outcome.verdict === 'survived' || status?.phase !== 'running' || judged >= 3) return outcome;
+      const now = await subject.handle.status().catch(() => undefined);
+      if (!now || now.runtime?.instanceId === status.runtime?.instanceId) return outcome;
+      status = await settle(subject, Date.now() + RESETTLE_MS);
+    }
   } catch (error) {
     const timeline = await subject.handle.timeline().catch(() => undefined);
-    const detail = `a control failed after the fault: ${error instanceof Error ? error.message : String(error)}`;
-    return { subject, verdict: 'lost', detail, timeline, status };
+    const last = await subject.handle.status().catch(() => undefined);
+    const failed = last?.phase === 'failed' ? `failed: ${last.failure?.type}: ${last.failure?.message}; ` : '';
+    const detail = `${failed}a control failed after the fault: ${error instanceof Error ? error.message : String(error)}`;
+    return { subject, verdict: 'lost', detail, timeline, status: last ?? status };
   }
 }
 
