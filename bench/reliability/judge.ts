@@ -6,6 +6,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import type { SessionStatus, TimelineEntry } from '../../src/api';
 import type { SessionHandle } from '../../src/client';
 import type { CheckpointRef, StartSessionInput } from '../../src/domain/schemas';
+import { messageOf } from '../../src/errors';
 import type { SnapshotStore } from '../../src/snapshots';
 import { runsIn } from './host';
 import {
@@ -78,7 +79,7 @@ export class Subject {
       },
       (error: unknown) => {
         operation.answeredAt = Date.now();
-        operation.outcome = { ok: false, error: error instanceof Error ? error.message : String(error) };
+        operation.outcome = { ok: false, error: messageOf(error) };
       },
     );
     this.operation = operation;
@@ -142,8 +143,8 @@ export async function judge(
   } catch (error) {
     const timeline = await subject.handle.timeline().catch(() => undefined);
     const last = await subject.handle.status().catch(() => undefined);
-    const failed = last?.phase === 'failed' ? `failed: ${last.failure?.type}: ${last.failure?.message}; ` : '';
-    const detail = `${failed}a control failed after the fault: ${error instanceof Error ? error.message : String(error)}`;
+    const failed = last?.phase === 'failed' ? `${failedDetail(last)}; ` : '';
+    const detail = `${failed}a control failed after the fault: ${messageOf(error)}`;
     return { subject, verdict: 'lost', detail, timeline, status: last ?? status };
   }
 }
@@ -167,7 +168,7 @@ async function judgeSettled(
     return verdict('stuck', `not ${subject.expected} in time: ${where}${op}`, last);
   }
   if (status.phase === 'failed') {
-    return verdict('lost', `failed: ${status.failure?.type}: ${status.failure?.message}`);
+    return verdict('lost', failedDetail(status));
   }
   if (status.phase === 'completed') return verdict('lost', 'completed, though nothing stopped it');
   const found = subject.problems[0];
@@ -207,6 +208,11 @@ async function judgeSettled(
 }
 
 type Problem = { verdict: Verdict; detail: string } | undefined;
+
+/** How a failed session's loss reads; KNOWN_LOSSES in the reliability test match on it. */
+function failedDetail(status: SessionStatus): string {
+  return `failed: ${status.failure?.type}: ${status.failure?.message}`;
+}
 
 async function memoryProblem(subject: Subject, status: SessionStatus, store: SnapshotStore): Promise<Problem> {
   if (status.phase !== 'running') return undefined;
