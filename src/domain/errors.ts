@@ -1,7 +1,8 @@
 /**
  * The error classes of the session model, one per failure code, shared by the client and the layers that raise
- * them. Each has a one-line "Thrown when…" doc, a closed `code`, the ids it concerns and `{ cause }`; whether a
- * retry may help is said by `retryable`, never implied by throwing a plain `Error`.
+ * them. A layer may raise a more specific class of its own for a code (SessionIdTakenError, RuntimeNotFoundError,
+ * ArchiveRejectedError); the client raises these. Each has a one-line "Thrown when…" doc, a closed `code`, the ids it
+ * concerns and `{ cause }`; whether a retry may help is said by `retryable`, never implied by throwing a plain `Error`.
  */
 import type { z } from 'zod';
 import { ERROR_CODES, type ErrorCode } from './error-codes';
