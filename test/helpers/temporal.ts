@@ -39,6 +39,8 @@ export interface HostOptions {
   unreachable?: boolean;
   /** Placement passes this host by once it runs this many sessions. */
   maxSessions?: number;
+  /** How long the host's lease activity holds on to the exits sessions asked for before it reports them. */
+  leaseRoundMs?: number;
 }
 
 export interface TestHost {
@@ -51,9 +53,19 @@ export interface TestHost {
   stop(options?: { deadlineMs?: number }): Promise<DrainReport>;
 }
 
-export async function startTestSystem(
-  options: { store?: (real: ChunkedSnapshotStore) => SnapshotStore; address?: string; firstHost?: HostOptions } = {},
-): Promise<TestSystem> {
+export interface TestSystemOptions {
+  store?: (real: ChunkedSnapshotStore) => SnapshotStore;
+  /** The server the workers poll; the run's dev server when omitted. */
+  address?: string;
+  /**
+   * The client that SessionClient and the workers' drains use (e.g. a time-skipping environment's); the system then
+   * does not close it. A client of its own on `address` when omitted.
+   */
+  client?: Client;
+  firstHost?: HostOptions;
+}
+
+export async function startTestSystem(options: TestSystemOptions = {}): Promise<TestSystem> {
   const address = options.address ?? process.env.DS_TEST_TEMPORAL_ADDRESS;
   const bundlePath = process.env.DS_TEST_WORKFLOW_BUNDLE;
   if (!address || !bundlePath) throw new Error('the jest global setup did not start a Temporal server');
@@ -66,8 +78,8 @@ export async function startTestSystem(
     rootDir: path.join(dir, 'snapshots'),
     keyring: new Keyring([{ id: 'test-1', key: masterKey }]),
   });
-  const connection = await Connection.connect({ address });
-  const client = new Client({ connection });
+  const connection = options.client ? undefined : await Connection.connect({ address });
+  const client = options.client ?? new Client({ connection });
   const hosts: {
     workers: SessionWorkers;
     running: Promise<void>;
@@ -92,6 +104,7 @@ export async function startTestSystem(
       hostTaskQueue: hostOptions.unreachable ? `${hostTaskQueue}-unreachable` : hostTaskQueue,
       watchHeartbeatMs: hostOptions.watchHeartbeatMs ?? 1_000,
       maxSessions: hostOptions.maxSessions,
+      leaseRoundMs: hostOptions.leaseRoundMs,
     };
     // One connection per host, as separate machines have: the SDK allows one worker per queue per connection.
     const nativeConnection = await NativeConnection.connect({ address });
@@ -148,15 +161,18 @@ export async function startTestSystem(
       await Promise.allSettled(hosts.map((h) => h.running));
       await Promise.allSettled(hosts.map((h) => h.workspace.stopAll()));
       await Promise.allSettled(hosts.map((h) => h.connection.close()));
-      await connection.close();
+      await connection?.close();
       fs.rmSync(dir, { recursive: true, force: true });
     },
   };
 }
 
 let runtimeInstalled = false;
-/** Worker logs at WARN and above only, so test output shows what matters. */
-function installQuietRuntime(): void {
+/**
+ * Worker logs at WARN and above only, so test output shows what matters. Before anything else uses the SDK's
+ * runtime (a TestWorkflowEnvironment does): it can be installed only once, and only before its first use.
+ */
+export function installQuietRuntime(): void {
   if (runtimeInstalled) return;
   runtimeInstalled = true;
   Runtime.install({ logger: new DefaultLogger('WARN') });
