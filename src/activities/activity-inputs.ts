@@ -1,6 +1,6 @@
 /** What the workflows send the activities and get back: the activities' wire shapes, apart from their code. */
-import type { RuntimeInstanceRef } from '../api/messages';
-import type { CheckpointTrigger, RuntimeSpec } from '../domain/schemas';
+import type { RuntimeInstanceRef, TimelineEntry } from '../api/messages';
+import type { CheckpointRef, CheckpointTrigger, RuntimeSpec } from '../domain/schemas';
 import type { ExitInfo } from '../runtimes';
 import type { ExitCursor } from './host-state';
 
@@ -18,6 +18,8 @@ export interface CaptureInput {
   parentId: string | null;
   trigger: CheckpointTrigger;
   label?: string;
+  /** Timeline entries for the store, appended before the capture (idempotently: a retry appends them again). */
+  timeline?: TimelineEntry[];
 }
 
 export interface RestoreInput extends StartRuntimeInput {
@@ -56,4 +58,25 @@ export interface VerifyCheckpointInput {
   sessionId: string;
   checkpointId: string;
   expected?: RestoreInput['expected'];
+}
+
+export interface AppendTimelineInput {
+  sessionId: string;
+  entries: TimelineEntry[];
+}
+
+/** One of `index`, `checkpointId` and `messageIndex`. */
+export interface FindCheckpointInput {
+  sessionId: string;
+  index?: number;
+  checkpointId?: string;
+  messageIndex?: number;
+}
+
+/** A checkpoint found in the timeline; `pairSafe` false when its cut splits a tool call from its result. */
+export type FoundCheckpoint = CheckpointRef & { pairSafe?: boolean };
+
+export interface ForkSessionsInput {
+  source: { sessionId: string; checkpointId: string };
+  targets: { sessionId: string; checkpointId: string; owner: string; label?: string }[];
 }

@@ -1,11 +1,15 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { ApplicationFailure, Context, log } from '@temporalio/activity';
-import type { RuntimeInstanceRef } from '../api/messages';
+import type { RuntimeInstanceRef, TimelineEntry } from '../api/messages';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { DurableSessionsError } from '../errors';
 import type { CheckpointRef, RuntimeKind, VerificationResult, VerificationStatus } from '../domain/schemas';
 import type { ExitInfo, RuntimeInstanceInfo, RuntimeRegistry, SessionRuntime } from '../runtimes';
 import type {
+  AppendTimelineInput,
+  FindCheckpointInput,
+  ForkSessionsInput,
+  FoundCheckpoint,
   CaptureInput,
   HostLeaseInput,
   HostLeaseResult,
@@ -24,6 +28,7 @@ import {
   SnapshotNotFoundError,
   type SnapshotStore,
   SnapshotTamperedError,
+  type TimelineLog,
   verificationStatusOf,
 } from '../snapshots';
 
@@ -131,6 +136,15 @@ export function createActivities(deps: ActivityDeps) {
       // Idempotent: a retry after the manifest was published returns the checkpoint that exists.
       const published = await readManifestIfExists(deps.store, input.sessionId, input.checkpointId);
       if (published) return toCheckpointRef(published);
+      // Timeline entries the session has recorded since its last append: they go first, so they are never later
+      // than the checkpoint that follows them.
+      if (input.timeline?.length) {
+        try {
+          await timelineOf(deps.store).appendTimeline(input.sessionId, input.timeline);
+        } catch (err) {
+          throw toFailure(err);
+        }
+      }
       const ctx = Context.current();
       // Heartbeats from progress come per batch; a capture that reads nothing for a while (walking a large tree that
       // did not change, say) must not look like a lost worker.
@@ -360,6 +374,80 @@ export function createActivities(deps: ActivityDeps) {
     async deleteCheckpoint(input: { sessionId: string; checkpointId: string }): Promise<void> {
       await deps.store.delete(input.sessionId, input.checkpointId);
     },
+
+    /** Appends entries to the session's timeline in the store (idempotent: a retry appends the same bytes again). */
+    async appendTimeline(input: AppendTimelineInput): Promise<void> {
+      try {
+        await timelineOf(deps.store).appendTimeline(input.sessionId, input.entries);
+      } catch (err) {
+        throw toFailure(err);
+      }
+    },
+
+    /**
+     * A checkpoint of the session named by its timeline index, its id or (conversation runtime) its message index, read
+     * from the store's timeline: null when the timeline has no such checkpoint, or retention deleted it since.
+     */
+    async findCheckpoint(input: FindCheckpointInput): Promise<FoundCheckpoint | null> {
+      try {
+        const found = await findInTimeline(timelineOf(deps.store), input);
+        if (!found) return null;
+        const manifest = await readManifestIfExists(deps.store, input.sessionId, found.checkpointId);
+        return manifest ? found : null;
+      } catch (err) {
+        throw toFailure(err);
+      }
+    },
+
+    /**
+     * Makes each target session's first checkpoint from `source`, sharing its chunks (no copy): the target's id is
+     * claimed for `owner` first, so nothing else can take it between this and the fork's own start. Idempotent: a
+     * retry finds the checkpoints it made.
+     */
+    async forkSessions(input: ForkSessionsInput): Promise<CheckpointRef[]> {
+      const store = deps.store as SnapshotStore & Partial<ForkingStore>;
+      if (typeof store.fork !== 'function') {
+        throw toFailure(
+          new SnapshotIncompatibleError(
+            'this snapshot store cannot fork: forks need the chunked store (format 2 or later)',
+            input.source.sessionId,
+            input.source.checkpointId,
+          ),
+        );
+      }
+      const refs: CheckpointRef[] = [];
+      try {
+        for (const target of input.targets) {
+          await store.claim(target.sessionId, target.owner);
+          const made = await readManifestIfExists(store, target.sessionId, target.checkpointId);
+          const manifest =
+            made ??
+            (await store.fork(input.source, {
+              sessionId: target.sessionId,
+              checkpointId: target.checkpointId,
+              trigger: 'fork',
+              ...(target.label ? { label: target.label } : {}),
+            }));
+          refs.push(toCheckpointRef(manifest));
+        }
+        return refs;
+      } catch (err) {
+        throw toFailure(err);
+      }
+    },
+
+    /**
+     * When the instance last showed activity (a file changed or output written in a workspace, a write in memory),
+     * as far as its runtime can tell; null when it cannot.
+     */
+    async lastActivity(input: InstanceInput): Promise<string | null> {
+      const runtime = runtimeFor(input.instance.kind);
+      try {
+        return (await runtime.lastActivity?.(input.instance.instanceId)) ?? null;
+      } catch (err) {
+        throw toFailure(err);
+      }
+    },
   };
   // A drain must also reach the sessions whose instance is still being made here when it begins.
   return {
@@ -370,6 +458,46 @@ export function createActivities(deps: ActivityDeps) {
 }
 
 export type SessionActivities = ReturnType<typeof createActivities>;
+
+/** The store's fork (the chunked store has it; format 1 has no chunks to share). */
+interface ForkingStore {
+  fork(
+    source: { sessionId: string; checkpointId: string },
+    target: { sessionId: string; checkpointId: string; label?: string; trigger: 'fork' },
+  ): Promise<CheckpointManifest>;
+}
+
+function timelineOf(store: SnapshotStore): TimelineLog {
+  const log = store as SnapshotStore & Partial<TimelineLog>;
+  if (typeof log.appendTimeline !== 'function' || typeof log.readTimeline !== 'function') {
+    throw new TypeError('this snapshot store keeps no timeline');
+  }
+  return log as TimelineLog;
+}
+
+/** Pages through the store's timeline for a checkpoint entry that matches (an index is one page read). */
+async function findInTimeline(log: TimelineLog, input: FindCheckpointInput): Promise<FoundCheckpoint | null> {
+  const matches = (e: TimelineEntry): e is Extract<TimelineEntry, { kind: 'checkpoint' }> =>
+    e.kind === 'checkpoint' &&
+    (input.index !== undefined
+      ? e.index === input.index
+      : input.checkpointId !== undefined
+        ? e.checkpoint.checkpointId === input.checkpointId
+        : e.messageIndex === input.messageIndex);
+  let from: number | null = input.index ?? 1;
+  let found: FoundCheckpoint | null = null;
+  while (from !== null) {
+    const page: { entries: unknown[]; next: number | null } = await log.readTimeline(input.sessionId, { from, limit: input.index !== undefined ? 1 : 1000 });
+    for (const raw of page.entries) {
+      const e = raw as unknown as TimelineEntry;
+      // The newest match wins for a message index (a rewound conversation passes the same count again).
+      if (matches(e)) found = { ...e.checkpoint, ...(e.pairSafe === false ? { pairSafe: false } : {}) };
+      if (found && input.messageIndex === undefined) return found;
+    }
+    from = input.index !== undefined ? null : page.next;
+  }
+  return found;
+}
 
 async function readManifestIfExists(store: SnapshotStore, sessionId: string, checkpointId: string) {
   try {

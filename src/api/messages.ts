@@ -1,7 +1,14 @@
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type {
+  BranchInput,
   CheckpointInput,
   CheckpointRef,
+  ConfigureInput,
+  ForkInput,
+  RetentionPolicy,
+  RewindInput,
+  SessionPolicies,
+  TouchInput,
   PauseInput,
   ResumeInput,
   RuntimeKind,
@@ -12,7 +19,9 @@ import type {
 } from '../domain/schemas';
 import type { VerificationResult } from '../domain/schemas';
 import type {
+  BranchTip,
   FailureInfo,
+  ForkOrigin,
   HostAttachment,
   RejectedSignal,
   RuntimeInstanceRef,
@@ -91,6 +100,43 @@ export interface SessionStatus {
   rejectedSignals: RejectedSignal[];
   startedAt: string;
   updatedAt: string;
+  /** The head's timeline index (null without a head, or for a head from before indices). */
+  headIndex: number | null;
+  /** Entries in the timeline so far: the newest index. */
+  timelineLength: number;
+  /** The branch the session is on (0 is its first; each rewind starts another), and the newest branches' tips. */
+  branch: number;
+  tips: BranchTip[];
+  /** Runs of the session's workflow so far (continue-as-new starts another). */
+  runs: number;
+  policies: SessionPolicies;
+  retention: RetentionPolicy | null;
+  /** Where this session was forked from, and the newest forks made from it (`forkCount` counts them all). */
+  forkedFrom: ForkOrigin | null;
+  forks: { sessionId: string; checkpointId: string; at: string }[];
+  forkCount: number;
+  /** The newest activity the session knows of (runtime activity seen by a policy check, a `touch`, a control). */
+  lastActivityAt: string;
+  /** Conversation runtime: messages the session holds. */
+  messageCount?: number;
+}
+
+export interface RewindResult {
+  /** The checkpoint whose state the session now has (running, or on resume when it was paused). */
+  restoredFrom: CheckpointRef;
+  /** The checkpoint taken of a running session before it went back (trigger `rewind-safety`). */
+  safetyCheckpoint: CheckpointRef | null;
+  /** The new branch, which starts at `restoredFrom`. */
+  branch: number;
+  /** The new runtime instance; null for a paused session (it restores on resume). */
+  runtime: RuntimeInstanceRef | null;
+}
+
+export interface ForkResult {
+  /** The checkpoint the forks start from. */
+  from: CheckpointRef;
+  /** Each new session and its first checkpoint (in the new session's timeline, index 2). */
+  forks: { sessionId: string; checkpoint: CheckpointRef }[];
 }
 
 /**
@@ -106,11 +152,24 @@ export const stopUpdate = defineUpdate<StopResult, [StopInput]>('stop');
 /** Reads checkpoints back from the store on a worker (every chunk authenticated); changes nothing but the record. */
 export const verifyUpdate = defineUpdate<VerificationResult[], [VerifyInput]>('verify');
 
+/** Goes back to a checkpoint in place (same session): a new branch starts there; later checkpoints are kept. */
+export const rewindUpdate = defineUpdate<RewindResult, [RewindInput]>('rewind');
+/** New independent sessions whose first state is a checkpoint of this one; this one is unchanged. */
+export const forkUpdate = defineUpdate<ForkResult, [ForkInput]>('fork');
+/** A fork of the current state (a running session is checkpointed first). */
+export const branchUpdate = defineUpdate<ForkResult, [BranchInput]>('branch');
+/** Replaces the session's policies and/or retention; returns the status with them. */
+export const configureUpdate = defineUpdate<SessionStatus, [ConfigureInput]>('configure');
+/** The session is in use: its idle timer starts again. */
+export const touchUpdate = defineUpdate<{ lastActivityAt: string }, [TouchInput]>('touch');
+
 /** Fire-and-forget twins of the updates: same inputs, no result, rejections show in `status`. */
 export const checkpointSignal = defineSignal<[CheckpointInput]>('requestCheckpoint');
 export const pauseSignal = defineSignal<[PauseInput]>('requestPause');
 export const resumeSignal = defineSignal<[ResumeInput]>('requestResume');
 export const stopSignal = defineSignal<[StopInput]>('requestStop');
+export const configureSignal = defineSignal<[ConfigureInput]>('requestConfigure');
+export const touchSignal = defineSignal<[TouchInput]>('touch');
 
 export interface DrainResult {
   /** Whether the session's runtime was stopped on the draining host (after a checkpoint, when one could be taken). */
@@ -128,4 +187,5 @@ export interface DrainResult {
 export const drainUpdate = defineUpdate<DrainResult, [DrainInput]>('drain');
 
 export const statusQuery = defineQuery<SessionStatus>('status');
+/** The recent window of the timeline (and what is not yet in the store), oldest first; the rest is in the store. */
 export const timelineQuery = defineQuery<TimelineEntry[]>('timeline');

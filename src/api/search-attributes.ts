@@ -8,9 +8,12 @@ import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/commo
  */
 export const sessionStateKey = defineSearchAttributeKey('SessionState', SearchAttributeType.KEYWORD);
 export const sessionRuntimeKey = defineSearchAttributeKey('SessionRuntime', SearchAttributeType.KEYWORD);
+/** Set on a fork at its start: `<source session>/<checkpoint>`, so an operator finds a session's family. */
+export const forkedFromKey = defineSearchAttributeKey('ForkedFrom', SearchAttributeType.KEYWORD);
 
 /** Name → type, as the `temporal` CLI spells them. */
 export const SEARCH_ATTRIBUTES = {
   SessionState: 'Keyword',
   SessionRuntime: 'Keyword',
+  ForkedFrom: 'Keyword',
 } as const;

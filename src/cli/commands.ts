@@ -105,7 +105,61 @@ export const COMMANDS = {
     summary: "the session's phase, runtime, output file, head checkpoint and snapshot I/O in progress",
     options: {},
   },
-  timeline: { args: ['<session-id>'], summary: 'what happened to the session, oldest first', options: {} },
+  timeline: {
+    args: ['<session-id>'],
+    summary: 'what happened to the session, oldest first, with stable indices (read from the store when it can)',
+    options: {
+      from: { type: 'string', value: 'INDEX', help: 'the first index to show' },
+      limit: { type: 'string', value: 'N', help: 'at most N entries (default 100)' },
+      branch: { type: 'string', value: 'N', help: 'only entries of branch N (0 is the first)' },
+      all: { type: 'boolean', help: 'also show checkpoints replaced by regenerate' },
+    },
+  },
+  rewind: {
+    args: ['<session-id>'],
+    summary: 'go back to a checkpoint (--to a timeline index or a checkpoint id) in place; a new branch starts there',
+    options: {
+      to: { type: 'string', value: 'INDEX|CHECKPOINT-ID', help: 'the checkpoint to go back to (required)' },
+      reason: { type: 'string', value: 'TEXT', help: 'why, kept in the timeline' },
+      'if-head': { type: 'string', value: 'CHECKPOINT-ID', help: 'refuse (Conflict) unless this is the head' },
+      key: KEY,
+    },
+    notes: ['A running session is checkpointed first (trigger rewind-safety): rewinding to that restores it.'],
+  },
+  fork: {
+    args: ['<session-id>'],
+    summary: 'start new sessions from a checkpoint of this one (chunks shared, nothing copied)',
+    options: {
+      from: { type: 'string', value: 'INDEX|CHECKPOINT-ID', help: 'fork this checkpoint (default: the current state)' },
+      as: { type: 'string', value: 'SESSION-ID', help: 'the new session id (with --count, each is ID-N)' },
+      count: { type: 'string', value: 'N', help: 'make N forks at once' },
+      paused: { type: 'boolean', help: 'leave the forks paused at their first checkpoint' },
+      key: KEY,
+    },
+  },
+  branch: {
+    args: ['<session-id>'],
+    summary: 'fork the current state (a running session is checkpointed first)',
+    options: {
+      as: { type: 'string', value: 'SESSION-ID', help: 'the new session id (with --count, each is ID-N)' },
+      count: { type: 'string', value: 'N', help: 'make N branches at once' },
+      paused: { type: 'boolean', help: 'leave them paused' },
+      key: KEY,
+    },
+  },
+  configure: {
+    args: ['<session-id>'],
+    summary: "replace the live session's policies (durations in ms; a policy not given is off)",
+    options: {
+      'checkpoint-every': { type: 'string', value: 'MS', help: 'automatic checkpoint after MS of running' },
+      'only-if-active': { type: 'boolean', help: 'skip an automatic checkpoint when nothing happened' },
+      'idle-pause-after': { type: 'string', value: 'MS', help: 'pause after MS without activity' },
+      'stop-paused-after': { type: 'string', value: 'MS', help: 'stop after MS paused' },
+      'no-checkpoint-before-stop': { type: 'boolean', help: 'stop without a final checkpoint by default' },
+      key: KEY,
+    },
+  },
+  touch: { args: ['<session-id>'], summary: 'say the session is in use: its idle timer starts again', options: {} },
   list: {
     args: [],
     summary: 'sessions on this task queue, newest first',

@@ -2,7 +2,8 @@ import { Client, Connection, isGrpcServiceError } from '@temporalio/client';
 import { SessionClient } from '../client';
 import type { Config } from '../config';
 import { connectionOptions } from '../temporal-connection';
-import { TemporalUnavailableError } from './errors';
+import { CLI_ERROR_CODES, CliError, TemporalUnavailableError } from './errors';
+import { openSnapshotStore, type TimelineLog } from '../snapshots';
 import { isError } from '../errors';
 import type { Invocation } from './parse';
 import { withProgressBar } from './progress-bar';
@@ -12,7 +13,20 @@ type Of<C extends Invocation['command']> = Extract<Invocation, { command: C }>;
 
 /** The commands that go through Temporal to a session. */
 export type SessionInvocation = Of<
-  'start' | 'checkpoint' | 'pause' | 'resume' | 'stop' | 'status' | 'timeline' | 'list' | 'verify'
+  | 'start'
+  | 'checkpoint'
+  | 'pause'
+  | 'resume'
+  | 'stop'
+  | 'status'
+  | 'timeline'
+  | 'list'
+  | 'verify'
+  | 'rewind'
+  | 'fork'
+  | 'branch'
+  | 'configure'
+  | 'touch'
 >;
 
 /** gRPC's UNAVAILABLE: the frontend went away after the connection was made. */
@@ -30,9 +44,12 @@ export async function runSessionCommand(invocation: SessionInvocation, config: C
     throw new TemporalUnavailableError(address, { cause });
   });
   try {
+    // The timeline outlives the session in the store: read it there when this machine can open the store.
+    const timeline = invocation.command === 'timeline' ? await openTimeline(config) : undefined;
     const sessions = new SessionClient({
       client: new Client({ connection, namespace: config.temporal.namespace }),
       taskQueue: config.taskQueue,
+      ...(timeline ? { timeline } : {}),
     });
     return await dispatch(invocation, sessions);
   } catch (err) {
@@ -113,12 +130,92 @@ async function dispatch(invocation: SessionInvocation, sessions: SessionClient):
       return verificationReport(results, (r) => r.checkpointId.padEnd(24));
     }
     case 'timeline': {
-      const t = await sessions.get(invocation.sessionId).timeline();
-      return { json: t, text: timelineLines(t) };
+      const { from, limit, branch, all } = invocation.values;
+      const page = await sessions.get(invocation.sessionId).timelinePage({
+        from: integer('from', from),
+        limit: integer('limit', limit),
+        branch: integer('branch', branch),
+        ...(all ? { all: true } : {}),
+      });
+      const more = page.next !== null ? [`(more: --from ${page.next})`] : [];
+      return { json: page, text: [...timelineLines(page.entries), ...more] };
+    }
+    case 'rewind': {
+      const h = sessions.get(invocation.sessionId);
+      const { reason, key, to } = invocation.values;
+      if (to === undefined) throw new CliError(CLI_ERROR_CODES.Usage, 'rewind needs --to INDEX|CHECKPOINT-ID');
+      const r = await withProgressBar(
+        h,
+        h.rewind({ to: selector(to), reason, idempotencyKey: key, ifHead: invocation.values['if-head'] }),
+      );
+      const safety = r.safetyCheckpoint ? `; safety checkpoint ${r.safetyCheckpoint.checkpointId}` : '';
+      const where = r.runtime ? `running as ${r.runtime.instanceId}` : 'restores on resume';
+      return { json: r, text: [`rewound to ${r.restoredFrom.checkpointId} (branch ${r.branch}), ${where}${safety}`] };
+    }
+    case 'fork':
+    case 'branch': {
+      const h = sessions.get(invocation.sessionId);
+      const v = invocation.values;
+      const common = {
+        newSessionId: v.as,
+        count: integer('count', v.count),
+        ...(v.paused ? { paused: true } : {}),
+        idempotencyKey: v.key,
+      };
+      const r =
+        invocation.command === 'fork'
+          ? await h.fork({ ...common, from: 'from' in v && v.from !== undefined ? selector(v.from) : undefined })
+          : await h.branch(common);
+      return {
+        json: r,
+        text: r.forks.map((f) => `forked ${f.sessionId} from ${r.from.checkpointId} (its checkpoint ${f.checkpoint.checkpointId})`),
+      };
+    }
+    case 'configure': {
+      const v = invocation.values;
+      const s = await sessions.get(invocation.sessionId).configure({
+        policies: {
+          checkpointEveryMs: integer('checkpoint-every', v['checkpoint-every']),
+          ...(v['only-if-active'] ? { checkpointOnlyIfActive: true } : {}),
+          idlePauseAfterMs: integer('idle-pause-after', v['idle-pause-after']),
+          stopPausedAfterMs: integer('stop-paused-after', v['stop-paused-after']),
+          ...(v['no-checkpoint-before-stop'] ? { checkpointBeforeStop: false } : {}),
+        },
+        idempotencyKey: v.key,
+      });
+      return { json: s, text: [`policies: ${JSON.stringify(s.policies)}`] };
+    }
+    case 'touch': {
+      await sessions.get(invocation.sessionId).touch();
+      return { json: { touched: true }, text: ['touched'] };
     }
     case 'list': {
       const list = await sessions.list({ phase: invocation.values.phase });
       return { json: list, text: listLines(list) };
     }
+  }
+}
+
+/** A whole number option, or undefined; anything else is left to the schema to refuse with its message. */
+function integer(name: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(n)) {
+    throw new CliError(CLI_ERROR_CODES.Usage, `--${name} must be a whole number, not ${JSON.stringify(value)}`);
+  }
+  return n;
+}
+
+/** `7` is a timeline index; anything else a checkpoint id. */
+function selector(value: string): number | string {
+  return /^\d+$/.test(value) ? Number(value) : value;
+}
+
+/** The store's timeline, when this machine can open the store (its configuration and keys); else none. */
+async function openTimeline(config: Config): Promise<TimelineLog | undefined> {
+  try {
+    return await openSnapshotStore(config);
+  } catch {
+    return undefined;
   }
 }

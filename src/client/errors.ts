@@ -14,6 +14,8 @@ import {
   KeyUnavailableError,
   RestoreFailedError,
   SessionRuntimeError,
+  ConflictError,
+  UnsafeMessageIndexError,
 } from '../domain/errors';
 
 /** The client throws the session model's error classes; they are exported from here for callers. */
@@ -51,10 +53,19 @@ export function sessionErrorFor(
       return new SnapshotTamperedError(message, 'tampered', { sessionId }, options);
     case ERROR_CODES.KeyUnavailable:
       return new KeyUnavailableError(message, '', undefined, { sessionId }, options);
+    case ERROR_CODES.Conflict:
+      return new ConflictError(message, sessionId, options);
+    case ERROR_CODES.UnsafeMessageIndex:
+      return new UnsafeMessageIndexError(message, sessionId, nearestSafeOf(details), options);
     case ERROR_CODES.RestoreFailed:
       return new RestoreFailedError(message, sessionId, options);
     case ERROR_CODES.RuntimeFailed:
     case ERROR_CODES.RuntimeLost:
       return new SessionRuntimeError(code, message, sessionId, options);
   }
+}
+
+function nearestSafeOf(details: unknown): number | undefined {
+  const n = (details as { nearestSafe?: unknown } | undefined)?.nearestSafe;
+  return typeof n === 'number' ? n : undefined;
 }

@@ -12,6 +12,15 @@ import {
 } from '@temporalio/client';
 import { z } from 'zod';
 import {
+  branchUpdate,
+  configureSignal,
+  configureUpdate,
+  forkUpdate,
+  rewindUpdate,
+  touchSignal,
+  touchUpdate,
+  type ForkResult,
+  type RewindResult,
   checkpointSignal,
   checkpointUpdate,
   DEFAULT_TASK_QUEUE,
@@ -35,7 +44,15 @@ import {
 import { sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { isError } from '../errors';
+import { randomUUID } from 'node:crypto';
+import { foldTimeline, inView, mergeByIndex } from '../domain/timeline';
+import type { TimelineLog } from '../snapshots';
 import {
+  BranchInput,
+  ConfigureInput,
+  ForkInput,
+  RewindInput,
+  TimelinePageInput,
   CheckpointInput,
   PauseInput,
   ResumeInput,
@@ -61,6 +78,17 @@ export interface SessionClientOptions {
   /** A connected Temporal client (its data converter, namespace and connection are used as they are). */
   client: Client;
   taskQueue?: string;
+  /**
+   * The snapshot store's timeline (`openSnapshotStore(config)` gives one): `timeline()` pages through a session's
+   * whole timeline, also after the session ended. Without it, only the recent window the session holds is readable.
+   */
+  timeline?: TimelineLog;
+}
+
+/** A page of a session's timeline: entries in index order, and the `from` of the next page (null at the end). */
+export interface TimelinePage {
+  entries: TimelineEntry[];
+  next: number | null;
 }
 
 export interface IoProgress {
@@ -126,13 +154,14 @@ export class SessionClient {
         return new SessionHandle(
           input.sessionId,
           await this.options.client.workflow.start('sessionWorkflow', startOptions),
+          this.options.timeline,
         );
       }
       const startWorkflowOperation = new WithStartWorkflowOperation('sessionWorkflow', startOptions);
       await this.options.client.workflow
         .executeUpdateWithStart(startUpdate, { args: [input], startWorkflowOperation })
         .catch((err: unknown) => this.whyNotStarted(err, workflowId, input.sessionId));
-      return new SessionHandle(input.sessionId, await startWorkflowOperation.workflowHandle());
+      return new SessionHandle(input.sessionId, await startWorkflowOperation.workflowHandle(), this.options.timeline);
     } catch (err) {
       if (err instanceof WorkflowExecutionAlreadyStartedError) {
         throw new SessionAlreadyExistsError(`session ${input.sessionId} already exists`, input.sessionId, {
@@ -160,7 +189,7 @@ export class SessionClient {
   /** A handle to an existing session. Nothing is sent until it is used. */
   get(sessionId: string): SessionHandle {
     const id = parseInput(SessionId, sessionId, String(sessionId));
-    return new SessionHandle(id, this.options.client.workflow.getHandle(sessionWorkflowId(id)));
+    return new SessionHandle(id, this.options.client.workflow.getHandle(sessionWorkflowId(id)), this.options.timeline);
   }
 
   /**
@@ -188,16 +217,71 @@ export class SessionClient {
   }
 }
 
-/** Controls and views of one session. Every control takes an optional idempotency key. */
+/**
+ * Controls and views of one session. Every control takes an optional idempotency key; one is generated when absent,
+ * so a retry of the same call by the SDK is still answered once.
+ */
 export class SessionHandle {
   constructor(
     readonly sessionId: string,
     readonly workflow: WorkflowHandle,
+    private readonly timelineLog?: TimelineLog,
   ) {}
+
+  /**
+   * Goes back to a checkpoint (`to`: its timeline index or id) in place. A running session is checkpointed first
+   * (trigger `rewind-safety`) and restored from the target; a paused one restores it on resume. Later checkpoints are
+   * kept; a new branch starts at the target.
+   */
+  async rewind(input: RewindInput): Promise<RewindResult> {
+    const args = withKey(parseInput(RewindInput, input, this.sessionId));
+    return this.update(() =>
+      this.workflow.executeUpdate(rewindUpdate, { args: [args], updateId: updateIdFor('rewind', args.idempotencyKey) }),
+    );
+  }
+
+  /**
+   * New independent sessions (`count`, default 1) whose first state is a checkpoint of this one (`from`, default the
+   * current state); they share its chunks in the store. This session is unchanged and keeps running.
+   */
+  async fork(input: ForkInput = {}): Promise<ForkResult> {
+    const args = withKey(parseInput(ForkInput, input, this.sessionId));
+    return this.update(() =>
+      this.workflow.executeUpdate(forkUpdate, { args: [args], updateId: updateIdFor('fork', args.idempotencyKey) }),
+    );
+  }
+
+  /** A fork of the current state: `branch({ count: 3 })` makes three sessions like this one. */
+  async branch(input: BranchInput = {}): Promise<ForkResult> {
+    const args = withKey(parseInput(BranchInput, input, this.sessionId));
+    return this.update(() =>
+      this.workflow.executeUpdate(branchUpdate, { args: [args], updateId: updateIdFor('branch', args.idempotencyKey) }),
+    );
+  }
+
+  /** Replaces the live session's policies and/or retention. */
+  async configure(input: ConfigureInput): Promise<SessionStatus> {
+    const args = withKey(parseInput(ConfigureInput, input, this.sessionId));
+    return this.update(() =>
+      this.workflow.executeUpdate(configureUpdate, {
+        args: [args],
+        updateId: updateIdFor('configure', args.idempotencyKey),
+      }),
+    );
+  }
+
+  /** Says the session is in use: its idle-pause timer starts again. Fire-and-forget with `{ wait: false }`. */
+  async touch(options: { wait?: boolean } = {}): Promise<void> {
+    if (options.wait === false) {
+      await this.update(() => this.workflow.signal(touchSignal, {}));
+      return;
+    }
+    await this.update(() => this.workflow.executeUpdate(touchUpdate, { args: [{}] }));
+  }
 
   /** Captures the running session; returns the new checkpoint's reference. */
   async checkpoint(input: CheckpointInput = {}): Promise<CheckpointRef> {
-    const args = parseInput(CheckpointInput, input, this.sessionId);
+    const args = withKey(parseInput(CheckpointInput, input, this.sessionId));
     return this.update(() =>
       this.workflow.executeUpdate(checkpointUpdate, {
         args: [args],
@@ -208,7 +292,7 @@ export class SessionHandle {
 
   /** Checkpoints, then stops the runtime to free its compute; returns the checkpoint. */
   async pause(input: PauseInput = {}): Promise<CheckpointRef> {
-    const args = parseInput(PauseInput, input, this.sessionId);
+    const args = withKey(parseInput(PauseInput, input, this.sessionId));
     return this.update(() =>
       this.workflow.executeUpdate(pauseUpdate, { args: [args], updateId: updateIdFor('pause', args.idempotencyKey) }),
     );
@@ -216,7 +300,7 @@ export class SessionHandle {
 
   /** Restores the newest (or the given) checkpoint that verifies, possibly on another machine. */
   async resume(input: ResumeInput = {}): Promise<ResumeResult> {
-    const args = parseInput(ResumeInput, input, this.sessionId);
+    const args = withKey(parseInput(ResumeInput, input, this.sessionId));
     return this.update(() =>
       this.workflow.executeUpdate(resumeUpdate, { args: [args], updateId: updateIdFor('resume', args.idempotencyKey) }),
     );
@@ -224,7 +308,7 @@ export class SessionHandle {
 
   /** Ends the session, with a final checkpoint of a running session unless `checkpoint: false`. */
   async stop(input: StopInput = {}): Promise<StopResult> {
-    const args = parseInput(StopInput, input, this.sessionId);
+    const args = withKey(parseInput(StopInput, input, this.sessionId));
     return this.update(() =>
       this.workflow.executeUpdate(stopUpdate, { args: [args], updateId: updateIdFor('stop', args.idempotencyKey) }),
     );
@@ -309,8 +393,44 @@ export class SessionHandle {
     return this.call(() => this.workflow.query(statusQuery));
   }
 
-  timeline(): Promise<TimelineEntry[]> {
-    return this.call(() => this.workflow.query(timelineQuery));
+  /**
+   * Timeline entries in index order (`from`, `limit`, `branch`; checkpoints replaced by `regenerate` only with
+   * `all`). Indices are stable: pass one back as `rewind({ to })` or `fork({ from })`.
+   */
+  async timeline(options: TimelinePageInput = {}): Promise<TimelineEntry[]> {
+    return (await this.timelinePage(options)).entries;
+  }
+
+  /**
+   * A page of the timeline: from the store's log (when the client has the store) and the recent window the session
+   * holds (entries not yet in the store among them), each index once. An ended session's timeline is read from the
+   * store alone.
+   */
+  async timelinePage(options: TimelinePageInput = {}): Promise<TimelinePage> {
+    const page = parseInput(TimelinePageInput, options, this.sessionId);
+    const limit = page.limit ?? 100;
+    const recent = await this.call(() => this.workflow.query(timelineQuery)).catch((err: unknown) => {
+      if (this.timelineLog && err instanceof SessionNotFoundError === false) return [] as TimelineEntry[];
+      throw err;
+    });
+    const firstRecent = recent.find((e) => e.index !== undefined)?.index ?? Infinity;
+    let from = page.from ?? 1;
+    const out: TimelineEntry[] = [];
+    // Read the store up to where the recent window begins; the window (newest) needs no store read.
+    while (this.timelineLog && from < firstRecent && out.length < limit) {
+      const stored = await this.call(() => this.timelineLog!.readTimeline(this.sessionId, { from, limit: 1000 }));
+      const entries = stored.entries as unknown as TimelineEntry[];
+      out.push(...entries.filter((e) => (e.index ?? 0) < firstRecent));
+      if (stored.next === null || entries.length === 0) break;
+      from = stored.next;
+    }
+    const merged = foldTimeline(mergeByIndex(out, recent)).filter(
+      (e) => (e.index ?? Infinity) >= (page.from ?? 1) && inView(e, page),
+    );
+    const entries = merged.slice(0, limit);
+    const last = entries[entries.length - 1];
+    const more = merged.length > limit || (this.timelineLog !== undefined && from < firstRecent && out.length >= limit);
+    return { entries, next: more && last?.index !== undefined ? last.index + 1 : null };
   }
 
   /** Waits for the session to end: its stop result, or a typed error if it failed. */
@@ -337,6 +457,11 @@ export class SessionHandle {
 }
 
 const PhaseSchema = z.enum(PHASES);
+
+/** Every control carries an idempotency key: the caller's, or one made here (a retried call then runs once). */
+function withKey<T extends { idempotencyKey?: string }>(input: T): T {
+  return input.idempotencyKey === undefined ? { ...input, idempotencyKey: randomUUID() } : input;
+}
 
 /**
  * The server deduplicates updates by id within a run whatever their name, so the control is part of the id:

@@ -31,6 +31,13 @@ export const ERROR_CODES = {
   RestoreFailed: 'RestoreFailed',
   /** The snapshot store has no room or is read-only (ENOSPC, EDQUOT, EROFS): retrying will not help. */
   StoreFull: 'StoreFull',
+  /**
+   * The control names a stale epoch of the session (`ifHead`, `ifIndex`), or conflicts with one in flight; nothing was
+   * changed. Read the session again and decide.
+   */
+  Conflict: 'Conflict',
+  /** A message index would split a tool call from its result; the failure names the nearest safe index. */
+  UnsafeMessageIndex: 'UnsafeMessageIndex',
 } as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES];

@@ -85,6 +85,25 @@ export class SessionClosedError extends SessionError {
   }
 }
 
+/** Thrown when a control names a stale head (`ifHead`, `ifIndex`) or conflicts with one in flight. Nothing changed. */
+export class ConflictError extends SessionError {
+  constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.Conflict, message, sessionId, options);
+  }
+}
+
+/** Thrown when a message index would split a tool call from its result; `nearestSafe` is the closest index that does not. */
+export class UnsafeMessageIndexError extends SessionError {
+  constructor(
+    message: string,
+    sessionId: string,
+    readonly nearestSafe: number | undefined,
+    options?: { cause?: unknown },
+  ) {
+    super(ERROR_CODES.UnsafeMessageIndex, message, sessionId, options);
+  }
+}
+
 /** Thrown when a resume could restore no checkpoint (the message lists each one tried and why). */
 export class RestoreFailedError extends SessionError {
   constructor(message: string, sessionId: string, options?: { cause?: unknown }) {

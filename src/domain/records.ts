@@ -1,5 +1,15 @@
 import { z } from 'zod';
-import { CheckpointId, CheckpointRef, IdempotencyKey, StartSessionInput, verificationFields } from './schemas';
+import {
+  CheckpointId,
+  CheckpointRef,
+  IdempotencyKey,
+  RetentionPolicy,
+  SessionId,
+  SessionPolicies,
+  StartSessionInput,
+  TimelineIndex,
+  verificationFields,
+} from './schemas';
 import { PHASES } from './session-state';
 import { strictObject } from './strict';
 
@@ -32,65 +42,181 @@ export type FailureInfo = z.infer<typeof FailureInfo>;
 export const RejectedSignal = strictObject({ signal: z.string().max(300), reason: Text, at: Timestamp });
 export type RejectedSignal = z.infer<typeof RejectedSignal>;
 
+/**
+ * Fields every timeline entry has. `index` is stable for the life of the session (1, 2, 3…, never reused or
+ * renumbered); `branch` is the branch the session was on. Both are absent on entries recorded before indices.
+ */
+const base = {
+  index: TimelineIndex.optional(),
+  branch: z.number().int().min(0).optional(),
+  at: Timestamp,
+};
+
+/** Where a checkpoint stands: written (`durable`), read back and authenticated (`verified`), or found bad. */
+export const Durability = z.enum(['durable', 'verified', 'failed-verification']);
+export type Durability = z.infer<typeof Durability>;
+
+const RestoreCause = z.enum(['resume', 'recovery', 'drain', 'rewind', 'fork']);
+
+/** A session's lineage: the session and checkpoint a fork started from. */
+export const ForkOrigin = strictObject({
+  sessionId: SessionId,
+  checkpointId: CheckpointId,
+  /** The checkpoint's index in the source's timeline. */
+  index: TimelineIndex.optional(),
+});
+export type ForkOrigin = z.infer<typeof ForkOrigin>;
+
 export const TimelineEntry = z.discriminatedUnion('kind', [
-  strictObject({ kind: z.literal('checkpoint'), at: Timestamp, checkpoint: CheckpointRef, reason: Text.optional() }),
+  strictObject({
+    kind: z.literal('checkpoint'),
+    ...base,
+    checkpoint: CheckpointRef,
+    reason: Text.optional(),
+    durability: Durability.optional(),
+    /** Conversation runtime: the number of messages the checkpoint holds. */
+    messageIndex: z.number().int().min(0).optional(),
+    /** Conversation runtime: false when the checkpoint's cut splits a tool call from its result. */
+    pairSafe: z.boolean().optional(),
+    /** A later `regenerate` replaced the turn this checkpoint holds: kept, hidden from the default view. */
+    regenerated: z.boolean().optional(),
+  }),
   strictObject({
     kind: z.literal('restored'),
-    at: Timestamp,
+    ...base,
     checkpointId: CheckpointId,
     instanceId: z.string(),
-    cause: z.enum(['resume', 'recovery', 'drain']),
+    cause: RestoreCause,
   }),
   strictObject({
     kind: z.literal('fallback'),
-    at: Timestamp,
+    ...base,
     fromCheckpointId: CheckpointId,
     toCheckpointId: CheckpointId.nullable(),
     reason: Text,
   }),
   /** No checkpoint could be restored: the session waits, paused, for a resume once the store is repaired. */
-  strictObject({
-    kind: z.literal('restore-failed'),
-    at: Timestamp,
-    cause: z.enum(['resume', 'recovery', 'drain']),
-    reason: Text,
-  }),
+  strictObject({ kind: z.literal('restore-failed'), ...base, cause: RestoreCause, reason: Text }),
   /** A control failed for a reason an operator must see (a full store, say); the session went on as it was. */
   strictObject({
     kind: z.literal('control-failed'),
-    at: Timestamp,
+    ...base,
     control: z.string().max(50),
     type: z.string(),
     reason: Text,
   }),
   strictObject({
     kind: z.literal('runtime-exited'),
-    at: Timestamp,
+    ...base,
     exitCode: z.number().int().nullable(),
     signal: z.string().nullable(),
   }),
-  strictObject({ kind: z.literal('runtime-lost'), at: Timestamp, instanceId: z.string(), reason: Text }),
+  strictObject({ kind: z.literal('runtime-lost'), ...base, instanceId: z.string(), reason: Text }),
   strictObject({
     kind: z.literal('checkpoint-deleted'),
-    at: Timestamp,
+    ...base,
     checkpointId: CheckpointId,
     reason: z.literal('retention'),
   }),
-  strictObject({ kind: z.literal('verified'), cause: z.enum(['background', 'request']), ...verificationFields }),
-  strictObject({ kind: z.literal('signal-rejected'), ...RejectedSignal.shape }),
+  strictObject({ kind: z.literal('verified'), ...base, cause: z.enum(['background', 'request']), ...verificationFields }),
+  strictObject({ kind: z.literal('signal-rejected'), ...base, signal: RejectedSignal.shape.signal, reason: Text }),
+  /** The session went back to `to`: a new branch starts there; what came after is kept on the old one. */
+  strictObject({
+    kind: z.literal('rewound'),
+    ...base,
+    to: CheckpointId,
+    toIndex: TimelineIndex.optional(),
+    /** The branch the session left, and its tip (the safety checkpoint, when one was taken). */
+    fromBranch: z.number().int().min(0),
+    fromHead: CheckpointId.nullable(),
+    safetyCheckpointId: CheckpointId.optional(),
+    reason: Text.optional(),
+  }),
+  /** New sessions were started from a checkpoint of this one (the source is unchanged). */
+  strictObject({
+    kind: z.literal('forked'),
+    ...base,
+    checkpointId: CheckpointId,
+    checkpointIndex: TimelineIndex.optional(),
+    forks: z.array(strictObject({ sessionId: SessionId, checkpointId: CheckpointId })).max(64),
+    /** The fork replaces the source's last turn (`regenerate`): `replaces` is the checkpoint that holds it. */
+    regenerate: z.boolean().optional(),
+    replaces: CheckpointId.optional(),
+  }),
+  /** The first entry of a fork: where its state came from. */
+  strictObject({ kind: z.literal('forked-from'), ...base, from: ForkOrigin }),
+  strictObject({
+    kind: z.literal('configured'),
+    ...base,
+    policies: SessionPolicies.optional(),
+    retention: RetentionPolicy.optional(),
+  }),
+  /** A policy acted: an automatic pause or stop, or an automatic checkpoint skipped for want of activity. */
+  strictObject({
+    kind: z.literal('policy'),
+    ...base,
+    action: z.enum(['pause', 'stop', 'checkpoint-skipped']),
+    reason: Text,
+  }),
+  /** Conversation runtime: messages appended (a checkpoint, when one was asked for, is its own entry). */
+  strictObject({
+    kind: z.literal('appended'),
+    ...base,
+    firstIndex: z.number().int().min(0),
+    count: z.number().int().min(1),
+  }),
 ]);
 export type TimelineEntry = z.infer<typeof TimelineEntry>;
 
 /** The outcome of a control sent with an idempotency key: a repeat of the key gets the same outcome. */
 export const RememberedResult = strictObject({
   key: IdempotencyKey,
-  control: z.enum(['checkpoint', 'pause', 'resume', 'stop']),
+  control: z.enum(['checkpoint', 'pause', 'resume', 'stop', 'rewind', 'fork', 'branch', 'configure', 'append', 'regenerate']),
   outcome: z.union([
     strictObject({ ok: z.literal(true), value: z.unknown() }),
     strictObject({ ok: z.literal(false), type: z.string().max(100), message: Text }),
   ]),
 });
 export type RememberedResult = z.infer<typeof RememberedResult>;
+
+/** A branch's newest checkpoint. */
+export const BranchTip = strictObject({ branch: z.number().int().min(0), checkpointId: CheckpointId.nullable() });
+export type BranchTip = z.infer<typeof BranchTip>;
+
+/** Checkpoints, timeline entries and forks a run keeps in its state (the rest is in the store's timeline). */
+export const WINDOW = { checkpoints: 128, timeline: 64, tips: 64, forks: 64 } as const;
+
+/**
+ * What the run-control features keep: bounded, so a session that takes 100,000 checkpoints hands the same small
+ * state to each new run. The full timeline is in the snapshot store.
+ */
+export const RunControlState = strictObject({
+  /** The index the next timeline entry gets. */
+  nextIndex: TimelineIndex,
+  /** Entries recorded and not yet in the store's timeline (appended at the next idle moment), oldest first. */
+  unflushed: z.array(TimelineEntry).max(100_000),
+  branch: z.number().int().min(0),
+  nextBranch: z.number().int().min(1),
+  tips: z.array(BranchTip).max(WINDOW.tips),
+  /** Checkpoints the session has (taken and not deleted by retention); the state keeps the newest few. */
+  checkpointCount: z.number().int().min(0),
+  /** Runs of the workflow so far, this one included. */
+  runs: z.number().int().min(1),
+  policies: SessionPolicies,
+  retention: RetentionPolicy.optional(),
+  forkedFrom: ForkOrigin.nullable(),
+  /** The newest forks made from this session (`forkCount` counts them all). */
+  forks: z.array(strictObject({ sessionId: SessionId, checkpointId: CheckpointId, at: Timestamp })).max(WINDOW.forks),
+  forkCount: z.number().int().min(0),
+  lastActivityAt: Timestamp,
+  lastCheckpointAt: Timestamp.nullable(),
+  /** When the session last became paused (for `stopPausedAfterMs`). */
+  pausedAt: Timestamp.nullable(),
+  lastVerification: strictObject(verificationFields).nullable(),
+  /** Conversation runtime: messages held, and cut points that would split a tool call from its result. */
+  messageCount: z.number().int().min(0).optional(),
+});
+export type RunControlState = z.infer<typeof RunControlState>;
 
 /** Everything one run of a session's workflow hands to the next at continue-as-new. */
 export const CarriedState = strictObject({
@@ -113,6 +239,8 @@ export const CarriedState = strictObject({
   results: z.array(RememberedResult),
   startedAt: Timestamp,
   updatedAt: Timestamp,
+  // Run control. Each is absent in state carried by versions before it; `runControlOf` fills them in.
+  runControl: RunControlState.optional(),
 });
 export type CarriedState = z.infer<typeof CarriedState>;
 
@@ -121,6 +249,14 @@ export const SessionWorkflowInput = strictObject({
   spec: StartSessionInput,
   /** State carried across continue-as-new; absent on the first run. */
   carried: CarriedState.optional(),
+  /** A fork's first run: the checkpoint, already in the store under the new session, it starts from. */
+  fork: strictObject({
+    from: ForkOrigin,
+    checkpoint: CheckpointRef,
+    /** The owner the source claimed the new session id for, in the store. */
+    claimOwner: z.string().min(1).max(300),
+    paused: z.boolean().optional(),
+  }).optional(),
 });
 export type SessionWorkflowInput = z.infer<typeof SessionWorkflowInput>;
 

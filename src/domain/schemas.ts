@@ -190,11 +190,39 @@ export const RetentionPolicy = strictObject({
 });
 export type RetentionPolicy = z.infer<typeof RetentionPolicy>;
 
+/** Whole minutes and more: a policy timer below a second would be a busy loop in history. */
+const PolicyDuration = z.number().int().min(1_000, 'policy durations are at least 1000 ms').max(10 * 365 * 86_400_000);
+
+/**
+ * What the session does by itself, on durable timers (they survive worker and server restarts). Changed on a live
+ * session with `configure`, which replaces the whole object.
+ */
+export const SessionPolicies = strictObject({
+  /** Take an automatic checkpoint (trigger `automatic`) after this much running time since the last checkpoint. */
+  checkpointEveryMs: PolicyDuration.optional(),
+  /**
+   * With `checkpointEveryMs`: skip the automatic checkpoint when the runtime showed no activity since the last one
+   * (default false: every period gets its checkpoint).
+   */
+  checkpointOnlyIfActive: z.boolean().optional(),
+  /** The default of `stop`'s `checkpoint` flag: take a final checkpoint of a running session (default true). */
+  checkpointBeforeStop: z.boolean().optional(),
+  /**
+   * Pause (reason `idle`) a running session that showed no activity for this long: no file change or output in a
+   * workspace, no write in memory, no appended message, no `touch` from a client.
+   */
+  idlePauseAfterMs: PolicyDuration.optional(),
+  /** Stop (without a checkpoint: the paused state is one already) a session that stayed paused this long. */
+  stopPausedAfterMs: PolicyDuration.optional(),
+});
+export type SessionPolicies = z.infer<typeof SessionPolicies>;
+
 const StartSessionFields = strictObject({
   sessionId: SessionId,
   runtime: RuntimeSpec,
   liveness: LivenessOptions.optional(),
   retention: RetentionPolicy.optional(),
+  policies: SessionPolicies.optional(),
   /**
    * After each checkpoint, read it back from the store in the background (every chunk authenticated) and record
    * the outcome in the timeline (`verified`) and `status.lastVerification`. Costs a full read per checkpoint.
@@ -210,15 +238,35 @@ export const StartSessionInput = StartSessionFields.refine(
 );
 export type StartSessionInput = z.infer<typeof StartSessionInput>;
 
+/**
+ * Optimistic concurrency for callers that read the timeline and act on it: the control is refused with Conflict when
+ * the session's head is no longer the one named (or a control that may move it is queued ahead).
+ */
+const preconditions = {
+  /** Apply only while this checkpoint is the session's head. */
+  ifHead: CheckpointId.optional(),
+  /** Apply only while the head is the checkpoint at this timeline index. */
+  ifIndex: z.number().int().min(1).optional(),
+};
+
+/** A timeline index (1, 2, 3…, stable for the life of the session). */
+export const TimelineIndex = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
+
+/** A checkpoint named by its timeline index or its id. */
+export const CheckpointSelector = z.union([TimelineIndex, CheckpointId]);
+export type CheckpointSelector = z.infer<typeof CheckpointSelector>;
+
 export const CheckpointInput = strictObject({
   label: Label.optional(),
   idempotencyKey: IdempotencyKey.optional(),
+  ...preconditions,
 });
 export type CheckpointInput = z.infer<typeof CheckpointInput>;
 
 export const PauseInput = strictObject({
   reason: Reason.optional(),
   idempotencyKey: IdempotencyKey.optional(),
+  ...preconditions,
 });
 export type PauseInput = z.infer<typeof PauseInput>;
 
@@ -226,6 +274,7 @@ export const ResumeInput = strictObject({
   /** Restore this checkpoint instead of the newest one. */
   checkpointId: CheckpointId.optional(),
   idempotencyKey: IdempotencyKey.optional(),
+  ...preconditions,
 });
 export type ResumeInput = z.infer<typeof ResumeInput>;
 
@@ -261,18 +310,111 @@ export const DrainInput = strictObject({
 export type DrainInput = z.infer<typeof DrainInput>;
 
 export const StopInput = strictObject({
-  /** Take a final checkpoint before stopping a running session (default true). */
+  /** Take a final checkpoint before stopping a running session (default: the `checkpointBeforeStop` policy, true). */
   checkpoint: z.boolean().optional(),
   reason: Reason.optional(),
   idempotencyKey: IdempotencyKey.optional(),
+  ...preconditions,
 });
 export type StopInput = z.infer<typeof StopInput>;
+
+/** Exactly one of `to` and `messageIndex` names where to go. */
+function oneTarget(optional: boolean) {
+  return (input: { to?: unknown; from?: unknown; messageIndex?: unknown }) => {
+    const named = [input.to ?? input.from, input.messageIndex].filter((x) => x !== undefined).length;
+    return optional ? named <= 1 : named === 1;
+  };
+}
+
+export const RewindInput = strictObject({
+  /** The checkpoint to go back to: its timeline index or its id. */
+  to: CheckpointSelector.optional(),
+  /** Conversation runtime: go back to the state after this many messages (a checkpoint at that point). */
+  messageIndex: z.number().int().min(0).optional(),
+  reason: Reason.optional(),
+  idempotencyKey: IdempotencyKey.optional(),
+  ...preconditions,
+}).refine(oneTarget(false), 'rewind names exactly one of "to" and "messageIndex"');
+export type RewindInput = z.infer<typeof RewindInput>;
+
+/** What a fork may set differently from its source (its runtime state is the source's, so not the runtime). */
+export const ForkOverrides = strictObject({
+  description: displayText('description', 1000, { lines: true }).optional(),
+  retention: RetentionPolicy.optional(),
+  policies: SessionPolicies.optional(),
+  backgroundVerify: z.boolean().optional(),
+  liveness: LivenessOptions.optional(),
+});
+export type ForkOverrides = z.infer<typeof ForkOverrides>;
+
+/** Most forks made by one control (E2B/Morph's branch-into-N). */
+export const MAX_FORK_COUNT = 32;
+
+const forkFields = {
+  /** The new session's id (with `count` > 1, each fork is `<newSessionId>-<n>`); generated when absent. */
+  newSessionId: SessionId.optional(),
+  /** How many forks to make at once (default 1). */
+  count: z.number().int().min(1).max(MAX_FORK_COUNT).optional(),
+  overrides: ForkOverrides.optional(),
+  /** Leave the forks paused at their first checkpoint instead of running them (default false). */
+  paused: z.boolean().optional(),
+  label: Label.optional(),
+  idempotencyKey: IdempotencyKey.optional(),
+  ...preconditions,
+};
+
+export const ForkInput = strictObject({
+  /** The checkpoint the forks start from: its timeline index or id (default: the head). */
+  from: CheckpointSelector.optional(),
+  /** Conversation runtime: fork from the state after this many messages. */
+  messageIndex: z.number().int().min(0).optional(),
+  ...forkFields,
+}).refine(oneTarget(true), 'fork names at most one of "from" and "messageIndex"');
+export type ForkInput = z.infer<typeof ForkInput>;
+
+/** A fork from the head. */
+export const BranchInput = strictObject(forkFields);
+export type BranchInput = z.infer<typeof BranchInput>;
+
+export const ConfigureInput = strictObject({
+  /** Replaces the session's policies (an empty object turns every policy off). */
+  policies: SessionPolicies.optional(),
+  /** Replaces the session's retention policy. */
+  retention: RetentionPolicy.optional(),
+  idempotencyKey: IdempotencyKey.optional(),
+  ...preconditions,
+});
+export type ConfigureInput = z.infer<typeof ConfigureInput>;
+
+/** A client says the session is in use: the idle timer starts again. */
+export const TouchInput = strictObject({});
+export type TouchInput = z.infer<typeof TouchInput>;
+
+export const TimelinePageInput = strictObject({
+  /** The first index to return (default: the oldest). */
+  from: TimelineIndex.optional(),
+  limit: z.number().int().min(1).max(1000).optional(),
+  /** Only entries recorded on this branch (0 is the session's first). */
+  branch: z.number().int().min(0).optional(),
+  /** Include entries hidden from the default view (checkpoints marked `regenerated`). */
+  all: z.boolean().optional(),
+});
+export type TimelinePageInput = z.infer<typeof TimelinePageInput>;
 
 /**
  * Why a checkpoint was taken. `drain`: its worker was shutting down and moved the session elsewhere. A manifest with a
  * trigger a worker does not know is refused by that worker, so add one only after every worker reads it.
  */
-export const CheckpointTrigger = z.enum(['manual', 'pause', 'stop', 'drain']);
+export const CheckpointTrigger = z.enum([
+  'manual',
+  'pause',
+  'stop',
+  'drain',
+  'automatic',
+  'rewind-safety',
+  'turn',
+  'fork',
+]);
 export type CheckpointTrigger = z.infer<typeof CheckpointTrigger>;
 
 /**
@@ -294,5 +436,9 @@ export const CheckpointRef = strictObject({
   createdAt: z.string(),
   /** Protection at rest: `none` is plaintext, only when configured explicitly. */
   encryption: z.enum(['aes-256-gcm', 'none']).optional(),
+  /** Its entry in the session's timeline: pass it back as `to` or `from`. Absent on checkpoints from before indices. */
+  index: TimelineIndex.optional(),
+  /** The branch it was taken on (0 is the session's first; each rewind starts another). */
+  branch: z.number().int().min(0).optional(),
 });
 export type CheckpointRef = z.infer<typeof CheckpointRef>;

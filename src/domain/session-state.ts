@@ -4,6 +4,7 @@
  *
  *   starting → running ⇄ checkpointing
  *   running → pausing → paused → resuming → running
+ *   running → rewinding → running (or paused, when neither the target nor the safety checkpoint restores)
  *   running | paused → stopping → completed
  *   any non-final → failed (with a reason)
  */
@@ -15,6 +16,7 @@ export const PHASES = [
   'pausing',
   'paused',
   'resuming',
+  'rewinding',
   'stopping',
   'completed',
   'failed',
@@ -41,6 +43,10 @@ export type SessionEvent =
   | { type: 'stopRequested' }
   | { type: 'stopSucceeded' }
   | { type: 'stopFailed' }
+  | { type: 'rewindRequested' }
+  | { type: 'rewindSucceeded' }
+  | { type: 'rewindFailed' }
+  | { type: 'rewindAborted' }
   | { type: 'runtimeLost' }
   | { type: 'runtimeExited'; exitCode: number | null; signal: string | null }
   | { type: 'failed'; reason: string };
@@ -69,6 +75,12 @@ const TABLE: Partial<Record<SessionEventType, Partial<Record<Phase, Phase>>>> = 
   stopSucceeded: { stopping: 'completed' },
   // The final checkpoint could not be written, so the runtime was left running.
   stopFailed: { stopping: 'running' },
+  rewindRequested: { running: 'rewinding' },
+  rewindSucceeded: { rewinding: 'running' },
+  // The target could not be restored: the safety checkpoint was, so the session runs as it did before the rewind.
+  rewindFailed: { rewinding: 'running' },
+  // Neither the target nor the safety checkpoint could be restored: the session waits, paused, like a failed resume.
+  rewindAborted: { rewinding: 'paused' },
   // The runtime's host went away: the session is brought back from its newest checkpoint.
   runtimeLost: { running: 'resuming', checkpointing: 'resuming' },
 };
@@ -97,10 +109,26 @@ export function transition(phase: Phase, event: SessionEvent): TransitionResult 
   return { ok: true, phase: next };
 }
 
-/** The controls a caller can send. Each runs from a stable phase, through a transient one, to a stable one. */
-export type Control = 'checkpoint' | 'pause' | 'resume' | 'stop';
+/** The lifecycle controls: each runs from a stable phase, through a transient one, to a stable one. */
+export type LifecycleControl = 'checkpoint' | 'pause' | 'resume' | 'stop';
 
-const CONTROL_EVENTS: Record<Control, SessionEventType> = {
+/** Run-control verbs: they leave the session in the phase it was in (rewind runs a running one through `rewinding`). */
+export type RunControl = 'rewind' | 'fork' | 'branch' | 'configure' | 'append' | 'regenerate';
+
+/** The controls a caller can send. */
+export type Control = LifecycleControl | RunControl;
+
+/** Where each run-control verb may start from. */
+const RUN_CONTROL_FROM: Record<RunControl, readonly StablePhase[]> = {
+  rewind: ['running', 'paused'],
+  fork: ['running', 'paused'],
+  branch: ['running', 'paused'],
+  configure: ['running', 'paused'],
+  append: ['running'],
+  regenerate: ['running', 'paused'],
+};
+
+const CONTROL_EVENTS: Record<LifecycleControl, SessionEventType> = {
   checkpoint: 'checkpointRequested',
   pause: 'pauseRequested',
   resume: 'resumeRequested',
@@ -108,7 +136,7 @@ const CONTROL_EVENTS: Record<Control, SessionEventType> = {
 };
 
 /** Where a control leaves the session when it succeeds. */
-const CONTROL_TARGET: Record<Control, StablePhase> = {
+const CONTROL_TARGET: Record<LifecycleControl, StablePhase> = {
   checkpoint: 'running',
   pause: 'paused',
   resume: 'running',
@@ -124,6 +152,12 @@ export function planControl(
   projected: StablePhase,
   control: Control,
 ): { ok: true; projected: StablePhase } | { ok: false; reason: string } {
+  if (control in RUN_CONTROL_FROM) {
+    const from = RUN_CONTROL_FROM[control as RunControl];
+    if (!from.includes(projected)) return { ok: false, reason: `cannot ${control} while the session is ${projected}` };
+    return { ok: true, projected };
+  }
+  control = control as LifecycleControl;
   const result = transition(projected, { type: CONTROL_EVENTS[control] } as SessionEvent);
   if (!result.ok) return { ok: false, reason: `cannot ${control} while the session is ${projected}` };
   return { ok: true, projected: CONTROL_TARGET[control] };

@@ -30,6 +30,8 @@ interface MemoryInstance {
   writes: Array<[number, number, number]>;
   /** Writes made so far (each has a number: captures stored in any order agree on what came after them). */
   writeCount: number;
+  /** When the state was last written (ISO-8601): its start or restore until the first write. */
+  lastWriteAt: string;
   exit?: ExitInfo;
   readonly exited: Promise<ExitInfo>;
   readonly markExited: (exit: ExitInfo) => void;
@@ -188,6 +190,11 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
     this.writeAt(instanceId, this.get(instanceId).length, data);
   }
 
+  /** The newest write (or the start), for the idle-pause policy. */
+  async lastActivity(instanceId: string): Promise<string | undefined> {
+    return this.get(instanceId).lastWriteAt;
+  }
+
   /** The instance, which must not have stopped (writes go only to running instances). */
   private running(instanceId: string): MemoryInstance {
     const instance = this.get(instanceId);
@@ -235,6 +242,7 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
       base: null,
       writes: [],
       writeCount: 0,
+      lastWriteAt: new Date().toISOString(),
       exited,
       markExited: (exit) => {
         instance.exit = exit;
@@ -264,6 +272,7 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
  */
 function recordWrite(instance: MemoryInstance, start: number, end: number): void {
   const number = instance.writeCount++;
+  instance.lastWriteAt = new Date().toISOString();
   const last = instance.writes[instance.writes.length - 1];
   if (last && start <= last[1] && end >= last[0]) {
     last[0] = Math.min(last[0], start);

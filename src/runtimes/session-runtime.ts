@@ -79,6 +79,11 @@ export interface SessionRuntime<S extends RuntimeSpec = RuntimeSpec> {
   /** Resolves when the instance ends, however it ends. Rejects with RuntimeNotFoundError for an unknown id. */
   waitForExit(instanceId: string, signal?: AbortSignal): Promise<ExitInfo>;
   describe(instanceId: string): RuntimeInstanceInfo | undefined;
+  /**
+   * Optional: when the instance last showed activity (ISO-8601), for the idle-pause policy: a workspace's newest file
+   * change or output, a memory instance's last write. Undefined when it cannot tell.
+   */
+  lastActivity?(instanceId: string): Promise<string | undefined>;
   /** Removes what a stopped instance left on this host (its directory). */
   dispose(instanceId: string): Promise<void>;
 }

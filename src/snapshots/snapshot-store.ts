@@ -1,4 +1,5 @@
 import type { Readable } from 'node:stream';
+import type { CheckpointTrigger } from '../domain/schemas';
 import type { StateSource } from './state-source';
 
 /**
@@ -19,7 +20,7 @@ export interface CheckpointManifest {
   /** ISO-8601. */
   createdAt: string;
   label?: string;
-  trigger: 'manual' | 'pause' | 'stop' | 'drain';
+  trigger: CheckpointTrigger;
   /** How the checkpoint is protected at rest (format 2); absent for format 1, which is plaintext. */
   encryption?: 'aes-256-gcm' | 'none';
 }

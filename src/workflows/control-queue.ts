@@ -5,7 +5,13 @@ import type { ResumeInput } from '../domain/schemas';
 import { isFinal, isStable, planControl, type Control, type Phase, type StablePhase } from '../domain/session-state';
 import { closed, failure, failureMessage, invalidTransition, typeOf } from './failures';
 import { parseControl } from './inputs';
-import type { Session } from './session';
+import { now, type Session } from './session';
+
+/** The fields of a control that name the head it expects. */
+interface Preconditions {
+  ifHead?: string;
+  ifIndex?: number;
+}
 
 /** Idempotency results kept (and carried across continue-as-new) per session. */
 const MAX_REMEMBERED_RESULTS = 200;
@@ -55,24 +61,66 @@ export class ControlQueue {
    * Synchronous by design: an async validator's rejection is ignored by the SDK. A rejected update leaves
    * no trace in history and changes nothing.
    */
-  validate<S extends z.ZodType<{ idempotencyKey?: string }>>(control: Control, schema: S, raw: unknown): void {
+  validate<S extends z.ZodType<{ idempotencyKey?: string } & Preconditions>>(
+    control: Control,
+    schema: S,
+    raw: unknown,
+  ): void {
     const input = parseControl(schema, raw);
     const key = input.idempotencyKey;
     if (key !== undefined && this.isRepeat(key, control)) return; // the handler answers with the first outcome
     if (isFinal(this.projected)) throw closed();
     const plan = planControl(this.projected, control);
     if (!plan.ok) throw invalidTransition(plan.reason);
+    this.checkPreconditions(control, input);
     if (control === 'resume') this.session.checkKnownCheckpoint((input as ResumeInput).checkpointId);
   }
 
+  /**
+   * Optimistic concurrency: a control that names the head it expects (`ifHead`, `ifIndex`) runs only if that is still
+   * the head when it is accepted, and nothing is queued ahead of it that could move the head. Otherwise Conflict.
+   */
+  private checkPreconditions(control: Control, input: Preconditions): void {
+    const { ifHead, ifIndex } = input;
+    if (ifHead === undefined && ifIndex === undefined) return;
+    const head = this.session.state.head;
+    const id = this.session.id;
+    if (this.queued > 0) {
+      throw failure(
+        ERROR_CODES.Conflict,
+        `${control} names the head it expects, but ${this.queued} operation(s) of session ${id} are queued or running and may move it: read the session again once they finish`,
+      );
+    }
+    if (ifHead !== undefined && head?.checkpointId !== ifHead) {
+      throw failure(ERROR_CODES.Conflict, `${control} expects head ${ifHead}, but the head of session ${id} is ${head?.checkpointId ?? 'none'}`);
+    }
+    if (ifIndex !== undefined && head?.index !== ifIndex) {
+      throw failure(
+        ERROR_CODES.Conflict,
+        `${control} expects the head at index ${ifIndex}, but the head of session ${id} is at ${head?.index ?? 'none'}`,
+      );
+    }
+  }
+
   /** Accepts a validated control: dedupes by key, advances the projection, and queues the work. */
-  accept<I extends { idempotencyKey?: string }, R>(control: Control, input: I, run: (i: I) => Promise<R>): Promise<R> {
+  accept<I extends { idempotencyKey?: string } & Preconditions, R>(
+    control: Control,
+    input: I,
+    run: (i: I) => Promise<R>,
+  ): Promise<R> {
     const key = input.idempotencyKey;
     if (key !== undefined && this.isRepeat(key, control)) return this.outcomeOf(key) as Promise<R>;
     if (isFinal(this.projected)) return Promise.reject(closed());
     const plan = planControl(this.projected, control);
     if (!plan.ok) return Promise.reject(invalidTransition(plan.reason));
+    try {
+      // Again: another control may have been accepted since this one was validated.
+      this.checkPreconditions(control, input);
+    } catch (err) {
+      return Promise.reject(err);
+    }
     this.projected = plan.projected;
+    this.session.runControl.lastActivityAt = now();
     this.pendingControls++;
     const result = this.serial(() => run(input)).finally(() => {
       this.pendingControls--;

@@ -28,3 +28,9 @@ export const HOST_MONITOR_PATCH = 'host-monitor';
  * local activity, and search attributes are upserted only when the phase changes.
  */
 export const LEAN_PATCH = 'lean-lifecycle';
+
+/**
+ * Run control: the timeline goes to the snapshot store (local activity `appendTimeline`, when entries wait), and
+ * policies run on timers.
+ */
+export const RUN_CONTROL_PATCH = 'run-control';

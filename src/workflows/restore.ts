@@ -10,7 +10,7 @@ import { CONTRACTS_PATCH } from './patches';
 import { now, type Session } from './session';
 
 /** What asked for a restore; the timeline says it. */
-export type RestoreCause = 'resume' | 'recovery' | 'drain';
+export type RestoreCause = 'resume' | 'recovery' | 'drain' | 'rewind' | 'fork';
 
 /** The restored runtime, or why there is none: `permanent` when every candidate failed for good. */
 export type RestoreOutcome = { ok: true; result: ResumeResult } | { ok: false; permanent: boolean; reason: string };
@@ -96,6 +96,7 @@ export function restoreFailed(
   session: Session,
   outcome: { permanent: boolean; reason: string },
   cause: RestoreCause,
+  event: 'resumeFailed' | 'rewindAborted' = 'resumeFailed',
 ): void {
   const { state } = session;
   if (isFinal(state.phase)) return; // (failed before the contracts patch)
@@ -105,7 +106,7 @@ export function restoreFailed(
   } else if (outcome.permanent) {
     return;
   }
-  session.apply({ type: 'resumeFailed' });
+  session.apply({ type: event });
 }
 
 /** The session runs again: a failure that left it paused is behind it. */

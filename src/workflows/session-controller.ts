@@ -1,6 +1,7 @@
 import { condition, log, patched, setCurrentDetails, uuid4, workflowInfo } from '@temporalio/workflow';
 import type { DrainResult, ResumeResult, SessionStatus, StopResult } from '../api/messages';
 import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
+import type { SessionWorkflowInput } from '../domain/records';
 import { checkpointsToDelete } from '../domain/retention';
 import {
   VerifyInput,
@@ -18,6 +19,9 @@ import type { ControlQueue } from './control-queue';
 import { asFailure, failure, failureMessage, typeOf } from './failures';
 import { parseControl } from './inputs';
 import { CONTRACTS_PATCH, LEAN_PATCH } from './patches';
+
+/** Timeline entries a capture takes to the store at most (the rest go with the next one, or the next flush). */
+const FLUSH_WITH_CAPTURE = 200;
 import type { Recovery } from './recovery';
 import { recorded, restoreFailed, restoreWithFallback, resumed } from './restore';
 import { now, type Session } from './session';
@@ -35,15 +39,28 @@ export class SessionController {
     private readonly session: Session,
     private readonly queue: ControlQueue,
     private readonly recovery: Recovery,
+    /** A fork's first run claims its id for the owner its source claimed it for (the source forked into it). */
+    private readonly claimOwner?: string,
   ) {}
 
   get verificationsInFlight(): number {
     return this.verifying.size;
   }
 
-  /** A first run claims the session id and starts the runtime; a continued run watches the runtime it was handed. */
-  begin(firstRun: boolean): void {
+  /**
+   * A first run claims the session id and starts the runtime (a fork's resumes from the checkpoint it was forked at,
+   * unless asked to stay paused); a continued run watches the runtime it was handed.
+   */
+  begin(firstRun: boolean, fork?: SessionWorkflowInput['fork']): void {
     const { session } = this;
+    if (fork) {
+      void this.queue.serial(async () => {
+        if (!(await this.claimed())) return;
+        session.touch();
+      });
+      if (!fork.paused) void this.queue.accept('resume', {}, (x) => this.resume(x, 'fork')).catch(() => undefined);
+      return;
+    }
     if (firstRun) {
       if (patched(CONTRACTS_PATCH)) {
         void this.queue.serial(async () => {
@@ -110,11 +127,12 @@ export class SessionController {
       throw asFailure(err, 'pause failed: the checkpoint could not be written, the session keeps running');
     }
     await this.stopRuntime();
+    session.runControl.pausedAt = now();
     session.apply({ type: 'pauseSucceeded' });
     return ref;
   }
 
-  async resume(input: ResumeInput): Promise<ResumeResult> {
+  async resume(input: ResumeInput, cause: 'resume' | 'fork' = 'resume'): Promise<ResumeResult> {
     const { session } = this;
     const { state } = session;
     session.apply({ type: 'resumeRequested' });
@@ -125,9 +143,9 @@ export class SessionController {
       session.fail(ERROR_CODES.RestoreFailed, 'the session has no checkpoint to resume from');
       throw failure(ERROR_CODES.RestoreFailed, 'the session has no checkpoint to resume from');
     }
-    const outcome = await restoreWithFallback(session, target, 'resume', (r) => this.recovery.watch(r));
+    const outcome = await restoreWithFallback(session, target, cause, (r) => this.recovery.watch(r));
     if (!outcome.ok) {
-      restoreFailed(session, outcome, 'resume');
+      restoreFailed(session, outcome, cause);
       throw failure(ERROR_CODES.RestoreFailed, outcome.reason);
     }
     resumed(session);
@@ -140,7 +158,7 @@ export class SessionController {
     session.apply({ type: 'stopRequested' });
     let finalCheckpoint: CheckpointRef | null = null;
     if (wasRunning) {
-      if (input.checkpoint !== false) {
+      if (input.checkpoint ?? session.runControl.policies.checkpointBeforeStop ?? true) {
         try {
           finalCheckpoint = await this.capture('stop', undefined, input.reason);
         } catch (err) {
@@ -176,7 +194,7 @@ export class SessionController {
   private async claimed(): Promise<boolean> {
     const { state } = this.session;
     try {
-      const owner = workflowInfo().firstExecutionRunId;
+      const owner = this.claimOwner ?? workflowInfo().firstExecutionRunId;
       await (patched(LEAN_PATCH) ? local : shared).claimSession({ sessionId: this.session.id, owner });
       return true;
     } catch (err) {
@@ -238,12 +256,24 @@ export class SessionController {
     else restoreFailed(session, outcome, 'drain');
   }
 
-  private async capture(trigger: CheckpointTrigger, label?: string, reason?: string): Promise<CheckpointRef> {
+  /**
+   * Captures the running runtime into a new checkpoint on the current branch. The capture also takes the timeline
+   * entries that wait for the store (its host appends them first): a session that checkpoints often needs no other
+   * step to keep its timeline in the store.
+   */
+  async capture(
+    trigger: CheckpointTrigger,
+    label?: string,
+    reason?: string,
+    extra: { messageIndex?: number; pairSafe?: boolean } = {},
+  ): Promise<CheckpointRef> {
     const { session } = this;
     const { state } = session;
+    const rc = state.runControl;
     const runtime = session.requireRuntime();
     const sequence = state.nextSequence;
-    const ref = await onHost(runtime.hostTaskQueue, state.spec.liveness).captureCheckpoint({
+    const carried = rc.unflushed.slice(0, FLUSH_WITH_CAPTURE);
+    const captured = await onHost(runtime.hostTaskQueue, state.spec.liveness).captureCheckpoint({
       sessionId: session.id,
       instance: runtime,
       checkpointId: `${String(sequence).padStart(6, '0')}-${uuid4().slice(0, 8)}`,
@@ -251,11 +281,21 @@ export class SessionController {
       parentId: state.head?.checkpointId ?? null,
       trigger,
       label,
+      ...(carried.length ? { timeline: carried } : {}),
     });
+    session.flushed(carried);
     state.nextSequence = sequence + 1;
-    state.checkpoints.push(ref);
-    state.head = ref;
-    session.record({ kind: 'checkpoint', at: now(), checkpoint: ref, ...(reason ? { reason } : {}) });
+    const ref: CheckpointRef = { ...captured, index: rc.nextIndex, branch: rc.branch };
+    session.addCheckpoint(ref);
+    session.record({
+      kind: 'checkpoint',
+      at: now(),
+      checkpoint: ref,
+      durability: 'durable',
+      ...(reason ? { reason } : {}),
+      ...(extra.messageIndex !== undefined ? { messageIndex: extra.messageIndex } : {}),
+      ...(extra.pairSafe === false ? { pairSafe: false } : {}),
+    });
     session.touch();
     await this.applyRetention();
     if (state.spec.backgroundVerify) this.verifyInBackground(ref);
@@ -280,6 +320,7 @@ export class SessionController {
       expected: recorded(ref),
     });
     session.record({ kind: 'verified', cause, ...result });
+    session.runControl.lastVerification = result;
     setCurrentDetails(session.describe());
     if (result.status !== 'ok') {
       log.warn('checkpoint did not verify', { checkpointId: ref.checkpointId, status: result.status });
@@ -291,12 +332,14 @@ export class SessionController {
   private async applyRetention(): Promise<void> {
     const { session } = this;
     const { state } = session;
+    // Branch tips stay with the head: a rewind keeps what came after the checkpoint it went back to.
+    const tips = new Set(state.runControl.tips.map((t) => t.checkpointId));
     const doomed = checkpointsToDelete(
       state.checkpoints,
       state.head?.checkpointId ?? null,
-      state.spec.retention,
+      state.runControl.retention,
       Date.now(),
-    );
+    ).filter((c) => !tips.has(c.checkpointId));
     for (const c of doomed) {
       try {
         await shared.deleteCheckpoint({ sessionId: session.id, checkpointId: c.checkpointId });
@@ -308,6 +351,7 @@ export class SessionController {
         continue;
       }
       state.checkpoints = state.checkpoints.filter((x) => x.checkpointId !== c.checkpointId);
+      state.runControl.checkpointCount--;
       session.record({ kind: 'checkpoint-deleted', at: now(), checkpointId: c.checkpointId, reason: 'retention' });
     }
   }
@@ -316,7 +360,7 @@ export class SessionController {
    * Called only once the state is durable in a checkpoint, so a host that cannot be reached to stop the
    * runtime loses nothing: the instance is recorded as lost and the session moves on.
    */
-  private async stopRuntime(): Promise<void> {
+  async stopRuntime(): Promise<void> {
     const { session } = this;
     const { state } = session;
     const runtime = session.requireRuntime();

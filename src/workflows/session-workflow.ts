@@ -2,7 +2,7 @@ import {
   allHandlersFinished,
   ApplicationFailure,
   condition,
-  continueAsNew,
+  makeContinueAsNewFunc,
   setDefaultQueryHandler,
   setDefaultSignalHandler,
   setDefaultUpdateHandler,
@@ -10,6 +10,13 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import {
+  branchUpdate,
+  configureSignal,
+  configureUpdate,
+  forkUpdate,
+  rewindUpdate,
+  touchSignal,
+  touchUpdate,
   checkpointSignal,
   checkpointUpdate,
   drainUpdate,
@@ -29,7 +36,19 @@ import {
 import { ERROR_CODES } from '../domain/error-codes';
 import { closestName } from '../domain/names';
 import { SessionWorkflowInput } from '../domain/records';
-import { CheckpointInput, DrainInput, PauseInput, ResumeInput, StopInput, VerifyInput } from '../domain/schemas';
+import {
+  BranchInput,
+  CheckpointInput,
+  ConfigureInput,
+  DrainInput,
+  ForkInput,
+  PauseInput,
+  ResumeInput,
+  RewindInput,
+  StopInput,
+  TouchInput,
+  VerifyInput,
+} from '../domain/schemas';
 import { isFinal } from '../domain/session-state';
 import { ControlQueue } from './control-queue';
 import { failure } from './failures';
@@ -37,10 +56,25 @@ import { parse, parseControl } from './inputs';
 import { Recovery } from './recovery';
 import { now, Session, stateOf } from './session';
 import { SessionController } from './session-controller';
+import { PolicyClock } from './policies';
+import { RunControls } from './run-control';
+import { TimelineFlush } from './timeline-flush';
 
 /** Updates and signals a caller may send, for the "did you mean" of an unknown name. */
-const CONTROL_NAMES = ['start', 'checkpoint', 'pause', 'resume', 'stop', 'verify'];
-const SIGNAL_NAMES = ['requestCheckpoint', 'requestPause', 'requestResume', 'requestStop'];
+const CONTROL_NAMES = [
+  'start',
+  'checkpoint',
+  'pause',
+  'resume',
+  'stop',
+  'verify',
+  'rewind',
+  'fork',
+  'branch',
+  'configure',
+  'touch',
+];
+const SIGNAL_NAMES = ['requestCheckpoint', 'requestPause', 'requestResume', 'requestStop', 'requestConfigure', 'touch'];
 const QUERY_NAMES = ['status', 'timeline'];
 
 /**
@@ -55,10 +89,14 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   const { state } = session;
   const queue = new ControlQueue(session);
   const recovery = new Recovery(session, queue);
-  const controller = new SessionController(session, queue, recovery);
+  const controller = new SessionController(session, queue, recovery, input.fork?.claimOwner);
+  const runControls = new RunControls(session, queue, recovery, controller);
+  const flush = new TimelineFlush(session);
+  const policies = new PolicyClock(session, queue, controller);
 
   // Registered in this order before anything runs: messages buffered for this run are dispatched as handlers appear.
   setControlHandlers(session, queue, recovery, controller);
+  setRunControlHandlers(session, queue, runControls, policies);
   // A name nobody defined is a typed refusal naming the closest real one, not the SDK's untyped "no handler".
   setDefaultUpdateHandler((name) => {
     throw failure(ERROR_CODES.InvalidInput, unknownName('update', name, CONTROL_NAMES));
@@ -70,16 +108,25 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   setHandler(statusQuery, () => session.status(queue.pending), {
     description: 'Current phase, runtime, head checkpoint and failure.',
   });
-  setHandler(timelineQuery, () => state.timeline, {
-    description: 'Checkpoints, restores, fallbacks and runtime events, oldest first.',
+  setHandler(timelineQuery, () => session.recentTimeline(), {
+    description:
+      'The newest timeline entries (checkpoints, restores, rewinds, forks, verifications…) with their stable ' +
+      'indices, oldest first; the whole timeline is in the snapshot store (CLI: `timeline --from`).',
   });
 
-  controller.begin(input.carried === undefined);
+  controller.begin(input.carried === undefined, input.fork);
 
   const shouldContinueAsNew = () => workflowInfo().continueAsNewSuggested;
+  let ending = false;
+  flush.start(() => ending);
+  policies.start(() => ending);
   await condition(() => queue.idle && (isFinal(state.phase) || shouldContinueAsNew()));
   // Let accepted updates answer their callers before this run closes.
   await condition(() => allHandlersFinished() && queue.idle && controller.verificationsInFlight === 0);
+  ending = true;
+  // A session that ends has its whole timeline in the store; a run that continues hands on what waits.
+  if (isFinal(state.phase)) await flush.flushAll();
+  await condition(() => flush.idle && allHandlersFinished() && queue.idle);
 
   if (state.phase === 'failed') {
     const f = state.failure ?? { type: ERROR_CODES.RuntimeFailed, message: 'failed', at: now() };
@@ -90,7 +137,71 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     return { phase: 'completed', finalCheckpoint: last?.trigger === 'stop' ? last : null };
   }
   recovery.cancelWatch();
-  return continueAsNew<typeof sessionWorkflow>({ spec: state.spec, carried: state });
+  // Memo and search attributes go with the session to its next run, as they are.
+  const info = workflowInfo();
+  return makeContinueAsNewFunc<typeof sessionWorkflow>({
+    typedSearchAttributes: info.typedSearchAttributes,
+    ...(info.memo ? { memo: info.memo } : {}),
+  })({ spec: state.spec, carried: state });
+}
+
+/** Rewind, fork, branch, configure and touch. */
+function setRunControlHandlers(session: Session, queue: ControlQueue, run: RunControls, policies: PolicyClock): void {
+  setHandler(rewindUpdate, (i) => queue.accept('rewind', parseControl(RewindInput, i), (x) => run.rewind(x)), {
+    validator: (i) => queue.validate('rewind', RewindInput, i),
+    description:
+      'Go back to a checkpoint in place: a running session is checkpointed first (trigger rewind-safety), later ' +
+      'checkpoints are kept and a new branch starts there. Input: {"to": 3} (a timeline index) or ' +
+      '{"to": "000003-1a2b3c4d"}, optional "reason", "idempotencyKey", "ifHead".',
+  });
+  setHandler(forkUpdate, (i) => queue.accept('fork', parseControl(ForkInput, i), (x) => run.fork(x)), {
+    validator: (i) => queue.validate('fork', ForkInput, i),
+    description:
+      'Start new, independent sessions from a checkpoint (chunks shared, nothing copied); this session is unchanged. ' +
+      'Input: {"from": 3, "newSessionId": "build-42-try", "count": 1}, optional "overrides", "paused".',
+  });
+  setHandler(branchUpdate, (i) => queue.accept('branch', parseControl(BranchInput, i), (x) => run.branch(x)), {
+    validator: (i) => queue.validate('branch', BranchInput, i),
+    description:
+      'Fork the current state (a running session is checkpointed first). Input: {"count": 3} makes three; ' +
+      'optional "newSessionId", "overrides", "paused".',
+  });
+  setHandler(
+    configureUpdate,
+    (i) => queue.accept('configure', parseControl(ConfigureInput, i), (x) => run.configure(x)),
+    {
+      validator: (i) => queue.validate('configure', ConfigureInput, i),
+      description:
+        'Replace the policies and/or retention of the live session. Input: {"policies": {"checkpointEveryMs": ' +
+        '600000, "idlePauseAfterMs": 7200000}}; {"policies": {}} turns them off.',
+    },
+  );
+  setHandler(
+    configureSignal,
+    queue.fromSignal('requestConfigure', 'configure', ConfigureInput, (x) => run.configure(x)),
+    { description: 'Fire-and-forget configure.' },
+  );
+  const touch = () => {
+    session.runControl.lastActivityAt = now();
+    policies.replan();
+    return { lastActivityAt: session.runControl.lastActivityAt };
+  };
+  setHandler(touchUpdate, () => touch(), {
+    validator: (i) => void parseControl(TouchInput, i),
+    description: 'The session is in use: its idle timer starts again. Input: {}.',
+  });
+  setHandler(
+    touchSignal,
+    (i) => {
+      try {
+        parseControl(TouchInput, i);
+        touch();
+      } catch (err) {
+        session.rejectSignal('touch', err);
+      }
+    },
+    { description: 'Fire-and-forget touch.' },
+  );
 }
 
 /** Updates validate synchronously and queue their work; signals are their fire-and-forget twins. */

@@ -2,15 +2,22 @@ import { log, patched, setCurrentDetails, upsertSearchAttributes, uuid4, workflo
 import { sessionWorkflowId, type RuntimeInstanceRef, type SessionStatus, type TimelineEntry } from '../api/messages';
 import { sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
 import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
-import type { CarriedState, RejectedSignal, SessionWorkflowInput } from '../domain/records';
-import { StartSessionInput, type VerificationResult } from '../domain/schemas';
+import {
+  WINDOW,
+  type CarriedState,
+  type RejectedSignal,
+  type RunControlState,
+  type SessionWorkflowInput,
+} from '../domain/records';
+import { foldTimeline } from '../domain/timeline';
+import { StartSessionInput, type CheckpointRef, type VerificationResult } from '../domain/schemas';
 import { isFinal, transition, type Control, type Phase, type SessionEvent } from '../domain/session-state';
 import { failure, failureMessage, invalidTransition, typeOf } from './failures';
 import { parse } from './inputs';
 import { LEAN_PATCH } from './patches';
 
 /** Everything a run hands to the next one at continue-as-new. */
-export type SessionState = CarriedState & { rejectedSignals: RejectedSignal[] };
+export type SessionState = CarriedState & { rejectedSignals: RejectedSignal[]; runControl: RunControlState };
 
 /** Refused signals kept in status (each is in the timeline as well). */
 const MAX_REJECTED_SIGNALS = 10;
@@ -62,8 +69,70 @@ export class Session {
     setCurrentDetails(this.describe());
   }
 
-  record(entry: TimelineEntry): void {
-    this.state.timeline.push(entry);
+  get runControl(): RunControlState {
+    return this.state.runControl;
+  }
+
+  /**
+   * Gives the entry the next stable index and the current branch, keeps it in the recent window, and queues it for
+   * the store's timeline. Returns the entry as recorded.
+   */
+  record(entry: TimelineEntry): TimelineEntry {
+    const rc = this.state.runControl;
+    const recorded = { ...entry, index: rc.nextIndex, branch: rc.branch } as TimelineEntry;
+    rc.nextIndex++;
+    const { timeline } = this.state;
+    timeline.push(recorded);
+    if (timeline.length > WINDOW.timeline) timeline.splice(0, timeline.length - WINDOW.timeline);
+    rc.unflushed.push(recorded);
+    return recorded;
+  }
+
+  /** These entries are in the store's timeline now. */
+  flushed(entries: readonly TimelineEntry[]): void {
+    if (entries.length === 0) return;
+    const done = new Set(entries.map((e) => e.index));
+    const rc = this.state.runControl;
+    rc.unflushed = rc.unflushed.filter((e) => !done.has(e.index));
+  }
+
+  /** The recent window with what is not yet in the store, each checkpoint marked with what later entries say. */
+  recentTimeline(): TimelineEntry[] {
+    const { timeline } = this.state;
+    const first = timeline[0]?.index ?? Infinity;
+    const older = this.state.runControl.unflushed.filter((e) => (e.index ?? 0) < first);
+    return foldTimeline([...older, ...timeline]);
+  }
+
+  /** A new checkpoint: head and tip of the current branch, in the window of checkpoints the state keeps. */
+  addCheckpoint(ref: CheckpointRef): void {
+    const { state } = this;
+    const rc = state.runControl;
+    state.checkpoints.push(ref);
+    state.head = ref;
+    rc.checkpointCount++;
+    rc.lastCheckpointAt = ref.createdAt;
+    this.setTip(rc.branch, ref.checkpointId);
+    this.trimCheckpoints();
+  }
+
+  setTip(branch: number, checkpointId: string | null): void {
+    const { tips } = this.state.runControl;
+    const existing = tips.find((t) => t.branch === branch);
+    if (existing) existing.checkpointId = checkpointId;
+    else tips.push({ branch, checkpointId });
+    if (tips.length > WINDOW.tips) tips.splice(0, tips.length - WINDOW.tips);
+  }
+
+  /** Beyond the window, the oldest checkpoints leave the state (not the store): the head and branch tips stay. */
+  private trimCheckpoints(): void {
+    const { state } = this;
+    const keep = new Set([state.head?.checkpointId, ...state.runControl.tips.map((t) => t.checkpointId)]);
+    while (state.checkpoints.length > WINDOW.checkpoints) {
+      const i = state.checkpoints.findIndex((c) => !keep.has(c.checkpointId));
+      if (i < 0) break;
+      state.checkpoints.splice(i, 1);
+    }
   }
 
   /** Every refused signal is kept: the newest few in status, each one in the timeline. */
@@ -124,7 +193,7 @@ export class Session {
       runtimeKind: state.spec.runtime.kind,
       runtime: state.runtime,
       head: state.head,
-      checkpointCount: state.checkpoints.length,
+      checkpointCount: state.runControl.checkpointCount,
       pendingControls,
       failure: state.failure,
       lastRestore: state.lastRestore,
@@ -133,27 +202,38 @@ export class Session {
       lastVerification: this.lastVerification(),
       startedAt: state.startedAt,
       updatedAt: state.updatedAt,
+      ...this.runControlStatus(),
     };
   }
 
-  /** The newest `verified` entry of the timeline, as a result. */
+  private runControlStatus() {
+    const rc = this.state.runControl;
+    return {
+      headIndex: this.state.head?.index ?? null,
+      timelineLength: rc.nextIndex - 1,
+      branch: rc.branch,
+      tips: rc.tips,
+      runs: rc.runs,
+      policies: rc.policies,
+      retention: rc.retention ?? null,
+      forkedFrom: rc.forkedFrom,
+      forks: rc.forks,
+      forkCount: rc.forkCount,
+      lastActivityAt: rc.lastActivityAt,
+      ...(rc.messageCount !== undefined ? { messageCount: rc.messageCount } : {}),
+    };
+  }
+
+  /** The newest verification of a checkpoint, whatever it found. */
   lastVerification(): VerificationResult | null {
-    const { timeline } = this.state;
-    for (let i = timeline.length - 1; i >= 0; i--) {
-      const entry = timeline[i]!;
-      if (entry.kind === 'verified') {
-        const { checkpointId, status, detail, at } = entry;
-        return { checkpointId, status, ...(detail !== undefined ? { detail } : {}), at };
-      }
-    }
-    return null;
+    return this.state.runControl.lastVerification;
   }
 
   /** Markdown shown as "current details" in the Web UI. */
   describe(): string {
     const { state } = this;
     const lines = [
-      `**${state.phase}** · ${state.spec.runtime.kind} runtime · ${state.checkpoints.length} checkpoint(s)`,
+      `**${state.phase}** · ${state.spec.runtime.kind} runtime · ${state.runControl.checkpointCount} checkpoint(s)`,
     ];
     if (state.head)
       lines.push(`head: \`${state.head.checkpointId}\` (${state.head.size} bytes, ${state.head.createdAt})`);
@@ -167,7 +247,33 @@ export class Session {
 
 /** The state a previous run handed over, or a new session's. */
 export function stateOf(input: SessionWorkflowInput): SessionState {
-  return input.carried ? carriedState(input) : initialState(input.spec);
+  if (input.carried) return carriedState(input);
+  const state = initialState(input.spec);
+  if (input.fork) startsAsFork(state, input.fork);
+  return state;
+}
+
+/** A fork's first state: paused at the checkpoint it was forked at, which is its first timeline entry but one. */
+function startsAsFork(state: SessionState, fork: NonNullable<SessionWorkflowInput['fork']>): void {
+  const rc = state.runControl;
+  rc.forkedFrom = fork.from;
+  state.phase = 'paused';
+  rc.pausedAt = state.startedAt;
+  const at = state.startedAt;
+  const entries: TimelineEntry[] = [
+    { kind: 'forked-from', index: 1, branch: 0, at, from: fork.from },
+    { kind: 'checkpoint', index: 2, branch: 0, at, checkpoint: { ...fork.checkpoint, index: 2, branch: 0 }, durability: 'durable' },
+  ];
+  state.timeline.push(...entries);
+  rc.unflushed.push(...entries);
+  rc.nextIndex = 3;
+  const ref = { ...fork.checkpoint, index: 2, branch: 0 };
+  state.checkpoints.push(ref);
+  state.head = ref;
+  state.nextSequence = ref.sequence + 1;
+  rc.checkpointCount = 1;
+  rc.lastCheckpointAt = ref.createdAt;
+  rc.tips.push({ branch: 0, checkpointId: ref.checkpointId });
 }
 
 /** Clients find a session by its derived workflow id; a session run under another id is unreachable. */
@@ -185,7 +291,59 @@ function carriedState(input: SessionWorkflowInput): SessionState {
   if (!sameJson(carried.spec, input.spec)) {
     throw failure(ERROR_CODES.InvalidInput, 'the carried state belongs to another spec than the one given');
   }
-  return { ...carried, rejectedSignals: carried.rejectedSignals ?? [] };
+  const state = { ...carried, rejectedSignals: carried.rejectedSignals ?? [] } as SessionState;
+  state.runControl = carried.runControl ? { ...carried.runControl, runs: carried.runControl.runs + 1 } : upgraded(state);
+  return state;
+}
+
+/**
+ * State carried by a version before run control: its timeline gets indices in the order it was recorded (and goes to
+ * the store at the next flush), its checkpoints the indices of their entries.
+ */
+function upgraded(state: SessionState): RunControlState {
+  const rc = newRunControl(state.spec, state.updatedAt);
+  state.timeline = state.timeline.map((e, i) => ({ ...e, index: i + 1, branch: 0 }) as TimelineEntry);
+  rc.unflushed = [...state.timeline];
+  rc.nextIndex = state.timeline.length + 1;
+  const indexOf = new Map(
+    state.timeline.flatMap((e) => (e.kind === 'checkpoint' ? [[e.checkpoint.checkpointId, e.index!] as const] : [])),
+  );
+  const indexed = (c: CheckpointRef): CheckpointRef => {
+    const index = indexOf.get(c.checkpointId);
+    return index === undefined ? c : { ...c, index, branch: 0 };
+  };
+  state.checkpoints = state.checkpoints.map(indexed);
+  if (state.head) state.head = indexed(state.head);
+  rc.checkpointCount = state.checkpoints.length;
+  rc.lastCheckpointAt = state.head?.createdAt ?? null;
+  rc.tips = [{ branch: 0, checkpointId: state.head?.checkpointId ?? null }];
+  rc.pausedAt = state.phase === 'paused' ? state.updatedAt : null;
+  // Only the window stays in the state.
+  if (state.timeline.length > WINDOW.timeline) state.timeline = state.timeline.slice(-WINDOW.timeline);
+  rc.runs = 2;
+  return rc;
+}
+
+function newRunControl(spec: StartSessionInput, at: string): RunControlState {
+  return {
+    nextIndex: 1,
+    unflushed: [],
+    branch: 0,
+    nextBranch: 1,
+    tips: [],
+    checkpointCount: 0,
+    runs: 1,
+    policies: spec.policies ?? {},
+    ...(spec.retention ? { retention: spec.retention } : {}),
+    forkedFrom: null,
+    forks: [],
+    forkCount: 0,
+    lastActivityAt: at,
+    lastCheckpointAt: null,
+    pausedAt: null,
+    lastVerification: null,
+    ...(spec.runtime.kind === ('conversation' as string) ? { messageCount: 0 } : {}),
+  };
 }
 
 function initialState(spec: StartSessionInput): SessionState {
@@ -206,6 +364,7 @@ function initialState(spec: StartSessionInput): SessionState {
     results: [],
     startedAt: at,
     updatedAt: at,
+    runControl: newRunControl(spec, at),
   };
 }
 

@@ -1,3 +1,4 @@
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { Readable } from 'node:stream';
 import type { WorkspaceRuntimeSpec } from '../../domain/schemas';
@@ -217,6 +218,16 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     return raceAbort(this.get(instanceId).exited, signal);
   }
 
+  /**
+   * The newest change the instance shows: the modification time of its output log or of any file in its working
+   * directory (a walk of the tree, bounded by MAX_ACTIVITY_ENTRIES). Asked only when an idle-pause timer is due.
+   */
+  async lastActivity(instanceId: string): Promise<string | undefined> {
+    const instance = this.get(instanceId);
+    const newest = Math.max(await mtimeOf(instance.logPath), await newestMtime(instance.dir));
+    return newest > 0 ? new Date(newest).toISOString() : undefined;
+  }
+
   describe(instanceId: string): RuntimeInstanceInfo | undefined {
     const instance = this.instances.get(instanceId);
     return instance && this.info(instance);
@@ -373,4 +384,39 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
 
 function namesOf(paths: readonly RestoredPath[]): string[] {
   return paths.map(({ name }) => name);
+}
+
+/** Entries a walk for the newest change looks at, at most: a huge tree is judged by what it reaches. */
+const MAX_ACTIVITY_ENTRIES = 100_000;
+
+async function mtimeOf(file: string): Promise<number> {
+  try {
+    return (await fs.promises.lstat(file)).mtimeMs;
+  } catch {
+    return 0;
+  }
+}
+
+/** The newest mtime of `root` and what is under it (directories included: a removed file changes its directory). */
+async function newestMtime(root: string): Promise<number> {
+  let newest = 0;
+  let seen = 0;
+  const pending = [root];
+  while (pending.length > 0 && seen < MAX_ACTIVITY_ENTRIES) {
+    const dir = pending.pop()!;
+    newest = Math.max(newest, await mtimeOf(dir));
+    let entries: fs.Dirent[];
+    try {
+      entries = await fs.promises.readdir(dir, { withFileTypes: true });
+    } catch {
+      continue;
+    }
+    for (const entry of entries) {
+      seen++;
+      const full = path.join(dir, entry.name);
+      if (entry.isDirectory()) pending.push(full);
+      else newest = Math.max(newest, await mtimeOf(full));
+    }
+  }
+  return newest;
 }

@@ -1,0 +1,47 @@
+import type { Durability, TimelineEntry } from './records';
+import type { TimelinePageInput } from './schemas';
+
+/**
+ * The timeline as readers see it. Entries are immutable once recorded (the store's log is append-only), so what later
+ * entries say about a checkpoint — verified, regenerated — is folded into its entry when a page is read.
+ */
+
+/** Marks each checkpoint entry with what later entries in `entries` say about it. */
+export function foldTimeline(entries: readonly TimelineEntry[]): TimelineEntry[] {
+  const verified = new Map<string, Durability>();
+  const regenerated = new Set<string>();
+  for (const e of entries) {
+    if (e.kind === 'verified') verified.set(e.checkpointId, e.status === 'ok' ? 'verified' : 'failed-verification');
+    if (e.kind === 'forked' && e.regenerate && e.replaces) regenerated.add(e.replaces);
+  }
+  return entries.map((e) => {
+    if (e.kind !== 'checkpoint') return e;
+    const id = e.checkpoint.checkpointId;
+    const durability = verified.get(id) ?? e.durability;
+    return {
+      ...e,
+      ...(durability ? { durability } : {}),
+      ...(regenerated.has(id) ? { regenerated: true } : {}),
+    };
+  });
+}
+
+/** Whether an entry is in a page asked for with `options` (branch filter; regenerated turns hidden by default). */
+export function inView(entry: TimelineEntry, options: TimelinePageInput): boolean {
+  if (options.branch !== undefined && (entry.branch ?? 0) !== options.branch) return false;
+  if (!options.all && entry.kind === 'checkpoint' && entry.regenerated) return false;
+  return true;
+}
+
+/** Entries from two sources (the store's log and a session's recent window), each index once, in index order. */
+export function mergeByIndex(...sources: readonly (readonly TimelineEntry[])[]): TimelineEntry[] {
+  const byIndex = new Map<number, TimelineEntry>();
+  const unindexed: TimelineEntry[] = [];
+  for (const source of sources) {
+    for (const e of source) {
+      if (e.index === undefined) unindexed.push(e);
+      else if (!byIndex.has(e.index)) byIndex.set(e.index, e);
+    }
+  }
+  return [...unindexed, ...[...byIndex.values()].sort((a, b) => a.index! - b.index!)];
+}

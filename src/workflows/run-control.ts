@@ -1,0 +1,337 @@
+import {
+  ApplicationFailure,
+  ParentClosePolicy,
+  startChild,
+  uuid4,
+  workflowInfo,
+} from '@temporalio/workflow';
+import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
+import {
+  sessionWorkflowId,
+  type ForkResult,
+  type RewindResult,
+  type RuntimeInstanceRef,
+  type SessionStatus,
+  type TimelineEntry,
+} from '../api/messages';
+import { forkedFromKey, sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
+import { ERROR_CODES } from '../domain/error-codes';
+import { WINDOW, type SessionWorkflowInput } from '../domain/records';
+import {
+  SessionId,
+  StartSessionInput,
+  type BranchInput,
+  type CheckpointRef,
+  type CheckpointSelector,
+  type ConfigureInput,
+  type ForkInput,
+  type RewindInput,
+} from '../domain/schemas';
+import { local, onPlacedHost, shared } from './activity-proxies';
+import type { ControlQueue } from './control-queue';
+import { asFailure, failure, failureMessage, typeOf } from './failures';
+import { parse } from './inputs';
+import type { Recovery } from './recovery';
+import { recorded, restoreFailed, restoreWithFallback } from './restore';
+import { now, type Session } from './session';
+import type { SessionController } from './session-controller';
+
+/**
+ * Rewind, fork, branch and configure: the verbs that move a session along its timeline or start new sessions from
+ * it. They run in the ControlQueue like every control.
+ */
+export class RunControls {
+  constructor(
+    private readonly session: Session,
+    private readonly queue: ControlQueue,
+    private readonly recovery: Recovery,
+    private readonly controller: SessionController,
+  ) {}
+
+  /**
+   * Goes back to a checkpoint in place. A running session is checkpointed first (trigger `rewind-safety`) and its
+   * runtime stopped before the target is restored (one instance at a time, never two); a target that cannot be
+   * restored brings the safety checkpoint back instead. A paused session only moves its head: resume restores it.
+   */
+  async rewind(input: RewindInput): Promise<RewindResult> {
+    const { session } = this;
+    const { state } = session;
+    const target = await this.resolve(input.to, input.messageIndex);
+    if (state.phase === 'paused') {
+      const branch = this.startBranch(target, null, input.reason);
+      return { restoredFrom: target, safetyCheckpoint: null, branch, runtime: null };
+    }
+    session.apply({ type: 'rewindRequested' });
+    let safety: CheckpointRef;
+    try {
+      safety = await this.controller.capture('rewind-safety', undefined, input.reason);
+    } catch (err) {
+      session.apply({ type: 'rewindFailed' });
+      session.controlFailed('rewind', err);
+      throw asFailure(err, 'rewind failed: the safety checkpoint could not be written, the session keeps running');
+    }
+    await this.controller.stopRuntime();
+    try {
+      const runtime = await this.restoreExactly(target);
+      const branch = this.startBranch(target, safety, input.reason);
+      session.apply({ type: 'rewindSucceeded' });
+      return { restoredFrom: target, safetyCheckpoint: safety, branch, runtime };
+    } catch (err) {
+      session.controlFailed('rewind', err);
+      // Back to where the session was: the safety checkpoint holds exactly that.
+      const outcome = await restoreWithFallback(session, safety, 'recovery', (r) => this.recovery.watch(r));
+      if (outcome.ok) session.apply({ type: 'rewindFailed' });
+      else restoreFailed(session, outcome, 'recovery', 'rewindAborted');
+      throw asFailure(err, `rewind to ${target.checkpointId} failed; the session is back at ${safety.checkpointId}`);
+    }
+  }
+
+  /** Forks from a checkpoint (default: the head); a fork of a running session from its head forks its current state. */
+  async fork(input: ForkInput): Promise<ForkResult> {
+    const from =
+      input.from === undefined && input.messageIndex === undefined
+        ? await this.currentState(input.label)
+        : await this.resolve(input.from, input.messageIndex);
+    return this.forkFrom(from, input, false);
+  }
+
+  branch(input: BranchInput): Promise<ForkResult> {
+    return this.fork(input);
+  }
+
+  async configure(input: ConfigureInput): Promise<SessionStatus> {
+    const { session } = this;
+    const rc = session.runControl;
+    if (input.policies) rc.policies = input.policies;
+    if (input.retention) rc.retention = input.retention;
+    session.record({
+      kind: 'configured',
+      at: now(),
+      ...(input.policies ? { policies: input.policies } : {}),
+      ...(input.retention ? { retention: input.retention } : {}),
+    });
+    session.touch();
+    return session.status(this.queue.pending);
+  }
+
+  /**
+   * Starts `count` new sessions whose first checkpoint is `from`'s state: the store shares its chunks (no copy), and
+   * each fork runs its own workflow, started here as a child that outlives this one (ParentClosePolicy ABANDON).
+   */
+  async forkFrom(from: CheckpointRef, input: BranchInput, regenerate: boolean, replaces?: string): Promise<ForkResult> {
+    const { session } = this;
+    const { state } = session;
+    const ids = this.forkIds(input);
+    const owner = `fork:${workflowInfo().runId}:${uuid4().slice(0, 8)}`;
+    const specs = ids.map((sessionId) =>
+      parse(StartSessionInput, { ...state.spec, ...input.overrides, sessionId } satisfies StartSessionInput),
+    );
+    const targets = ids.map((sessionId) => ({
+      sessionId,
+      checkpointId: `000001-${uuid4().slice(0, 8)}`,
+      owner,
+      ...(input.label ? { label: input.label } : {}),
+    }));
+    let refs: CheckpointRef[];
+    try {
+      refs = await shared.forkSessions({ source: { sessionId: session.id, checkpointId: from.checkpointId }, targets });
+    } catch (err) {
+      session.controlFailed(regenerate ? 'regenerate' : 'fork', err);
+      throw asFailure(err, 'fork failed');
+    }
+    const origin = {
+      sessionId: session.id,
+      checkpointId: from.checkpointId,
+      ...(from.index !== undefined ? { index: from.index } : {}),
+    };
+    for (const [i, spec] of specs.entries()) {
+      const args: SessionWorkflowInput = {
+        spec,
+        fork: { from: origin, checkpoint: refs[i]!, claimOwner: owner, ...(input.paused ? { paused: true } : {}) },
+      };
+      try {
+        await startChild('sessionWorkflow', {
+          workflowId: sessionWorkflowId(spec.sessionId),
+          args: [args],
+          parentClosePolicy: ParentClosePolicy.ABANDON,
+          workflowIdReusePolicy: 'REJECT_DUPLICATE',
+          typedSearchAttributes: [
+            { key: sessionStateKey, value: 'paused' },
+            { key: sessionRuntimeKey, value: spec.runtime.kind },
+            { key: forkedFromKey, value: `${session.id}/${from.checkpointId}` },
+          ],
+          staticSummary: `session ${spec.sessionId} (${spec.runtime.kind}), fork of ${session.id}`,
+          ...(spec.description ? { staticDetails: spec.description } : {}),
+        });
+      } catch (err) {
+        const taken = err instanceof WorkflowExecutionAlreadyStartedError;
+        const reason = taken ? `session ${spec.sessionId} exists already` : failureMessage(err);
+        session.controlFailed('fork', err);
+        throw failure(taken ? ERROR_CODES.SessionAlreadyExists : (typeOf(err) ?? ERROR_CODES.RuntimeFailed), reason);
+      }
+    }
+    const forks = refs.map((checkpoint, i) => ({ sessionId: ids[i]!, checkpoint }));
+    const rc = session.runControl;
+    for (const f of forks) rc.forks.push({ sessionId: f.sessionId, checkpointId: from.checkpointId, at: now() });
+    if (rc.forks.length > WINDOW.forks) rc.forks.splice(0, rc.forks.length - WINDOW.forks);
+    rc.forkCount += forks.length;
+    session.record({
+      kind: 'forked',
+      at: now(),
+      checkpointId: from.checkpointId,
+      ...(from.index !== undefined ? { checkpointIndex: from.index } : {}),
+      forks: forks.map((f) => ({ sessionId: f.sessionId, checkpointId: f.checkpoint.checkpointId })),
+      ...(regenerate ? { regenerate: true, ...(replaces ? { replaces } : {}) } : {}),
+    });
+    session.touch();
+    return { from, forks };
+  }
+
+  /**
+   * The checkpoint a selector names: from the checkpoints the state keeps, else from the store's timeline (an index or
+   * id from long ago). An id or index the session never had, or whose checkpoint retention deleted, is SnapshotNotFound.
+   */
+  async resolve(selector: CheckpointSelector | undefined, messageIndex?: number): Promise<CheckpointRef> {
+    const { session } = this;
+    const { state } = session;
+    if (messageIndex !== undefined) return this.atMessage(messageIndex);
+    if (selector === undefined) {
+      if (!state.head) throw failure(ERROR_CODES.SnapshotNotFound, `session ${session.id} has no checkpoint yet`);
+      return state.head;
+    }
+    const matches = (c: CheckpointRef) =>
+      typeof selector === 'number' ? c.index === selector : c.checkpointId === selector;
+    const kept = state.checkpoints.find(matches);
+    if (kept) return kept;
+    const what = typeof selector === 'number' ? `index ${selector}` : `checkpoint ${selector}`;
+    const recent = session.recentTimeline().find((e) => e.index === selector);
+    if (recent && recent.kind !== 'checkpoint') {
+      throw failure(ERROR_CODES.InvalidInput, `timeline entry ${what} of session ${session.id} is a ${recent.kind}, not a checkpoint`);
+    }
+    const found = await local.findCheckpoint({
+      sessionId: session.id,
+      ...(typeof selector === 'number' ? { index: selector } : { checkpointId: selector }),
+    });
+    if (!found) throw failure(ERROR_CODES.SnapshotNotFound, `session ${session.id} has no ${what}`);
+    return found;
+  }
+
+  /** Conversation runtime: the checkpoint that holds exactly the first `messageIndex` messages, if its cut is safe. */
+  private async atMessage(messageIndex: number): Promise<CheckpointRef> {
+    const { session } = this;
+    const entries = session.recentTimeline().filter((e) => e.kind === 'checkpoint' && e.messageIndex !== undefined);
+    let exact = entries.find((e) => e.kind === 'checkpoint' && e.messageIndex === messageIndex);
+    if (!exact) {
+      const found = await local.findCheckpoint({ sessionId: session.id, messageIndex });
+      if (found) return this.safeCut(found, found.pairSafe, messageIndex, entries);
+      const near = entries.map((e) => (e.kind === 'checkpoint' ? e.messageIndex! : 0));
+      throw failure(
+        ERROR_CODES.SnapshotNotFound,
+        `session ${session.id} has no checkpoint after ${messageIndex} messages` +
+          (near.length ? ` (recent checkpoints hold ${near.slice(-5).join(', ')} messages)` : ''),
+      );
+    }
+    exact = exact as Extract<TimelineEntry, { kind: 'checkpoint' }>;
+    return this.safeCut(exact.checkpoint, exact.pairSafe, messageIndex, entries);
+  }
+
+  private safeCut(
+    ref: CheckpointRef,
+    pairSafe: boolean | undefined,
+    messageIndex: number,
+    entries: TimelineEntry[],
+  ): CheckpointRef {
+    if (pairSafe !== false) return ref;
+    const safe = entries
+      .flatMap((e) => (e.kind === 'checkpoint' && e.pairSafe !== false && e.messageIndex! < messageIndex ? [e.messageIndex!] : []))
+      .sort((a, b) => b - a)[0];
+    throw unsafeIndex(
+      `message index ${messageIndex} would split a tool call from its result` +
+        (safe !== undefined ? `; the nearest safe index is ${safe}` : ''),
+      safe,
+    );
+  }
+
+  /** The state a fork of "now" starts from: a running session is checkpointed first. */
+  private async currentState(label: string | undefined): Promise<CheckpointRef> {
+    const { session } = this;
+    if (session.state.phase !== 'running') return this.resolve(undefined);
+    try {
+      return await this.controller.capture('fork', label);
+    } catch (err) {
+      session.controlFailed('fork', err);
+      throw asFailure(err, 'fork failed: the current state could not be checkpointed');
+    }
+  }
+
+  /** Restores `target` and nothing else: a rewind that cannot have the state asked for must not pick another. */
+  private async restoreExactly(target: CheckpointRef): Promise<RuntimeInstanceRef> {
+    const { session } = this;
+    const { state } = session;
+    const runtime = await onPlacedHost(state.spec.liveness, (host) =>
+      host.restoreCheckpoint({
+        sessionId: session.id,
+        checkpointId: target.checkpointId,
+        expected: recorded(target),
+        instanceId: session.newInstanceId(),
+        spec: state.spec.runtime,
+      }),
+    );
+    state.runtime = runtime;
+    state.lastRestore = { checkpointId: target.checkpointId, at: now(), fallbackFrom: [] };
+    session.record({
+      kind: 'restored',
+      at: now(),
+      checkpointId: target.checkpointId,
+      instanceId: runtime.instanceId,
+      cause: 'rewind',
+    });
+    this.recovery.watch(runtime);
+    return runtime;
+  }
+
+  /** The head moves to `target` on a new branch; the branch left keeps its tip. */
+  private startBranch(target: CheckpointRef, safety: CheckpointRef | null, reason: string | undefined): number {
+    const { session } = this;
+    const { state } = session;
+    const rc = state.runControl;
+    const fromBranch = rc.branch;
+    const fromHead = state.head?.checkpointId ?? null;
+    session.setTip(fromBranch, fromHead);
+    rc.branch = rc.nextBranch++;
+    state.head = target;
+    if (!state.checkpoints.some((c) => c.checkpointId === target.checkpointId)) state.checkpoints.push(target);
+    session.setTip(rc.branch, target.checkpointId);
+    session.record({
+      kind: 'rewound',
+      at: now(),
+      to: target.checkpointId,
+      ...(target.index !== undefined ? { toIndex: target.index } : {}),
+      fromBranch,
+      fromHead,
+      ...(safety ? { safetyCheckpointId: safety.checkpointId } : {}),
+      ...(reason ? { reason } : {}),
+    });
+    session.touch();
+    return rc.branch;
+  }
+
+  private forkIds(input: BranchInput): string[] {
+    const { session } = this;
+    const count = input.count ?? 1;
+    const base = input.newSessionId ?? `${session.id}-fork-${uuid4().slice(0, 8)}`;
+    const ids = count === 1 ? [base] : Array.from({ length: count }, (_, i) => `${base}-${i + 1}`);
+    for (const id of ids) parse(SessionId, id);
+    if (ids.includes(session.id)) throw failure(ERROR_CODES.InvalidInput, 'a fork needs a new session id, not its own');
+    return ids;
+  }
+}
+
+function unsafeIndex(message: string, nearestSafe: number | undefined) {
+  return ApplicationFailure.create({
+    type: ERROR_CODES.UnsafeMessageIndex,
+    message,
+    details: [{ nearestSafe }],
+    nonRetryable: true,
+  });
+}

@@ -1,0 +1,284 @@
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { forkedFromKey, sessionStateKey } from '../../src/api/search-attributes';
+import { sessionWorkflowId, type TimelineEntry } from '../../src/api';
+import {
+  ConflictError,
+  InvalidInputError,
+  InvalidTransitionError,
+  SnapshotNotFoundError,
+  type SessionHandle,
+} from '../../src/client';
+import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
+
+let sys: TestSystem;
+beforeAll(async () => {
+  sys = await startTestSystem();
+});
+afterAll(async () => {
+  await sys?.close();
+});
+
+function newId(prefix: string) {
+  return `${prefix}-${crypto.randomUUID().slice(0, 8)}`;
+}
+
+async function memorySession(prefix: string, extra: Record<string, unknown> = {}) {
+  const sessionId = newId(prefix);
+  const session = await sys.sessions.start({ sessionId, runtime: { kind: 'memory', initialState: 'v0' }, ...extra });
+  const { runtime } = await runningStatus(session);
+  return { session, sessionId, runtime };
+}
+
+async function memoryState(session: SessionHandle): Promise<string> {
+  const { runtime } = await runningStatus(session);
+  return sys.memory.read(runtime.instanceId).toString('utf8');
+}
+
+function kinds(entries: TimelineEntry[]) {
+  return entries.map((e) => e.kind);
+}
+
+describe('rewind', () => {
+  test('a running workspace goes back in place: files as they were, process running, a safety checkpoint first', async () => {
+    const sessionId = newId('rewind-ws');
+    const session = await sys.sessions.start({
+      sessionId,
+      runtime: {
+        kind: 'workspace',
+        command: ['sh', '-c', 'while true; do sleep 0.1; done'],
+        files: { 'notes.txt': 'one' },
+      },
+    });
+    const first = await runningStatus(session);
+    const a = await session.checkpoint({ label: 'a' });
+    fs.writeFileSync(path.join(first.runtime.location, 'notes.txt'), 'two');
+    const b = await session.checkpoint({ label: 'b' });
+    fs.writeFileSync(path.join(first.runtime.location, 'notes.txt'), 'three (not checkpointed)');
+    expect(a.index).toBeDefined();
+
+    const rewound = await session.rewind({ to: a.index!, reason: 'try again' });
+    expect(rewound.restoredFrom.checkpointId).toBe(a.checkpointId);
+    expect(rewound.safetyCheckpoint?.trigger).toBe('rewind-safety');
+    expect(rewound.branch).toBe(1);
+    const now = await runningStatus(session);
+    expect(now.runtime.instanceId).not.toBe(first.runtime.instanceId);
+    expect(fs.readFileSync(path.join(now.runtime.location, 'notes.txt'), 'utf8')).toBe('one');
+    expect(() => process.kill(now.runtime.pid!, 0)).not.toThrow();
+    expect(now).toMatchObject({ head: { checkpointId: a.checkpointId }, branch: 1 });
+    // The old branch keeps its tip: the safety checkpoint, after b.
+    expect(now.tips).toEqual(
+      expect.arrayContaining([
+        { branch: 0, checkpointId: rewound.safetyCheckpoint!.checkpointId },
+        { branch: 1, checkpointId: a.checkpointId },
+      ]),
+    );
+
+    // A mistaken rewind loses nothing: back to the safety checkpoint, the newest state is there again.
+    const back = await session.rewind({ to: rewound.safetyCheckpoint!.checkpointId });
+    const after = await runningStatus(session);
+    expect(back.restoredFrom.checkpointId).toBe(rewound.safetyCheckpoint!.checkpointId);
+    expect(fs.readFileSync(path.join(after.runtime.location, 'notes.txt'), 'utf8')).toBe('three (not checkpointed)');
+
+    const timeline = await session.timeline();
+    const rewinds = timeline.filter((e) => e.kind === 'rewound');
+    expect(rewinds).toHaveLength(2);
+    expect(rewinds[0]).toMatchObject({ to: a.checkpointId, toIndex: a.index, fromBranch: 0, reason: 'try again' });
+    // Indices are stable and dense: 1, 2, 3…
+    expect(timeline.map((e) => e.index)).toEqual(timeline.map((_, i) => i + 1));
+    // Checkpoints after the rewind point are kept: b can still be rewound to.
+    expect(timeline.some((e) => e.kind === 'checkpoint' && e.checkpoint.checkpointId === b.checkpointId)).toBe(true);
+    await session.stop({ checkpoint: false });
+  }, 60_000);
+
+  test('a paused session moves its head; resume restores the rewound state', async () => {
+    const { session, runtime } = await memorySession('rewind-paused');
+    sys.memory.write(runtime.instanceId, 'first');
+    const a = await session.checkpoint();
+    sys.memory.write(runtime.instanceId, 'second');
+    await session.pause();
+    const r = await session.rewind({ to: a.checkpointId });
+    expect(r).toMatchObject({ safetyCheckpoint: null, runtime: null, branch: 1 });
+    expect(await session.status()).toMatchObject({ phase: 'paused', head: { checkpointId: a.checkpointId } });
+    await session.resume();
+    expect(await memoryState(session)).toBe('first');
+    await session.stop({ checkpoint: false });
+  });
+
+  test('rewind to what is not a checkpoint is refused with a typed error, and nothing changes', async () => {
+    const { session } = await memorySession('rewind-bad');
+    await session.checkpoint();
+    await expect(session.rewind({ to: 999 })).rejects.toBeInstanceOf(SnapshotNotFoundError);
+    await expect(session.rewind({ to: '../x' })).rejects.toBeInstanceOf(InvalidInputError);
+    await expect(session.rewind({ to: 1, messageIndex: 2 } as never)).rejects.toBeInstanceOf(InvalidInputError);
+    await expect(session.rewind({ to_checkpoint: 1 } as never)).rejects.toBeInstanceOf(InvalidInputError);
+    expect(await session.status()).toMatchObject({ phase: 'running', branch: 0 });
+    await session.stop({ checkpoint: false });
+  });
+});
+
+describe('fork and branch', () => {
+  test('a fork is a new session from a checkpoint; the source is untouched and keeps running', async () => {
+    const { session, sessionId, runtime } = await memorySession('fork-src');
+    sys.memory.write(runtime.instanceId, 'at the fork');
+    const c = await session.checkpoint({ label: 'fork point' });
+    sys.memory.write(runtime.instanceId, 'source went on');
+    const forkId = newId('fork-child');
+    const result = await session.fork({ from: c.index!, newSessionId: forkId });
+    expect(result.from.checkpointId).toBe(c.checkpointId);
+    expect(result.forks).toEqual([{ sessionId: forkId, checkpoint: expect.objectContaining({ trigger: 'fork' }) }]);
+
+    const fork = sys.sessions.get(forkId);
+    expect(await memoryState(fork)).toBe('at the fork');
+    expect(await memoryState(session)).toBe('source went on');
+    const forkStatus = await fork.status();
+    expect(forkStatus.forkedFrom).toEqual({ sessionId, checkpointId: c.checkpointId, index: c.index });
+    expect((await session.status()).forks).toEqual([expect.objectContaining({ sessionId: forkId })]);
+
+    // Lineage in both timelines, and in search attributes for the Web UI.
+    expect(kinds(await fork.timeline()).slice(0, 3)).toEqual(['forked-from', 'checkpoint', 'restored']);
+    expect((await session.timeline()).find((e) => e.kind === 'forked')).toMatchObject({
+      checkpointId: c.checkpointId,
+      forks: [{ sessionId: forkId }],
+    });
+    const described = await sys.client.workflow.getHandle(sessionWorkflowId(forkId)).describe();
+    expect(described.typedSearchAttributes.get(forkedFromKey)).toBe(`${sessionId}/${c.checkpointId}`);
+    await eventually(async () => {
+      const d = await sys.client.workflow.getHandle(sessionWorkflowId(forkId)).describe();
+      return d.typedSearchAttributes.get(sessionStateKey) === 'running';
+    });
+
+    // Forks of forks.
+    const grandchild = newId('fork-grandchild');
+    await fork.fork({ newSessionId: grandchild });
+    expect(await memoryState(sys.sessions.get(grandchild))).toBe('at the fork');
+    expect((await sys.sessions.get(grandchild).status()).forkedFrom?.sessionId).toBe(forkId);
+
+    for (const id of [sessionId, forkId, grandchild]) await sys.sessions.get(id).stop({ checkpoint: false });
+  }, 60_000);
+
+  test('branch into three: three sessions with the current state, paused when asked', async () => {
+    const { session, runtime } = await memorySession('branch-n');
+    sys.memory.write(runtime.instanceId, 'now');
+    const base = newId('branch-copy');
+    const result = await session.branch({ count: 3, newSessionId: base, paused: true });
+    expect(result.forks.map((f) => f.sessionId)).toEqual([`${base}-1`, `${base}-2`, `${base}-3`]);
+    expect(result.from.trigger).toBe('fork');
+    for (const f of result.forks) {
+      const h = sys.sessions.get(f.sessionId);
+      await eventually(async () => (await h.status()).phase === 'paused');
+      await h.resume();
+      expect(await memoryState(h)).toBe('now');
+      await h.stop({ checkpoint: false });
+    }
+    expect((await session.status()).forkCount).toBe(3);
+    await session.stop({ checkpoint: false });
+  }, 60_000);
+
+  test('a fork under an id in use is refused and the source is unchanged', async () => {
+    const { session, sessionId } = await memorySession('fork-taken');
+    const other = await memorySession('fork-taken-other');
+    await session.checkpoint();
+    await expect(session.fork({ newSessionId: other.sessionId })).rejects.toMatchObject({
+      code: 'SessionAlreadyExists',
+    });
+    await expect(session.fork({ newSessionId: sessionId })).rejects.toBeInstanceOf(InvalidInputError);
+    expect(await session.status()).toMatchObject({ phase: 'running', forkCount: 0 });
+    await session.stop({ checkpoint: false });
+    await other.session.stop({ checkpoint: false });
+  });
+});
+
+describe('ordered, idempotent control', () => {
+  test('a stale ifHead or ifIndex is a Conflict and changes nothing', async () => {
+    const { session } = await memorySession('conflict');
+    const a = await session.checkpoint();
+    const b = await session.checkpoint();
+    await expect(session.checkpoint({ ifHead: a.checkpointId })).rejects.toBeInstanceOf(ConflictError);
+    await expect(session.rewind({ to: a.index!, ifIndex: a.index })).rejects.toBeInstanceOf(ConflictError);
+    expect(await session.status()).toMatchObject({ head: { checkpointId: b.checkpointId }, checkpointCount: 2 });
+    await expect(session.rewind({ to: a.index!, ifHead: b.checkpointId })).resolves.toMatchObject({ branch: 1 });
+    await session.stop({ checkpoint: false });
+  });
+
+  test('a repeated key is answered with the first result, once', async () => {
+    const { session } = await memorySession('dedupe');
+    const a = await session.checkpoint();
+    await session.checkpoint();
+    const first = await session.rewind({ to: a.index!, idempotencyKey: 'go-back' });
+    const again = await session.rewind({ to: a.index!, idempotencyKey: 'go-back' });
+    expect(again).toEqual(first);
+    expect((await session.timeline()).filter((e) => e.kind === 'rewound')).toHaveLength(1);
+    await expect(session.fork({ idempotencyKey: 'go-back' })).rejects.toBeInstanceOf(InvalidInputError);
+    await session.stop({ checkpoint: false });
+  });
+
+  test('run-control verbs follow the phase rules', async () => {
+    const { session } = await memorySession('phases');
+    await session.stop({ checkpoint: true });
+    await expect(session.rewind({ to: 1 })).rejects.toMatchObject({ code: 'SessionClosed' });
+    const { session: s2 } = await memorySession('phases-2');
+    await s2.pause();
+    await expect(s2.pause()).rejects.toBeInstanceOf(InvalidTransitionError);
+    await s2.stop();
+  });
+});
+
+describe('policies', () => {
+  test('automatic checkpoints every period of running, until configure turns them off', async () => {
+    const { session } = await memorySession('auto', { policies: { checkpointEveryMs: 1_000 } });
+    await eventually(async () => (await session.status()).checkpointCount >= 2, 15_000);
+    const triggers = (await session.timeline()).flatMap((e) => (e.kind === 'checkpoint' ? [e.checkpoint.trigger] : []));
+    expect(triggers.every((t) => t === 'automatic')).toBe(true);
+    const configured = await session.configure({ policies: {} });
+    expect(configured.policies).toEqual({});
+    const count = configured.checkpointCount;
+    await new Promise((r) => setTimeout(r, 2_500));
+    expect((await session.status()).checkpointCount).toBeLessThanOrEqual(count + 1);
+    await session.stop({ checkpoint: false });
+  }, 30_000);
+
+  test('an idle session pauses itself; a paused one stops after its time', async () => {
+    const { session } = await memorySession('idle', {
+      policies: { idlePauseAfterMs: 1_500, stopPausedAfterMs: 1_500 },
+    });
+    await eventually(async () => (await session.status()).phase === 'paused', 15_000);
+    const pausedEntry = (await session.timeline()).find((e) => e.kind === 'policy');
+    expect(pausedEntry).toMatchObject({ action: 'pause' });
+    await expect(session.result()).resolves.toMatchObject({ phase: 'completed' });
+    const timeline = await session.timeline();
+    expect(timeline.filter((e) => e.kind === 'policy').map((e) => (e as { action: string }).action)).toEqual([
+      'pause',
+      'stop',
+    ]);
+  }, 30_000);
+
+  test('touch and writes keep an idle timer from firing', async () => {
+    const { session, runtime } = await memorySession('touch', { policies: { idlePauseAfterMs: 2_000 } });
+    for (let i = 0; i < 6; i++) {
+      await new Promise((r) => setTimeout(r, 500));
+      if (i % 2) await session.touch();
+      else sys.memory.write(runtime.instanceId, `write ${i}`);
+    }
+    expect((await session.status()).phase).toBe('running');
+    await session.stop({ checkpoint: false });
+  }, 30_000);
+});
+
+test('the timeline pages from the store with stable indices, also after the session ended', async () => {
+  const { session, sessionId } = await memorySession('paging');
+  for (let i = 0; i < 90; i++) await session.checkpoint();
+  await session.stop({ checkpoint: false });
+  const all: TimelineEntry[] = [];
+  let from: number | null = 1;
+  while (from !== null) {
+    const page = await sys.sessions.get(sessionId).timelinePage({ from, limit: 25 });
+    all.push(...page.entries);
+    from = page.next;
+  }
+  expect(all.map((e) => e.index)).toEqual(all.map((_, i) => i + 1));
+  expect(all.filter((e) => e.kind === 'checkpoint')).toHaveLength(90);
+  const stored = await sys.store.readTimeline(sessionId, { from: 1, limit: 1000 });
+  expect(stored.entries.map((e) => e.index)).toEqual(all.map((e) => e.index));
+}, 120_000);
