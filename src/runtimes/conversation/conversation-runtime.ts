@@ -14,7 +14,7 @@ import { SnapshotCorruptError } from '../../domain/errors';
 import type { ConversationRuntimeSpec } from '../../domain/schemas';
 import { DurableSessionsError, messageOf } from '../../errors';
 import type { UnchangedRange } from '../../snapshots';
-import { raceAbort } from '../race-abort';
+import { InProcessInstances, type InProcessInstance } from '../in-process';
 import type {
   CapturedState,
   ExitInfo,
@@ -23,7 +23,6 @@ import type {
   SessionRuntime,
   StartRequest,
 } from '../session-runtime';
-import { RuntimeFailedError, RuntimeNotFoundError } from '../session-runtime';
 
 /**
  * Thrown when messages cannot be appended: one does not match the message schema, a tool result answers a call that was
@@ -43,10 +42,7 @@ export class ConversationRejectedError extends DurableSessionsError {
   }
 }
 
-interface ConversationInstance {
-  readonly sessionId: string;
-  readonly instanceId: string;
-  readonly startedAt: string;
+interface ConversationInstance extends InProcessInstance {
   /**
    * The state is `buffer[0, length)`: JSON Lines, one message a line. Bytes below `length` are never written again
    * (an append writes past it, or into a new, larger buffer), so a capture keeps a view of them, no copy.
@@ -60,9 +56,6 @@ interface ConversationInstance {
   /** The checkpoint the state was last stored as (or restored from), its size, and the appends it had seen. */
   base: { checkpointId: string; size: number; appends: number } | null;
   appends: number;
-  exit?: ExitInfo;
-  readonly exited: Promise<ExitInfo>;
-  readonly markExited: (exit: ExitInfo) => void;
 }
 
 const VERSION = '1';
@@ -81,7 +74,7 @@ export class ConversationRuntime implements SessionRuntime<ConversationRuntimeSp
   readonly kind = 'conversation';
   readonly version = VERSION;
 
-  private readonly instances = new Map<string, ConversationInstance>();
+  private readonly instances = new InProcessInstances<ConversationInstance>(this.kind, this.version);
 
   canRestore(version: string): boolean {
     return version === VERSION;
@@ -92,12 +85,12 @@ export class ConversationRuntime implements SessionRuntime<ConversationRuntimeSp
     const { messages, check } = checked(request.instanceId, request.spec.messages ?? [], new Map(), 0);
     const instance = this.create(request);
     this.store(instance, messages, check);
-    return this.info(instance);
+    return this.instances.info(instance);
   }
 
   async restore(request: RestoreRequest<ConversationRuntimeSpec>): Promise<RuntimeInstanceInfo> {
     try {
-      this.assertNew(request.instanceId);
+      this.instances.assertNew(request.instanceId);
     } catch (error) {
       request.state.destroy(); // it will not be read: release its source
       throw error;
@@ -142,16 +135,16 @@ export class ConversationRuntime implements SessionRuntime<ConversationRuntimeSp
     if (request.checkpointId !== undefined) {
       instance.base = { checkpointId: request.checkpointId, size: state.length, appends: instance.appends };
     }
-    return this.info(instance);
+    return this.instances.info(instance);
   }
 
   async capture(instanceId: string): Promise<Readable> {
-    const { buffer, length } = this.get(instanceId);
+    const { buffer, length } = this.instances.get(instanceId);
     return Readable.from(length > 0 ? [Buffer.from(buffer.subarray(0, length))] : [], { objectMode: false });
   }
 
   async captureState(instanceId: string): Promise<CapturedState> {
-    const instance = this.get(instanceId);
+    const instance = this.instances.get(instanceId);
     const { buffer, length, base, appends } = instance;
     const unchanged = base?.size ?? 0;
     // Views of `buffer` below `length`, which no append touches.
@@ -180,26 +173,21 @@ export class ConversationRuntime implements SessionRuntime<ConversationRuntimeSp
     };
   }
 
-  async stop(instanceId: string): Promise<ExitInfo> {
-    const instance = this.get(instanceId);
-    if (!instance.exit) instance.markExited({ exitCode: 0, signal: null, requested: true });
-    return instance.exited;
+  stop(instanceId: string): Promise<ExitInfo> {
+    return this.instances.stop(instanceId);
   }
 
-  async waitForExit(instanceId: string, signal?: AbortSignal): Promise<ExitInfo> {
-    return raceAbort(this.get(instanceId).exited, signal);
+  waitForExit(instanceId: string, signal?: AbortSignal): Promise<ExitInfo> {
+    return this.instances.waitForExit(instanceId, signal);
   }
 
   describe(instanceId: string): RuntimeInstanceInfo | undefined {
-    const instance = this.instances.get(instanceId);
-    return instance && this.info(instance);
+    return this.instances.describe(instanceId);
   }
 
   /** Forgets the instance (stopping it first). Unknown ids are a no-op. */
-  async dispose(instanceId: string): Promise<void> {
-    if (!this.instances.has(instanceId)) return;
-    await this.stop(instanceId);
-    this.instances.delete(instanceId);
+  dispose(instanceId: string): Promise<void> {
+    return this.instances.dispose(instanceId);
   }
 
   /**
@@ -208,8 +196,7 @@ export class ConversationRuntime implements SessionRuntime<ConversationRuntimeSp
    * a retried append whose messages already stand there answers as the first attempt did instead of adding them again.
    */
   append(instanceId: string, messages: readonly Message[], options: { at?: number } = {}): AppendResult {
-    const instance = this.get(instanceId);
-    if (instance.exit) throw new RuntimeFailedError(`runtime instance ${instanceId} has stopped`);
+    const instance = this.instances.running(instanceId);
     const count = instance.starts.length;
     const at = options.at ?? count;
     if (at !== count) return this.appended(instance, parsedMessages(instanceId, messages), at);
@@ -220,7 +207,7 @@ export class ConversationRuntime implements SessionRuntime<ConversationRuntimeSp
 
   /** `limit` messages (all by default) from index `from` (0 by default). */
   messages(instanceId: string, options: { from?: number; limit?: number } = {}): Message[] {
-    const instance = this.get(instanceId);
+    const instance = this.instances.get(instanceId);
     const count = instance.starts.length;
     const from = options.from ?? 0;
     const limit = options.limit ?? count;
@@ -233,12 +220,12 @@ export class ConversationRuntime implements SessionRuntime<ConversationRuntimeSp
 
   /** How many messages the instance holds. */
   messageCount(instanceId: string): number {
-    return this.get(instanceId).starts.length;
+    return this.instances.get(instanceId).starts.length;
   }
 
   /** The pair summary of the whole conversation, as the appends that made it answered it. */
   summary(instanceId: string): PairSummary {
-    const instance = this.get(instanceId);
+    const instance = this.instances.get(instanceId);
     const unsafeCuts: UnsafeSpan[] = [];
     for (const [callId, call] of instance.calls) {
       if (call.answeredAt !== undefined) unsafeCuts.push({ callId, from: call.index + 1, to: call.answeredAt });
@@ -289,52 +276,15 @@ export class ConversationRuntime implements SessionRuntime<ConversationRuntimeSp
     instance.appends++;
   }
 
-  private get(instanceId: string): ConversationInstance {
-    const instance = this.instances.get(instanceId);
-    if (!instance) throw new RuntimeNotFoundError(instanceId);
-    return instance;
-  }
-
-  private assertNew(instanceId: string): void {
-    if (this.instances.has(instanceId)) {
-      throw new RuntimeFailedError(`runtime instance ${instanceId} already exists on this worker`);
-    }
-  }
-
   private create(request: StartRequest<ConversationRuntimeSpec>): ConversationInstance {
-    this.assertNew(request.instanceId);
-    let markExited!: (exit: ExitInfo) => void;
-    const exited = new Promise<ExitInfo>((resolve) => (markExited = resolve));
-    const instance: ConversationInstance = {
-      sessionId: request.sessionId,
-      instanceId: request.instanceId,
-      startedAt: new Date().toISOString(),
+    return this.instances.add(request, {
       buffer: Buffer.alloc(0),
       length: 0,
       starts: [],
       calls: new Map(),
       base: null,
       appends: 0,
-      exited,
-      markExited: (exit) => {
-        instance.exit = exit;
-        markExited(exit);
-      },
-    };
-    this.instances.set(request.instanceId, instance);
-    return instance;
-  }
-
-  private info(instance: ConversationInstance): RuntimeInstanceInfo {
-    return {
-      instanceId: instance.instanceId,
-      sessionId: instance.sessionId,
-      kind: this.kind,
-      version: this.version,
-      location: 'memory',
-      startedAt: instance.startedAt,
-      running: !instance.exit,
-    };
+    });
   }
 }
 
