@@ -12,7 +12,7 @@ import {
 } from './api/messages';
 import { loadConfig, type Config } from './config';
 import { messageOf } from './errors';
-import { MemoryRuntime, WorkspaceRuntime } from './runtimes';
+import { ConversationRuntime, MemoryRuntime, WorkspaceRuntime } from './runtimes';
 import { openSnapshotStore } from './snapshots';
 import { connectionOptions } from './temporal-connection';
 
@@ -236,7 +236,7 @@ export async function runWorker(config: Config = loadConfig(), address = config.
     maxCachedWorkflows: config.maxCachedWorkflows,
     deps: {
       store,
-      runtimes: { workspace, memory: new MemoryRuntime() },
+      runtimes: { workspace, memory: new MemoryRuntime(), conversation: new ConversationRuntime() },
       hostTaskQueue: config.hostTaskQueue,
       maxSessions: config.maxSessions,
     },

@@ -1,5 +1,6 @@
 /** What the workflows send the activities and get back: the activities' wire shapes, apart from their code. */
 import type { RuntimeInstanceRef, TimelineEntry } from '../api/messages';
+import type { Message } from '../domain/conversation';
 import type { CheckpointRef, CheckpointTrigger, RuntimeSpec } from '../domain/schemas';
 import type { ExitInfo } from '../runtimes';
 import type { ExitCursor } from './host-state';
@@ -79,4 +80,29 @@ export type FoundCheckpoint = CheckpointRef & { pairSafe?: boolean };
 export interface ForkSessionsInput {
   source: { sessionId: string; checkpointId: string };
   targets: { sessionId: string; checkpointId: string; owner: string; label?: string }[];
+}
+
+/** Messages for a `conversation` instance (already parsed as `AppendInput` by the workflow). */
+export interface AppendMessagesInput {
+  instance: RuntimeInstanceRef;
+  messages: Message[];
+  /**
+   * The index the first message must get (the count the workflow last saw). A retried activity whose first attempt
+   * stored the messages answers as that attempt did instead of appending them twice; omitted, a retry appends again.
+   */
+  at?: number;
+}
+
+export interface ReadMessagesInput {
+  instance: RuntimeInstanceRef;
+  /** The first message to read (0 by default). */
+  from?: number;
+  /** At most this many (default and most: 1000), and fewer where they would pass MAX_APPEND_BYTES as JSON. */
+  limit?: number;
+}
+
+export interface ReadMessagesResult {
+  messages: Message[];
+  /** How many messages the conversation holds: more remain to read when `from + messages.length` is less. */
+  messageCount: number;
 }

@@ -3,24 +3,34 @@ import { ApplicationFailure, Context, log } from '@temporalio/activity';
 import type { RuntimeInstanceRef, TimelineEntry } from '../api/messages';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { DurableSessionsError } from '../errors';
-import type { CheckpointRef, RuntimeKind, VerificationResult, VerificationStatus } from '../domain/schemas';
+import type { AppendResult } from '../domain/conversation';
+import {
+  MAX_APPEND_BYTES,
+  type CheckpointRef,
+  type RuntimeKind,
+  type VerificationResult,
+  type VerificationStatus,
+} from '../domain/schemas';
 import type { ExitInfo, RuntimeInstanceInfo, RuntimeRegistry, SessionRuntime } from '../runtimes';
 import type {
   AppendTimelineInput,
   FindCheckpointInput,
   ForkSessionsInput,
   FoundCheckpoint,
+  AppendMessagesInput,
   CaptureInput,
   HostLeaseInput,
   HostLeaseResult,
   InstanceInput,
+  ReadMessagesInput,
+  ReadMessagesResult,
   RestoreInput,
   StartRuntimeInput,
   VerifyCheckpointInput,
   WatchResult,
 } from './activity-inputs';
 import { HostRefusedError, HostState } from './host-state';
-import { RuntimeNotFoundError } from '../runtimes';
+import { ConversationRuntime, RuntimeNotFoundError } from '../runtimes';
 import {
   type CheckpointManifest,
   SnapshotError,
@@ -89,6 +99,17 @@ export function createActivities(deps: ActivityDeps) {
     const runtime = deps.runtimes[kind];
     if (!runtime) {
       throw ApplicationFailure.nonRetryable(`this worker has no "${kind}" runtime`, ERROR_CODES.RuntimeFailed);
+    }
+    return runtime;
+  };
+
+  const conversationOf = (ref: RuntimeInstanceRef): ConversationRuntime => {
+    const runtime = runtimeFor(ref.kind);
+    if (!(runtime instanceof ConversationRuntime)) {
+      throw ApplicationFailure.nonRetryable(
+        `runtime instance ${ref.instanceId} is a ${ref.kind} instance, not a conversation`,
+        ERROR_CODES.RuntimeFailed,
+      );
     }
     return runtime;
   };
@@ -371,6 +392,37 @@ export function createActivities(deps: ActivityDeps) {
       }
     },
 
+    /**
+     * Appends messages to a conversation instance where it lives, keeping the pair rules (a refusal is InvalidInput);
+     * the spans it closes let the workflow judge later cuts without the messages.
+     */
+    async appendMessages(input: AppendMessagesInput): Promise<AppendResult> {
+      try {
+        return conversationOf(input.instance).append(input.instance.instanceId, input.messages, { at: input.at });
+      } catch (err) {
+        throw toFailure(err);
+      }
+    },
+
+    /** Reads messages back from a conversation instance, at most MAX_APPEND_BYTES of them as JSON (at least one). */
+    async readMessages(input: ReadMessagesInput): Promise<ReadMessagesResult> {
+      try {
+        const runtime = conversationOf(input.instance);
+        const limit = Math.min(input.limit ?? MAX_READ_MESSAGES, MAX_READ_MESSAGES);
+        const messages = runtime.messages(input.instance.instanceId, { from: input.from, limit });
+        let bytes = 0;
+        const fit = messages.findIndex((m) => (bytes += Buffer.byteLength(JSON.stringify(m))) > MAX_APPEND_BYTES);
+        return {
+          messages: fit < 0 ? messages : messages.slice(0, Math.max(1, fit)),
+          messageCount: runtime.messageCount(input.instance.instanceId),
+        };
+      } catch (err) {
+        throw toFailure(
+          err instanceof RangeError ? ApplicationFailure.nonRetryable(err.message, ERROR_CODES.InvalidInput) : err,
+        );
+      }
+    },
+
     async deleteCheckpoint(input: { sessionId: string; checkpointId: string }): Promise<void> {
       await deps.store.delete(input.sessionId, input.checkpointId);
     },
@@ -509,6 +561,9 @@ async function readManifestIfExists(store: SnapshotStore, sessionId: string, che
 }
 
 const MAX_HEARTBEAT_MS = 5_000;
+
+/** Messages one readMessages answers at most. */
+const MAX_READ_MESSAGES = 1_000;
 
 /** Exits sessions asked for, at most, before the lease returns them early (the monitor's list is kept short). */
 const MAX_RELEASED_PER_ROUND = 200;

@@ -1,5 +1,6 @@
 export * from './error-codes';
 export * from './schemas';
+export * from './conversation';
 export * from './session-state';
 export * from './retention';
 export * from './strict';

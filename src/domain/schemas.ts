@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { checkAppend, MAX_APPEND_MESSAGES, Message } from './conversation';
 import { strictObject } from './strict';
 
 /**
@@ -155,7 +156,30 @@ export const MemoryRuntimeSpec = strictObject({
 });
 export type MemoryRuntimeSpec = z.infer<typeof MemoryRuntimeSpec>;
 
-export const RuntimeSpec = z.discriminatedUnion('kind', [WorkspaceRuntimeSpec, MemoryRuntimeSpec]);
+/**
+ * An agent's conversation held by the worker: an append-only list of messages (`src/domain/conversation.ts`), rewound
+ * only by restoring a checkpoint. `messages` seed it (at most 256 KiB as JSON) and must keep the tool-call pair rules.
+ */
+export const ConversationRuntimeSpec = strictObject({
+  kind: z.literal('conversation'),
+  messages: z
+    .array(Message)
+    .optional()
+    .refine((messages) => !messages || utf8Length(JSON.stringify(messages)) <= MAX_SEED_BYTES, {
+      message: `seed messages must be at most ${MAX_SEED_BYTES} bytes as JSON`,
+    })
+    .superRefine((messages, ctx) => {
+      const check = messages && checkAppend(new Map(), 0, messages);
+      if (check && !check.ok) ctx.addIssue({ code: 'custom', path: [check.messageIndex], message: check.reason });
+    }),
+});
+export type ConversationRuntimeSpec = z.infer<typeof ConversationRuntimeSpec>;
+
+export const RuntimeSpec = z.discriminatedUnion('kind', [
+  WorkspaceRuntimeSpec,
+  MemoryRuntimeSpec,
+  ConversationRuntimeSpec,
+]);
 export type RuntimeSpec = z.infer<typeof RuntimeSpec>;
 export type RuntimeKind = RuntimeSpec['kind'];
 
@@ -262,6 +286,27 @@ export const CheckpointInput = strictObject({
   ...preconditions,
 });
 export type CheckpointInput = z.infer<typeof CheckpointInput>;
+
+/** An append travels through the workflow's history: one stays far below Temporal's 2 MiB payload limit. */
+export const MAX_APPEND_BYTES = 1024 * 1024;
+
+/**
+ * Messages to append to a conversation session; `checkpoint` asks for a checkpoint once they are stored (labelled
+ * `label`). Whether tool results answer open calls is checked where the messages are (the runtime), not here.
+ */
+export const AppendInput = strictObject({
+  messages: z
+    .array(Message)
+    .min(1, 'append at least one message')
+    .max(MAX_APPEND_MESSAGES, `append at most ${MAX_APPEND_MESSAGES} messages at a time`)
+    .refine((messages) => utf8Length(JSON.stringify(messages)) <= MAX_APPEND_BYTES, {
+      message: `the messages of one append must be at most ${MAX_APPEND_BYTES} bytes as JSON`,
+    }),
+  checkpoint: z.boolean().optional(),
+  label: Label.optional(),
+  idempotencyKey: IdempotencyKey.optional(),
+});
+export type AppendInput = z.infer<typeof AppendInput>;
 
 export const PauseInput = strictObject({
   reason: Reason.optional(),

@@ -4,6 +4,7 @@ import type { SessionRuntime } from './session-runtime';
 export * from './session-runtime';
 export * from './workspace';
 export * from './memory-runtime';
+export * from './conversation';
 
 /** The runtimes a worker offers, by kind. */
 export type RuntimeRegistry = Partial<Record<RuntimeKind, SessionRuntime>>;

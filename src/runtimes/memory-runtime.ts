@@ -9,13 +9,9 @@ import type {
   SessionRuntime,
   StartRequest,
 } from './session-runtime';
-import { raceAbort } from './race-abort';
-import { RuntimeFailedError, RuntimeNotFoundError } from './session-runtime';
+import { InProcessInstances, type InProcessInstance } from './in-process';
 
-interface MemoryInstance {
-  readonly sessionId: string;
-  readonly instanceId: string;
-  readonly startedAt: string;
+interface MemoryInstance extends InProcessInstance {
   /** The state is `buffer[0, length)`; the buffer has room to grow, so appends do not copy what is there. */
   buffer: Buffer;
   length: number;
@@ -32,9 +28,6 @@ interface MemoryInstance {
   writeCount: number;
   /** When the state was last written (ISO-8601): its start or restore until the first write. */
   lastWriteAt: string;
-  exit?: ExitInfo;
-  readonly exited: Promise<ExitInfo>;
-  readonly markExited: (exit: ExitInfo) => void;
 }
 
 const VERSION = '1';
@@ -51,19 +44,21 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
   readonly kind = 'memory';
   readonly version = VERSION;
 
-  private readonly instances = new Map<string, MemoryInstance>();
+  private readonly instances = new InProcessInstances<MemoryInstance>(this.kind, this.version);
 
   canRestore(version: string): boolean {
     return version === VERSION;
   }
 
   start(request: StartRequest<MemoryRuntimeSpec>): Promise<RuntimeInstanceInfo> {
-    return settled(() => this.info(this.create(request, Buffer.from(request.spec.initialState ?? '', 'utf8'))));
+    return settled(() =>
+      this.instances.info(this.create(request, Buffer.from(request.spec.initialState ?? '', 'utf8'))),
+    );
   }
 
   async restore(request: RestoreRequest<MemoryRuntimeSpec>): Promise<RuntimeInstanceInfo> {
     try {
-      this.assertNew(request.instanceId);
+      this.instances.assertNew(request.instanceId);
     } catch (error) {
       request.state.destroy(); // it will not be read: release its source
       throw error;
@@ -76,7 +71,7 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
     if (request.checkpointId !== undefined) {
       instance.base = { checkpointId: request.checkpointId, size: instance.length, since: 0 };
     }
-    return this.info(instance);
+    return this.instances.info(instance);
   }
 
   capture(instanceId: string): Promise<Readable> {
@@ -130,26 +125,21 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
     });
   }
 
-  async stop(instanceId: string): Promise<ExitInfo> {
-    const instance = this.get(instanceId);
-    if (!instance.exit) instance.markExited({ exitCode: 0, signal: null, requested: true });
-    return instance.exited;
+  stop(instanceId: string): Promise<ExitInfo> {
+    return this.instances.stop(instanceId);
   }
 
-  async waitForExit(instanceId: string, signal?: AbortSignal): Promise<ExitInfo> {
-    return raceAbort(this.get(instanceId).exited, signal);
+  waitForExit(instanceId: string, signal?: AbortSignal): Promise<ExitInfo> {
+    return this.instances.waitForExit(instanceId, signal);
   }
 
   describe(instanceId: string): RuntimeInstanceInfo | undefined {
-    const instance = this.instances.get(instanceId);
-    return instance && this.info(instance);
+    return this.instances.describe(instanceId);
   }
 
   /** Forgets the instance (stopping it first). Unknown ids are a no-op. */
-  async dispose(instanceId: string): Promise<void> {
-    if (!this.instances.has(instanceId)) return;
-    await this.stop(instanceId);
-    this.instances.delete(instanceId);
+  dispose(instanceId: string): Promise<void> {
+    return this.instances.dispose(instanceId);
   }
 
   /** The instance's current state (a copy). */
@@ -160,7 +150,7 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
 
   /** Replaces the state of a running instance, as its program would; strings are stored as UTF-8. */
   write(instanceId: string, data: Buffer | string): void {
-    const instance = this.running(instanceId);
+    const instance = this.instances.running(instanceId);
     // A new buffer: a capture still reading the old one keeps it.
     const bytes = Buffer.from(data);
     instance.buffer = bytes;
@@ -195,16 +185,9 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
     return this.get(instanceId).lastWriteAt;
   }
 
-  /** The instance, which must not have stopped (writes go only to running instances). */
-  private running(instanceId: string): MemoryInstance {
-    const instance = this.get(instanceId);
-    if (instance.exit) throw new RuntimeFailedError(`runtime instance ${instanceId} has stopped`);
-    return instance;
-  }
-
   /** The instance, ready for a write that reaches `end`: its buffer its own (not read by a capture) and large enough. */
   private writable(instanceId: string, end: number): MemoryInstance {
-    const instance = this.running(instanceId);
+    const instance = this.instances.running(instanceId);
     if (instance.readers > 0 || end > instance.buffer.length) {
       const grown = Buffer.alloc(
         end > instance.buffer.length ? Math.max(end, instance.buffer.length * 2) : instance.buffer.length,
@@ -217,25 +200,11 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
   }
 
   private get(instanceId: string): MemoryInstance {
-    const instance = this.instances.get(instanceId);
-    if (!instance) throw new RuntimeNotFoundError(instanceId);
-    return instance;
-  }
-
-  private assertNew(instanceId: string): void {
-    if (this.instances.has(instanceId)) {
-      throw new RuntimeFailedError(`runtime instance ${instanceId} already exists on this worker`);
-    }
+    return this.instances.get(instanceId);
   }
 
   private create(request: StartRequest<MemoryRuntimeSpec>, state: Buffer): MemoryInstance {
-    this.assertNew(request.instanceId);
-    let markExited!: (exit: ExitInfo) => void;
-    const exited = new Promise<ExitInfo>((resolve) => (markExited = resolve));
-    const instance: MemoryInstance = {
-      sessionId: request.sessionId,
-      instanceId: request.instanceId,
-      startedAt: new Date().toISOString(),
+    return this.instances.add(request, {
       buffer: state,
       length: state.length,
       readers: 0,
@@ -243,26 +212,7 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
       writes: [],
       writeCount: 0,
       lastWriteAt: new Date().toISOString(),
-      exited,
-      markExited: (exit) => {
-        instance.exit = exit;
-        markExited(exit);
-      },
-    };
-    this.instances.set(request.instanceId, instance);
-    return instance;
-  }
-
-  private info(instance: MemoryInstance): RuntimeInstanceInfo {
-    return {
-      instanceId: instance.instanceId,
-      sessionId: instance.sessionId,
-      kind: this.kind,
-      version: this.version,
-      location: 'memory',
-      startedAt: instance.startedAt,
-      running: !instance.exit,
-    };
+    });
   }
 }
 

@@ -7,7 +7,7 @@ import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
 import type { ActivityDeps } from '../../src/activities';
 import type { RuntimeInstanceRef, SessionStatus } from '../../src/api';
 import { SessionClient, type SessionHandle } from '../../src/client';
-import { MemoryRuntime, WorkspaceRuntime } from '../../src/runtimes';
+import { ConversationRuntime, MemoryRuntime, WorkspaceRuntime } from '../../src/runtimes';
 import { randomBytes } from 'node:crypto';
 import { ChunkedSnapshotStore, Keyring, type SnapshotStore } from '../../src/snapshots';
 import { createWorkers, type DrainReport, type SessionWorkers } from '../../src/worker';
@@ -100,7 +100,7 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
     const memory = new MemoryRuntime();
     const deps: ActivityDeps = {
       store: hostOptions.store ?? (options.store ? options.store(store) : store),
-      runtimes: { workspace, memory },
+      runtimes: { workspace, memory, conversation: new ConversationRuntime() },
       hostTaskQueue: hostOptions.unreachable ? `${hostTaskQueue}-unreachable` : hostTaskQueue,
       watchHeartbeatMs: hostOptions.watchHeartbeatMs ?? 1_000,
       maxSessions: hostOptions.maxSessions,

@@ -1,0 +1,1 @@
+export { ConversationRejectedError, ConversationRuntime } from './conversation-runtime';
