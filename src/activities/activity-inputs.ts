@@ -74,8 +74,8 @@ export interface FindCheckpointInput {
   messageIndex?: number;
 }
 
-/** A checkpoint found in the timeline; `pairSafe` false when its cut splits a tool call from its result. */
-export type FoundCheckpoint = CheckpointRef & { pairSafe?: boolean };
+/** A checkpoint found in the timeline. */
+export type FoundCheckpoint = CheckpointRef;
 
 export interface ForkSessionsInput {
   source: { sessionId: string; checkpointId: string };

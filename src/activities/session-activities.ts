@@ -543,7 +543,7 @@ async function findInTimeline(log: TimelineLog, input: FindCheckpointInput): Pro
     for (const raw of page.entries) {
       const e = raw as unknown as TimelineEntry;
       // The newest match wins for a message index (a rewound conversation passes the same count again).
-      if (matches(e)) found = { ...e.checkpoint, ...(e.pairSafe === false ? { pairSafe: false } : {}) };
+      if (matches(e)) found = e.checkpoint;
       if (found && input.messageIndex === undefined) return found;
     }
     from = input.index !== undefined ? null : page.next;

@@ -1,5 +1,7 @@
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type {
+  AppendInput,
+  RegenerateInput,
   BranchInput,
   CheckpointInput,
   CheckpointRef,
@@ -163,6 +165,19 @@ export const configureUpdate = defineUpdate<SessionStatus, [ConfigureInput]>('co
 /** The session is in use: its idle timer starts again. */
 export const touchUpdate = defineUpdate<{ lastActivityAt: string }, [TouchInput]>('touch');
 
+export interface AppendResult {
+  /** Messages the conversation holds now, and the index the first appended one got. */
+  messageCount: number;
+  firstIndex: number;
+  /** The checkpoint taken after the append (trigger `turn`), when one was asked for. */
+  checkpoint: CheckpointRef | null;
+}
+
+/** Conversation runtime: appends messages, optionally checkpointing after them (trigger `turn`). */
+export const appendUpdate = defineUpdate<AppendResult, [AppendInput]>('append');
+/** Conversation runtime: a fork from just before the last assistant turn; the replaced turn is marked `regenerated`. */
+export const regenerateUpdate = defineUpdate<ForkResult, [RegenerateInput]>('regenerate');
+
 /** Fire-and-forget twins of the updates: same inputs, no result, rejections show in `status`. */
 export const checkpointSignal = defineSignal<[CheckpointInput]>('requestCheckpoint');
 export const pauseSignal = defineSignal<[PauseInput]>('requestPause');
@@ -170,6 +185,7 @@ export const resumeSignal = defineSignal<[ResumeInput]>('requestResume');
 export const stopSignal = defineSignal<[StopInput]>('requestStop');
 export const configureSignal = defineSignal<[ConfigureInput]>('requestConfigure');
 export const touchSignal = defineSignal<[TouchInput]>('touch');
+export const appendSignal = defineSignal<[AppendInput]>('requestAppend');
 
 export interface DrainResult {
   /** Whether the session's runtime was stopped on the draining host (after a checkpoint, when one could be taken). */

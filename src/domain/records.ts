@@ -76,8 +76,6 @@ export const TimelineEntry = z.discriminatedUnion('kind', [
     durability: Durability.optional(),
     /** Conversation runtime: the number of messages the checkpoint holds. */
     messageIndex: z.number().int().min(0).optional(),
-    /** Conversation runtime: false when the checkpoint's cut splits a tool call from its result. */
-    pairSafe: z.boolean().optional(),
     /** A later `regenerate` replaced the turn this checkpoint holds: kept, hidden from the default view. */
     regenerated: z.boolean().optional(),
   }),
@@ -213,8 +211,15 @@ export const RunControlState = strictObject({
   /** When the session last became paused (for `stopPausedAfterMs`). */
   pausedAt: Timestamp.nullable(),
   lastVerification: strictObject(verificationFields).nullable(),
-  /** Conversation runtime: messages held, and cut points that would split a tool call from its result. */
+  /** Conversation runtime: messages held, and the cuts that would split a tool call from its result. */
   messageCount: z.number().int().min(0).optional(),
+  unsafeCuts: z
+    .array(strictObject({ callId: z.string().max(200), from: z.number().int().min(0), to: z.number().int().min(0) }))
+    .max(1_000_000)
+    .optional(),
+  /** Conversation runtime: where the last assistant turn began (its first assistant message), and the last role. */
+  turnStart: z.number().int().min(0).nullable().optional(),
+  lastRole: z.string().max(20).optional(),
 });
 export type RunControlState = z.infer<typeof RunControlState>;
 

@@ -305,8 +305,10 @@ export const AppendInput = strictObject({
   checkpoint: z.boolean().optional(),
   label: Label.optional(),
   idempotencyKey: IdempotencyKey.optional(),
+  ...preconditions,
 });
 export type AppendInput = z.infer<typeof AppendInput>;
+
 
 export const PauseInput = strictObject({
   reason: Reason.optional(),
@@ -420,6 +422,13 @@ export type ForkInput = z.infer<typeof ForkInput>;
 /** A fork from the head. */
 export const BranchInput = strictObject(forkFields);
 export type BranchInput = z.infer<typeof BranchInput>;
+
+/**
+ * Conversation runtime: a fork from just before the last assistant turn (the same user turn, answered again); the
+ * checkpoint that holds the replaced turn is marked `regenerated` in this session's timeline.
+ */
+export const RegenerateInput = strictObject(forkFields);
+export type RegenerateInput = z.infer<typeof RegenerateInput>;
 
 export const ConfigureInput = strictObject({
   /** Replaces the session's policies (an empty object turns every policy off). */

@@ -8,6 +8,7 @@ import {
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import {
   sessionWorkflowId,
+  type AppendResult,
   type ForkResult,
   type RewindResult,
   type RuntimeInstanceRef,
@@ -20,14 +21,17 @@ import { WINDOW, type SessionWorkflowInput } from '../domain/records';
 import {
   SessionId,
   StartSessionInput,
+  type AppendInput,
   type BranchInput,
+  type RegenerateInput,
   type CheckpointRef,
   type CheckpointSelector,
   type ConfigureInput,
   type ForkInput,
   type RewindInput,
 } from '../domain/schemas';
-import { local, onPlacedHost, shared } from './activity-proxies';
+import { safeCut } from '../domain/conversation';
+import { local, onHost, onPlacedHost, shared } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
 import { asFailure, failure, failureMessage, typeOf } from './failures';
 import { parse } from './inputs';
@@ -216,40 +220,89 @@ export class RunControls {
     return found;
   }
 
-  /** Conversation runtime: the checkpoint that holds exactly the first `messageIndex` messages, if its cut is safe. */
+  /**
+   * Conversation runtime: the checkpoint that holds exactly the first `messageIndex` messages. A cut that would split
+   * a tool call from its result is refused (UnsafeMessageIndex, naming the nearest safe index), never moved silently.
+   */
   private async atMessage(messageIndex: number): Promise<CheckpointRef> {
     const { session } = this;
-    const entries = session.recentTimeline().filter((e) => e.kind === 'checkpoint' && e.messageIndex !== undefined);
-    let exact = entries.find((e) => e.kind === 'checkpoint' && e.messageIndex === messageIndex);
-    if (!exact) {
-      const found = await local.findCheckpoint({ sessionId: session.id, messageIndex });
-      if (found) return this.safeCut(found, found.pairSafe, messageIndex, entries);
-      const near = entries.map((e) => (e.kind === 'checkpoint' ? e.messageIndex! : 0));
-      throw failure(
-        ERROR_CODES.SnapshotNotFound,
-        `session ${session.id} has no checkpoint after ${messageIndex} messages` +
-          (near.length ? ` (recent checkpoints hold ${near.slice(-5).join(', ')} messages)` : ''),
-      );
+    const rc = session.runControl;
+    if (rc.messageCount === undefined) {
+      throw failure(ERROR_CODES.InvalidInput, `messageIndex needs a conversation session; ${session.id} is not one`);
     }
-    exact = exact as Extract<TimelineEntry, { kind: 'checkpoint' }>;
-    return this.safeCut(exact.checkpoint, exact.pairSafe, messageIndex, entries);
+    const cut = safeCut({ messageCount: rc.messageCount, unsafeCuts: rc.unsafeCuts ?? [] }, messageIndex);
+    if (!cut.ok) {
+      throw ApplicationFailure.create({
+        type: ERROR_CODES.UnsafeMessageIndex,
+        message: `${cut.reason}; the nearest safe index is ${cut.nearestSafe}`,
+        details: [{ nearestSafe: cut.nearestSafe, ...(cut.callId ? { callId: cut.callId } : {}) }],
+        nonRetryable: true,
+      });
+    }
+    const recent = session
+      .recentTimeline()
+      .flatMap((e) => (e.kind === 'checkpoint' && e.messageIndex === messageIndex ? [e.checkpoint] : []));
+    const inState = recent.reverse().find((c) => session.state.checkpoints.some((k) => k.checkpointId === c.checkpointId));
+    if (inState) return inState;
+    const found = await local.findCheckpoint({ sessionId: session.id, messageIndex });
+    if (found) return found;
+    throw failure(
+      ERROR_CODES.SnapshotNotFound,
+      `session ${session.id} has no checkpoint after exactly ${messageIndex} messages (append with "checkpoint": true makes one per turn)`,
+    );
   }
 
-  private safeCut(
-    ref: CheckpointRef,
-    pairSafe: boolean | undefined,
-    messageIndex: number,
-    entries: TimelineEntry[],
-  ): CheckpointRef {
-    if (pairSafe !== false) return ref;
-    const safe = entries
-      .flatMap((e) => (e.kind === 'checkpoint' && e.pairSafe !== false && e.messageIndex! < messageIndex ? [e.messageIndex!] : []))
-      .sort((a, b) => b - a)[0];
-    throw unsafeIndex(
-      `message index ${messageIndex} would split a tool call from its result` +
-        (safe !== undefined ? `; the nearest safe index is ${safe}` : ''),
-      safe,
-    );
+  /** Conversation runtime: appends messages where the runtime is, then checkpoints them when asked (trigger `turn`). */
+  async append(input: AppendInput): Promise<AppendResult> {
+    const { session } = this;
+    const { state } = session;
+    const rc = state.runControl;
+    const runtime = session.requireRuntime();
+    let result;
+    try {
+      result = await onHost(runtime.hostTaskQueue, state.spec.liveness).appendMessages({
+        instance: runtime,
+        messages: input.messages,
+        ...(rc.messageCount !== undefined ? { at: rc.messageCount } : {}),
+      });
+    } catch (err) {
+      session.controlFailed('append', err);
+      throw asFailure(err, 'append failed');
+    }
+    rc.messageCount = result.messageCount;
+    rc.unsafeCuts = [...(rc.unsafeCuts ?? []), ...result.unsafeCuts];
+    for (const [i, m] of input.messages.entries()) {
+      if (m.role === 'assistant' && rc.lastRole !== 'assistant' && rc.lastRole !== 'tool') {
+        rc.turnStart = result.firstIndex + i;
+      }
+      rc.lastRole = m.role;
+    }
+    session.record({ kind: 'appended', at: now(), firstIndex: result.firstIndex, count: input.messages.length });
+    let checkpoint: CheckpointRef | null = null;
+    if (input.checkpoint) {
+      session.apply({ type: 'checkpointRequested' });
+      try {
+        checkpoint = await this.controller.capture('turn', input.label, undefined, { messageIndex: rc.messageCount });
+        session.apply({ type: 'checkpointSucceeded' });
+      } catch (err) {
+        session.apply({ type: 'checkpointFailed' });
+        session.controlFailed('append', err);
+        throw asFailure(err, 'the messages were appended, but the checkpoint after them failed');
+      }
+    }
+    return { messageCount: result.messageCount, firstIndex: result.firstIndex, checkpoint };
+  }
+
+  /** Forks from just before the last assistant turn; the checkpoint holding the replaced turn is marked. */
+  async regenerate(input: RegenerateInput): Promise<ForkResult> {
+    const { session } = this;
+    const rc = session.runControl;
+    if (rc.turnStart === undefined || rc.turnStart === null) {
+      throw failure(ERROR_CODES.InvalidInput, `session ${session.id} has no assistant turn to regenerate`);
+    }
+    const from = await this.atMessage(rc.turnStart);
+    const replaces = session.state.head?.checkpointId;
+    return this.forkFrom(from, input, true, replaces);
   }
 
   /** The state a fork of "now" starts from: a running session is checkpointed first. */
@@ -325,13 +378,4 @@ export class RunControls {
     if (ids.includes(session.id)) throw failure(ERROR_CODES.InvalidInput, 'a fork needs a new session id, not its own');
     return ids;
   }
-}
-
-function unsafeIndex(message: string, nearestSafe: number | undefined) {
-  return ApplicationFailure.create({
-    type: ERROR_CODES.UnsafeMessageIndex,
-    message,
-    details: [{ nearestSafe }],
-    nonRetryable: true,
-  });
 }

@@ -265,7 +265,7 @@ export class SessionController {
     trigger: CheckpointTrigger,
     label?: string,
     reason?: string,
-    extra: { messageIndex?: number; pairSafe?: boolean } = {},
+    extra: { messageIndex?: number } = {},
   ): Promise<CheckpointRef> {
     const { session } = this;
     const { state } = session;
@@ -294,7 +294,6 @@ export class SessionController {
       durability: 'durable',
       ...(reason ? { reason } : {}),
       ...(extra.messageIndex !== undefined ? { messageIndex: extra.messageIndex } : {}),
-      ...(extra.pairSafe === false ? { pairSafe: false } : {}),
     });
     session.touch();
     await this.applyRetention();

@@ -10,6 +10,9 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import {
+  appendSignal,
+  appendUpdate,
+  regenerateUpdate,
   branchUpdate,
   configureSignal,
   configureUpdate,
@@ -37,6 +40,8 @@ import { ERROR_CODES } from '../domain/error-codes';
 import { closestName } from '../domain/names';
 import { SessionWorkflowInput } from '../domain/records';
 import {
+  AppendInput,
+  RegenerateInput,
   BranchInput,
   CheckpointInput,
   ConfigureInput,
@@ -73,8 +78,10 @@ const CONTROL_NAMES = [
   'branch',
   'configure',
   'touch',
+  'append',
+  'regenerate',
 ];
-const SIGNAL_NAMES = ['requestCheckpoint', 'requestPause', 'requestResume', 'requestStop', 'requestConfigure', 'touch'];
+const SIGNAL_NAMES = ['requestCheckpoint', 'requestPause', 'requestResume', 'requestStop', 'requestConfigure', 'touch', 'requestAppend'];
 const QUERY_NAMES = ['status', 'timeline'];
 
 /**
@@ -174,6 +181,25 @@ function setRunControlHandlers(session: Session, queue: ControlQueue, run: RunCo
       description:
         'Replace the policies and/or retention of the live session. Input: {"policies": {"checkpointEveryMs": ' +
         '600000, "idlePauseAfterMs": 7200000}}; {"policies": {}} turns them off.',
+    },
+  );
+  setHandler(appendUpdate, (i) => queue.accept('append', parse(AppendInput, i), (x) => run.append(x)), {
+    validator: (i) => queue.validate('append', AppendInput, i),
+    description:
+      'Conversation runtime: append messages, with a checkpoint after them when "checkpoint" is true (trigger turn). ' +
+      'Input: {"messages": [{"role": "user", "content": "hi"}], "checkpoint": true}.',
+  });
+  setHandler(appendSignal, queue.fromSignal('requestAppend', 'append', AppendInput, (x) => run.append(x)), {
+    description: 'Fire-and-forget append.',
+  });
+  setHandler(
+    regenerateUpdate,
+    (i) => queue.accept('regenerate', parseControl(RegenerateInput, i), (x) => run.regenerate(x)),
+    {
+      validator: (i) => queue.validate('regenerate', RegenerateInput, i),
+      description:
+        'Conversation runtime: fork from just before the last assistant turn, to answer it again; the replaced ' +
+        'turn is marked regenerated. Input: {} or {"newSessionId": "chat-7-retry"}.',
     },
   );
   setHandler(

@@ -10,6 +10,7 @@ import {
   type SessionWorkflowInput,
 } from '../domain/records';
 import { foldTimeline } from '../domain/timeline';
+import { summarize, type Message } from '../domain/conversation';
 import { StartSessionInput, type CheckpointRef, type VerificationResult } from '../domain/schemas';
 import { isFinal, transition, type Control, type Phase, type SessionEvent } from '../domain/session-state';
 import { failure, failureMessage, invalidTransition, typeOf } from './failures';
@@ -342,7 +343,24 @@ function newRunControl(spec: StartSessionInput, at: string): RunControlState {
     lastCheckpointAt: null,
     pausedAt: null,
     lastVerification: null,
-    ...(spec.runtime.kind === ('conversation' as string) ? { messageCount: 0 } : {}),
+    ...(spec.runtime.kind === 'conversation' ? conversationOf(spec.runtime.messages ?? []) : {}),
+  };
+}
+
+/** What a conversation's seed messages give the state: their count, unsafe cuts and last assistant turn. */
+function conversationOf(messages: readonly Message[]): Partial<RunControlState> {
+  const summary = summarize(messages);
+  let turnStart: number | null = null;
+  let lastRole: string | undefined;
+  for (const [i, m] of messages.entries()) {
+    if (m.role === 'assistant' && lastRole !== 'assistant' && lastRole !== 'tool') turnStart = i;
+    lastRole = m.role;
+  }
+  return {
+    messageCount: summary.messageCount,
+    unsafeCuts: [...summary.unsafeCuts],
+    turnStart,
+    ...(lastRole ? { lastRole } : {}),
   };
 }
 
