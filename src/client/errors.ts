@@ -14,6 +14,7 @@ import {
   KeyUnavailableError,
   RestoreFailedError,
   SessionRuntimeError,
+  ConflictError,
 } from '../domain/errors';
 
 /** The client throws the session model's error classes; they are exported from here for callers. */
@@ -53,6 +54,8 @@ export function sessionErrorFor(
       return new KeyUnavailableError(message, '', undefined, { sessionId }, options);
     case ERROR_CODES.RestoreFailed:
       return new RestoreFailedError(message, sessionId, options);
+    case ERROR_CODES.Conflict:
+      return new ConflictError(message, sessionId, options);
     case ERROR_CODES.RuntimeFailed:
     case ERROR_CODES.RuntimeLost:
       return new SessionRuntimeError(code, message, sessionId, options);

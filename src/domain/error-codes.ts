@@ -31,6 +31,11 @@ export const ERROR_CODES = {
   RestoreFailed: 'RestoreFailed',
   /** The snapshot store has no room or is read-only (ENOSPC, EDQUOT, EROFS): retrying will not help. */
   StoreFull: 'StoreFull',
+  /**
+   * A write names something the store holds already with other content (a timeline index written again, differently):
+   * the store keeps what it has. Retrying the same write will not help.
+   */
+  Conflict: 'Conflict',
 } as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES];

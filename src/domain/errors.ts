@@ -85,6 +85,13 @@ export class SessionClosedError extends SessionError {
   }
 }
 
+/** Thrown when a write conflicts with what the store holds (a timeline index stored already with other content). */
+export class ConflictError extends SessionError {
+  constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.Conflict, message, sessionId, options);
+  }
+}
+
 /** Thrown when a resume could restore no checkpoint (the message lists each one tried and why). */
 export class RestoreFailedError extends SessionError {
   constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
