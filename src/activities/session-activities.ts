@@ -39,6 +39,7 @@ import {
   type SnapshotStore,
   SnapshotTamperedError,
   type TimelineLog,
+  type TimelineRecord,
   verificationStatusOf,
 } from '../snapshots';
 
@@ -161,7 +162,7 @@ export function createActivities(deps: ActivityDeps) {
       // than the checkpoint that follows them.
       if (input.timeline?.length) {
         try {
-          await timelineOf(deps.store).appendTimeline(input.sessionId, input.timeline);
+          await timelineOf(deps.store).appendTimeline(input.sessionId, records(input.timeline));
         } catch (err) {
           throw toFailure(err);
         }
@@ -430,7 +431,7 @@ export function createActivities(deps: ActivityDeps) {
     /** Appends entries to the session's timeline in the store (idempotent: a retry appends the same bytes again). */
     async appendTimeline(input: AppendTimelineInput): Promise<void> {
       try {
-        await timelineOf(deps.store).appendTimeline(input.sessionId, input.entries);
+        await timelineOf(deps.store).appendTimeline(input.sessionId, records(input.entries));
       } catch (err) {
         throw toFailure(err);
       }
@@ -525,6 +526,14 @@ function timelineOf(store: SnapshotStore): TimelineLog {
     throw new TypeError('this snapshot store keeps no timeline');
   }
   return log as TimelineLog;
+}
+
+/** Entries as the store's log takes them: each with its index (the workflow gives every entry one). */
+function records(entries: readonly TimelineEntry[]): TimelineRecord[] {
+  return entries.map((e) => {
+    if (e.index === undefined) throw new TypeError(`a timeline entry (${e.kind}) has no index`);
+    return e as TimelineRecord;
+  });
 }
 
 /** Pages through the store's timeline for a checkpoint entry that matches (an index is one page read). */

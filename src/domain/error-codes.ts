@@ -32,8 +32,8 @@ export const ERROR_CODES = {
   /** The snapshot store has no room or is read-only (ENOSPC, EDQUOT, EROFS): retrying will not help. */
   StoreFull: 'StoreFull',
   /**
-   * The control names a stale epoch of the session (`ifHead`, `ifIndex`), or conflicts with one in flight; nothing was
-   * changed. Read the session again and decide.
+   * The control names a stale epoch of the session (`ifHead`, `ifIndex`), or conflicts with one in flight; or a store
+   * write names what the store holds already with other content (a timeline index). Nothing was changed.
    */
   Conflict: 'Conflict',
   /** A message index would split a tool call from its result; the failure names the nearest safe index. */

@@ -46,6 +46,22 @@ export class SessionIdTakenError extends SnapshotError {
 }
 
 /**
+ * Thrown when a timeline append names an index the session's timeline holds already with other content. Nothing of
+ * the append is written: a retried append of the same entries is a no-op, a different entry at a stored index a bug.
+ */
+export class TimelineConflictError extends SnapshotError {
+  constructor(
+    message: string,
+    sessionId: string,
+    /** The index that is stored with other content. */
+    readonly index: number,
+    options?: { cause?: unknown },
+  ) {
+    super(ERROR_CODES.Conflict, message, sessionId, '', options);
+  }
+}
+
+/**
  * Thrown when an object of a checkpoint cannot be read for a reason that is not the checkpoint's fault (this worker
  * lacks the codec another one wrote with, an I/O error while opening). Retryable: a restore is not failed over to an
  * older checkpoint, nor the session failed, because of this worker.

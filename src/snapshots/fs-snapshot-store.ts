@@ -29,6 +29,14 @@ import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } 
 import { claimSession } from './session-claim';
 import { isStateSource, sourceStream, type StateSource } from './state-source';
 import { asStoreFull } from './store-full';
+import {
+  plainTimelineSealer,
+  TimelineSegments,
+  type ReadTimelineOptions,
+  type TimelineLog,
+  type TimelinePage,
+  type TimelineRecord,
+} from './timeline-log';
 
 const DATA_SUFFIX = '.data';
 const MANIFEST_SUFFIX = '.manifest.json';
@@ -49,10 +57,12 @@ const ManifestHeader = z.object({ formatVersion: z.number() });
  * nothing a reader can see (at worst an orphaned data file or temp file, which readers never look at;
  * cleanAbandoned removes the temp file).
  * Ids are validated against the domain schemas before they touch a path, so they cannot escape the root.
+ * Each session's timeline log (timeline-log.ts) is in `<root>/<sessionId>/timeline/`, its records in plaintext.
  */
-export class FsSnapshotStore implements SnapshotStore {
+export class FsSnapshotStore implements SnapshotStore, TimelineLog {
   private readonly root: string;
   private readonly touchIntervalMs: number;
+  private readonly timeline: TimelineSegments;
 
   /**
    * `touchIntervalMs`: how often a write touches its temp file (TOUCH_INTERVAL_MS by default), so that
@@ -61,6 +71,7 @@ export class FsSnapshotStore implements SnapshotStore {
   constructor(rootDir: string, options: { touchIntervalMs?: number } = {}) {
     this.root = resolve(rootDir);
     this.touchIntervalMs = options.touchIntervalMs ?? TOUCH_INTERVAL_MS;
+    this.timeline = new TimelineSegments(this.root, async (sessionId) => plainTimelineSealer(sessionId));
   }
 
   async write(
@@ -235,6 +246,14 @@ export class FsSnapshotStore implements SnapshotStore {
   /** Records that `owner` owns `sessionId` (`<session>/claim.json`): see SnapshotStore.claim. */
   async claim(sessionId: string, owner: string): Promise<void> {
     await claimSession(this.root, sessionId, owner);
+  }
+
+  appendTimeline(sessionId: string, entries: readonly TimelineRecord[]): Promise<void> {
+    return this.timeline.appendTimeline(sessionId, entries);
+  }
+
+  readTimeline(sessionId: string, options?: ReadTimelineOptions): Promise<TimelinePage> {
+    return this.timeline.readTimeline(sessionId, options);
   }
 
   /**

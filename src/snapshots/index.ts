@@ -5,6 +5,16 @@
 
 // Reading and writing checkpoints.
 export type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from './snapshot-store';
+// A session's timeline log, beside its checkpoints (both stores implement it).
+export {
+  DEFAULT_TIMELINE_PAGE,
+  MAX_TIMELINE_PAGE,
+  MAX_TIMELINE_RECORD_BYTES,
+  TimelineRecord,
+  type ReadTimelineOptions,
+  type TimelineLog,
+  type TimelinePage,
+} from './timeline-log';
 export { isUnchangedRange, sourceBytes, sourceStream, type StateSource, type UnchangedRange } from './state-source';
 
 // Opening a store: from the configuration, or from explicit options (tests, benchmarks).

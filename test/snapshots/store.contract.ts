@@ -6,10 +6,12 @@ import { Readable } from 'node:stream';
 import {
   SessionIdTakenError,
   SnapshotNotFoundError,
+  TimelineConflictError,
   type CheckpointManifest,
   type NewCheckpoint,
   type SnapshotMaintenance,
   type SnapshotStore,
+  type TimelineLog,
 } from '../../src/snapshots';
 import { seeded } from '../helpers/bytes';
 import { consume, cp, readAll, sessionIdTaken as taken } from '../helpers/checkpoints';
@@ -34,7 +36,7 @@ export interface StoreCapabilities {
 export interface SnapshotStoreContract {
   name: string;
   /** A store over the (empty, not yet created) directory `rootDir`. */
-  newStore: (rootDir: string) => SnapshotStore;
+  newStore: (rootDir: string) => SnapshotStore & TimelineLog;
   capabilities: StoreCapabilities;
 }
 
@@ -78,7 +80,7 @@ export function runSnapshotStoreContract({ name, newStore, capabilities }: Snaps
   describe(`SnapshotStore contract: ${name}`, () => {
     let tmp: string;
     let root: string;
-    let store: SnapshotStore;
+    let store: SnapshotStore & TimelineLog;
     beforeEach(() => {
       tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-contract-'));
       root = path.join(tmp, 'store');
@@ -253,7 +255,7 @@ export function runSnapshotStoreContract({ name, newStore, capabilities }: Snaps
 
     withMaintenance('verifyLineage reports each checkpoint, the altered one by its status', async () => {
       await store.write(cp(1), streamOf(seeded(7, MiB)));
-      const maintenance = store as SnapshotStore & SnapshotMaintenance;
+      const maintenance = store as SnapshotStore & TimelineLog & SnapshotMaintenance;
       expect(await maintenance.verifyLineage('s1')).toEqual([
         { checkpointId: 'cp-1', sequence: 1, formatVersion: capabilities.formatVersion, status: 'ok' },
       ]);
@@ -262,6 +264,21 @@ export function runSnapshotStoreContract({ name, newStore, capabilities }: Snaps
         checkpointId: 'cp-1',
         status: capabilities.authenticatesData ? 'tampered' : 'corrupt',
       });
+    });
+
+    test('a timeline log: pages in index order, a repeat is a no-op, other content at an index is refused', async () => {
+      await store.claim('s1', 'run-a');
+      const entry = (index: number) => ({ index, kind: 'note', text: `entry ${index}` });
+      await store.appendTimeline('s1', [entry(3), entry(1), entry(2)]);
+      await store.appendTimeline('s1', [entry(5)]);
+      expect(await store.readTimeline('s1', { limit: 3 })).toEqual({ entries: [1, 2, 3].map(entry), next: 5 });
+      expect(await store.readTimeline('s1', { from: 4 })).toEqual({ entries: [entry(5)], next: null });
+      await store.appendTimeline('s1', [entry(2), entry(5)]);
+      await expect(store.appendTimeline('s1', [entry(6), { ...entry(2), text: 'other' }])).rejects.toBeInstanceOf(
+        TimelineConflictError,
+      );
+      expect((await store.readTimeline('s1')).entries.map((e) => e.index)).toEqual([1, 2, 3, 5]);
+      expect(await store.readTimeline('s2')).toEqual({ entries: [], next: null });
     });
 
     describe('claims: a session id is owned once, for good', () => {

@@ -11,6 +11,13 @@ import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } 
 import { CLAIM_FILE, claimSession } from '../session-claim';
 import { isStateSource, type StateSource } from '../state-source';
 import { asStoreFull } from '../store-full';
+import {
+  TimelineSegments,
+  type ReadTimelineOptions,
+  type TimelineLog,
+  type TimelinePage,
+  type TimelineRecord,
+} from '../timeline-log';
 import { Chunker, DEFAULT_CHUNKER, type ChunkerOptions } from './chunker';
 import { sharedChunkPool, type ChunkPool, type PoolContext } from './chunk-pool';
 import { CODECS, defaultCodec, type CodecId } from './codec';
@@ -24,6 +31,7 @@ import { readChunks } from './pack-reads';
 import { PackWriter } from './packs';
 import type { Pin } from './pins';
 import { plannedChunks, reusableChunks, SealPipeline } from './seal-pipeline';
+import { timelineSealer } from './timeline-seal';
 
 /**
  * Formats 2 and 3: content-defined chunks, deduplicated, compressed, sealed (AES-256-GCM) and packed; what lives
@@ -66,8 +74,11 @@ export interface ChunkedStoreOptions {
   codec?: CodecId;
 }
 
-/** A SnapshotStore writing format 3 (or 2 on request) and reading formats 1, 2 and 3. */
-export class ChunkedSnapshotStore implements SnapshotStore, SnapshotMaintenance {
+/**
+ * A SnapshotStore writing format 3 (or 2 on request) and reading formats 1, 2 and 3, with each session's timeline
+ * log (timeline-log.ts) sealed under its lineage's data key (timeline-seal.ts).
+ */
+export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, SnapshotMaintenance {
   readonly root: string;
   readonly tenant: string;
   private readonly legacy: FsSnapshotStore;
@@ -78,6 +89,7 @@ export class ChunkedSnapshotStore implements SnapshotStore, SnapshotMaintenance 
   private readonly keys: LineageKeys;
   private readonly manifests: Manifests;
   private readonly maintenance: StoreMaintenance;
+  private readonly timeline: TimelineSegments;
 
   constructor(private readonly options: ChunkedStoreOptions) {
     this.layout = new StoreLayout(options.rootDir, options.touchIntervalMs ?? TOUCH_INTERVAL_MS);
@@ -89,12 +101,18 @@ export class ChunkedSnapshotStore implements SnapshotStore, SnapshotMaintenance 
     this.writeFormat = options.formatVersion ?? ENGINE_FORMAT_VERSION;
     this.keys = new LineageKeys(this.root, this.tenant, options.keyring);
     this.manifests = new Manifests(this.layout, this.keys, this.tenant, this.legacy);
+    this.timeline = new TimelineSegments(this.root, async (sessionId, purpose) => {
+      const lineage = await this.layout.lineageOf(sessionId);
+      const key = options.keyring ? await this.keys.get(lineage, { create: purpose === 'append' }) : null;
+      return timelineSealer({ tenant: this.tenant, lineage, sessionId }, key);
+    });
     this.maintenance = new StoreMaintenance({
       layout: this.layout,
       manifests: this.manifests,
       keys: this.keys,
       gcGraceMs: options.gcGraceMs ?? 60 * 60_000,
       open: async (loaded, sessionId, checkpointId) => (await this.openLoaded(loaded, sessionId, checkpointId)).stream,
+      removeTimeline: (sessionId) => this.timeline.remove(sessionId),
     });
   }
 
@@ -405,6 +423,16 @@ export class ChunkedSnapshotStore implements SnapshotStore, SnapshotMaintenance 
     checkIds(sessionId, checkpointId);
     await fs.rm(this.layout.manifestPath(sessionId, checkpointId), { force: true });
     await this.legacy.delete(sessionId, checkpointId);
+  }
+
+  // ---- TimelineLog (timeline-log.ts; documented on the interface) ----------------------------------------------
+
+  appendTimeline(sessionId: string, entries: readonly TimelineRecord[]): Promise<void> {
+    return this.timeline.appendTimeline(sessionId, entries);
+  }
+
+  readTimeline(sessionId: string, options?: ReadTimelineOptions): Promise<TimelinePage> {
+    return this.timeline.readTimeline(sessionId, options);
   }
 
   // ---- SnapshotMaintenance (maintenance.ts; documented on the interface) ----------------------------------------

@@ -76,7 +76,7 @@ const NO_COMMITMENT = Buffer.alloc(COMMITMENT_BYTES);
 export const KEY_ID_PATTERN = /^[A-Za-z0-9._-]{1,64}$/;
 
 /** Object kinds and their header codes. Append new kinds with new codes; never renumber one. */
-const KIND_CODES = { chunk: 1, manifest: 2, index: 3, pack: 4 } as const;
+const KIND_CODES = { chunk: 1, manifest: 2, index: 3, pack: 4, timeline: 5 } as const;
 export type ObjectKind = keyof typeof KIND_CODES;
 const KINDS_BY_CODE = new Map<number, ObjectKind>(
   Object.entries(KIND_CODES).map(([kind, code]) => [code, kind as ObjectKind]),
@@ -87,9 +87,9 @@ export interface ObjectBinding {
   kind: ObjectKind;
   tenant: string;
   lineage: string;
-  /** Chunk id for chunks, checkpoint id for manifests, pack id for pack headers. */
+  /** Chunk id for chunks, checkpoint id for manifests, pack id for pack headers, the index for timeline records. */
   objectId: string;
-  /** Required for manifests. */
+  /** Required for manifests and timeline records. */
   sessionId?: string;
 }
 
@@ -334,7 +334,9 @@ function checkKey(key: Buffer): void {
 function encodePrefix(header: ObjectHeader, encrypted: boolean, bodyLength: number, commitment: Buffer | null): Buffer {
   const kind = KIND_CODES[header.kind];
   if (kind === undefined) throw new TypeError(`unknown object kind ${quote(String(header.kind))}`);
-  if (header.kind === 'manifest' && !header.sessionId) throw new TypeError('a manifest header needs a sessionId');
+  if ((header.kind === 'manifest' || header.kind === 'timeline') && !header.sessionId) {
+    throw new TypeError(`a ${header.kind} header needs a sessionId`);
+  }
   checkInt('formatVersion', header.formatVersion, MAX_U16);
   checkInt('codec', header.codec, 0xff);
   if (bodyLength > MAX_U32) throw new RangeError(`an object body is at most ${MAX_U32} bytes`);

@@ -7,6 +7,7 @@
  *   <root>/<sessionId>/<checkpointId>.manifest    the sealed manifest: chunk list, parent's manifest digest
  *   <root>/<sessionId>/lineage.json               of a fork only: the lineage whose key and packs it uses
  *   <root>/<sessionId>/claim.json                 who owns the session id (session-claim.ts); never removed
+ *   <root>/<sessionId>/timeline/<first>.log       the session's timeline log (timeline-log.ts); removed by shred only
  *
  * A session's lineage is its own id unless it is a fork.
  */

@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { exists, publish, readSmall } from '../../fs-io';
 import type { ChunkKey } from './chunk-work';
 import { KeyUnavailableError, SnapshotTamperedError, type CryptoErrorContext } from '../errors';
+import { startsWithSealedRecord, TIMELINE_DIR } from '../timeline-log';
 import { isEncryptedObject } from './crypto';
 import { createDataKey, rewrapDataKey, unwrapDataKey, wrapDataKey, WrappedDataKey, type Keyring } from './keyring';
 
@@ -146,7 +147,7 @@ export class LineageKeys {
     }
     if (!create) throw this.gone(lineage, `the data key of ${lineage} does not exist (destroyed?)`);
     const path = this.file(lineage);
-    if (await this.hasSealedPacks(lineage)) {
+    if ((await this.hasSealedPacks(lineage)) || (await this.hasSealedTimeline(lineage))) {
       // Read again: a writer that created the key after our first look has also had time to write packs under it.
       const raw = await readSmall(path, MAX_KEY_FILE_BYTES);
       if (raw !== null) return raw;
@@ -167,22 +168,16 @@ export class LineageKeys {
   }
 
   /** Whether some pack of the lineage is encrypted: then a data key existed, whatever became of it. */
-  private async hasSealedPacks(lineage: string): Promise<boolean> {
-    const dir = join(this.root, lineage, 'packs');
-    const names = await fs.readdir(dir).catch(() => [] as string[]);
-    const prefix = Buffer.alloc(8);
-    for (const name of names) {
-      if (!name.endsWith('.pack')) continue;
-      const handle = await fs.open(join(dir, name), 'r').catch(() => null);
-      if (!handle) continue;
-      try {
-        const { bytesRead } = await handle.read(prefix, 0, prefix.length, 0);
-        if (isEncryptedObject(prefix.subarray(0, bytesRead))) return true;
-      } finally {
-        await handle.close();
-      }
-    }
-    return false;
+  private hasSealedPacks(lineage: string): Promise<boolean> {
+    return someFileStarts(join(this.root, lineage, 'packs'), '.pack', 8, isEncryptedObject);
+  }
+
+  /**
+   * Whether the lineage's own session has encrypted timeline records (timeline-log.ts): a claimed session may have
+   * appended its timeline, sealed under the key, before writing any checkpoint.
+   */
+  private hasSealedTimeline(lineage: string): Promise<boolean> {
+    return someFileStarts(join(this.root, lineage, TIMELINE_DIR), '.log', 4, startsWithSealedRecord);
   }
 
   private unwrap(lineage: string, raw: Buffer, keyring: Keyring): ChunkKey {
@@ -243,6 +238,29 @@ export class LineageKeys {
   private file(lineage: string): string {
     return join(this.root, lineage, 'keys', DATA_KEY_FILE);
   }
+}
+
+/** Whether some file of `dir` named `*<suffix>` starts with bytes (its first `length`) that `test` accepts. */
+async function someFileStarts(
+  dir: string,
+  suffix: string,
+  length: number,
+  test: (prefix: Buffer) => boolean,
+): Promise<boolean> {
+  const names = await fs.readdir(dir).catch(() => [] as string[]);
+  const prefix = Buffer.alloc(length);
+  for (const name of names) {
+    if (!name.endsWith(suffix)) continue;
+    const handle = await fs.open(join(dir, name), 'r').catch(() => null);
+    if (!handle) continue;
+    try {
+      const { bytesRead } = await handle.read(prefix, 0, prefix.length, 0);
+      if (test(prefix.subarray(0, bytesRead))) return true;
+    } finally {
+      await handle.close();
+    }
+  }
+  return false;
 }
 
 function sameKey(a: ChunkKey, b: ChunkKey): boolean {

@@ -34,6 +34,8 @@ export interface MaintenanceParts {
   gcGraceMs: number;
   /** A loaded checkpoint's state, every chunk authenticated as it is read. */
   open: (loaded: Loaded, sessionId: string, checkpointId: string) => Promise<Readable>;
+  /** Removes a session's timeline log (shred). */
+  removeTimeline: (sessionId: string) => Promise<void>;
 }
 
 export class StoreMaintenance implements SnapshotMaintenance {
@@ -42,6 +44,7 @@ export class StoreMaintenance implements SnapshotMaintenance {
   private readonly keys: LineageKeys;
   private readonly gcGraceMs: number;
   private readonly open: MaintenanceParts['open'];
+  private readonly removeTimeline: MaintenanceParts['removeTimeline'];
 
   constructor(parts: MaintenanceParts) {
     ({
@@ -50,6 +53,7 @@ export class StoreMaintenance implements SnapshotMaintenance {
       keys: this.keys,
       gcGraceMs: this.gcGraceMs,
       open: this.open,
+      removeTimeline: this.removeTimeline,
     } = parts);
   }
 
@@ -217,13 +221,18 @@ export class StoreMaintenance implements SnapshotMaintenance {
 
   /**
    * Destroys the data key of the session's lineage: every checkpoint of the session, and of every other session of
-   * its lineage (its origin and forks), is unreadable from then on. Returns the lineage. The session's claim stays:
-   * its id remains used.
+   * its lineage (its origin and forks), is unreadable from then on. Removes those sessions' timeline logs too (sealed
+   * under the key, they would be unreadable; in plaintext they would not, and a shred must leave nothing readable).
+   * Returns the lineage. The session's claim stays: its id remains used.
    */
   async shred(sessionId: string): Promise<string> {
     checkSessionId(sessionId);
     const lineage = await this.layout.lineageOf(sessionId);
     await this.keys.destroy(lineage);
+    for (const session of await sessionDirs(this.layout.root)) {
+      // A session whose lineage cannot be read is not known to be this lineage's: its timeline stays.
+      if ((await this.layout.lineageOf(session).catch(() => null)) === lineage) await this.removeTimeline(session);
+    }
     return lineage;
   }
 
