@@ -147,7 +147,7 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
   const first = await addHost(options.firstHost);
   return {
     client,
-    sessions: new SessionClient({ client, taskQueue }),
+    sessions: new SessionClient({ client, taskQueue, timeline: store }),
     store,
     workspace: first.workspace,
     memory: first.memory,
