@@ -57,6 +57,7 @@ export async function startSystem(root: string, seed: Seed, cleanup: Cleanup): P
     { rootDir: path.join(root, 'workspaces'), defaultStopGraceMs: 2_000 },
     probe,
   );
+  const real = productionStore(snapshotsDir);
   const workers = await createWorkers({
     connection: nativeConnection,
     client: new Client({ connection }),
@@ -64,7 +65,8 @@ export async function startSystem(root: string, seed: Seed, cleanup: Cleanup): P
     taskQueue,
     hostTaskQueue,
     deps: {
-      store: new ProbedStore(productionStore(snapshotsDir), probe),
+      store: new ProbedStore(real, probe),
+      timeline: real,
       runtimes: { workspace, memory: new MemoryRuntime() },
       hostTaskQueue,
     },

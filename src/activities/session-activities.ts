@@ -45,6 +45,8 @@ import {
 
 export interface ActivityDeps {
   store: SnapshotStore;
+  /** Where session timelines go: the store's own log when omitted (both stores keep one). */
+  timeline?: TimelineLog;
   runtimes: RuntimeRegistry;
   /** This worker's own task queue: activities that touch a runtime instance run where it lives. */
   hostTaskQueue: string;
@@ -162,7 +164,7 @@ export function createActivities(deps: ActivityDeps) {
       // than the checkpoint that follows them.
       if (input.timeline?.length) {
         try {
-          await timelineOf(deps.store).appendTimeline(input.sessionId, records(input.timeline));
+          await timelineOf(deps).appendTimeline(input.sessionId, records(input.timeline));
         } catch (err) {
           throw toFailure(err);
         }
@@ -397,9 +399,16 @@ export function createActivities(deps: ActivityDeps) {
      * Appends messages to a conversation instance where it lives, keeping the pair rules (a refusal is InvalidInput);
      * the spans it closes let the workflow judge later cuts without the messages.
      */
-    async appendMessages(input: AppendMessagesInput): Promise<AppendResult> {
+    async appendMessages(input: AppendMessagesInput): Promise<AppendResult & { previousRole?: string }> {
       try {
-        return conversationOf(input.instance).append(input.instance.instanceId, input.messages, { at: input.at });
+        const runtime = conversationOf(input.instance);
+        const result = runtime.append(input.instance.instanceId, input.messages, { at: input.at });
+        // The role before the appended messages tells the workflow whether they start a new assistant turn.
+        const before =
+          result.firstIndex > 0
+            ? runtime.messages(input.instance.instanceId, { from: result.firstIndex - 1, limit: 1 })
+            : [];
+        return { ...result, ...(before[0] ? { previousRole: before[0].role } : {}) };
       } catch (err) {
         throw toFailure(err);
       }
@@ -431,7 +440,7 @@ export function createActivities(deps: ActivityDeps) {
     /** Appends entries to the session's timeline in the store (idempotent: a retry appends the same bytes again). */
     async appendTimeline(input: AppendTimelineInput): Promise<void> {
       try {
-        await timelineOf(deps.store).appendTimeline(input.sessionId, records(input.entries));
+        await timelineOf(deps).appendTimeline(input.sessionId, records(input.entries));
       } catch (err) {
         throw toFailure(err);
       }
@@ -443,7 +452,7 @@ export function createActivities(deps: ActivityDeps) {
      */
     async findCheckpoint(input: FindCheckpointInput): Promise<FoundCheckpoint | null> {
       try {
-        const found = await findInTimeline(timelineOf(deps.store), input);
+        const found = await findInTimeline(timelineOf(deps), input);
         if (!found) return null;
         const manifest = await readManifestIfExists(deps.store, input.sessionId, found.checkpointId);
         return manifest ? found : null;
@@ -520,10 +529,15 @@ interface ForkingStore {
   ): Promise<CheckpointManifest>;
 }
 
-function timelineOf(store: SnapshotStore): TimelineLog {
-  const log = store as SnapshotStore & Partial<TimelineLog>;
+function timelineOf(deps: ActivityDeps): TimelineLog {
+  if (deps.timeline) return deps.timeline;
+  const log = deps.store as SnapshotStore & Partial<TimelineLog>;
   if (typeof log.appendTimeline !== 'function' || typeof log.readTimeline !== 'function') {
-    throw new TypeError('this snapshot store keeps no timeline');
+    // A configuration error no retry fixes: the worker was given a store without a timeline and no timeline.
+    throw ApplicationFailure.nonRetryable(
+      'this worker has no timeline log: give it a store that keeps one',
+      ERROR_CODES.RuntimeFailed,
+    );
   }
   return log as TimelineLog;
 }
@@ -548,9 +562,12 @@ async function findInTimeline(log: TimelineLog, input: FindCheckpointInput): Pro
   let from: number | null = input.index ?? 1;
   let found: FoundCheckpoint | null = null;
   while (from !== null) {
-    const page: { entries: unknown[]; next: number | null } = await log.readTimeline(input.sessionId, { from, limit: input.index !== undefined ? 1 : 1000 });
+    const page: { entries: unknown[]; next: number | null } = await log.readTimeline(input.sessionId, {
+      from,
+      limit: input.index !== undefined ? 1 : 1000,
+    });
     for (const raw of page.entries) {
-      const e = raw as unknown as TimelineEntry;
+      const e = raw as TimelineEntry;
       // The newest match wins for a message index (a rewound conversation passes the same count again).
       if (matches(e)) found = e.checkpoint;
       if (found && input.messageIndex === undefined) return found;

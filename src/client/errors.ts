@@ -16,6 +16,7 @@ import {
   SessionRuntimeError,
   ConflictError,
   UnsafeMessageIndexError,
+  SessionBusyError,
 } from '../domain/errors';
 
 /** The client throws the session model's error classes; they are exported from here for callers. */
@@ -53,6 +54,8 @@ export function sessionErrorFor(
       return new SnapshotTamperedError(message, 'tampered', { sessionId }, options);
     case ERROR_CODES.KeyUnavailable:
       return new KeyUnavailableError(message, '', undefined, { sessionId }, options);
+    case ERROR_CODES.Busy:
+      return new SessionBusyError(message, sessionId, options);
     case ERROR_CODES.Conflict:
       return new ConflictError(message, sessionId, options);
     case ERROR_CODES.UnsafeMessageIndex:

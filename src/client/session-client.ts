@@ -12,8 +12,10 @@ import {
 } from '@temporalio/client';
 import { z } from 'zod';
 import {
+  appendUpdate,
+  regenerateUpdate,
+  type AppendResult,
   branchUpdate,
-  configureSignal,
   configureUpdate,
   forkUpdate,
   rewindUpdate,
@@ -45,9 +47,12 @@ import { sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { isError } from '../errors';
 import { randomUUID } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import { foldTimeline, inView, mergeByIndex } from '../domain/timeline';
 import type { TimelineLog } from '../snapshots';
 import {
+  AppendInput,
+  RegenerateInput,
   BranchInput,
   ConfigureInput,
   ForkInput,
@@ -67,6 +72,7 @@ import { PHASES, type Phase } from '../domain/session-state';
 import {
   InvalidInputError,
   SessionAlreadyExistsError,
+  SessionBusyError,
   SessionClosedError,
   SessionError,
   SessionNotFoundError,
@@ -259,6 +265,28 @@ export class SessionHandle {
     );
   }
 
+  /**
+   * Conversation runtime: appends messages (checked against the tool-call pair rules where they are stored), with a
+   * checkpoint after them when `checkpoint` is true (trigger `turn`).
+   */
+  async append(input: AppendInput): Promise<AppendResult> {
+    const args = withKey(parseInput(AppendInput, input, this.sessionId));
+    return this.update(() =>
+      this.workflow.executeUpdate(appendUpdate, { args: [args], updateId: updateIdFor('append', args.idempotencyKey) }),
+    );
+  }
+
+  /** Conversation runtime: a fork from just before the last assistant turn, to answer it again. */
+  async regenerate(input: RegenerateInput = {}): Promise<ForkResult> {
+    const args = withKey(parseInput(RegenerateInput, input, this.sessionId));
+    return this.update(() =>
+      this.workflow.executeUpdate(regenerateUpdate, {
+        args: [args],
+        updateId: updateIdFor('regenerate', args.idempotencyKey),
+      }),
+    );
+  }
+
   /** Replaces the live session's policies and/or retention. */
   async configure(input: ConfigureInput): Promise<SessionStatus> {
     const args = withKey(parseInput(ConfigureInput, input, this.sessionId));
@@ -438,12 +466,23 @@ export class SessionHandle {
     return this.call(() => this.workflow.result() as Promise<StopResult>);
   }
 
+  /**
+   * Sends a control. A session handing over to its next run refuses new controls for a moment (Busy, nothing
+   * changed): the control is sent again, with the same key, after a short pause.
+   */
   private async update<T>(fn: () => Promise<T>): Promise<T> {
-    try {
-      return await fn();
-    } catch (err) {
-      if (isClosedWorkflowError(err)) throw this.closed(err);
-      throw toSessionError(err, this.sessionId);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await fn();
+      } catch (err) {
+        if (isClosedWorkflowError(err)) throw this.closed(err);
+        const typed = toSessionError(err, this.sessionId);
+        if (typed instanceof SessionBusyError && attempt < BUSY_ATTEMPTS) {
+          await delay(Math.min(50 * attempt, 500));
+          continue;
+        }
+        throw typed;
+      }
     }
   }
 
@@ -457,6 +496,9 @@ export class SessionHandle {
 }
 
 const PhaseSchema = z.enum(PHASES);
+
+/** How often a control refused as Busy is sent again (about half a minute in all). */
+const BUSY_ATTEMPTS = 80;
 
 /** Every control carries an idempotency key: the caller's, or one made here (a retried call then runs once). */
 function withKey<T extends { idempotencyKey?: string }>(input: T): T {

@@ -36,6 +36,11 @@ export const ERROR_CODES = {
    * write names what the store holds already with other content (a timeline index). Nothing was changed.
    */
   Conflict: 'Conflict',
+  /**
+   * The session is handing over to its next workflow run (continue-as-new) and takes no new control for a moment;
+   * nothing was changed. Send the same control again shortly (SessionClient does, by itself).
+   */
+  Busy: 'Busy',
   /** A message index would split a tool call from its result; the failure names the nearest safe index. */
   UnsafeMessageIndex: 'UnsafeMessageIndex',
 } as const;

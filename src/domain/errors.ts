@@ -92,6 +92,14 @@ export class ConflictError extends SessionError {
   }
 }
 
+/** Thrown when the session is handing over to its next run; nothing changed, and a retry soon succeeds. */
+export class SessionBusyError extends SessionError {
+  override readonly retryable = true;
+  constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.Busy, message, sessionId, options);
+  }
+}
+
 /** Thrown when a message index would split a tool call from its result; `nearestSafe` is the closest index that does not. */
 export class UnsafeMessageIndexError extends SessionError {
   constructor(

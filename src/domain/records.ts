@@ -116,7 +116,12 @@ export const TimelineEntry = z.discriminatedUnion('kind', [
     checkpointId: CheckpointId,
     reason: z.literal('retention'),
   }),
-  strictObject({ kind: z.literal('verified'), ...base, cause: z.enum(['background', 'request']), ...verificationFields }),
+  strictObject({
+    kind: z.literal('verified'),
+    ...base,
+    cause: z.enum(['background', 'request']),
+    ...verificationFields,
+  }),
   strictObject({ kind: z.literal('signal-rejected'), ...base, signal: RejectedSignal.shape.signal, reason: Text }),
   /** The session went back to `to`: a new branch starts there; what came after is kept on the old one. */
   strictObject({
@@ -169,7 +174,18 @@ export type TimelineEntry = z.infer<typeof TimelineEntry>;
 /** The outcome of a control sent with an idempotency key: a repeat of the key gets the same outcome. */
 export const RememberedResult = strictObject({
   key: IdempotencyKey,
-  control: z.enum(['checkpoint', 'pause', 'resume', 'stop', 'rewind', 'fork', 'branch', 'configure', 'append', 'regenerate']),
+  control: z.enum([
+    'checkpoint',
+    'pause',
+    'resume',
+    'stop',
+    'rewind',
+    'fork',
+    'branch',
+    'configure',
+    'append',
+    'regenerate',
+  ]),
   outcome: z.union([
     strictObject({ ok: z.literal(true), value: z.unknown() }),
     strictObject({ ok: z.literal(false), type: z.string().max(100), message: Text }),
@@ -182,7 +198,8 @@ export const BranchTip = strictObject({ branch: z.number().int().min(0), checkpo
 export type BranchTip = z.infer<typeof BranchTip>;
 
 /** Checkpoints, timeline entries and forks a run keeps in its state (the rest is in the store's timeline). */
-export const WINDOW = { checkpoints: 128, timeline: 64, tips: 64, forks: 64 } as const;
+export const WINDOW = { checkpoints: 128, timeline: 64, tips: 64, forks: 64, turns: 1000 } as const;
+const WINDOW_TURNS = WINDOW.turns;
 
 /**
  * What the run-control features keep: bounded, so a session that takes 100,000 checkpoints hands the same small
@@ -211,15 +228,22 @@ export const RunControlState = strictObject({
   /** When the session last became paused (for `stopPausedAfterMs`). */
   pausedAt: Timestamp.nullable(),
   lastVerification: strictObject(verificationFields).nullable(),
+  /**
+   * Fire-and-forget controls that arrived while the run was handing over to the next (continue-as-new): the next run
+   * applies them first, in arrival order.
+   */
+  deferredSignals: z
+    .array(strictObject({ signal: z.string().max(300), input: z.unknown() }))
+    .max(20_000)
+    .optional(),
   /** Conversation runtime: messages held, and the cuts that would split a tool call from its result. */
   messageCount: z.number().int().min(0).optional(),
   unsafeCuts: z
     .array(strictObject({ callId: z.string().max(200), from: z.number().int().min(0), to: z.number().int().min(0) }))
     .max(1_000_000)
     .optional(),
-  /** Conversation runtime: where the last assistant turn began (its first assistant message), and the last role. */
-  turnStart: z.number().int().min(0).nullable().optional(),
-  lastRole: z.string().max(20).optional(),
+  /** Conversation runtime: where the newest assistant turns began (their first assistant message), oldest first. */
+  turnStarts: z.array(z.number().int().min(0)).max(WINDOW_TURNS).optional(),
 });
 export type RunControlState = z.infer<typeof RunControlState>;
 
@@ -261,6 +285,13 @@ export const SessionWorkflowInput = strictObject({
     /** The owner the source claimed the new session id for, in the store. */
     claimOwner: z.string().min(1).max(300),
     paused: z.boolean().optional(),
+    /** Conversation runtime: what the source knew of the messages at the checkpoint. */
+    conversation: strictObject({
+      unsafeCuts: z.array(
+        strictObject({ callId: z.string().max(200), from: z.number().int().min(0), to: z.number().int().min(0) }),
+      ),
+      turnStarts: z.array(z.number().int().min(0)).max(1000),
+    }).optional(),
   }).optional(),
 });
 export type SessionWorkflowInput = z.infer<typeof SessionWorkflowInput>;

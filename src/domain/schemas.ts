@@ -215,7 +215,11 @@ export const RetentionPolicy = strictObject({
 export type RetentionPolicy = z.infer<typeof RetentionPolicy>;
 
 /** Whole minutes and more: a policy timer below a second would be a busy loop in history. */
-const PolicyDuration = z.number().int().min(1_000, 'policy durations are at least 1000 ms').max(10 * 365 * 86_400_000);
+const PolicyDuration = z
+  .number()
+  .int()
+  .min(1_000, 'policy durations are at least 1000 ms')
+  .max(10 * 365 * 86_400_000);
 
 /**
  * What the session does by itself, on durable timers (they survive worker and server restarts). Changed on a live
@@ -308,7 +312,6 @@ export const AppendInput = strictObject({
   ...preconditions,
 });
 export type AppendInput = z.infer<typeof AppendInput>;
-
 
 export const PauseInput = strictObject({
   reason: Reason.optional(),
@@ -494,5 +497,7 @@ export const CheckpointRef = strictObject({
   index: TimelineIndex.optional(),
   /** The branch it was taken on (0 is the session's first; each rewind starts another). */
   branch: z.number().int().min(0).optional(),
+  /** Conversation runtime: the messages it holds. */
+  messageCount: z.number().int().min(0).optional(),
 });
 export type CheckpointRef = z.infer<typeof CheckpointRef>;

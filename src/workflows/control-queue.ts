@@ -1,3 +1,4 @@
+import type { ApplicationFailure } from '@temporalio/workflow';
 import type { z } from 'zod';
 import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
 import type { RememberedResult } from '../domain/records';
@@ -12,6 +13,9 @@ interface Preconditions {
   ifHead?: string;
   ifIndex?: number;
 }
+
+/** Operations queued at most before further signals wait in the state for their turn. */
+const MAX_QUEUED_SIGNALS = 8;
 
 /** Idempotency results kept (and carried across continue-as-new) per session. */
 const MAX_REMEMBERED_RESULTS = 200;
@@ -28,19 +32,36 @@ export class ControlQueue {
   private pendingControls = 0;
   private projected: StablePhase;
   private readonly inFlight = new Map<string, { control: Control; result: Promise<unknown> }>();
+  /** Set while the run hands over to the next: updates are refused (Busy), signals are kept for the next run. */
+  private draining = false;
+  /** While signals carried from the previous run wait to be applied, new ones queue behind them. */
+  private replaying: boolean;
+  private readonly signalHandlers = new Map<string, (raw: unknown) => void>();
 
   constructor(private readonly session: Session) {
     this.projected = stableOr(session.state.phase, 'running');
+    this.replaying = (session.runControl.deferredSignals?.length ?? 0) > 0;
   }
 
-  /** Nothing is queued or running. */
+  /** The run hands over to the next one: from now on, nothing new is started here. */
+  drain(): void {
+    this.draining = true;
+  }
+
+  /** Applies the signals the previous run kept for this one, and those that arrived since, in arrival order. */
+  replayDeferred(): void {
+    this.replaying = false;
+    this.feed();
+  }
+
+  /** Nothing is queued or running (signals waiting in the state for a turn count as queued). */
   get idle(): boolean {
-    return this.queued === 0;
+    return this.queued === 0 && (this.draining || !this.session.runControl.deferredSignals?.length);
   }
 
-  /** Controls accepted and not finished. */
+  /** Controls accepted and not finished, and signals waiting for their turn. */
   get pending(): number {
-    return this.pendingControls;
+    return this.pendingControls + (this.session.runControl.deferredSignals?.length ?? 0);
   }
 
   serial<T>(op: () => Promise<T>): Promise<T> {
@@ -52,6 +73,7 @@ export class ControlQueue {
     );
     return run.finally(() => {
       this.queued--;
+      this.feed();
       // Once nothing is queued, the projection is simply where the session is.
       if (this.queued === 0) this.projected = stableOr(this.session.state.phase, this.projected);
     });
@@ -69,10 +91,17 @@ export class ControlQueue {
     const input = parseControl(schema, raw);
     const key = input.idempotencyKey;
     if (key !== undefined && this.isRepeat(key, control)) return; // the handler answers with the first outcome
+    if (this.draining) {
+      throw failure(
+        ERROR_CODES.Busy,
+        `session ${this.session.id} is handing over to its next run: send ${control} again shortly`,
+      );
+    }
     if (isFinal(this.projected)) throw closed();
     const plan = planControl(this.projected, control);
     if (!plan.ok) throw invalidTransition(plan.reason);
-    this.checkPreconditions(control, input);
+    const conflict = this.conflictOf(control, input);
+    if (conflict) throw conflict;
     if (control === 'resume') this.session.checkKnownCheckpoint((input as ResumeInput).checkpointId);
   }
 
@@ -80,26 +109,30 @@ export class ControlQueue {
    * Optimistic concurrency: a control that names the head it expects (`ifHead`, `ifIndex`) runs only if that is still
    * the head when it is accepted, and nothing is queued ahead of it that could move the head. Otherwise Conflict.
    */
-  private checkPreconditions(control: Control, input: Preconditions): void {
+  private conflictOf(control: Control, input: Preconditions): ApplicationFailure | undefined {
     const { ifHead, ifIndex } = input;
-    if (ifHead === undefined && ifIndex === undefined) return;
+    if (ifHead === undefined && ifIndex === undefined) return undefined;
     const head = this.session.state.head;
     const id = this.session.id;
     if (this.queued > 0) {
-      throw failure(
+      return failure(
         ERROR_CODES.Conflict,
         `${control} names the head it expects, but ${this.queued} operation(s) of session ${id} are queued or running and may move it: read the session again once they finish`,
       );
     }
     if (ifHead !== undefined && head?.checkpointId !== ifHead) {
-      throw failure(ERROR_CODES.Conflict, `${control} expects head ${ifHead}, but the head of session ${id} is ${head?.checkpointId ?? 'none'}`);
+      return failure(
+        ERROR_CODES.Conflict,
+        `${control} expects head ${ifHead}, but the head of session ${id} is ${head?.checkpointId ?? 'none'}`,
+      );
     }
     if (ifIndex !== undefined && head?.index !== ifIndex) {
-      throw failure(
+      return failure(
         ERROR_CODES.Conflict,
         `${control} expects the head at index ${ifIndex}, but the head of session ${id} is at ${head?.index ?? 'none'}`,
       );
     }
+    return undefined;
   }
 
   /** Accepts a validated control: dedupes by key, advances the projection, and queues the work. */
@@ -113,12 +146,9 @@ export class ControlQueue {
     if (isFinal(this.projected)) return Promise.reject(closed());
     const plan = planControl(this.projected, control);
     if (!plan.ok) return Promise.reject(invalidTransition(plan.reason));
-    try {
-      // Again: another control may have been accepted since this one was validated.
-      this.checkPreconditions(control, input);
-    } catch (err) {
-      return Promise.reject(err);
-    }
+    // Again: another control may have been accepted since this one was validated.
+    const conflict = this.conflictOf(control, input);
+    if (conflict) return Promise.reject(conflict);
     this.projected = plan.projected;
     this.session.runControl.lastActivityAt = now();
     this.pendingControls++;
@@ -150,7 +180,7 @@ export class ControlQueue {
     schema: z.ZodType<I>,
     run: (i: I) => Promise<unknown>,
   ) {
-    return (raw: I): void => {
+    const apply = (raw: I): void => {
       try {
         this.validate(control, schema, raw);
         this.accept(control, parseControl(schema, raw), run).catch((err: unknown) =>
@@ -160,6 +190,33 @@ export class ControlQueue {
         this.session.rejectSignal(signal, err);
       }
     };
+    this.signalHandlers.set(signal, apply as (raw: unknown) => void);
+    // Beyond a few queued operations, signals wait in the state (in arrival order) instead of in the queue: a storm
+    // of them never makes a queue that a run handing over would have to work off first.
+    return (raw: I): void => {
+      const rc = this.session.runControl;
+      if (
+        this.draining ||
+        this.replaying ||
+        (rc.deferredSignals?.length ?? 0) > 0 ||
+        this.queued >= MAX_QUEUED_SIGNALS
+      ) {
+        (rc.deferredSignals ??= []).push({ signal, input: raw });
+        return;
+      }
+      apply(raw);
+    };
+  }
+
+  /** Moves waiting signals into the queue as it empties. */
+  private feed(): void {
+    const rc = this.session.runControl;
+    while (!this.draining && !this.replaying && rc.deferredSignals?.length && this.queued < MAX_QUEUED_SIGNALS) {
+      const { signal, input } = rc.deferredSignals.shift()!;
+      const apply = this.signalHandlers.get(signal);
+      if (apply) apply(input);
+      else this.session.rejectSignal(signal, new Error(`no signal named ${signal}`));
+    }
   }
 
   /** Whether `key` was used before; throws if it was used for another control. */

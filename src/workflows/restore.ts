@@ -42,6 +42,7 @@ export async function restoreWithFallback(
       );
       state.runtime = runtime;
       state.head = candidate;
+      session.restoredTo(candidate);
       state.lastRestore = {
         checkpointId: candidate.checkpointId,
         at: now(),

@@ -1,10 +1,4 @@
-import {
-  ApplicationFailure,
-  ParentClosePolicy,
-  startChild,
-  uuid4,
-  workflowInfo,
-} from '@temporalio/workflow';
+import { ApplicationFailure, ParentClosePolicy, startChild, uuid4, workflowInfo } from '@temporalio/workflow';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import {
   sessionWorkflowId,
@@ -13,7 +7,6 @@ import {
   type RewindResult,
   type RuntimeInstanceRef,
   type SessionStatus,
-  type TimelineEntry,
 } from '../api/messages';
 import { forkedFromKey, sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
 import { ERROR_CODES } from '../domain/error-codes';
@@ -37,7 +30,7 @@ import { asFailure, failure, failureMessage, typeOf } from './failures';
 import { parse } from './inputs';
 import type { Recovery } from './recovery';
 import { recorded, restoreFailed, restoreWithFallback } from './restore';
-import { now, type Session } from './session';
+import { now, turnStartsIn, type Session } from './session';
 import type { SessionController } from './session-controller';
 
 /**
@@ -62,6 +55,7 @@ export class RunControls {
     const { state } = session;
     const target = await this.resolve(input.to, input.messageIndex);
     if (state.phase === 'paused') {
+      session.restoredTo(target);
       const branch = this.startBranch(target, null, input.reason);
       return { restoredFrom: target, safetyCheckpoint: null, branch, runtime: null };
     }
@@ -151,7 +145,13 @@ export class RunControls {
     for (const [i, spec] of specs.entries()) {
       const args: SessionWorkflowInput = {
         spec,
-        fork: { from: origin, checkpoint: refs[i]!, claimOwner: owner, ...(input.paused ? { paused: true } : {}) },
+        fork: {
+          from: origin,
+          checkpoint: { ...refs[i]!, ...(from.messageCount !== undefined ? { messageCount: from.messageCount } : {}) },
+          claimOwner: owner,
+          ...(input.paused ? { paused: true } : {}),
+          ...this.conversationAt(from),
+        },
       };
       try {
         await startChild('sessionWorkflow', {
@@ -210,7 +210,10 @@ export class RunControls {
     const what = typeof selector === 'number' ? `index ${selector}` : `checkpoint ${selector}`;
     const recent = session.recentTimeline().find((e) => e.index === selector);
     if (recent && recent.kind !== 'checkpoint') {
-      throw failure(ERROR_CODES.InvalidInput, `timeline entry ${what} of session ${session.id} is a ${recent.kind}, not a checkpoint`);
+      throw failure(
+        ERROR_CODES.InvalidInput,
+        `timeline entry ${what} of session ${session.id} is a ${recent.kind}, not a checkpoint`,
+      );
     }
     const found = await local.findCheckpoint({
       sessionId: session.id,
@@ -242,7 +245,9 @@ export class RunControls {
     const recent = session
       .recentTimeline()
       .flatMap((e) => (e.kind === 'checkpoint' && e.messageIndex === messageIndex ? [e.checkpoint] : []));
-    const inState = recent.reverse().find((c) => session.state.checkpoints.some((k) => k.checkpointId === c.checkpointId));
+    const inState = recent
+      .reverse()
+      .find((c) => session.state.checkpoints.some((k) => k.checkpointId === c.checkpointId));
     if (inState) return inState;
     const found = await local.findCheckpoint({ sessionId: session.id, messageIndex });
     if (found) return found;
@@ -271,18 +276,14 @@ export class RunControls {
     }
     rc.messageCount = result.messageCount;
     rc.unsafeCuts = [...(rc.unsafeCuts ?? []), ...result.unsafeCuts];
-    for (const [i, m] of input.messages.entries()) {
-      if (m.role === 'assistant' && rc.lastRole !== 'assistant' && rc.lastRole !== 'tool') {
-        rc.turnStart = result.firstIndex + i;
-      }
-      rc.lastRole = m.role;
-    }
+    const starts = [...(rc.turnStarts ?? []), ...turnStartsIn(input.messages, result.previousRole, result.firstIndex)];
+    rc.turnStarts = starts.slice(-WINDOW.turns);
     session.record({ kind: 'appended', at: now(), firstIndex: result.firstIndex, count: input.messages.length });
     let checkpoint: CheckpointRef | null = null;
     if (input.checkpoint) {
       session.apply({ type: 'checkpointRequested' });
       try {
-        checkpoint = await this.controller.capture('turn', input.label, undefined, { messageIndex: rc.messageCount });
+        checkpoint = await this.controller.capture('turn', input.label);
         session.apply({ type: 'checkpointSucceeded' });
       } catch (err) {
         session.apply({ type: 'checkpointFailed' });
@@ -296,13 +297,26 @@ export class RunControls {
   /** Forks from just before the last assistant turn; the checkpoint holding the replaced turn is marked. */
   async regenerate(input: RegenerateInput): Promise<ForkResult> {
     const { session } = this;
-    const rc = session.runControl;
-    if (rc.turnStart === undefined || rc.turnStart === null) {
+    const turnStart = session.runControl.turnStarts?.at(-1);
+    if (turnStart === undefined) {
       throw failure(ERROR_CODES.InvalidInput, `session ${session.id} has no assistant turn to regenerate`);
     }
-    const from = await this.atMessage(rc.turnStart);
+    const from = await this.atMessage(turnStart);
     const replaces = session.state.head?.checkpointId;
     return this.forkFrom(from, input, true, replaces);
+  }
+
+  /** What a fork starting at `from` inherits of the conversation: the spans and turns before its cut. */
+  private conversationAt(from: CheckpointRef): Pick<NonNullable<SessionWorkflowInput['fork']>, 'conversation'> {
+    const rc = this.session.runControl;
+    const n = from.messageCount;
+    if (rc.messageCount === undefined || n === undefined) return {};
+    return {
+      conversation: {
+        unsafeCuts: (rc.unsafeCuts ?? []).filter((span) => span.to < n),
+        turnStarts: (rc.turnStarts ?? []).filter((start) => start < n),
+      },
+    };
   }
 
   /** The state a fork of "now" starts from: a running session is checkpointed first. */
@@ -332,6 +346,7 @@ export class RunControls {
     );
     state.runtime = runtime;
     state.lastRestore = { checkpointId: target.checkpointId, at: now(), fallbackFrom: [] };
+    session.restoredTo(target);
     session.record({
       kind: 'restored',
       at: now(),

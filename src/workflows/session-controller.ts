@@ -261,12 +261,7 @@ export class SessionController {
    * entries that wait for the store (its host appends them first): a session that checkpoints often needs no other
    * step to keep its timeline in the store.
    */
-  async capture(
-    trigger: CheckpointTrigger,
-    label?: string,
-    reason?: string,
-    extra: { messageIndex?: number } = {},
-  ): Promise<CheckpointRef> {
+  async capture(trigger: CheckpointTrigger, label?: string, reason?: string): Promise<CheckpointRef> {
     const { session } = this;
     const { state } = session;
     const rc = state.runControl;
@@ -285,7 +280,12 @@ export class SessionController {
     });
     session.flushed(carried);
     state.nextSequence = sequence + 1;
-    const ref: CheckpointRef = { ...captured, index: rc.nextIndex, branch: rc.branch };
+    const ref: CheckpointRef = {
+      ...captured,
+      index: rc.nextIndex,
+      branch: rc.branch,
+      ...(rc.messageCount !== undefined ? { messageCount: rc.messageCount } : {}),
+    };
     session.addCheckpoint(ref);
     session.record({
       kind: 'checkpoint',
@@ -293,7 +293,7 @@ export class SessionController {
       checkpoint: ref,
       durability: 'durable',
       ...(reason ? { reason } : {}),
-      ...(extra.messageIndex !== undefined ? { messageIndex: extra.messageIndex } : {}),
+      ...(rc.messageCount !== undefined ? { messageIndex: rc.messageCount } : {}),
     });
     session.touch();
     await this.applyRetention();

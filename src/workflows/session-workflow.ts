@@ -4,6 +4,7 @@ import {
   condition,
   makeContinueAsNewFunc,
   setDefaultQueryHandler,
+  patched,
   setDefaultSignalHandler,
   setDefaultUpdateHandler,
   setHandler,
@@ -64,6 +65,7 @@ import { SessionController } from './session-controller';
 import { PolicyClock } from './policies';
 import { RunControls } from './run-control';
 import { TimelineFlush } from './timeline-flush';
+import { RUN_CONTROL_PATCH } from './patches';
 
 /** Updates and signals a caller may send, for the "did you mean" of an unknown name. */
 const CONTROL_NAMES = [
@@ -81,7 +83,15 @@ const CONTROL_NAMES = [
   'append',
   'regenerate',
 ];
-const SIGNAL_NAMES = ['requestCheckpoint', 'requestPause', 'requestResume', 'requestStop', 'requestConfigure', 'touch', 'requestAppend'];
+const SIGNAL_NAMES = [
+  'requestCheckpoint',
+  'requestPause',
+  'requestResume',
+  'requestStop',
+  'requestConfigure',
+  'touch',
+  'requestAppend',
+];
 const QUERY_NAMES = ['status', 'timeline'];
 
 /**
@@ -104,6 +114,8 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   // Registered in this order before anything runs: messages buffered for this run are dispatched as handlers appear.
   setControlHandlers(session, queue, recovery, controller);
   setRunControlHandlers(session, queue, runControls, policies);
+  // What the previous run kept for this one goes first, then whatever was buffered meanwhile.
+  queue.replayDeferred();
   // A name nobody defined is a typed refusal naming the closest real one, not the SDK's untyped "no handler".
   setDefaultUpdateHandler((name) => {
     throw failure(ERROR_CODES.InvalidInput, unknownName('update', name, CONTROL_NAMES));
@@ -127,7 +139,14 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   let ending = false;
   flush.start(() => ending);
   policies.start(() => ending);
-  await condition(() => queue.idle && (isFinal(state.phase) || shouldContinueAsNew()));
+  if (patched(RUN_CONTROL_PATCH)) {
+    await condition(() => (queue.idle && isFinal(state.phase)) || shouldContinueAsNew());
+    // A run that hands over starts nothing new: updates are refused (Busy, the client sends them again), signals are
+    // kept for the next run. So the queue drains even under a storm of controls.
+    if (!isFinal(state.phase)) queue.drain();
+  } else {
+    await condition(() => queue.idle && (isFinal(state.phase) || shouldContinueAsNew()));
+  }
   // Let accepted updates answer their callers before this run closes.
   await condition(() => allHandlersFinished() && queue.idle && controller.verificationsInFlight === 0);
   ending = true;
@@ -189,9 +208,13 @@ function setRunControlHandlers(session: Session, queue: ControlQueue, run: RunCo
       'Conversation runtime: append messages, with a checkpoint after them when "checkpoint" is true (trigger turn). ' +
       'Input: {"messages": [{"role": "user", "content": "hi"}], "checkpoint": true}.',
   });
-  setHandler(appendSignal, queue.fromSignal('requestAppend', 'append', AppendInput, (x) => run.append(x)), {
-    description: 'Fire-and-forget append.',
-  });
+  setHandler(
+    appendSignal,
+    queue.fromSignal('requestAppend', 'append', AppendInput, (x) => run.append(x)),
+    {
+      description: 'Fire-and-forget append.',
+    },
+  );
   setHandler(
     regenerateUpdate,
     (i) => queue.accept('regenerate', parseControl(RegenerateInput, i), (x) => run.regenerate(x)),

@@ -117,6 +117,19 @@ export class Session {
     this.trimCheckpoints();
   }
 
+  /**
+   * Conversation runtime: the session now holds the messages of `ref` (a rewind, a fallback, a fork's first state).
+   * Results after its cut are gone, so the cuts they made unsafe are safe again.
+   */
+  restoredTo(ref: CheckpointRef): void {
+    const rc = this.state.runControl;
+    const n = ref.messageCount;
+    if (rc.messageCount === undefined || n === undefined) return;
+    rc.messageCount = n;
+    rc.unsafeCuts = (rc.unsafeCuts ?? []).filter((span) => span.to < n);
+    rc.turnStarts = (rc.turnStarts ?? []).filter((start) => start < n);
+  }
+
   setTip(branch: number, checkpointId: string | null): void {
     const { tips } = this.state.runControl;
     const existing = tips.find((t) => t.branch === branch);
@@ -258,12 +271,24 @@ export function stateOf(input: SessionWorkflowInput): SessionState {
 function startsAsFork(state: SessionState, fork: NonNullable<SessionWorkflowInput['fork']>): void {
   const rc = state.runControl;
   rc.forkedFrom = fork.from;
+  if (fork.conversation && fork.checkpoint.messageCount !== undefined) {
+    rc.messageCount = fork.checkpoint.messageCount;
+    rc.unsafeCuts = fork.conversation.unsafeCuts;
+    rc.turnStarts = fork.conversation.turnStarts;
+  }
   state.phase = 'paused';
   rc.pausedAt = state.startedAt;
   const at = state.startedAt;
   const entries: TimelineEntry[] = [
     { kind: 'forked-from', index: 1, branch: 0, at, from: fork.from },
-    { kind: 'checkpoint', index: 2, branch: 0, at, checkpoint: { ...fork.checkpoint, index: 2, branch: 0 }, durability: 'durable' },
+    {
+      kind: 'checkpoint',
+      index: 2,
+      branch: 0,
+      at,
+      checkpoint: { ...fork.checkpoint, index: 2, branch: 0 },
+      durability: 'durable',
+    },
   ];
   state.timeline.push(...entries);
   rc.unflushed.push(...entries);
@@ -293,7 +318,9 @@ function carriedState(input: SessionWorkflowInput): SessionState {
     throw failure(ERROR_CODES.InvalidInput, 'the carried state belongs to another spec than the one given');
   }
   const state = { ...carried, rejectedSignals: carried.rejectedSignals ?? [] } as SessionState;
-  state.runControl = carried.runControl ? { ...carried.runControl, runs: carried.runControl.runs + 1 } : upgraded(state);
+  state.runControl = carried.runControl
+    ? { ...carried.runControl, runs: carried.runControl.runs + 1 }
+    : upgraded(state);
   return state;
 }
 
@@ -303,7 +330,7 @@ function carriedState(input: SessionWorkflowInput): SessionState {
  */
 function upgraded(state: SessionState): RunControlState {
   const rc = newRunControl(state.spec, state.updatedAt);
-  state.timeline = state.timeline.map((e, i) => ({ ...e, index: i + 1, branch: 0 }) as TimelineEntry);
+  state.timeline = state.timeline.map((e, i) => ({ ...e, index: i + 1, branch: 0 }));
   rc.unflushed = [...state.timeline];
   rc.nextIndex = state.timeline.length + 1;
   const indexOf = new Map(
@@ -350,18 +377,26 @@ function newRunControl(spec: StartSessionInput, at: string): RunControlState {
 /** What a conversation's seed messages give the state: their count, unsafe cuts and last assistant turn. */
 function conversationOf(messages: readonly Message[]): Partial<RunControlState> {
   const summary = summarize(messages);
-  let turnStart: number | null = null;
-  let lastRole: string | undefined;
-  for (const [i, m] of messages.entries()) {
-    if (m.role === 'assistant' && lastRole !== 'assistant' && lastRole !== 'tool') turnStart = i;
-    lastRole = m.role;
-  }
   return {
     messageCount: summary.messageCount,
     unsafeCuts: [...summary.unsafeCuts],
-    turnStart,
-    ...(lastRole ? { lastRole } : {}),
+    turnStarts: turnStartsIn(messages, undefined, 0),
   };
+}
+
+/** Where assistant turns start among `messages` (the first at `firstIndex`; `previousRole` is the one before it). */
+export function turnStartsIn(
+  messages: readonly { role: string }[],
+  previousRole: string | undefined,
+  firstIndex: number,
+) {
+  const starts: number[] = [];
+  let last = previousRole;
+  for (const [i, m] of messages.entries()) {
+    if (m.role === 'assistant' && last !== 'assistant' && last !== 'tool') starts.push(firstIndex + i);
+    last = m.role;
+  }
+  return starts;
 }
 
 function initialState(spec: StartSessionInput): SessionState {

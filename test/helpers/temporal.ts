@@ -19,6 +19,7 @@ export interface TestSystem {
   store: ChunkedSnapshotStore;
   workspace: WorkspaceRuntime;
   memory: MemoryRuntime;
+  conversation: ConversationRuntime;
   taskQueue: string;
   dir: string;
   firstHost: TestHost;
@@ -47,6 +48,7 @@ export interface TestHost {
   hostTaskQueue: string;
   workspace: WorkspaceRuntime;
   memory: MemoryRuntime;
+  conversation: ConversationRuntime;
   /** Stops polling and kills this host's processes, like a machine going away. */
   crash(): Promise<void>;
   /** A graceful stop, as on SIGTERM: drains this host's sessions, then stops polling and its processes. */
@@ -63,6 +65,8 @@ export interface TestSystemOptions {
    */
   client?: Client;
   firstHost?: HostOptions;
+  /** Where the system's store and workspaces go (a temporary directory of os.tmpdir() when omitted). */
+  baseDir?: string;
 }
 
 export async function startTestSystem(options: TestSystemOptions = {}): Promise<TestSystem> {
@@ -70,7 +74,7 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
   const bundlePath = process.env.DS_TEST_WORKFLOW_BUNDLE;
   if (!address || !bundlePath) throw new Error('the jest global setup did not start a Temporal server');
   installQuietRuntime();
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-system-'));
+  const dir = fs.mkdtempSync(path.join(options.baseDir ?? os.tmpdir(), 'ds-system-'));
   const taskQueue = `test-${crypto.randomUUID()}`;
   // The lifecycle runs on the production engine: encrypted, chunked, deduplicated.
   const masterKey = randomBytes(32);
@@ -98,9 +102,12 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
       defaultStopGraceMs: 2_000,
     });
     const memory = new MemoryRuntime();
+    const conversation = new ConversationRuntime();
     const deps: ActivityDeps = {
       store: hostOptions.store ?? (options.store ? options.store(store) : store),
-      runtimes: { workspace, memory, conversation: new ConversationRuntime() },
+      // A wrapped store (flaky, counting) still keeps its timeline in the real one.
+      timeline: store,
+      runtimes: { workspace, memory, conversation },
       hostTaskQueue: hostOptions.unreachable ? `${hostTaskQueue}-unreachable` : hostTaskQueue,
       watchHeartbeatMs: hostOptions.watchHeartbeatMs ?? 1_000,
       maxSessions: hostOptions.maxSessions,
@@ -124,6 +131,7 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
       hostTaskQueue,
       workspace,
       memory,
+      conversation,
       async stop(stopOptions = {}) {
         const report = await workers.drain(stopOptions);
         workers.shutdown();
@@ -151,6 +159,7 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
     store,
     workspace: first.workspace,
     memory: first.memory,
+    conversation: first.conversation,
     firstHost: first,
     masterKeys: `test-1:${masterKey.toString('base64')}`,
     taskQueue,

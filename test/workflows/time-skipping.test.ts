@@ -82,3 +82,34 @@ test('what the test server does not do: list sessions, or move time while a sess
   await expect(sys.skipTime('2 hours', { wallTimeoutMs: 2_000 })).rejects.toThrow(/did not move|not met/);
   await session.stop({ checkpoint: false });
 });
+
+describe('policies over simulated weeks', () => {
+  test('a session paused longer than its policy allows stops by itself; configure changes the policy mid-way', async () => {
+    const session = await sys.sessions.start({
+      sessionId: newId('auto-stop'),
+      runtime: { kind: 'memory', initialState: 'kept' },
+      policies: { stopPausedAfterMs: 30 * DAY_MS },
+    });
+    await runningStatus(session);
+    await session.pause({ reason: 'holidays' });
+
+    await sys.skipTime(10 * DAY_MS);
+    expect((await session.status()).phase).toBe('paused');
+    // Mid-way: 20 days is enough now. The timer is planned again from when the session paused.
+    const configured = await session.configure({ policies: { stopPausedAfterMs: 20 * DAY_MS } });
+    expect(configured.policies).toEqual({ stopPausedAfterMs: 20 * DAY_MS });
+    await sys.skipTime(9 * DAY_MS);
+    expect((await session.status()).phase).toBe('paused');
+    await sys.skipTime(2 * DAY_MS);
+    await expect(session.result()).resolves.toMatchObject({ phase: 'completed' });
+    const timeline = await session.timeline();
+    expect(timeline.find((e) => e.kind === 'policy')).toMatchObject({
+      action: 'stop',
+      reason: 'paused for longer than 20d',
+    });
+    // The paused state was a checkpoint already: it stays, restorable by a fork or a store tool.
+    expect(
+      timeline.filter((e) => e.kind === 'checkpoint').map((e) => (e.kind === 'checkpoint' ? e.checkpoint.trigger : '')),
+    ).toEqual(['pause']);
+  });
+});
