@@ -15,7 +15,7 @@ import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
 import { hostWorkflowId, sessionWorkflowId } from '../src/api';
 import { SessionClient } from '../src/client';
 import { DEFAULT_TEMPORAL_BIN, freePort, startDevServer } from '../src/dev-server';
-import { MemoryRuntime, WorkspaceRuntime } from '../src/runtimes';
+import { ConversationRuntime, MemoryRuntime, WorkspaceRuntime } from '../src/runtimes';
 import { FsSnapshotStore } from '../src/snapshots';
 import { createWorkers } from '../src/worker';
 
@@ -29,6 +29,7 @@ async function main(): Promise<void> {
   const connection = await Connection.connect({ address: server.address });
   const taskQueue = 'record';
   const memory = new MemoryRuntime();
+  const conversation = new ConversationRuntime();
   const workspace = new WorkspaceRuntime({ rootDir: path.join(dir, 'ws') });
   const store = new FsSnapshotStore(path.join(dir, 'snapshots'));
   const client = new Client({ connection });
@@ -38,7 +39,12 @@ async function main(): Promise<void> {
     namespace: 'default',
     taskQueue,
     hostTaskQueue: `${taskQueue}@host`,
-    deps: { store, runtimes: { memory, workspace }, hostTaskQueue: `${taskQueue}@host`, watchHeartbeatMs: 500 },
+    deps: {
+      store,
+      runtimes: { memory, workspace, conversation },
+      hostTaskQueue: `${taskQueue}@host`,
+      watchHeartbeatMs: 500,
+    },
   });
   const running = workers.run();
   const sessions = new SessionClient({ client, taskQueue });
@@ -67,6 +73,35 @@ async function main(): Promise<void> {
     void cp1;
     write(server.address, out, `${label}-memory-lifecycle.json`, sessionWorkflowId(id));
 
+    // Run control: rewind (running and paused), policies on timers, configure, touch, and a conversation rewound by
+    // message index. (Forks need the chunked store; this recorder's store is format 1.)
+    const rc = await sessions.start({
+      sessionId: `replay-run-control-${crypto.randomUUID().slice(0, 8)}`,
+      runtime: { kind: 'memory', initialState: 'a' },
+      policies: { checkpointEveryMs: 1_000 },
+    });
+    await waitFor(async () => (await rc.status()).checkpointCount >= 2);
+    const first = await rc.checkpoint({ label: 'rewind here' });
+    await rc.rewind({ to: first.index!, reason: 'recording' });
+    await rc.configure({ policies: { idlePauseAfterMs: 60_000 } });
+    await rc.touch();
+    await rc.pause();
+    await rc.rewind({ to: first.checkpointId });
+    await rc.resume();
+    await rc.stop();
+    write(server.address, out, `${label}-run-control.json`, sessionWorkflowId(rc.sessionId));
+
+    const chat = await sessions.start({
+      sessionId: `replay-chat-${crypto.randomUUID().slice(0, 8)}`,
+      runtime: { kind: 'conversation' },
+    });
+    await waitFor(async () => (await chat.status()).phase === 'running');
+    await chat.append({ messages: [{ role: 'user', content: 'hi' }], checkpoint: true });
+    await chat.append({ messages: [{ role: 'assistant', content: 'hello' }], checkpoint: true });
+    await chat.rewind({ messageIndex: 1 });
+    await chat.stop({ checkpoint: false });
+    write(server.address, out, `${label}-conversation.json`, sessionWorkflowId(chat.sessionId));
+
     // A workspace process that exits by itself.
     const w = await sessions.start({
       sessionId: `replay-exit-${crypto.randomUUID().slice(0, 8)}`,
@@ -88,7 +123,12 @@ async function main(): Promise<void> {
       namespace: 'default',
       taskQueue,
       hostTaskQueue: `${taskQueue}@host-2`,
-      deps: { store, runtimes: { memory, workspace }, hostTaskQueue: `${taskQueue}@host-2`, watchHeartbeatMs: 500 },
+      deps: {
+        store,
+        runtimes: { memory, workspace, conversation },
+        hostTaskQueue: `${taskQueue}@host-2`,
+        watchHeartbeatMs: 500,
+      },
     });
     const secondRunning = second.run();
     await workers.drain();

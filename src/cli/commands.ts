@@ -36,6 +36,14 @@ const KEY = {
   help: 'idempotency key: the same control sent twice with one key has one effect',
 } as const;
 
+/** What fork and branch share: where the new sessions go and how many. */
+const FORK_OPTIONS = {
+  as: { type: 'string', value: 'SESSION-ID', help: 'the new session id (with --count, each is ID-N)' },
+  count: { type: 'string', value: 'N', help: 'make N sessions at once' },
+  paused: { type: 'boolean', help: 'leave them paused at their first checkpoint' },
+  key: KEY,
+} as const;
+
 /** Options every command takes. */
 export const COMMON_OPTIONS = {
   json: { type: 'boolean', help: 'print the result, or the error, as one JSON document on stdout' },
@@ -131,21 +139,13 @@ export const COMMANDS = {
     summary: 'start new sessions from a checkpoint of this one (chunks shared, nothing copied)',
     options: {
       from: { type: 'string', value: 'INDEX|CHECKPOINT-ID', help: 'fork this checkpoint (default: the current state)' },
-      as: { type: 'string', value: 'SESSION-ID', help: 'the new session id (with --count, each is ID-N)' },
-      count: { type: 'string', value: 'N', help: 'make N forks at once' },
-      paused: { type: 'boolean', help: 'leave the forks paused at their first checkpoint' },
-      key: KEY,
+      ...FORK_OPTIONS,
     },
   },
   branch: {
     args: ['<session-id>'],
     summary: 'fork the current state (a running session is checkpointed first)',
-    options: {
-      as: { type: 'string', value: 'SESSION-ID', help: 'the new session id (with --count, each is ID-N)' },
-      count: { type: 'string', value: 'N', help: 'make N branches at once' },
-      paused: { type: 'boolean', help: 'leave them paused' },
-      key: KEY,
-    },
+    options: FORK_OPTIONS,
   },
   configure: {
     args: ['<session-id>'],

@@ -2,7 +2,7 @@ import { Client, Connection, isGrpcServiceError } from '@temporalio/client';
 import { SessionClient } from '../client';
 import type { Config } from '../config';
 import { connectionOptions } from '../temporal-connection';
-import { CLI_ERROR_CODES, CliError, TemporalUnavailableError } from './errors';
+import { TemporalUnavailableError, UsageError } from './errors';
 import { openSnapshotStore, type TimelineLog } from '../snapshots';
 import { isError } from '../errors';
 import type { Invocation } from './parse';
@@ -143,7 +143,7 @@ async function dispatch(invocation: SessionInvocation, sessions: SessionClient):
     case 'rewind': {
       const h = sessions.get(invocation.sessionId);
       const { reason, key, to } = invocation.values;
-      if (to === undefined) throw new CliError(CLI_ERROR_CODES.Usage, 'rewind needs --to INDEX|CHECKPOINT-ID');
+      if (to === undefined) throw new UsageError('rewind needs --to INDEX|CHECKPOINT-ID', 'rewind');
       const r = await withProgressBar(
         h,
         h.rewind({ to: selector(to), reason, idempotencyKey: key, ifHead: invocation.values['if-head'] }),
@@ -168,7 +168,9 @@ async function dispatch(invocation: SessionInvocation, sessions: SessionClient):
           : await h.branch(common);
       return {
         json: r,
-        text: r.forks.map((f) => `forked ${f.sessionId} from ${r.from.checkpointId} (its checkpoint ${f.checkpoint.checkpointId})`),
+        text: r.forks.map(
+          (f) => `forked ${f.sessionId} from ${r.from.checkpointId} (its checkpoint ${f.checkpoint.checkpointId})`,
+        ),
       };
     }
     case 'configure': {
@@ -201,7 +203,7 @@ function integer(name: string, value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
   const n = Number(value);
   if (!/^\d+$/.test(value) || !Number.isSafeInteger(n)) {
-    throw new CliError(CLI_ERROR_CODES.Usage, `--${name} must be a whole number, not ${JSON.stringify(value)}`);
+    throw new UsageError(`--${name} must be a whole number, not ${JSON.stringify(value)}`);
   }
   return n;
 }

@@ -216,7 +216,7 @@ test('list --phase takes only the phases there are', async () => {
   const phase = await cli('list', '--phase', 'bogus');
   expect(phase).toMatchObject({ code: 2, stdout: '' });
   expect(phase.stderr).toMatch(
-    /^error: --phase must be one of starting, running, checkpointing, pausing, paused, resuming, stopping, completed, failed; got bogus$/m,
+    /^error: --phase must be one of starting, running, checkpointing, pausing, paused, resuming, rewinding, stopping, completed, failed; got bogus$/m,
   );
 });
 
@@ -324,3 +324,41 @@ test('text from the server cannot drive the terminal: controls and bidi override
     ),
   );
 });
+
+test('rewind, fork, branch, configure, touch and a paged timeline from the command line', async () => {
+  const id = await runningSession();
+  const first = JSON.parse((await cli('checkpoint', id, '--label', 'one', '--json')).stdout) as { index: number };
+  await cli('checkpoint', id);
+  const rewound = await cli('rewind', id, '--to', String(first.index), '--json');
+  expect(rewound.code).toBe(0);
+  expect(JSON.parse(rewound.stdout)).toMatchObject({ branch: 1, safetyCheckpoint: { trigger: 'rewind-safety' } });
+
+  const forkId = `${id}-try`;
+  const forked = await cli('fork', id, '--from', String(first.index), '--as', forkId, '--paused');
+  expect(forked).toMatchObject({ code: 0, stderr: '' });
+  expect(forked.stdout).toContain(`forked ${forkId} from`);
+  const branched = JSON.parse((await cli('branch', id, '--count', '2', '--paused', '--json')).stdout) as {
+    forks: { sessionId: string }[];
+  };
+  expect(branched.forks).toHaveLength(2);
+
+  const configured = await cli('configure', id, '--idle-pause-after', '3600000', '--json');
+  expect(JSON.parse(configured.stdout)).toMatchObject({ policies: { idlePauseAfterMs: 3_600_000 } });
+  expect((await cli('touch', id)).stdout.trim()).toBe('touched');
+
+  // The timeline pages with stable indices; the CLI reads the store where it can.
+  const page = JSON.parse((await cli('timeline', id, '--from', '2', '--limit', '3', '--json')).stdout) as {
+    entries: { index: number }[];
+    next: number | null;
+  };
+  expect(page.entries.map((e) => e.index)).toEqual([2, 3, 4]);
+  expect(page.next).toBe(5);
+  expect((await cli('timeline', id, '--branch', '1')).stdout).toContain('rewound');
+
+  // Usage errors say what is missing, and nothing is sent.
+  const noTarget = await cli('rewind', id);
+  expect(noTarget.code).toBe(2);
+  expect(noTarget.stderr).toContain('rewind needs --to');
+  expect((await cli('fork', id, '--count', 'three')).code).toBe(2);
+  for (const s of [id, forkId, ...branched.forks.map((f) => f.sessionId)]) await cli('stop', s, '--no-checkpoint');
+}, 120_000);

@@ -221,7 +221,7 @@ test('the mistakes people make are refused with what to type instead', () => {
     'unexpected argument: node: put the command after --, as in: durable-sessions start s1 -- node app.js',
   );
   expect(refusal(['list', '--phase', 'bogus']).message).toBe(
-    '--phase must be one of starting, running, checkpointing, pausing, paused, resuming, stopping, completed, ' +
+    '--phase must be one of starting, running, checkpointing, pausing, paused, resuming, rewinding, stopping, completed, ' +
       'failed; got bogus',
   );
   expect(refusal(['list', '--phase', 'runing']).message).toMatch(/got runing \(did you mean running\?\)$/);

@@ -196,5 +196,5 @@ describe('ConversationRuntime', () => {
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
-  }, 60_000);
+  }, 180_000);
 });

@@ -148,6 +148,14 @@ describe('fork and branch', () => {
       const d = await sys.client.workflow.getHandle(sessionWorkflowId(forkId)).describe();
       return d.typedSearchAttributes.get(sessionStateKey) === 'running';
     });
+    // An operator finds the family with a visibility query (the Web UI's filter takes the same).
+    await eventually(async () => {
+      const family: string[] = [];
+      for await (const wf of sys.client.workflow.list({ query: `ForkedFrom STARTS_WITH '${sessionId}/'` })) {
+        family.push(wf.workflowId);
+      }
+      return family.length === 1 && family[0] === sessionWorkflowId(forkId);
+    });
 
     // Forks of forks.
     const grandchild = newId('fork-grandchild');
