@@ -152,15 +152,18 @@ export function planControl(
   projected: StablePhase,
   control: Control,
 ): { ok: true; projected: StablePhase } | { ok: false; reason: string } {
-  if (control in RUN_CONTROL_FROM) {
-    const from = RUN_CONTROL_FROM[control as RunControl];
+  if (isRunControl(control)) {
+    const from = RUN_CONTROL_FROM[control];
     if (!from.includes(projected)) return { ok: false, reason: `cannot ${control} while the session is ${projected}` };
     return { ok: true, projected };
   }
-  control = control as LifecycleControl;
   const result = transition(projected, { type: CONTROL_EVENTS[control] } as SessionEvent);
   if (!result.ok) return { ok: false, reason: `cannot ${control} while the session is ${projected}` };
   return { ok: true, projected: CONTROL_TARGET[control] };
+}
+
+function isRunControl(control: Control): control is RunControl {
+  return Object.hasOwn(RUN_CONTROL_FROM, control);
 }
 
 export function isStable(phase: Phase): phase is StablePhase {

@@ -111,7 +111,7 @@ describe('rewind', () => {
     await session.checkpoint();
     await expect(session.rewind({ to: 999 })).rejects.toBeInstanceOf(SnapshotNotFoundError);
     await expect(session.rewind({ to: '../x' })).rejects.toBeInstanceOf(InvalidInputError);
-    await expect(session.rewind({ to: 1, messageIndex: 2 } as never)).rejects.toBeInstanceOf(InvalidInputError);
+    await expect(session.rewind({ to: 1, messageIndex: 2 })).rejects.toBeInstanceOf(InvalidInputError);
     await expect(session.rewind({ to_checkpoint: 1 } as never)).rejects.toBeInstanceOf(InvalidInputError);
     expect(await session.status()).toMatchObject({ phase: 'running', branch: 0 });
     await session.stop({ checkpoint: false });
@@ -290,3 +290,40 @@ test('the timeline pages from the store with stable indices, also after the sess
   const stored = await sys.store.readTimeline(sessionId, { from: 1, limit: 1000 });
   expect(stored.entries.map((e) => e.index)).toEqual(all.map((e) => e.index));
 }, 120_000);
+
+describe('a fork family in the store', () => {
+  test('gc never breaks a fork: its first checkpoint keeps the chunks its source deleted', async () => {
+    const { session, runtime } = await memorySession('family-gc', { retention: { keepLast: 1, keepLabelled: false } });
+    sys.memory.write(runtime.instanceId, 'the state the fork starts from '.repeat(5_000));
+    const c = await session.checkpoint();
+    const forkId = newId('family-gc-fork');
+    await session.fork({ from: c.index!, newSessionId: forkId, paused: true });
+    // The source moves on: retention deletes the checkpoint the fork was made from, and gc runs.
+    sys.memory.write(runtime.instanceId, 'something else entirely');
+    await session.checkpoint();
+    await session.checkpoint();
+    await eventually(async () => (await session.timeline()).some((e) => e.kind === 'checkpoint-deleted'));
+    await session.stop({ checkpoint: false });
+    await sys.store.gc({ now: Date.now() + 7 * 86_400_000 });
+    const fork = sys.sessions.get(forkId);
+    await fork.resume();
+    expect(await memoryState(fork)).toBe('the state the fork starts from '.repeat(5_000));
+    await fork.stop({ checkpoint: false });
+  }, 60_000);
+
+  test('shred destroys the family: the source and every fork become unreadable, and say so', async () => {
+    const { session, sessionId } = await memorySession('family-shred');
+    const c = await session.checkpoint();
+    const forkId = newId('family-shred-fork');
+    await session.fork({ from: c.index!, newSessionId: forkId, paused: true });
+    await session.stop({ checkpoint: false });
+    await sys.store.shred(sessionId);
+    const fork = sys.sessions.get(forkId);
+    // Never a fresh start: the fork stays paused with the reason.
+    await expect(fork.resume()).rejects.toMatchObject({ code: 'RestoreFailed' });
+    const status = await fork.status();
+    expect(status.phase).toBe('paused');
+    expect(status.failure?.message).toMatch(/KeyUnavailable/);
+    await fork.stop({ checkpoint: false });
+  }, 60_000);
+});
