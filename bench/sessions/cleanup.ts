@@ -40,3 +40,37 @@ export async function withTimeout<T>(promise: Promise<T>, ms: number, what: stri
 export function errorText(error: unknown): string {
   return error instanceof Error ? (error.stack ?? error.message) : String(error);
 }
+
+/**
+ * Runs a bench's `main` with a Cleanup that runs however it ends: on success, on failure and on SIGINT/SIGTERM (the
+ * bench handles those itself, so its workers can still stop its sessions), then exits with 0, 1 or 130.
+ */
+export function runWithCleanup(name: string, main: (cleanup: Cleanup) => Promise<void>): void {
+  const cleanup = new Cleanup();
+  // Set by a signal: whatever the run was doing then fails, and that is not worth reporting.
+  let interrupted = false;
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      interrupted = true;
+      console.error(`${name}: ${signal}, cleaning up…`);
+      void cleanup.run().finally(() => process.exit(130));
+    });
+  }
+  main(cleanup)
+    .then(
+      () => 0,
+      (error: unknown) => {
+        if (!interrupted) console.error(`${name} failed: ${errorText(error)}`);
+        return 1;
+      },
+    )
+    .then(async (code) => {
+      await cleanup.run();
+      // The Temporal native runtime can keep the event loop alive after everything is closed.
+      process.exit(interrupted ? 130 : code);
+    })
+    .catch((error: unknown) => {
+      console.error(errorText(error));
+      process.exit(1);
+    });
+}

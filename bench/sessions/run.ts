@@ -15,7 +15,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { measureBaselines } from './baselines';
-import { Cleanup, errorText } from './cleanup';
+import { runWithCleanup, type Cleanup } from './cleanup';
 import { directRound } from './direct-round';
 import { fmtMs } from './format';
 import { chooseTempBase, describeMachine, loadAverage, RESULTS_DIR } from './machine';
@@ -72,30 +72,4 @@ async function main(cleanup: Cleanup): Promise<void> {
   console.log(`bench: written to ${path.relative(process.cwd(), path.join(RESULTS_DIR, 'results.md'))}`);
 }
 
-const cleanup = new Cleanup();
-/** Set by SIGINT/SIGTERM: whatever the run was doing then fails, and that is not worth reporting. */
-let interrupted = false;
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.once(signal, () => {
-    interrupted = true;
-    console.error(`bench: ${signal}, cleaning up…`);
-    void cleanup.run().finally(() => process.exit(130));
-  });
-}
-main(cleanup)
-  .then(
-    () => 0,
-    (error: unknown) => {
-      if (!interrupted) console.error(`bench failed: ${errorText(error)}`);
-      return 1;
-    },
-  )
-  .then(async (code) => {
-    await cleanup.run();
-    // The Temporal native runtime can keep the event loop alive after everything is closed.
-    process.exit(interrupted ? 130 : code);
-  })
-  .catch((error: unknown) => {
-    console.error(errorText(error));
-    process.exit(1);
-  });
+runWithCleanup('bench', main);

@@ -20,7 +20,7 @@ import type { SessionRoundContext } from './session-round';
 import type { Seed } from './workload';
 
 /** The store a worker runs by default: chunked, deduplicated, AES-256-GCM under a throwaway master key. */
-function productionStore(rootDir: string): ChunkedSnapshotStore {
+export function productionStore(rootDir: string): ChunkedSnapshotStore {
   return new ChunkedSnapshotStore({ rootDir, keyring: new Keyring([{ id: 'bench', key: randomBytes(32) }]) });
 }
 
