@@ -52,6 +52,9 @@ ERROR_CODES = frozenset(
         "RuntimeLost",
         "RestoreFailed",
         "StoreFull",
+        "Conflict",
+        "UnsafeMessageIndex",
+        "Busy",
     }
 )
 
@@ -182,7 +185,22 @@ async def demo(client: Client, session_id: str, task_queue: str) -> None:
         checkpointCount=status["checkpointCount"],
     )
     timeline = await query(handle, "timeline")
-    emit("timeline", kinds=[entry["kind"] for entry in timeline])
+    emit("timeline", kinds=[entry["kind"] for entry in timeline], indices=[entry["index"] for entry in timeline])
+
+    # Timeline indices are stable: pass one back to go there (a safety checkpoint comes first), or to fork from it.
+    rewound = await control(handle, "rewind", {"to": first["index"]}, key=f"{session_id}-rewind")
+    emit(
+        "rewound",
+        restoredFrom=rewound["restoredFrom"]["checkpointId"],
+        branch=rewound["branch"],
+        safetyTrigger=rewound["safetyCheckpoint"]["trigger"],
+    )
+    fork_input: Json = {"from": first["index"], "newSessionId": f"{session_id}-fork", "paused": True}
+    forked = await control(handle, "fork", fork_input, key=f"{session_id}-fork")
+    emit("forked", forks=[fork["sessionId"] for fork in forked["forks"]], fromCheckpoint=forked["from"]["checkpointId"])
+    await expect_refusal("stale-head", control(handle, "checkpoint", {"ifHead": paused["checkpointId"]}))
+    fork_handle = client.get_workflow_handle(workflow_id(f"{session_id}-fork"))
+    await control(fork_handle, "stop", {}, key=f"{session_id}-fork-stop")
 
     await expect_refusal("snake-case-key", control(handle, "resume", {"checkpoint_id": paused["checkpointId"]}))
     await expect_refusal("resume-while-running", control(handle, "resume", {}))

@@ -69,6 +69,9 @@ test('the program runs to its end, exit code 0 and nothing on stderr', () => {
     'paused',
     'resumed',
     'timeline',
+    'rewound',
+    'forked',
+    'refused',
     'refused',
     'refused',
     'refused',
@@ -111,7 +114,27 @@ test('pause and resume: the phases and the checkpoint restored', () => {
     phase: 'running',
     checkpointCount: 2,
   });
-  expect(stepNamed('timeline')).toEqual({ step: 'timeline', kinds: ['checkpoint', 'checkpoint', 'restored'] });
+  expect(stepNamed('timeline')).toEqual({
+    step: 'timeline',
+    kinds: ['checkpoint', 'checkpoint', 'restored'],
+    indices: [1, 2, 3],
+  });
+});
+
+test('rewind and fork by timeline index from Python, and a stale head refused', () => {
+  const first = stepNamed('checkpoint');
+  expect(stepNamed('rewound')).toEqual({
+    step: 'rewound',
+    restoredFrom: first.checkpointId,
+    branch: 1,
+    safetyTrigger: 'rewind-safety',
+  });
+  expect(stepNamed('forked')).toEqual({
+    step: 'forked',
+    forks: [`${sessionId}-fork`],
+    fromCheckpoint: first.checkpointId,
+  });
+  expect(refusal('stale-head')).toMatchObject({ code: 'Conflict' });
 });
 
 test('a snake_case key is refused with InvalidInput naming the camelCase field', () => {
@@ -146,16 +169,21 @@ test('what Python left is what the TypeScript client sees', async () => {
   expect(stopped).toEqual({
     step: 'stopped',
     phase: 'completed',
-    finalCheckpointId: expect.stringMatching(/^000003-[0-9a-f]{8}$/),
+    finalCheckpointId: expect.stringMatching(/^000004-[0-9a-f]{8}$/),
   });
   const status = await sys.sessions.get(sessionId).status();
-  expect(status).toMatchObject({ phase: 'completed', checkpointCount: 3 });
+  // The first, the pause's, the rewind's safety checkpoint and the final one.
+  expect(status).toMatchObject({ phase: 'completed', checkpointCount: 4, forkCount: 1 });
   expect(status.head?.checkpointId).toBe(stopped.finalCheckpointId);
   // The refused id reuse changed nothing, and the refused spec never ran.
   expect((await sys.sessions.get(sessionId).timeline()).map((e) => e.kind)).toEqual([
     'checkpoint',
     'checkpoint',
     'restored',
+    'checkpoint',
+    'restored',
+    'rewound',
+    'forked',
     'checkpoint',
   ]);
   await expect(sys.sessions.get(`${sessionId}-bad`).result()).rejects.toMatchObject({ code: 'InvalidInput' });
