@@ -43,7 +43,7 @@ import {
   type StopResult,
   type TimelineEntry,
 } from '../api/messages';
-import { sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
+import { forkedFromKey, sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { isError } from '../errors';
 import { randomUUID } from 'node:crypto';
@@ -77,6 +77,7 @@ import {
   SessionError,
   SessionNotFoundError,
   SessionRuntimeError,
+  SnapshotNotFoundError,
   sessionErrorFor,
 } from './errors';
 
@@ -127,8 +128,71 @@ export interface SessionSummary {
 export class SessionClient {
   readonly taskQueue: string;
 
+  private readonly context: HandleContext;
+
   constructor(private readonly options: SessionClientOptions) {
     this.taskQueue = options.taskQueue ?? DEFAULT_TASK_QUEUE;
+    this.context = {
+      timeline: options.timeline,
+      forkEnded: (source, input, from) => this.forkEnded(source, input, from),
+    };
+  }
+
+  /**
+   * Forks of a session that has ended: each fork's first run makes its first checkpoint from the source's (chunks
+   * shared) and claims its own id, through the same start path and checks as `start`. Answers once each fork exists.
+   */
+  private async forkEnded(source: SessionHandle, input: ForkInput, from: CheckpointRef): Promise<ForkResult> {
+    const spec = await source.startSpec();
+    const count = input.count ?? 1;
+    const base = input.newSessionId ?? `${source.sessionId}-fork-${randomUUID().slice(0, 8)}`;
+    const ids = count === 1 ? [base] : Array.from({ length: count }, (_, i) => `${base}-${i + 1}`);
+    const origin = {
+      sessionId: source.sessionId,
+      checkpointId: from.checkpointId,
+      ...(from.index !== undefined ? { index: from.index } : {}),
+    };
+    const forks: ForkResult['forks'] = [];
+    for (const sessionId of ids) {
+      const forkSpec = parseInput(StartSessionInput, { ...spec, ...input.overrides, sessionId }, sessionId);
+      const workflowId = sessionWorkflowId(sessionId);
+      const startWorkflowOperation = new WithStartWorkflowOperation('sessionWorkflow', {
+        workflowId,
+        taskQueue: this.taskQueue,
+        args: [
+          {
+            spec: forkSpec,
+            forkOfEnded: {
+              from: origin,
+              source: from,
+              ...(input.label ? { label: input.label } : {}),
+              ...(input.paused ? { paused: true } : {}),
+            },
+          } satisfies SessionWorkflowInput,
+        ],
+        workflowIdReusePolicy: 'REJECT_DUPLICATE',
+        workflowIdConflictPolicy: 'FAIL',
+        typedSearchAttributes: [
+          { key: sessionStateKey, value: 'starting' },
+          { key: sessionRuntimeKey, value: forkSpec.runtime.kind },
+          { key: forkedFromKey, value: `${source.sessionId}/${from.checkpointId}` },
+        ],
+        staticSummary: `session ${sessionId} (${forkSpec.runtime.kind}), fork of ${source.sessionId}`,
+        staticDetails: forkSpec.description,
+      });
+      try {
+        const status = await this.options.client.workflow
+          .executeUpdateWithStart(startUpdate, { args: [forkSpec], startWorkflowOperation })
+          .catch((err: unknown) => this.whyNotStarted(err, workflowId, sessionId));
+        forks.push({ sessionId, checkpoint: status.head! });
+      } catch (err) {
+        if (err instanceof WorkflowExecutionAlreadyStartedError) {
+          throw new SessionAlreadyExistsError(`session ${sessionId} already exists`, sessionId, { cause: err });
+        }
+        throw err;
+      }
+    }
+    return { from, forks };
   }
 
   /**
@@ -160,14 +224,14 @@ export class SessionClient {
         return new SessionHandle(
           input.sessionId,
           await this.options.client.workflow.start('sessionWorkflow', startOptions),
-          this.options.timeline,
+          this.context,
         );
       }
       const startWorkflowOperation = new WithStartWorkflowOperation('sessionWorkflow', startOptions);
       await this.options.client.workflow
         .executeUpdateWithStart(startUpdate, { args: [input], startWorkflowOperation })
         .catch((err: unknown) => this.whyNotStarted(err, workflowId, input.sessionId));
-      return new SessionHandle(input.sessionId, await startWorkflowOperation.workflowHandle(), this.options.timeline);
+      return new SessionHandle(input.sessionId, await startWorkflowOperation.workflowHandle(), this.context);
     } catch (err) {
       if (err instanceof WorkflowExecutionAlreadyStartedError) {
         throw new SessionAlreadyExistsError(`session ${input.sessionId} already exists`, input.sessionId, {
@@ -195,7 +259,7 @@ export class SessionClient {
   /** A handle to an existing session. Nothing is sent until it is used. */
   get(sessionId: string): SessionHandle {
     const id = parseInput(SessionId, sessionId, String(sessionId));
-    return new SessionHandle(id, this.options.client.workflow.getHandle(sessionWorkflowId(id)), this.options.timeline);
+    return new SessionHandle(id, this.options.client.workflow.getHandle(sessionWorkflowId(id)), this.context);
   }
 
   /**
@@ -223,6 +287,12 @@ export class SessionClient {
   }
 }
 
+/** What a handle needs of its client: the store's timeline, and how to fork a session that has ended. */
+interface HandleContext {
+  timeline?: TimelineLog;
+  forkEnded?: (source: SessionHandle, input: ForkInput, from: CheckpointRef) => Promise<ForkResult>;
+}
+
 /**
  * Controls and views of one session. Every control takes an optional idempotency key; one is generated when absent,
  * so a retry of the same call by the SDK is still answered once.
@@ -231,8 +301,12 @@ export class SessionHandle {
   constructor(
     readonly sessionId: string,
     readonly workflow: WorkflowHandle,
-    private readonly timelineLog?: TimelineLog,
+    private readonly context: HandleContext = {},
   ) {}
+
+  private get timelineLog(): TimelineLog | undefined {
+    return this.context.timeline;
+  }
 
   /**
    * Goes back to a checkpoint (`to`: its timeline index or id) in place. A running session is checkpointed first
@@ -252,9 +326,48 @@ export class SessionHandle {
    */
   async fork(input: ForkInput = {}): Promise<ForkResult> {
     const args = withKey(parseInput(ForkInput, input, this.sessionId));
-    return this.update(() =>
-      this.workflow.executeUpdate(forkUpdate, { args: [args], updateId: updateIdFor('fork', args.idempotencyKey) }),
-    );
+    try {
+      return await this.update(() =>
+        this.workflow.executeUpdate(forkUpdate, { args: [args], updateId: updateIdFor('fork', args.idempotencyKey) }),
+      );
+    } catch (err) {
+      // An ended session has no workflow to do it: its checkpoints are forked from here (DBOS's fork of a finished run).
+      if (!(err instanceof SessionClosedError) || !this.context.forkEnded) throw err;
+      return this.context.forkEnded(this, args, await this.endedCheckpoint(args));
+    }
+  }
+
+  /** The checkpoint of an ended session that a fork names: by index or id, else its head. */
+  private async endedCheckpoint(input: ForkInput): Promise<CheckpointRef> {
+    if (input.messageIndex !== undefined) {
+      throw new InvalidInputError(
+        `session ${this.sessionId} has ended: fork it by "from" (an index or checkpoint id), not by messageIndex`,
+        this.sessionId,
+        [],
+      );
+    }
+    const { from } = input;
+    if (from === undefined) {
+      const { head } = await this.status();
+      if (!head) throw new SnapshotNotFoundError(`session ${this.sessionId} has no checkpoint`, this.sessionId, '');
+      return head;
+    }
+    for (let page: TimelinePage | null = await this.timelinePage({ from: 1, limit: 1000, all: true }); page;) {
+      for (const e of page.entries) {
+        if (e.kind === 'checkpoint' && (e.index === from || e.checkpoint.checkpointId === from)) return e.checkpoint;
+      }
+      page = page.next === null ? null : await this.timelinePage({ from: page.next, limit: 1000, all: true });
+    }
+    throw new SnapshotNotFoundError(`session ${this.sessionId} has no checkpoint ${String(from)}`, this.sessionId, '');
+  }
+
+  /** The spec the session was started with, from its workflow's history (a continued run carries it too). */
+  async startSpec(): Promise<StartSessionInput> {
+    const history = await this.call(() => this.workflow.fetchHistory());
+    const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
+    const input = payload ? defaultPayloadConverter.fromPayload<SessionWorkflowInput>(payload) : undefined;
+    if (!input?.spec) throw new SessionNotFoundError(`session ${this.sessionId} has no start spec`, this.sessionId);
+    return input.spec;
   }
 
   /** A fork of the current state: `branch({ count: 3 })` makes three sessions like this one. */

@@ -293,6 +293,17 @@ export const SessionWorkflowInput = strictObject({
       turnStarts: z.array(z.number().int().min(0)).max(1000),
     }).optional(),
   }).optional(),
+  /**
+   * A fork of a session that has ended (no workflow left to ask): this first run makes its first checkpoint from the
+   * source's itself (claiming its id for itself), then runs like any fork.
+   */
+  forkOfEnded: strictObject({
+    from: ForkOrigin,
+    /** The source's checkpoint, as the source recorded it (its digest is checked on restore). */
+    source: CheckpointRef,
+    label: z.string().max(200).optional(),
+    paused: z.boolean().optional(),
+  }).optional(),
 });
 export type SessionWorkflowInput = z.infer<typeof SessionWorkflowInput>;
 

@@ -24,7 +24,7 @@ import { CONTRACTS_PATCH, LEAN_PATCH } from './patches';
 const FLUSH_WITH_CAPTURE = 200;
 import type { Recovery } from './recovery';
 import { recorded, restoreFailed, restoreWithFallback, resumed } from './restore';
-import { now, type Session } from './session';
+import { now, startsAsFork, type Session } from './session';
 
 /**
  * What each control does to the session, once the ControlQueue has accepted it and its turn has come: start,
@@ -51,8 +51,16 @@ export class SessionController {
    * A first run claims the session id and starts the runtime (a fork's resumes from the checkpoint it was forked at,
    * unless asked to stay paused); a continued run watches the runtime it was handed.
    */
-  begin(firstRun: boolean, fork?: SessionWorkflowInput['fork']): void {
+  begin(
+    firstRun: boolean,
+    fork?: SessionWorkflowInput['fork'],
+    forkOfEnded?: SessionWorkflowInput['forkOfEnded'],
+  ): void {
     const { session } = this;
+    if (forkOfEnded) {
+      void this.queue.serial(() => this.forkFromEnded(forkOfEnded));
+      return;
+    }
     if (fork) {
       void this.queue.serial(async () => {
         if (!(await this.claimed())) return;
@@ -203,6 +211,40 @@ export class SessionController {
       state.phase = 'failed';
       return false;
     }
+  }
+
+  /**
+   * Makes this session's first checkpoint from an ended session's (the store shares its chunks), claiming the id for
+   * this run; then the session is paused at it, like any fork. A refusal (the id is taken, the checkpoint is gone)
+   * fails the start with its typed error, having made nothing.
+   */
+  private async forkFromEnded(fork: NonNullable<SessionWorkflowInput['forkOfEnded']>): Promise<void> {
+    const { session } = this;
+    const { state } = session;
+    try {
+      const [checkpoint] = await shared.forkSessions({
+        source: { sessionId: fork.from.sessionId, checkpointId: fork.from.checkpointId },
+        targets: [
+          {
+            sessionId: session.id,
+            checkpointId: `000001-${uuid4().slice(0, 8)}`,
+            owner: workflowInfo().firstExecutionRunId,
+            ...(fork.label ? { label: fork.label } : {}),
+          },
+        ],
+      });
+      const ref = {
+        ...checkpoint!,
+        ...(fork.source.messageCount !== undefined ? { messageCount: fork.source.messageCount } : {}),
+      };
+      startsAsFork(state, { from: fork.from, checkpoint: ref, claimOwner: workflowInfo().firstExecutionRunId });
+      session.touch();
+    } catch (err) {
+      session.fail(typeOf(err) ?? ERROR_CODES.RuntimeFailed, `the fork could not be made: ${failureMessage(err)}`);
+      return;
+    }
+    // A resume that fails leaves the fork paused with the reason, like any resume.
+    if (!fork.paused) await this.resume({}, 'fork').catch(() => undefined);
   }
 
   private async start(): Promise<void> {

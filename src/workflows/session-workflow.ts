@@ -133,7 +133,7 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
       'indices, oldest first; the whole timeline is in the snapshot store (CLI: `timeline --from`).',
   });
 
-  controller.begin(input.carried === undefined, input.fork);
+  controller.begin(input.carried === undefined, input.fork, input.forkOfEnded);
 
   const shouldContinueAsNew = () => workflowInfo().continueAsNewSuggested;
   let ending = false;

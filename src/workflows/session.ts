@@ -268,7 +268,7 @@ export function stateOf(input: SessionWorkflowInput): SessionState {
 }
 
 /** A fork's first state: paused at the checkpoint it was forked at, which is its first timeline entry but one. */
-function startsAsFork(state: SessionState, fork: NonNullable<SessionWorkflowInput['fork']>): void {
+export function startsAsFork(state: SessionState, fork: NonNullable<SessionWorkflowInput['fork']>): void {
   const rc = state.runControl;
   rc.forkedFrom = fork.from;
   if (fork.conversation && fork.checkpoint.messageCount !== undefined) {

@@ -327,3 +327,31 @@ describe('a fork family in the store', () => {
     await fork.stop({ checkpoint: false });
   }, 60_000);
 });
+
+test('a session that has ended can still be forked: from its head or an index, through the start path', async () => {
+  const { session, sessionId, runtime } = await memorySession('ended-src');
+  sys.memory.write(runtime.instanceId, 'kept at index');
+  const c = await session.checkpoint();
+  sys.memory.write(runtime.instanceId, 'final');
+  await session.stop(); // takes a final checkpoint: the head
+  const fromHead = await session.fork({ newSessionId: newId('ended-head') });
+  const fromIndex = await session.fork({ from: c.index!, newSessionId: newId('ended-index'), paused: true });
+  expect(fromIndex.from.checkpointId).toBe(c.checkpointId);
+
+  const head = sys.sessions.get(fromHead.forks[0]!.sessionId);
+  expect(await memoryState(head)).toBe('final');
+  expect((await head.status()).forkedFrom).toMatchObject({ sessionId, checkpointId: fromHead.from.checkpointId });
+  const indexed = sys.sessions.get(fromIndex.forks[0]!.sessionId);
+  expect((await indexed.status()).phase).toBe('paused');
+  await indexed.resume();
+  expect(await memoryState(indexed)).toBe('kept at index');
+  const d = await sys.client.workflow.getHandle(sessionWorkflowId(indexed.sessionId)).describe();
+  expect(d.typedSearchAttributes.get(forkedFromKey)).toBe(`${sessionId}/${c.checkpointId}`);
+
+  // Its ids are checked like any start's.
+  await expect(session.fork({ newSessionId: indexed.sessionId })).rejects.toMatchObject({
+    code: 'SessionAlreadyExists',
+  });
+  await expect(session.fork({ from: 999 })).rejects.toBeInstanceOf(SnapshotNotFoundError);
+  for (const h of [head, indexed]) await h.stop({ checkpoint: false });
+}, 60_000);
