@@ -468,7 +468,8 @@ export function createActivities(deps: ActivityDeps) {
      */
     async forkSessions(input: ForkSessionsInput): Promise<CheckpointRef[]> {
       const store = deps.store as SnapshotStore & Partial<ForkingStore>;
-      if (typeof store.fork !== 'function') {
+      const fork = store.fork?.bind(store);
+      if (!fork) {
         throw toFailure(
           new SnapshotIncompatibleError(
             'this snapshot store cannot fork: forks need the chunked store (format 2 or later)',
@@ -477,22 +478,23 @@ export function createActivities(deps: ActivityDeps) {
           ),
         );
       }
-      const refs: CheckpointRef[] = [];
       try {
-        for (const target of input.targets) {
-          await store.claim(target.sessionId, target.owner);
-          const made = await readManifestIfExists(store, target.sessionId, target.checkpointId);
-          const manifest =
-            made ??
-            (await store.fork(input.source, {
-              sessionId: target.sessionId,
-              checkpointId: target.checkpointId,
-              trigger: 'fork',
-              ...(target.label ? { label: target.label } : {}),
-            }));
-          refs.push(toCheckpointRef(manifest));
-        }
-        return refs;
+        // Each fork is a manifest over shared chunks: independent of the others, so made side by side.
+        return await Promise.all(
+          input.targets.map(async (target) => {
+            await store.claim(target.sessionId, target.owner);
+            const made = await readManifestIfExists(store, target.sessionId, target.checkpointId);
+            const manifest =
+              made ??
+              (await fork(input.source, {
+                sessionId: target.sessionId,
+                checkpointId: target.checkpointId,
+                trigger: 'fork',
+                ...(target.label ? { label: target.label } : {}),
+              }));
+            return toCheckpointRef(manifest);
+          }),
+        );
       } catch (err) {
         throw toFailure(err);
       }

@@ -142,21 +142,26 @@ export class RunControls {
       checkpointId: from.checkpointId,
       ...(from.index !== undefined ? { index: from.index } : {}),
     };
-    for (const [i, spec] of specs.entries()) {
-      const args: SessionWorkflowInput = {
-        spec,
-        fork: {
-          from: origin,
-          checkpoint: { ...refs[i]!, ...(from.messageCount !== undefined ? { messageCount: from.messageCount } : {}) },
-          claimOwner: owner,
-          ...(input.paused ? { paused: true } : {}),
-          ...this.conversationAt(from),
-        },
-      };
-      try {
-        await startChild('sessionWorkflow', {
+    // All children in one workflow task: n forks cost one round trip, not n.
+    const started = await Promise.allSettled(
+      specs.map((spec, i) =>
+        startChild('sessionWorkflow', {
           workflowId: sessionWorkflowId(spec.sessionId),
-          args: [args],
+          args: [
+            {
+              spec,
+              fork: {
+                from: origin,
+                checkpoint: {
+                  ...refs[i]!,
+                  ...(from.messageCount !== undefined ? { messageCount: from.messageCount } : {}),
+                },
+                claimOwner: owner,
+                ...(input.paused ? { paused: true } : {}),
+                ...this.conversationAt(from),
+              },
+            } satisfies SessionWorkflowInput,
+          ],
           parentClosePolicy: ParentClosePolicy.ABANDON,
           workflowIdReusePolicy: 'REJECT_DUPLICATE',
           typedSearchAttributes: [
@@ -166,13 +171,18 @@ export class RunControls {
           ],
           staticSummary: `session ${spec.sessionId} (${spec.runtime.kind}), fork of ${session.id}`,
           ...(spec.description ? { staticDetails: spec.description } : {}),
-        });
-      } catch (err) {
-        const taken = err instanceof WorkflowExecutionAlreadyStartedError;
-        const reason = taken ? `session ${spec.sessionId} exists already` : failureMessage(err);
-        session.controlFailed('fork', err);
-        throw failure(taken ? ERROR_CODES.SessionAlreadyExists : (typeOf(err) ?? ERROR_CODES.RuntimeFailed), reason);
-      }
+        }),
+      ),
+    );
+    const refused = started.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (refused) {
+      const err: unknown = refused.reason;
+      const taken = err instanceof WorkflowExecutionAlreadyStartedError;
+      session.controlFailed('fork', err);
+      throw failure(
+        taken ? ERROR_CODES.SessionAlreadyExists : (typeOf(err) ?? ERROR_CODES.RuntimeFailed),
+        taken ? `a fork's session id exists already: ${failureMessage(err)}` : failureMessage(err),
+      );
     }
     const forks = refs.map((checkpoint, i) => ({ sessionId: ids[i]!, checkpoint }));
     const rc = session.runControl;
