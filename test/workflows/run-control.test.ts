@@ -355,3 +355,23 @@ test('a session that has ended can still be forked: from its head or an index, t
   await expect(session.fork({ from: 999 })).rejects.toBeInstanceOf(SnapshotNotFoundError);
   for (const h of [head, indexed]) await h.stop({ checkpoint: false });
 }, 60_000);
+
+test('a tampered timeline record is a typed refusal: the rewind that needs it changes nothing', async () => {
+  const { session, sessionId } = await memorySession('tampered-log');
+  const first = await session.checkpoint({ label: 'long ago' });
+  // Enough checkpoints that the first one has left the session's window: only the store's log knows it.
+  for (let i = 0; i < 135; i++) await session.signal('checkpoint');
+  await eventually(async () => (await session.status()).checkpointCount >= 136, 60_000);
+  await session.checkpoint(); // takes what waited to the store
+  const segment = path.join(sys.dir, 'snapshots', sessionId, 'timeline', `${'1'.padStart(16, '0')}.log`);
+  const bytes = fs.readFileSync(segment);
+  bytes[40] = bytes[40]! ^ 0xff; // inside the first record's sealed body
+  fs.writeFileSync(segment, bytes);
+
+  const before = await session.status();
+  await expect(session.rewind({ to: first.index! })).rejects.toMatchObject({ code: 'SnapshotTampered' });
+  const after = await session.status();
+  expect(after).toMatchObject({ phase: 'running', branch: 0, head: before.head });
+  await expect(session.timeline({ from: 1, limit: 5 })).rejects.toMatchObject({ code: 'SnapshotTampered' });
+  await session.stop({ checkpoint: false });
+}, 120_000);
