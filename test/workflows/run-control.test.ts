@@ -247,6 +247,19 @@ describe('policies', () => {
     await session.stop({ checkpoint: false });
   }, 30_000);
 
+  test('checkpointOnlyIfActive: no automatic checkpoint of a state nothing changed', async () => {
+    const { session, runtime } = await memorySession('only-active', {
+      policies: { checkpointEveryMs: 1_000, checkpointOnlyIfActive: true },
+    });
+    await eventually(async () => (await session.status()).checkpointCount >= 1, 15_000);
+    const idle = (await session.status()).checkpointCount;
+    await new Promise((r) => setTimeout(r, 3_000));
+    expect((await session.status()).checkpointCount).toBe(idle);
+    sys.memory.write(runtime.instanceId, 'something happened');
+    await eventually(async () => (await session.status()).checkpointCount === idle + 1, 15_000);
+    await session.stop({ checkpoint: false });
+  }, 40_000);
+
   test('an idle session pauses itself; a paused one stops after its time', async () => {
     const { session } = await memorySession('idle', {
       policies: { idlePauseAfterMs: 1_500, stopPausedAfterMs: 1_500 },
