@@ -32,6 +32,7 @@ import type {
 import { HostRefusedError, HostState } from './host-state';
 import { ConversationRuntime, RuntimeNotFoundError } from '../runtimes';
 import {
+  type ChunkedSnapshotStore,
   type CheckpointManifest,
   SnapshotError,
   SnapshotIncompatibleError,
@@ -524,12 +525,7 @@ export function createActivities(deps: ActivityDeps) {
 export type SessionActivities = ReturnType<typeof createActivities>;
 
 /** The store's fork (the chunked store has it; format 1 has no chunks to share). */
-interface ForkingStore {
-  fork(
-    source: { sessionId: string; checkpointId: string },
-    target: { sessionId: string; checkpointId: string; label?: string; trigger: 'fork' },
-  ): Promise<CheckpointManifest>;
-}
+type ForkingStore = Pick<ChunkedSnapshotStore, 'fork'>;
 
 function timelineOf(deps: ActivityDeps): TimelineLog {
   if (deps.timeline) return deps.timeline;

@@ -48,6 +48,7 @@ import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { isError } from '../errors';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
+import { forkSessionIds } from '../domain/names';
 import { foldTimeline, inView, mergeByIndex } from '../domain/timeline';
 import type { TimelineLog } from '../snapshots';
 import {
@@ -144,9 +145,7 @@ export class SessionClient {
    */
   private async forkEnded(source: SessionHandle, input: ForkInput, from: CheckpointRef): Promise<ForkResult> {
     const spec = await source.startSpec();
-    const count = input.count ?? 1;
-    const base = input.newSessionId ?? `${source.sessionId}-fork-${randomUUID().slice(0, 8)}`;
-    const ids = count === 1 ? [base] : Array.from({ length: count }, (_, i) => `${base}-${i + 1}`);
+    const ids = forkSessionIds(source.sessionId, input.newSessionId, input.count ?? 1, randomUUID().slice(0, 8));
     const origin = {
       sessionId: source.sessionId,
       checkpointId: from.checkpointId,
@@ -155,42 +154,17 @@ export class SessionClient {
     const forks: ForkResult['forks'] = [];
     for (const sessionId of ids) {
       const forkSpec = parseInput(StartSessionInput, { ...spec, ...input.overrides, sessionId }, sessionId);
-      const workflowId = sessionWorkflowId(sessionId);
-      const startWorkflowOperation = new WithStartWorkflowOperation('sessionWorkflow', {
-        workflowId,
-        taskQueue: this.taskQueue,
-        args: [
-          {
-            spec: forkSpec,
-            forkOfEnded: {
-              from: origin,
-              source: from,
-              ...(input.label ? { label: input.label } : {}),
-              ...(input.paused ? { paused: true } : {}),
-            },
-          } satisfies SessionWorkflowInput,
-        ],
-        workflowIdReusePolicy: 'REJECT_DUPLICATE',
-        workflowIdConflictPolicy: 'FAIL',
-        typedSearchAttributes: [
-          { key: sessionStateKey, value: 'starting' },
-          { key: sessionRuntimeKey, value: forkSpec.runtime.kind },
-          { key: forkedFromKey, value: `${source.sessionId}/${from.checkpointId}` },
-        ],
-        staticSummary: `session ${sessionId} (${forkSpec.runtime.kind}), fork of ${source.sessionId}`,
-        staticDetails: forkSpec.description,
-      });
-      try {
-        const status = await this.options.client.workflow
-          .executeUpdateWithStart(startUpdate, { args: [forkSpec], startWorkflowOperation })
-          .catch((err: unknown) => this.whyNotStarted(err, workflowId, sessionId));
-        forks.push({ sessionId, checkpoint: status.head! });
-      } catch (err) {
-        if (err instanceof WorkflowExecutionAlreadyStartedError) {
-          throw new SessionAlreadyExistsError(`session ${sessionId} already exists`, sessionId, { cause: err });
-        }
-        throw err;
-      }
+      const forkOfEnded = {
+        from: origin,
+        source: from,
+        ...(input.label ? { label: input.label } : {}),
+        ...(input.paused ? { paused: true } : {}),
+      };
+      const { status } = await this.startAndAnswer(
+        this.startOptions(forkSpec, { spec: forkSpec, forkOfEnded }, { forkOf: origin }),
+        forkSpec,
+      );
+      forks.push({ sessionId, checkpoint: status.head! });
     }
     return { from, forks };
   }
@@ -204,41 +178,55 @@ export class SessionClient {
    */
   async start(spec: StartSessionInput, options: { wait?: boolean } = {}): Promise<SessionHandle> {
     const input = parseInput(StartSessionInput, spec, typeof spec?.sessionId === 'string' ? spec.sessionId : '');
-    const workflowId = sessionWorkflowId(input.sessionId);
-    const startOptions: WorkflowStartOptions & { workflowIdConflictPolicy: 'FAIL' } = {
-      workflowId,
+    const startOptions = this.startOptions(input, { spec: input });
+    if (options.wait === false) {
+      try {
+        const handle = await this.options.client.workflow.start('sessionWorkflow', startOptions);
+        return new SessionHandle(input.sessionId, handle, this.context);
+      } catch (err) {
+        throw alreadyExists(err, input.sessionId);
+      }
+    }
+    const { handle } = await this.startAndAnswer(startOptions, input);
+    return new SessionHandle(input.sessionId, handle, this.context);
+  }
+
+  /** How every session's workflow is started: a new session, or a fork of one that has ended. */
+  private startOptions(
+    spec: StartSessionInput,
+    args: SessionWorkflowInput,
+    { forkOf }: { forkOf?: { sessionId: string; checkpointId: string } } = {},
+  ): WorkflowStartOptions & { workflowIdConflictPolicy: 'FAIL' } {
+    return {
+      workflowId: sessionWorkflowId(spec.sessionId),
       taskQueue: this.taskQueue,
-      args: [{ spec: input } satisfies SessionWorkflowInput],
+      args: [args],
       // Session ids are never reused: neither a running nor an ended session's id starts another.
       workflowIdReusePolicy: 'REJECT_DUPLICATE',
       workflowIdConflictPolicy: 'FAIL',
       typedSearchAttributes: [
         { key: sessionStateKey, value: 'starting' },
-        { key: sessionRuntimeKey, value: input.runtime.kind },
+        { key: sessionRuntimeKey, value: spec.runtime.kind },
+        ...(forkOf ? [{ key: forkedFromKey, value: `${forkOf.sessionId}/${forkOf.checkpointId}` }] : []),
       ],
-      staticSummary: `session ${input.sessionId} (${input.runtime.kind})`,
-      staticDetails: input.description,
+      staticSummary: `session ${spec.sessionId} (${spec.runtime.kind})${forkOf ? `, fork of ${forkOf.sessionId}` : ''}`,
+      staticDetails: spec.description,
     };
+  }
+
+  /** Starts the workflow with its `start` update (update-with-start): its status once started, or the typed failure. */
+  private async startAndAnswer(
+    startOptions: WorkflowStartOptions & { workflowIdConflictPolicy: 'FAIL' },
+    spec: StartSessionInput,
+  ): Promise<{ status: SessionStatus; handle: WorkflowHandle }> {
+    const startWorkflowOperation = new WithStartWorkflowOperation('sessionWorkflow', startOptions);
     try {
-      if (options.wait === false) {
-        return new SessionHandle(
-          input.sessionId,
-          await this.options.client.workflow.start('sessionWorkflow', startOptions),
-          this.context,
-        );
-      }
-      const startWorkflowOperation = new WithStartWorkflowOperation('sessionWorkflow', startOptions);
-      await this.options.client.workflow
-        .executeUpdateWithStart(startUpdate, { args: [input], startWorkflowOperation })
-        .catch((err: unknown) => this.whyNotStarted(err, workflowId, input.sessionId));
-      return new SessionHandle(input.sessionId, await startWorkflowOperation.workflowHandle(), this.context);
+      const status = await this.options.client.workflow
+        .executeUpdateWithStart(startUpdate, { args: [spec], startWorkflowOperation })
+        .catch((err: unknown) => this.whyNotStarted(err, startOptions.workflowId, spec.sessionId));
+      return { status, handle: await startWorkflowOperation.workflowHandle() };
     } catch (err) {
-      if (err instanceof WorkflowExecutionAlreadyStartedError) {
-        throw new SessionAlreadyExistsError(`session ${input.sessionId} already exists`, input.sessionId, {
-          cause: err,
-        });
-      }
-      throw err;
+      throw alreadyExists(err, spec.sessionId);
     }
   }
 
@@ -612,6 +600,13 @@ const PhaseSchema = z.enum(PHASES);
 
 /** How often a control refused as Busy is sent again (about half a minute in all). */
 const BUSY_ATTEMPTS = 80;
+
+/** A workflow id in use is the session id in use: session ids are never reused. */
+function alreadyExists(err: unknown, sessionId: string): unknown {
+  return err instanceof WorkflowExecutionAlreadyStartedError
+    ? new SessionAlreadyExistsError(`session ${sessionId} already exists`, sessionId, { cause: err })
+    : err;
+}
 
 /** Every control carries an idempotency key: the caller's, or one made here (a retried call then runs once). */
 function withKey<T extends { idempotencyKey?: string }>(input: T): T {

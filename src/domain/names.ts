@@ -35,3 +35,17 @@ function editDistance(a: string, b: string): number {
   }
   return d[a.length]![b.length]!;
 }
+
+/**
+ * The ids of the sessions a fork makes: `newSessionId` (or `<source>-fork-<suffix>`), and with `count` > 1 each of
+ * them `<id>-1…n`. The workflow and the client (for an ended source) name forks the same way.
+ */
+export function forkSessionIds(
+  sourceId: string,
+  newSessionId: string | undefined,
+  count: number,
+  suffix: string,
+): string[] {
+  const base = newSessionId ?? `${sourceId}-fork-${suffix}`;
+  return count === 1 ? [base] : Array.from({ length: count }, (_, i) => `${base}-${i + 1}`);
+}

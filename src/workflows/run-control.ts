@@ -24,6 +24,7 @@ import {
   type RewindInput,
 } from '../domain/schemas';
 import { safeCut } from '../domain/conversation';
+import { forkSessionIds } from '../domain/names';
 import { local, onHost, onPlacedHost, shared } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
 import { asFailure, failure, failureMessage, typeOf } from './failures';
@@ -396,9 +397,7 @@ export class RunControls {
 
   private forkIds(input: BranchInput): string[] {
     const { session } = this;
-    const count = input.count ?? 1;
-    const base = input.newSessionId ?? `${session.id}-fork-${uuid4().slice(0, 8)}`;
-    const ids = count === 1 ? [base] : Array.from({ length: count }, (_, i) => `${base}-${i + 1}`);
+    const ids = forkSessionIds(session.id, input.newSessionId, input.count ?? 1, uuid4().slice(0, 8));
     for (const id of ids) parse(SessionId, id);
     if (ids.includes(session.id)) throw failure(ERROR_CODES.InvalidInput, 'a fork needs a new session id, not its own');
     return ids;
