@@ -1,7 +1,7 @@
 /** What the workflows send the activities and get back: the activities' wire shapes, apart from their code. */
 import type { RuntimeInstanceRef, TimelineEntry } from '../api/messages';
 import type { Message } from '../domain/conversation';
-import type { CheckpointRef, CheckpointTrigger, RuntimeSpec } from '../domain/schemas';
+import type { CheckpointTrigger, RuntimeSpec } from '../domain/schemas';
 import type { ExitInfo } from '../runtimes';
 import type { ExitCursor } from './host-state';
 
@@ -73,9 +73,6 @@ export interface FindCheckpointInput {
   checkpointId?: string;
   messageIndex?: number;
 }
-
-/** A checkpoint found in the timeline. */
-export type FoundCheckpoint = CheckpointRef;
 
 export interface ForkSessionsInput {
   source: { sessionId: string; checkpointId: string };

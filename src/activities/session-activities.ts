@@ -16,7 +16,6 @@ import type {
   AppendTimelineInput,
   FindCheckpointInput,
   ForkSessionsInput,
-  FoundCheckpoint,
   AppendMessagesInput,
   CaptureInput,
   HostLeaseInput,
@@ -451,7 +450,7 @@ export function createActivities(deps: ActivityDeps) {
      * A checkpoint of the session named by its timeline index, its id or (conversation runtime) its message index, read
      * from the store's timeline: null when the timeline has no such checkpoint, or retention deleted it since.
      */
-    async findCheckpoint(input: FindCheckpointInput): Promise<FoundCheckpoint | null> {
+    async findCheckpoint(input: FindCheckpointInput): Promise<CheckpointRef | null> {
       try {
         const found = await findInTimeline(timelineOf(deps), input);
         if (!found) return null;
@@ -549,7 +548,7 @@ function records(entries: readonly TimelineEntry[]): TimelineRecord[] {
 }
 
 /** Pages through the store's timeline for a checkpoint entry that matches (an index is one page read). */
-async function findInTimeline(log: TimelineLog, input: FindCheckpointInput): Promise<FoundCheckpoint | null> {
+async function findInTimeline(log: TimelineLog, input: FindCheckpointInput): Promise<CheckpointRef | null> {
   const matches = (e: TimelineEntry): e is Extract<TimelineEntry, { kind: 'checkpoint' }> =>
     e.kind === 'checkpoint' &&
     (input.index !== undefined
@@ -558,7 +557,7 @@ async function findInTimeline(log: TimelineLog, input: FindCheckpointInput): Pro
         ? e.checkpoint.checkpointId === input.checkpointId
         : e.messageIndex === input.messageIndex);
   let from: number | null = input.index ?? 1;
-  let found: FoundCheckpoint | null = null;
+  let found: CheckpointRef | null = null;
   while (from !== null) {
     const page: { entries: unknown[]; next: number | null } = await log.readTimeline(input.sessionId, {
       from,
