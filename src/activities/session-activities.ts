@@ -106,6 +106,14 @@ export function createActivities(deps: ActivityDeps) {
     return runtime;
   };
 
+  const lastActivityOf = async (input: InstanceInput): Promise<string | null> => {
+    try {
+      return (await runtimeFor(input.instance.kind).lastActivity?.(input.instance.instanceId)) ?? null;
+    } catch (err) {
+      throw toFailure(err);
+    }
+  };
+
   const conversationOf = (ref: RuntimeInstanceRef): ConversationRuntime => {
     const runtime = runtimeFor(ref.kind);
     if (!(runtime instanceof ConversationRuntime)) {
@@ -505,12 +513,16 @@ export function createActivities(deps: ActivityDeps) {
      * as far as its runtime can tell; null when it cannot.
      */
     async lastActivity(input: InstanceInput): Promise<string | null> {
-      const runtime = runtimeFor(input.instance.kind);
-      try {
-        return (await runtime.lastActivity?.(input.instance.instanceId)) ?? null;
-      } catch (err) {
-        throw toFailure(err);
-      }
+      return lastActivityOf(input);
+    },
+
+    /**
+     * How long ago the instance last showed activity, by this host's clock; null when its runtime cannot tell. An age,
+     * not a timestamp: the workflow places it on its own clock, whatever this host's clock says.
+     */
+    async idleFor(input: InstanceInput): Promise<number | null> {
+      const at = await lastActivityOf(input);
+      return at === null ? null : Math.max(0, Date.now() - Date.parse(at));
     },
   };
   // A drain must also reach the sessions whose instance is still being made here when it begins.

@@ -34,3 +34,10 @@ export const LEAN_PATCH = 'lean-lifecycle';
  * policies run on timers.
  */
 export const RUN_CONTROL_PATCH = 'run-control';
+
+/**
+ * Policies keep time by the workflow's clock alone: the last checkpoint is when the workflow recorded it (not the
+ * host's `createdAt`), and a runtime's activity comes as an age (`idleFor`), not a host timestamp. A host whose clock
+ * is behind the server's no longer makes every automatic checkpoint due at once.
+ */
+export const POLICY_CLOCK_PATCH = 'policy-workflow-clock';

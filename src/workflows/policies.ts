@@ -1,9 +1,10 @@
-import { condition, log } from '@temporalio/workflow';
+import { condition, log, patched } from '@temporalio/workflow';
 import type { PauseInput, StopInput } from '../domain/schemas';
 import { isFinal } from '../domain/session-state';
 import type { ControlQueue } from './control-queue';
 import { askHost } from './activity-proxies';
 import { failureMessage } from './failures';
+import { POLICY_CLOCK_PATCH } from './patches';
 import { now, type Session } from './session';
 import type { SessionController } from './session-controller';
 
@@ -151,13 +152,21 @@ export class PolicyClock {
       .catch(ignore);
   }
 
-  /** When the runtime last showed activity, as its host tells; null when it cannot tell or cannot be asked. */
+  /**
+   * When the runtime last showed activity, by the workflow's clock (the host tells how long ago); null when it cannot
+   * tell or cannot be asked.
+   */
   private async runtimeActivity(): Promise<number | null> {
     const { state } = this.session;
     const runtime = state.runtime;
     if (!runtime) return null;
     try {
-      const at = await askHost(runtime.hostTaskQueue, state.spec.liveness).lastActivity({ instance: runtime });
+      const host = askHost(runtime.hostTaskQueue, state.spec.liveness);
+      if (patched(POLICY_CLOCK_PATCH)) {
+        const idleMs = await host.idleFor({ instance: runtime });
+        return idleMs === null ? null : Date.now() - idleMs;
+      }
+      const at = await host.lastActivity({ instance: runtime });
       return at ? Date.parse(at) : null;
     } catch (err) {
       log.warn('runtime activity unknown', { error: failureMessage(err) });

@@ -15,7 +15,7 @@ import { StartSessionInput, type CheckpointRef, type VerificationResult } from '
 import { isFinal, transition, type Control, type Phase, type SessionEvent } from '../domain/session-state';
 import { failure, failureMessage, invalidTransition, typeOf } from './failures';
 import { parse } from './inputs';
-import { LEAN_PATCH } from './patches';
+import { LEAN_PATCH, POLICY_CLOCK_PATCH } from './patches';
 
 /** Everything a run hands to the next one at continue-as-new. */
 export type SessionState = CarriedState & { rejectedSignals: RejectedSignal[]; runControl: RunControlState };
@@ -112,7 +112,7 @@ export class Session {
     state.checkpoints.push(ref);
     state.head = ref;
     rc.checkpointCount++;
-    rc.lastCheckpointAt = ref.createdAt;
+    rc.lastCheckpointAt = patched(POLICY_CLOCK_PATCH) ? now() : ref.createdAt;
     this.setTip(rc.branch, ref.checkpointId);
     this.trimCheckpoints();
   }
@@ -298,7 +298,7 @@ export function startsAsFork(state: SessionState, fork: NonNullable<SessionWorkf
   state.head = ref;
   state.nextSequence = ref.sequence + 1;
   rc.checkpointCount = 1;
-  rc.lastCheckpointAt = ref.createdAt;
+  rc.lastCheckpointAt = patched(POLICY_CLOCK_PATCH) ? now() : ref.createdAt;
   rc.tips.push({ branch: 0, checkpointId: ref.checkpointId });
 }
 
