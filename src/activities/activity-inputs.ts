@@ -53,6 +53,8 @@ export interface HostLeaseResult {
   exits: { instanceId: string; exit: ExitInfo }[];
   released: string[];
   missing: string[];
+  /** The host asks its monitor to wait this long before the next lease (its `leaseRestMs`). */
+  restMs?: number;
 }
 
 export interface VerifyCheckpointInput {

@@ -60,6 +60,12 @@ export interface ActivityDeps {
   watchRoundMs?: number;
   /** How long the host's lease runs before it returns the exits its sessions asked for (default 10 minutes). */
   leaseRoundMs?: number;
+  /**
+   * How long the monitor waits between a quiet lease round and the next (default 0: it leases again at once). While
+   * it waits, Temporal holds no activity for the host, so a time-skipping server can move time; an exit or the loss
+   * of the host is noticed up to this much later.
+   */
+  leaseRestMs?: number;
 }
 
 /**
@@ -314,11 +320,13 @@ export function createActivities(deps: ActivityDeps) {
           exits.length >= MAX_RELEASED_PER_ROUND ||
           Date.now() >= roundEnds
         ) {
+          const quiet = missing.length === 0 && news.length === 0;
           return {
             cursor: host.cursor,
             exits: news.map(({ instanceId, exit }) => ({ instanceId, exit })),
             released: exits.filter((e) => e.bySession).map((e) => e.instanceId),
             missing,
+            ...(quiet && deps.leaseRestMs ? { restMs: deps.leaseRestMs } : {}),
           };
         }
         ctx.heartbeat();

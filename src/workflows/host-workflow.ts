@@ -35,6 +35,16 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
   let leaseTimeouts: Timeouts | undefined;
   let restarted = false;
 
+  let resting = false;
+  const rest = async (ms: number) => {
+    resting = true;
+    try {
+      await condition(() => !resting || restarted || workflowInfo().continueAsNewSuggested, ms);
+    } finally {
+      resting = false;
+    }
+  };
+
   setHandler(attachRuntimeSignal, (rawAttachment) => {
     const attachment = HostAttachment.safeParse(rawAttachment);
     if (!attachment.success) {
@@ -42,6 +52,7 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
       return;
     }
     attached.set(attachment.data.instanceId, attachment.data);
+    resting = false;
     // A session that wants its host's loss noticed sooner than the lease under way would notice it: lease again.
     const wanted = timeoutsOf(attached);
     if (leaseTimeouts && tighter(wanted, leaseTimeouts)) lease?.cancel();
@@ -69,6 +80,8 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
       );
       cursor = result.cursor;
       await passOn(result);
+      // Old results carry no restMs: their replay schedules no timer. A new attachment or a restart ends the rest.
+      if (result.restMs) await rest(result.restMs);
     } catch (err) {
       if (scope.consideredCancelled || restarted) continue;
       if (isCancellation(err)) throw err;

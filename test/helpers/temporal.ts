@@ -42,6 +42,8 @@ export interface HostOptions {
   maxSessions?: number;
   /** How long the host's lease activity holds on to the exits sessions asked for before it reports them. */
   leaseRoundMs?: number;
+  /** How long the host's monitor waits between quiet lease rounds (ActivityDeps.leaseRestMs). */
+  leaseRestMs?: number;
 }
 
 export interface TestHost {
@@ -112,6 +114,7 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
       watchHeartbeatMs: hostOptions.watchHeartbeatMs ?? 1_000,
       maxSessions: hostOptions.maxSessions,
       leaseRoundMs: hostOptions.leaseRoundMs,
+      leaseRestMs: hostOptions.leaseRestMs,
     };
     // One connection per host, as separate machines have: the SDK allows one worker per queue per connection.
     const nativeConnection = await NativeConnection.connect({ address });

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Duration } from '@temporalio/common';
+import { msToNumber } from '@temporalio/common/lib/time';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { hostWorkflowId } from '../../src/api/messages';
 import { SEARCH_ATTRIBUTES } from '../../src/api/search-attributes';
@@ -18,9 +19,11 @@ export interface TimeSkippingSystem extends TestSystem {
   env: TestWorkflowEnvironment;
   /**
    * Moves server time on by `duration` once the first host's lease activity has ended, and fails within
-   * `wallTimeoutMs` (default 10 s) where something else holds time still, rather than waiting out the duration.
+   * `wallTimeoutMs` (default 10 s) where something else holds time still, rather than waiting out the duration. With
+   * `stepMs`, in steps of that much: one long sleep over a running session's timers stalled for about a heartbeat
+   * timeout (30 s) now and then, steps of an hour did not.
    */
-  skipTime(duration: Duration, options?: { wallTimeoutMs?: number }): Promise<void>;
+  skipTime(duration: Duration, options?: { wallTimeoutMs?: number; stepMs?: number }): Promise<void>;
 }
 
 /**
@@ -30,9 +33,10 @@ export interface TimeSkippingSystem extends TestSystem {
  * Server time jumps only when asked — `env.sleep()`, or awaiting a workflow's result through `sessions`/`client` (the
  * environment's client); waiting for an update's result does not — and only while no activity is scheduled or
  * running anywhere on the server: the test server holds time still from an activity's scheduling to its end. A
- * running session always has one (its host's lease, which waits for the runtime's exit), so time skips only while
- * every session is paused or ended. The host's lease rounds are kept short here so that it ends soon after the last
- * runtime stops. One system per test file: time is global to the server.
+ * running session's host holds a lease activity, so the host here leases in short rounds (200 ms) and rests 6 hours of
+ * server time between quiet ones (`leaseRestMs`): time moves over running sessions too. Awaiting a result through the
+ * environment's client, with nothing pending, jumps years at once (to the host monitor's run timeout): read results
+ * through a client of your own. One system per test file: time is global to the server.
  */
 export async function startTimeSkippingSystem(
   options: Omit<TestSystemOptions, 'address' | 'client'> = {},
@@ -58,7 +62,7 @@ export async function startTimeSkippingSystem(
       ...options,
       address: env.address,
       client: env.client,
-      firstHost: { leaseRoundMs: 500, ...options.firstHost },
+      firstHost: { leaseRoundMs: 200, leaseRestMs: 6 * 60 * 60_000, ...options.firstHost },
     });
     const monitor = env.client.workflow.getHandle(hostWorkflowId(system.firstHost.hostTaskQueue));
     const pendingActivities = async () =>
@@ -66,19 +70,24 @@ export async function startTimeSkippingSystem(
     return {
       ...system,
       env,
-      async skipTime(duration, { wallTimeoutMs = 10_000 } = {}) {
+      async skipTime(duration, { wallTimeoutMs = 10_000, stepMs } = {}) {
+        const deadline = Date.now() + wallTimeoutMs;
         await eventually(async () => (await pendingActivities()).length === 0, wallTimeoutMs);
-        let timer: NodeJS.Timeout | undefined;
-        const stuck = new Promise<never>((_, reject) => {
-          timer = setTimeout(
-            () => reject(new Error(`server time did not move within ${wallTimeoutMs} ms: an activity is pending`)),
-            wallTimeoutMs,
-          );
-        });
-        try {
-          await Promise.race([env.sleep(duration), stuck]);
-        } finally {
-          clearTimeout(timer);
+        const total = msToNumber(duration);
+        const step = stepMs ?? total;
+        for (let moved = 0; moved < total; moved += step) {
+          let timer: NodeJS.Timeout | undefined;
+          const stuck = new Promise<never>((_, reject) => {
+            timer = setTimeout(
+              () => reject(new Error(`server time did not move within ${wallTimeoutMs} ms: an activity is pending`)),
+              Math.max(0, deadline - Date.now()),
+            );
+          });
+          try {
+            await Promise.race([env.sleep(Math.min(step, total - moved)), stuck]);
+          } finally {
+            clearTimeout(timer);
+          }
         }
       },
       async close() {

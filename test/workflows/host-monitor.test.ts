@@ -22,6 +22,16 @@ async function pendingActivities(workflowId: string): Promise<string[]> {
   return (d.raw.pendingActivities ?? []).map((a) => a.activityType?.name ?? '?');
 }
 
+/** The session ended by itself: no runtime left, and its timeline ends with the exit. */
+async function expectExitedWith(session: SessionHandle, exitCode: number): Promise<void> {
+  const ended = await eventually(async () => {
+    const s = await session.status();
+    return s.phase !== 'running' ? s : undefined;
+  }, 30_000);
+  expect(ended.runtime).toBeNull();
+  expect((await session.timeline()).at(-1)).toMatchObject({ kind: 'runtime-exited', exitCode });
+}
+
 test('twenty running sessions hold no activity each: their host holds one lease for all of them', async () => {
   const sessions: SessionHandle[] = [];
   for (let i = 0; i < 20; i++) {
@@ -39,13 +49,27 @@ test('a command that exits on its own is reported by the host: the session ends 
     sessionId: id('exits'),
     runtime: { kind: 'workspace', command: ['sh', '-c', 'sleep 1; exit 3'] },
   });
-  const ended = await eventually(async () => {
-    const s = await session.status();
-    return s.phase !== 'running' ? s : undefined;
-  }, 30_000);
-  expect(ended.runtime).toBeNull();
-  expect((await session.timeline()).at(-1)).toMatchObject({ kind: 'runtime-exited', exitCode: 3 });
+  await expectExitedWith(session, 3);
 });
+
+test('a host that rests between lease rounds holds no activity while it rests, and reports an exit after', async () => {
+  const resting = await startTestSystem({ firstHost: { leaseRoundMs: 300, leaseRestMs: 3_000 } });
+  try {
+    const session = await resting.sessions.start({
+      sessionId: id('rests'),
+      runtime: { kind: 'workspace', command: ['sh', '-c', 'sleep 4; exit 3'] },
+    });
+    await runningStatus(session);
+    const monitor = resting.client.workflow.getHandle(hostWorkflowId(resting.firstHost.hostTaskQueue));
+    await eventually(async () => {
+      const d = await monitor.describe();
+      return (d.raw.pendingActivities ?? []).length === 0 && (await session.status()).phase === 'running';
+    }, 10_000);
+    await expectExitedWith(session, 3);
+  } finally {
+    await resting.close();
+  }
+}, 60_000);
 
 test('a forged report is refused and one about another instance changes nothing', async () => {
   const session = await sys.sessions.start({
