@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import type { SessionHandle } from '../../src/client';
-import { bareDoneSignal, bareNoopUpdate, bareUpdateWorkflow } from './bare-workflow';
+import { bareActivityUpdate, bareDoneSignal, bareNoopUpdate, bareUpdateWorkflow } from './bare-workflow';
 import { summarize, timed, type Latency } from './stats';
 import type { ControlsSystem } from './system';
 
@@ -14,6 +14,8 @@ const WARMUP = 10;
 
 export interface LatencyResults {
   bare: Latency;
+  /** An update that runs one no-op activity on the same bare workflow. */
+  bareActivity: Latency;
   checkpoint: Latency;
   pause: Latency;
   resume: Latency;
@@ -38,14 +40,18 @@ async function series(runs: number, fn: () => Promise<unknown>): Promise<number[
   return samples;
 }
 
-export async function measureBare(sys: ControlsSystem, runs: number): Promise<Latency> {
+export async function measureBare(
+  sys: ControlsSystem,
+  runs: number,
+): Promise<Pick<LatencyResults, 'bare' | 'bareActivity'>> {
   const handle = await sys.client.workflow.start(bareUpdateWorkflow, {
     taskQueue: sys.bareTaskQueue,
     workflowId: `bare-${sys.runId}`,
   });
-  const samples = await series(runs, () => handle.executeUpdate(bareNoopUpdate));
+  const bare = await series(runs, () => handle.executeUpdate(bareNoopUpdate));
+  const bareActivity = await series(runs, () => handle.executeUpdate(bareActivityUpdate));
   await handle.signal(bareDoneSignal);
-  return summarize(samples);
+  return { bare: summarize(bare), bareActivity: summarize(bareActivity) };
 }
 
 /** Polls the fork's status until it runs. */
@@ -56,7 +62,10 @@ async function untilRunning(fork: SessionHandle): Promise<void> {
   }
 }
 
-export async function measureControls(sys: ControlsSystem, runs: number): Promise<Omit<LatencyResults, 'bare'>> {
+export async function measureControls(
+  sys: ControlsSystem,
+  runs: number,
+): Promise<Omit<LatencyResults, 'bare' | 'bareActivity'>> {
   const session = await sys.sessions.start({
     sessionId: `small-${sys.runId}`,
     runtime: { kind: 'memory', initialState: smallState() },

@@ -36,6 +36,7 @@ function latencyRows(l: LatencyResults): string[][] {
   ];
   return [
     row('bare no-op update (baseline)', l.bare),
+    row('bare update running one no-op activity (floor of a control with I/O)', l.bareActivity),
     row('checkpoint', l.checkpoint, 3),
     row('pause (of pause → resume)', l.pause),
     row('resume (of pause → resume)', l.resume),
@@ -58,7 +59,11 @@ export function report(r: ControlsResults): string {
     '',
     `## Round trips (small memory session, ${latency.sessionRuns} workflow run(s) by the end)`,
     '',
-    'Ratios are against the p50 of the bare update, measured in the same run on the same server.',
+    'Ratios are against the p50 of the bare update, measured in the same run on the same server. A control that ' +
+      'runs an activity (checkpoint: the capture) costs at least the second row, ' +
+      `${ratio(latency.bareActivity.p50 / latency.bare.p50)} the bare update, before it does anything of its own; ` +
+      'a target is within reach only above that floor. One session takes its signalled checkpoints one at a time: ' +
+      `at most ${(1000 / latency.bareActivity.p50).toFixed(1)} a second at that floor.`,
     '',
     table(
       ['control', 'runs', 'p50', 'p99', 'p50 ÷ bare p50', 'p99 ÷ bare p50', 'target', 'result'],

@@ -46,7 +46,10 @@ async function main(cleanup: Cleanup): Promise<void> {
   const sys = await startControlsSystem(root, options.suggestAt, cleanup);
   console.log('controls: bare update…');
   const bare = await measureBare(sys, options.runs);
-  console.log(`controls: bare p50 ${bare.p50.toFixed(1)} ms; controls of a small session…`);
+  console.log(
+    `controls: bare p50 ${bare.bare.p50.toFixed(1)} ms, with an activity ${bare.bareActivity.p50.toFixed(1)} ms; ` +
+      'controls of a small session…',
+  );
   const controls = await measureControls(sys, options.runs);
   console.log('controls: history events…');
   const history = await measureHistory(sys, options.historyTimes);
@@ -67,7 +70,7 @@ async function main(cleanup: Cleanup): Promise<void> {
     options,
     machine,
     storeDir,
-    latency: { bare, ...controls },
+    latency: { ...bare, ...controls },
     history,
     large,
     long,

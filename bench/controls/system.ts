@@ -12,6 +12,7 @@ import { freePort, startDevServer } from '../../src/dev-server';
 import { MemoryRuntime } from '../../src/runtimes';
 import { createWorkers } from '../../src/worker';
 import { errorText, type Cleanup } from '../sessions/cleanup';
+import { bareActivities } from './bare-workflow';
 import { productionStore } from '../sessions/system';
 
 export interface ControlsSystem {
@@ -64,6 +65,7 @@ export async function startControlsSystem(root: string, suggestAt: number, clean
     namespace: 'default',
     taskQueue: bareTaskQueue,
     workflowBundle: { code: bareBundle.code },
+    activities: bareActivities,
   });
   for (const [name, run] of [
     ['workers', workers.run()],
