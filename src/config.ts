@@ -179,6 +179,14 @@ export const EnvConfig = z.object({
   DS_DEV_UI_PORT: port.default(8233),
   DS_DEV_SERVER_IP: z.string().min(1).default('127.0.0.1'),
   DS_TEMPORAL_BIN: z.string().min(1).optional(),
+  /** The HTTP gateway (`npm start`, `npm run gateway`): where it listens; TLS is terminated in front of it. */
+  DS_GATEWAY_PORT: port.default(7280),
+  DS_GATEWAY_HOST: z.string().min(1).default('127.0.0.1'),
+  /**
+   * API keys (`{ keys: [{ id, sha256, tenant, role }] }`), read again when the file changes. Unset with the embedded
+   * default: a dev key is made under the data folder and printed.
+   */
+  DS_API_KEYS_FILE: z.string().min(1).optional(),
   LOG_LEVEL: z.enum(['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR']).default('INFO'),
 });
 export type EnvConfig = z.infer<typeof EnvConfig>;
@@ -216,6 +224,7 @@ export interface Config {
     tenant: string;
   };
   devServer: { port: number; uiPort: number; ip: string; temporalBin?: string };
+  gateway: { port: number; host: string; keysFile?: string };
   logLevel: EnvConfig['LOG_LEVEL'];
 }
 
@@ -302,6 +311,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       uiPort: e.DS_DEV_UI_PORT,
       ip: e.DS_DEV_SERVER_IP,
       temporalBin: e.DS_TEMPORAL_BIN,
+    },
+    gateway: {
+      port: e.DS_GATEWAY_PORT,
+      host: e.DS_GATEWAY_HOST,
+      keysFile: e.DS_API_KEYS_FILE ? path.resolve(e.DS_API_KEYS_FILE) : undefined,
     },
     logLevel: e.LOG_LEVEL,
   };

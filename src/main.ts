@@ -3,12 +3,15 @@ import path from 'node:path';
 import { ConfigError, loadConfig } from './config';
 import { isError } from './errors';
 import { startDevServer, type DevServer } from './dev-server';
+import { ensureDevKey } from './gateway/keys';
+import { runGateway } from './gateway/run';
 import { ensureDevMasterKey } from './snapshots';
 import { runWorker } from './worker';
 
 /**
  * `npm start`: with TEMPORAL_ADDRESS set, a worker for that server; without it, the embedded default —
- * a Temporal dev server persisting to SQLite under the data folder, its Web UI, and a worker.
+ * a Temporal dev server persisting to SQLite under the data folder, its Web UI, the HTTP gateway (with a dev key made
+ * under the data folder) and a worker.
  */
 async function main(): Promise<void> {
   const config = loadConfig();
@@ -33,9 +36,22 @@ async function main(): Promise<void> {
     console.log(`Temporal Web UI  ${server.uiUrl}`);
     console.log(`Snapshots        ${config.snapshotDir}`);
   }
+  const address = server?.address ?? config.temporal.address;
+  let gateway: Awaited<ReturnType<typeof runGateway>> | undefined;
+  if (server && address) {
+    let keysFile = config.gateway.keysFile;
+    if (!keysFile) {
+      const dev = ensureDevKey(config.dataDir);
+      keysFile = dev.keysFile;
+      console.log(`Gateway dev key  ${dev.key} (in ${dev.keysFile}; configure DS_API_KEYS_FILE in production)`);
+    }
+    gateway = await runGateway(config, address, keysFile);
+    console.log(`HTTP gateway     ${gateway.url} (OpenAPI: ${gateway.url}/v1/openapi.json)`);
+  }
   try {
-    await runWorker(config, server?.address ?? config.temporal.address);
+    await runWorker(config, address);
   } finally {
+    await gateway?.close();
     await server?.stop();
   }
 }

@@ -1,0 +1,287 @@
+import { OpenAPIHono, z } from '@hono/zod-openapi';
+import type { Context, MiddlewareHandler } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
+import type { ZodType } from 'zod';
+import type { SessionClient, SessionHandle } from '../client';
+import { InvalidInputError } from '../domain/errors';
+import {
+  AppendInput,
+  BranchInput,
+  CheckpointInput,
+  ConfigureInput,
+  ForkInput,
+  PauseInput,
+  RegenerateInput,
+  ResumeInput,
+  RewindInput,
+  StartSessionInput,
+  StopInput,
+  type TimelinePageInput,
+  VerifyInput,
+} from '../domain/schemas';
+import { PHASES, type Phase } from '../domain/session-state';
+import type { ApiKeys, Principal, Role } from './keys';
+import { GATEWAY_CODES, problem, problemOf, type Problem } from './problems';
+
+export interface GatewayOptions {
+  sessions: SessionClient;
+  keys: ApiKeys;
+  /** Whether Temporal answers, for `/readyz`. */
+  ready: () => Promise<boolean>;
+  /** Largest request body (default 4 MiB: a start spec with seed files). */
+  maxBodyBytes?: number;
+  /** Where unexpected errors go (default console.error); callers only see a problem without details. */
+  logError?: (err: unknown) => void;
+}
+
+type Env = { Variables: { principal: Principal } };
+
+/** The controls the gateway serves, each with its input schema and the handle method that runs it. */
+const CONTROLS = {
+  checkpoint: { input: CheckpointInput, run: (h, x) => h.checkpoint(x) },
+  pause: { input: PauseInput, run: (h, x) => h.pause(x) },
+  resume: { input: ResumeInput, run: (h, x) => h.resume(x) },
+  stop: { input: StopInput, run: (h, x) => h.stop(x) },
+  verify: { input: VerifyInput, run: async (h, x) => ({ results: await h.verify(x) }) },
+  rewind: { input: RewindInput, run: (h, x) => h.rewind(x) },
+  fork: { input: ForkInput, run: (h, x) => h.fork(x) },
+  branch: { input: BranchInput, run: (h, x) => h.branch(x) },
+  configure: { input: ConfigureInput, run: (h, x) => h.configure(x) },
+  append: { input: AppendInput, run: (h, x) => h.append(x) },
+  regenerate: { input: RegenerateInput, run: (h, x) => h.regenerate(x) },
+} satisfies Record<string, { input: ZodType; run: (h: SessionHandle, input: never) => Promise<unknown> }>;
+
+const RANK: Record<Role, number> = { viewer: 0, operator: 1, admin: 2 };
+
+const ProblemSchema = z
+  .object({
+    type: z.string(),
+    title: z.string(),
+    status: z.number().int(),
+    detail: z.string(),
+    code: z.string(),
+    sessionId: z.string().optional(),
+    issues: z.array(z.unknown()).optional(),
+  })
+  .openapi('Problem');
+const AnyObject = z.looseObject({});
+const problemResponses = {
+  400: { description: 'Bad input (`InvalidInput`, with zod `issues`)' },
+  401: { description: 'No valid API key' },
+  403: { description: 'The key’s role may not do this' },
+  404: { description: 'Unknown session or checkpoint' },
+  409: { description: 'Illegal transition, conflict, id already used, session ended' },
+  413: { description: 'Body over the limit' },
+  422: { description: 'The session’s data cannot serve the request (corrupt, tampered, incompatible…)' },
+  503: { description: 'Temporal unreachable, or the session busy handing over (`Retry-After`)' },
+};
+const errorResponses = Object.fromEntries(
+  Object.entries(problemResponses).map(([status, r]) => [
+    status,
+    { ...r, content: { 'application/problem+json': { schema: ProblemSchema } } },
+  ]),
+);
+
+const DOCUMENT_INFO = {
+  openapi: '3.1.0',
+  info: { title: 'durable-sessions', version: '1', description: 'Sessions on Temporal: start, steer, inspect.' },
+  security: [{ bearer: [] }],
+};
+
+/** The OpenAPI document the gateway serves at `/v1/openapi.json` (and `docs/openapi.json` holds, checked by a test). */
+export function openApiDocument(): unknown {
+  const unused = () => {
+    throw new Error('the document needs no session client');
+  };
+  const app = createGateway({
+    sessions: new Proxy({}, { get: unused }) as SessionClient,
+    keys: new Proxy({}, { get: unused }) as ApiKeys,
+    ready: unused,
+  });
+  return app.getOpenAPI31Document(DOCUMENT_INFO);
+}
+
+/**
+ * The HTTP gateway: every session verb over JSON, in front of SessionClient, which checks every input with the
+ * workflow's own schemas (the gateway adds no rule of its own). Errors are RFC 9457 problem documents.
+ */
+export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
+  const { sessions, keys } = options;
+  const logError = options.logError ?? ((err: unknown) => console.error('gateway:', err));
+  const app = new OpenAPIHono<Env>();
+
+  const send = (c: Context, p: Problem) => {
+    const headers: Record<string, string> = { 'content-type': 'application/problem+json' };
+    if (p.status === 401) headers['www-authenticate'] = 'Bearer';
+    if (p.code === 'Busy') headers['retry-after'] = '1';
+    return c.body(JSON.stringify(p), p.status as 400, headers);
+  };
+
+  app.onError((err, c) => {
+    const p = problemOf(err);
+    if (p.status >= 500 && p.code !== 'Busy') logError(err);
+    return send(c, p);
+  });
+  app.notFound((c) => send(c, problem(404, GATEWAY_CODES.NotFound, `no route ${c.req.method} ${c.req.path}`)));
+
+  app.get('/healthz', (c) => c.json({ ok: true }));
+  app.get('/readyz', async (c) =>
+    (await options.ready().catch(() => false))
+      ? c.json({ ok: true })
+      : send(c, problem(503, GATEWAY_CODES.Unavailable, 'the Temporal server cannot be reached')),
+  );
+  app.doc31('/v1/openapi.json', DOCUMENT_INFO);
+  app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', { type: 'http', scheme: 'bearer' });
+
+  const authenticate: MiddlewareHandler<Env> = async (c, next) => {
+    const header = c.req.header('authorization') ?? '';
+    const match = /^Bearer\s+(\S+)$/i.exec(header);
+    const principal = match ? keys.authenticate(match[1]!) : undefined;
+    if (!principal) return send(c, problem(401, GATEWAY_CODES.Unauthorized, 'a valid API key is required (Bearer)'));
+    const needed: Role = c.req.method === 'GET' ? 'viewer' : 'operator';
+    if (RANK[principal.role] < RANK[needed]) {
+      return send(c, problem(403, GATEWAY_CODES.Forbidden, `the key's role (${principal.role}) may not do this`));
+    }
+    c.set('principal', principal);
+    await next();
+  };
+  const limit = bodyLimit({
+    maxSize: options.maxBodyBytes ?? 4 * 1024 * 1024,
+    onError: (c) => send(c, problem(413, GATEWAY_CODES.PayloadTooLarge, 'the request body is over the limit')),
+  });
+  app.use('/v1/sessions', authenticate, limit);
+  app.use('/v1/sessions/*', authenticate, limit);
+
+  document(app, 'post', '/v1/sessions', 'Start a session', StartSessionInput, 201);
+  app.post('/v1/sessions', async (c) => {
+    const spec = await jsonBody(c, '');
+    const wait = c.req.query('wait') !== 'false';
+    const handle = await sessions.start(spec as StartSessionInput, { wait });
+    if (!wait) return c.json({ sessionId: handle.sessionId }, 202);
+    return c.json(await handle.status(), 201);
+  });
+
+  document(app, 'get', '/v1/sessions', 'List sessions, newest first');
+  app.get('/v1/sessions', async (c) => {
+    const phase = c.req.query('phase');
+    if (phase !== undefined && !(PHASES as readonly string[]).includes(phase)) {
+      throw new InvalidInputError(`phase must be one of ${PHASES.join(', ')}`, '', []);
+    }
+    const limitParam = c.req.query('limit');
+    const max = limitParam === undefined ? 100 : Number(limitParam);
+    if (!Number.isInteger(max) || max < 1 || max > 1000) {
+      throw new InvalidInputError('limit must be an integer from 1 to 1000', '', []);
+    }
+    const found = await sessions.list({ phase: phase as Phase | undefined, limit: max });
+    return c.json({ sessions: found.map((s) => ({ ...s, startedAt: s.startedAt.toISOString() })) });
+  });
+
+  document(app, 'get', '/v1/sessions/{id}', 'A session’s status');
+  app.get('/v1/sessions/:id', async (c) => c.json(await sessions.get(c.req.param('id')).status()));
+
+  document(app, 'get', '/v1/sessions/{id}/checkpoints', 'The timeline, in index order (`from`, `limit`, `branch`)');
+  app.get('/v1/sessions/:id/checkpoints', async (c) => {
+    const handle = sessions.get(c.req.param('id'));
+    return c.json(await handle.timelinePage(timelineQuery(c, handle.sessionId)));
+  });
+
+  document(app, 'get', '/v1/sessions/{id}/checkpoints/{index}', 'One timeline entry, with its verification state');
+  app.get('/v1/sessions/:id/checkpoints/:index', async (c) => {
+    const handle = sessions.get(c.req.param('id'));
+    const index = Number(c.req.param('index'));
+    if (!Number.isSafeInteger(index) || index < 1) {
+      throw new InvalidInputError('index must be a positive integer', handle.sessionId, []);
+    }
+    const { entries } = await handle.timelinePage({ from: index, limit: 1, all: true });
+    const entry = entries[0];
+    if (entry?.index !== index) {
+      return send(
+        c,
+        problem(404, GATEWAY_CODES.NotFound, `no timeline entry ${index}`, { sessionId: handle.sessionId }),
+      );
+    }
+    return c.json(entry);
+  });
+
+  document(app, 'post', '/v1/sessions/{id}/touch', 'Record activity (idle policies)');
+  app.post('/v1/sessions/:id/touch', async (c) => {
+    await sessions.get(c.req.param('id')).touch();
+    return c.json({});
+  });
+
+  for (const [name, control] of Object.entries(CONTROLS)) {
+    document(app, 'post', `/v1/sessions/{id}/${name}`, `${name} (the session control)`, control.input);
+    app.post(`/v1/sessions/:id/${name}`, async (c) => {
+      const handle = sessions.get(c.req.param('id'));
+      const input = withIdempotencyKey(c, await jsonBody(c, handle.sessionId), handle.sessionId);
+      const run = control.run as (h: SessionHandle, x: unknown) => Promise<unknown>;
+      return c.json(await run(handle, input));
+    });
+  }
+  return app;
+}
+
+/** The body as JSON; an empty body is `{}`. */
+async function jsonBody(c: Context, sessionId: string): Promise<unknown> {
+  const text = await c.req.text();
+  if (text.trim() === '') return {};
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    throw new InvalidInputError('the request body is not JSON', sessionId, []);
+  }
+}
+
+/** The `Idempotency-Key` header is the control's key; a body that names another one is refused. */
+function withIdempotencyKey(c: Context, body: unknown, sessionId: string): unknown {
+  const key = c.req.header('idempotency-key');
+  if (key === undefined) return body;
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return body;
+  const given = (body as { idempotencyKey?: unknown }).idempotencyKey;
+  if (given !== undefined && given !== key) {
+    throw new InvalidInputError('the Idempotency-Key header and the body name different keys', sessionId, []);
+  }
+  return { ...body, idempotencyKey: key };
+}
+
+function timelineQuery(c: Context, sessionId: string): TimelinePageInput {
+  const out: Record<string, unknown> = {};
+  for (const name of ['from', 'limit', 'branch'] as const) {
+    const v = c.req.query(name);
+    if (v === undefined) continue;
+    const n = Number(v);
+    if (!Number.isSafeInteger(n)) throw new InvalidInputError(`${name} must be an integer`, sessionId, []);
+    out[name] = n;
+  }
+  const all = c.req.query('all');
+  if (all !== undefined) out.all = all === 'true';
+  return out;
+}
+
+/** Puts a route in the OpenAPI document; the handler is registered beside it. */
+function document(
+  app: OpenAPIHono<Env>,
+  method: 'get' | 'post',
+  path: string,
+  summary: string,
+  body?: ZodType,
+  okStatus = 200,
+): void {
+  const params = [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
+  app.openAPIRegistry.registerPath({
+    method,
+    path,
+    summary,
+    request: {
+      ...(params.length ? { params: z.object(Object.fromEntries(params.map((p) => [p, z.string()]))) } : {}),
+      ...(body ? { body: { content: { 'application/json': { schema: body as never } }, required: false } } : {}),
+      ...(method === 'post' && path.includes('{id}/')
+        ? { headers: z.object({ 'idempotency-key': z.string().max(200).optional() }) }
+        : {}),
+    },
+    responses: {
+      [okStatus]: { description: 'OK', content: { 'application/json': { schema: AnyObject } } },
+      ...errorResponses,
+    },
+  });
+}

@@ -1,0 +1,128 @@
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { z } from 'zod';
+
+/** `viewer` reads; `operator` also starts and steers sessions; `admin` may do everything an operator may. */
+export const Role = z.enum(['viewer', 'operator', 'admin']);
+export type Role = z.infer<typeof Role>;
+
+const Sha256 = z.string().regex(/^[0-9a-f]{64}$/, 'sha256 must be 64 lowercase hex digits');
+
+/** One key as the keys file holds it: its SHA-256, never the key itself. */
+export const ApiKeyRecord = z.strictObject({
+  /** A name for logs and revocation ("ci", "ops-alice"); never the key. */
+  id: z.string().min(1).max(100),
+  sha256: Sha256,
+  tenant: z.literal('default', { message: 'only the "default" tenant exists so far' }),
+  role: Role,
+});
+export type ApiKeyRecord = z.infer<typeof ApiKeyRecord>;
+
+export const ApiKeysFile = z.strictObject({ keys: z.array(ApiKeyRecord).max(10_000) });
+
+export interface Principal {
+  keyId: string;
+  tenant: string;
+  role: Role;
+}
+
+/** The SHA-256 the keys file holds for `key`. */
+export function hashKey(key: string): string {
+  return crypto.createHash('sha256').update(key, 'utf8').digest('hex');
+}
+
+/** A new random key (256 bits, base64url, prefixed so a leaked one is recognisable in logs and scanners). */
+export function generateKey(): string {
+  return `dsk_${crypto.randomBytes(32).toString('base64url')}`;
+}
+
+/**
+ * API keys from a JSON file (`{ keys: [{ id, sha256, tenant, role }] }`), read again when the file changes: a key is
+ * added, rotated or revoked by editing the file, without a restart. A file that does not parse keeps the keys that
+ * were loaded before it (and says why in the log): a typo never locks everyone out or lets anyone in.
+ */
+export class ApiKeys {
+  private byHash = new Map<string, ApiKeyRecord>();
+  private loadedMtimeMs = -1;
+  private checkedAt = 0;
+
+  constructor(
+    private readonly file: string,
+    private readonly log: (message: string) => void = (m) => console.warn(m),
+  ) {
+    this.reload(true);
+  }
+
+  /** Whom `key` belongs to, or undefined for a key the file does not hold. */
+  authenticate(key: string): Principal | undefined {
+    this.refresh();
+    const record = this.byHash.get(hashKey(key));
+    return record && { keyId: record.id, tenant: record.tenant, role: record.role };
+  }
+
+  /** Checks the file's mtime at most every 500 ms. */
+  private refresh(): void {
+    const now = Date.now();
+    if (now - this.checkedAt < 500) return;
+    this.checkedAt = now;
+    this.reload(false);
+  }
+
+  private reload(first: boolean): void {
+    let stat: fs.Stats;
+    try {
+      stat = fs.statSync(this.file);
+    } catch (err) {
+      if (first) throw new Error(`API keys file ${this.file}: ${(err as Error).message}`);
+      this.log(`API keys file ${this.file} cannot be read; keeping the keys loaded before`);
+      return;
+    }
+    if (stat.mtimeMs === this.loadedMtimeMs) return;
+    const parsed = parseKeysFile(this.file);
+    if (!parsed.ok) {
+      if (first) throw new Error(parsed.error);
+      this.log(`${parsed.error}; keeping the keys loaded before`);
+      return;
+    }
+    this.byHash = new Map(parsed.keys.map((k) => [k.sha256, k]));
+    this.loadedMtimeMs = stat.mtimeMs;
+  }
+}
+
+function parseKeysFile(file: string): { ok: true; keys: ApiKeyRecord[] } | { ok: false; error: string } {
+  let json: unknown;
+  try {
+    json = JSON.parse(fs.readFileSync(file, 'utf8'));
+  } catch (err) {
+    return { ok: false, error: `API keys file ${file} is not JSON: ${(err as Error).message}` };
+  }
+  const parsed = ApiKeysFile.safeParse(json);
+  if (!parsed.success) {
+    const issues = parsed.error.issues.map((i) => `${i.path.join('.') || '(file)'}: ${i.message}`).join('; ');
+    return { ok: false, error: `API keys file ${file}: ${issues}` };
+  }
+  return { ok: true, keys: parsed.data.keys };
+}
+
+/**
+ * The embedded default's key: made once under `dataDir` (the key in `gateway-dev-key`, mode 0600; its hash in
+ * `gateway-keys.json`), then reused, so a restart keeps the key a developer copied.
+ */
+export function ensureDevKey(dataDir: string): { key: string; keysFile: string } {
+  const keyFile = path.join(dataDir, 'gateway-dev-key');
+  const keysFile = path.join(dataDir, 'gateway-keys.json');
+  let key: string;
+  if (fs.existsSync(keyFile)) {
+    key = fs.readFileSync(keyFile, 'utf8').trim();
+  } else {
+    key = generateKey();
+    fs.mkdirSync(dataDir, { recursive: true });
+    fs.writeFileSync(keyFile, `${key}\n`, { mode: 0o600 });
+  }
+  if (!fs.existsSync(keysFile)) {
+    const record: ApiKeyRecord = { id: 'dev', sha256: hashKey(key), tenant: 'default', role: 'admin' };
+    fs.writeFileSync(keysFile, `${JSON.stringify({ keys: [record] }, null, 2)}\n`, { mode: 0o600 });
+  }
+  return { key, keysFile };
+}

@@ -1,0 +1,35 @@
+import { Client, Connection } from '@temporalio/client';
+import { SessionClient } from '../client';
+import type { Config } from '../config';
+import { openSnapshotStore } from '../snapshots';
+import { connectionOptions } from '../temporal-connection';
+import { ApiKeys } from './keys';
+import { startGateway, type RunningGateway } from './server';
+
+/**
+ * The gateway of a deployment: a SessionClient on the configured Temporal server and task queue, reading old
+ * timeline pages from the snapshot store, with the keys of `keysFile`.
+ */
+export async function runGateway(config: Config, address: string, keysFile: string): Promise<RunningGateway> {
+  const connection = await Connection.connect(await connectionOptions(config, address));
+  const client = new Client({ connection, namespace: config.temporal.namespace });
+  const store = await openSnapshotStore(config);
+  const sessions = new SessionClient({ client, taskQueue: config.taskQueue, timeline: store });
+  const gateway = await startGateway({
+    port: config.gateway.port,
+    hostname: config.gateway.host,
+    sessions,
+    keys: new ApiKeys(keysFile),
+    ready: async () => {
+      await connection.workflowService.getSystemInfo({});
+      return true;
+    },
+  });
+  return {
+    url: gateway.url,
+    async close() {
+      await gateway.close();
+      await connection.close();
+    },
+  };
+}

@@ -1,0 +1,290 @@
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import type { ForkResult, RewindResult, SessionStatus, TimelineEntry } from '../../src/api';
+import type { CheckpointRef } from '../../src/domain/schemas';
+import type { TimelinePage } from '../../src/client/session-client';
+import { ApiKeys, generateKey, hashKey, startGateway, type Problem, type RunningGateway } from '../../src/gateway';
+import { eventually, startTestSystem, type TestSystem } from '../helpers/temporal';
+
+/** The real gateway on a free loopback port, in front of real workers on the run's Temporal dev server. */
+let sys: TestSystem;
+let gateway: RunningGateway;
+let keysFile: string;
+const admin = generateKey();
+const viewer = generateKey();
+
+function writeKeys(keys: { id: string; key: string; role: string }[]): void {
+  const records = keys.map(({ id, key, role }) => ({ id, sha256: hashKey(key), tenant: 'default', role }));
+  // A new file under a new name, then renamed: a reader never sees half of it.
+  fs.writeFileSync(`${keysFile}.tmp`, JSON.stringify({ keys: records }));
+  fs.renameSync(`${keysFile}.tmp`, keysFile);
+}
+
+beforeAll(async () => {
+  sys = await startTestSystem();
+  keysFile = path.join(sys.dir, 'keys.json');
+  writeKeys([
+    { id: 'admin', key: admin, role: 'admin' },
+    { id: 'viewer', key: viewer, role: 'viewer' },
+  ]);
+  gateway = await startGateway({
+    port: 0,
+    sessions: sys.sessions,
+    keys: new ApiKeys(keysFile),
+    ready: async () => {
+      await sys.client.connection.workflowService.getSystemInfo({});
+      return true;
+    },
+    maxBodyBytes: 64 * 1024,
+    logError: () => undefined,
+  });
+}, 60_000);
+afterAll(async () => {
+  await gateway?.close();
+  await sys?.close();
+});
+
+const id = (name: string) => `${name}-${crypto.randomUUID().slice(0, 8)}`;
+
+/** A response's JSON, typed as the route's result (`Problem & T` covers error bodies in the same assertions). */
+type Body<T> = T & Partial<Problem>;
+
+async function call<T = Record<string, unknown>>(
+  method: string,
+  route: string,
+  { key = admin, body, headers = {} }: { key?: string | null; body?: unknown; headers?: Record<string, string> } = {},
+): Promise<{ status: number; type: string | null; json: Body<T>; headers: Headers }> {
+  const res = await fetch(`${gateway.url}${route}`, {
+    method,
+    headers: {
+      ...(key ? { authorization: `Bearer ${key}` } : {}),
+      ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+      ...headers,
+    },
+    body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return {
+    status: res.status,
+    type: res.headers.get('content-type'),
+    json: (text ? JSON.parse(text) : null) as Body<T>,
+    headers: res.headers,
+  };
+}
+
+interface OpenApiDoc {
+  openapi: string;
+  paths: Record<string, { post?: { requestBody: { content: Record<string, { schema: unknown }> } } }>;
+}
+
+/** What must never be in an error body: a stack trace or a path of the worker's machine. */
+function expectClean(body: unknown): void {
+  const text = JSON.stringify(body);
+  expect(text).not.toMatch(/\n\s+at |\.ts:\d+|node_modules|\/tmp\//);
+}
+
+test('health, readiness and the OpenAPI document, which names every route', async () => {
+  expect(await call('GET', '/healthz', { key: null })).toMatchObject({ status: 200, json: { ok: true } });
+  expect(await call('GET', '/readyz', { key: null })).toMatchObject({ status: 200, json: { ok: true } });
+  const doc = await call<OpenApiDoc>('GET', '/v1/openapi.json', { key: null });
+  expect(doc.status).toBe(200);
+  expect(doc.json.openapi).toBe('3.1.0');
+  const paths = Object.keys(doc.json.paths).sort();
+  for (const control of ['checkpoint', 'pause', 'resume', 'stop', 'verify', 'rewind', 'fork', 'branch', 'configure']) {
+    expect(paths).toContain(`/v1/sessions/{id}/${control}`);
+  }
+  expect(paths).toEqual(expect.arrayContaining(['/v1/sessions', '/v1/sessions/{id}', '/v1/sessions/{id}/checkpoints']));
+  // The start body is the workflow's own schema: strict, with the session id's pattern.
+  const start = doc.json.paths['/v1/sessions']!.post!.requestBody.content['application/json']!.schema;
+  expect(JSON.stringify(start)).toContain('sessionId');
+});
+
+test('a session end to end over HTTP: start, checkpoint once per key, pause, resume, timeline, rewind, fork, stop', async () => {
+  const sessionId = id('http');
+  const started = await call<SessionStatus>('POST', '/v1/sessions', {
+    body: { sessionId, runtime: { kind: 'memory', initialState: 'v1' } },
+  });
+  expect(started).toMatchObject({ status: 201, json: { sessionId, phase: 'running' } });
+  const instance = started.json.runtime!.instanceId;
+
+  const key = crypto.randomUUID();
+  const first = await call<CheckpointRef>('POST', `/v1/sessions/${sessionId}/checkpoint`, {
+    body: { label: 'v1' },
+    headers: { 'idempotency-key': key },
+  });
+  expect(first.status).toBe(200);
+  const again = await call<CheckpointRef>('POST', `/v1/sessions/${sessionId}/checkpoint`, {
+    body: { label: 'v1' },
+    headers: { 'idempotency-key': key },
+  });
+  expect(again.json.checkpointId).toBe(first.json.checkpointId);
+
+  sys.memory.write(instance, 'v2');
+  const paused = await call<CheckpointRef>('POST', `/v1/sessions/${sessionId}/pause`, { body: { reason: 'lunch' } });
+  expect(paused).toMatchObject({ status: 200, json: { trigger: 'pause' } });
+  expect((await call<SessionStatus>('GET', `/v1/sessions/${sessionId}`)).json.phase).toBe('paused');
+  const twice = await call('POST', `/v1/sessions/${sessionId}/pause`);
+  expect(twice).toMatchObject({ status: 409, json: { code: 'InvalidTransition', sessionId } });
+  expect((await call('POST', `/v1/sessions/${sessionId}/resume`)).status).toBe(200);
+
+  const page = await call<TimelinePage>('GET', `/v1/sessions/${sessionId}/checkpoints?limit=100`, { key: viewer });
+  expect(page.status).toBe(200);
+  const checkpoints = page.json.entries.flatMap((e: TimelineEntry) => (e.kind === 'checkpoint' ? [e.checkpoint] : []));
+  expect(checkpoints.map((c) => c.checkpointId)).toEqual([first.json.checkpointId, paused.json.checkpointId]);
+  const one = await call('GET', `/v1/sessions/${sessionId}/checkpoints/${first.json.index}`, { key: viewer });
+  expect(one).toMatchObject({ status: 200, json: { index: first.json.index, kind: 'checkpoint' } });
+  expect(await call('GET', `/v1/sessions/${sessionId}/checkpoints/9999`)).toMatchObject({
+    status: 404,
+    json: { code: 'NotFound', sessionId },
+  });
+
+  const rewound = await call<RewindResult>('POST', `/v1/sessions/${sessionId}/rewind`, {
+    body: { to: first.json.index },
+  });
+  expect(rewound).toMatchObject({ status: 200, json: { restoredFrom: { checkpointId: first.json.checkpointId } } });
+  expect(sys.memory.read(rewound.json.runtime!.instanceId).toString('utf8')).toBe('v1');
+
+  const forked = await call<ForkResult>('POST', `/v1/sessions/${sessionId}/fork`, {
+    body: { from: paused.json.index, paused: true },
+  });
+  expect(forked.status).toBe(200);
+  const forkId = forked.json.forks[0]!.sessionId;
+  expect((await call('GET', `/v1/sessions/${forkId}`)).json).toMatchObject({
+    phase: 'paused',
+    forkedFrom: { sessionId },
+  });
+
+  const listed = await call<{ sessions: { sessionId: string }[] }>('GET', '/v1/sessions?phase=running', {
+    key: viewer,
+  });
+  expect(listed.json.sessions.map((s) => s.sessionId)).toContain(sessionId);
+
+  expect(await call('POST', `/v1/sessions/${sessionId}/stop`, { body: { checkpoint: false } })).toMatchObject({
+    status: 200,
+    json: { phase: 'completed' },
+  });
+  expect(await call('POST', `/v1/sessions/${sessionId}/checkpoint`)).toMatchObject({
+    status: 409,
+    json: { code: 'SessionClosed' },
+  });
+  await call('POST', `/v1/sessions/${forkId}/stop`);
+}, 120_000);
+
+test('bad input is a problem document with zod issues, and changes nothing', async () => {
+  // snake_case where the API speaks camelCase: refused by the workflow's strict schema, field by field.
+  const snake = await call('POST', '/v1/sessions', { body: { session_id: 'x1', runtime: { kind: 'memory' } } });
+  expect(snake.status).toBe(400);
+  expect(snake.type).toBe('application/problem+json');
+  expect(snake.json).toMatchObject({ code: 'InvalidInput', type: 'urn:durable-sessions:problem:InvalidInput' });
+  expect((snake.json.issues as { path: unknown[] }[]).map((i) => i.path.join('.'))).toEqual(
+    expect.arrayContaining(['sessionId']),
+  );
+  expectClean(snake.json);
+  expect(snake.json).toMatchInlineSnapshot(`
+   {
+     "code": "InvalidInput",
+     "detail": "invalid input: sessionId: Invalid input: expected string, received undefined; input: unknown field "session_id" (did you mean "sessionId"?)",
+     "issues": [
+       {
+         "code": "invalid_type",
+         "message": "Invalid input: expected string, received undefined",
+         "path": [
+           "sessionId",
+         ],
+       },
+       {
+         "code": "unrecognized_keys",
+         "message": "unknown field "session_id" (did you mean "sessionId"?)",
+         "path": [],
+       },
+     ],
+     "status": 400,
+     "title": "InvalidInput",
+     "type": "urn:durable-sessions:problem:InvalidInput",
+   }
+  `);
+
+  const notJson = await call('POST', '/v1/sessions', { body: '{"sessionId":' });
+  expect(notJson).toMatchObject({
+    status: 400,
+    json: { code: 'InvalidInput', detail: 'the request body is not JSON' },
+  });
+
+  const traversal = await call('GET', '/v1/sessions/..x');
+  expect(traversal).toMatchObject({ status: 400, json: { code: 'InvalidInput' } });
+  const unknown = await call('GET', `/v1/sessions/${id('nobody')}`);
+  expect(unknown).toMatchObject({ status: 404, json: { code: 'SessionNotFound' } });
+  expectClean(unknown.json);
+
+  const big = await call('POST', '/v1/sessions', {
+    body: { sessionId: id('big'), runtime: { kind: 'memory', initialState: 'x'.repeat(100_000) } },
+  });
+  expect(big).toMatchObject({ status: 413, json: { code: 'PayloadTooLarge' } });
+
+  const sessionId = id('dup');
+  expect((await call('POST', '/v1/sessions', { body: { sessionId, runtime: { kind: 'memory' } } })).status).toBe(201);
+  const dup = await call('POST', '/v1/sessions', { body: { sessionId, runtime: { kind: 'memory' } } });
+  expect(dup).toMatchObject({ status: 409, json: { code: 'SessionAlreadyExists', sessionId } });
+  const mismatch = await call('POST', `/v1/sessions/${sessionId}/checkpoint`, {
+    body: { idempotencyKey: 'a' },
+    headers: { 'idempotency-key': 'b' },
+  });
+  expect(mismatch).toMatchObject({ status: 400, json: { code: 'InvalidInput' } });
+  const extra = await call('POST', `/v1/sessions/${sessionId}/pause`, { body: { reason: 'x', force: true } });
+  expect(extra).toMatchObject({ status: 400, json: { code: 'InvalidInput' } });
+  // Nothing of the refused calls happened.
+  const status = (await call('GET', `/v1/sessions/${sessionId}`)).json;
+  expect(status).toMatchObject({ phase: 'running', checkpointCount: 0 });
+  await call('POST', `/v1/sessions/${sessionId}/stop`, { body: { checkpoint: false } });
+  expect(await call('GET', '/v1/nothing-here')).toMatchObject({ status: 404, json: { code: 'NotFound' } });
+}, 60_000);
+
+test('keys: none or a wrong one is 401, a viewer may only read, and a rotated file applies without a restart', async () => {
+  const none = await call('GET', '/v1/sessions', { key: null });
+  expect(none).toMatchObject({ status: 401, json: { code: 'Unauthorized' } });
+  expect(none.headers.get('www-authenticate')).toBe('Bearer');
+  expect(none.json).toMatchInlineSnapshot(`
+   {
+     "code": "Unauthorized",
+     "detail": "a valid API key is required (Bearer)",
+     "status": 401,
+     "title": "Unauthorized",
+     "type": "urn:durable-sessions:problem:Unauthorized",
+   }
+  `);
+  expect((await call('GET', '/v1/sessions', { key: 'dsk_not-a-key' })).status).toBe(401);
+  expect((await call('GET', '/v1/sessions', { key: viewer })).status).toBe(200);
+  const start = await call('POST', '/v1/sessions', {
+    key: viewer,
+    body: { sessionId: id('v'), runtime: { kind: 'memory' } },
+  });
+  expect(start).toMatchObject({ status: 403, json: { code: 'Forbidden' } });
+
+  // Rotation: the viewer's key is revoked and a new one added, by editing the file.
+  const rotated = generateKey();
+  writeKeys([
+    { id: 'admin', key: admin, role: 'admin' },
+    { id: 'viewer-2', key: rotated, role: 'viewer' },
+  ]);
+  await eventually(async () => (await call('GET', '/v1/sessions', { key: viewer })).status === 401, 5_000);
+  expect((await call('GET', '/v1/sessions', { key: rotated })).status).toBe(200);
+
+  // A broken file keeps the keys loaded before it: nobody is locked out, nobody let in.
+  fs.writeFileSync(keysFile, '{ not json');
+  await new Promise((r) => setTimeout(r, 700));
+  expect((await call('GET', '/v1/sessions', { key: rotated })).status).toBe(200);
+  expect((await call('GET', '/v1/sessions', { key: viewer })).status).toBe(401);
+  writeKeys([
+    { id: 'admin', key: admin, role: 'admin' },
+    { id: 'viewer', key: viewer, role: 'viewer' },
+  ]);
+});
+
+test('docs/openapi.json is the document the gateway serves (npm run openapi writes it)', async () => {
+  const committed: unknown = JSON.parse(
+    fs.readFileSync(path.join(__dirname, '..', '..', 'docs', 'openapi.json'), 'utf8'),
+  );
+  const served = await call('GET', '/v1/openapi.json', { key: null });
+  expect(served.json).toEqual(committed);
+});
