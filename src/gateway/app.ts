@@ -20,6 +20,7 @@ import {
   VerifyInput,
 } from '../domain/schemas';
 import { PHASES, type Phase } from '../domain/session-state';
+import { sessionEvents, type EventStreamOptions } from './events';
 import type { ApiKeys, Principal, Role } from './keys';
 import { GATEWAY_CODES, problem, problemOf, type Problem } from './problems';
 
@@ -30,6 +31,8 @@ export interface GatewayOptions {
   ready: () => Promise<boolean>;
   /** Largest request body (default 4 MiB: a start spec with seed files). */
   maxBodyBytes?: number;
+  /** How the event streams read sessions. */
+  events?: EventStreamOptions;
   /** Where unexpected errors go (default console.error); callers only see a problem without details. */
   logError?: (err: unknown) => void;
 }
@@ -203,6 +206,17 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     return c.json(entry);
   });
 
+  document(
+    app,
+    'get',
+    '/v1/sessions/{id}/events',
+    'Phase, progress and timeline entries as Server-Sent Events',
+    undefined,
+    200,
+    'text/event-stream',
+  );
+  app.get('/v1/sessions/:id/events', (c) => sessionEvents(c, sessions.get(c.req.param('id')), options.events));
+
   document(app, 'post', '/v1/sessions/{id}/touch', 'Record activity (idle policies)');
   app.post('/v1/sessions/:id/touch', async (c) => {
     await sessions.get(c.req.param('id')).touch();
@@ -266,6 +280,7 @@ function document(
   summary: string,
   body?: ZodType,
   okStatus = 200,
+  okType = 'application/json',
 ): void {
   const params = [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
   app.openAPIRegistry.registerPath({
@@ -280,7 +295,10 @@ function document(
         : {}),
     },
     responses: {
-      [okStatus]: { description: 'OK', content: { 'application/json': { schema: AnyObject } } },
+      [okStatus]: {
+        description: 'OK',
+        content: { [okType]: { schema: okType === 'application/json' ? AnyObject : z.string() } },
+      },
       ...errorResponses,
     },
   });

@@ -44,7 +44,8 @@ export function generateKey(): string {
  */
 export class ApiKeys {
   private byHash = new Map<string, ApiKeyRecord>();
-  private loadedMtimeMs = -1;
+  /** mtime, size and inode of the file as loaded: a rename onto it changes the inode even within one mtime tick. */
+  private loaded = '';
   private checkedAt = 0;
 
   constructor(
@@ -78,7 +79,8 @@ export class ApiKeys {
       this.log(`API keys file ${this.file} cannot be read; keeping the keys loaded before`);
       return;
     }
-    if (stat.mtimeMs === this.loadedMtimeMs) return;
+    const signature = `${stat.mtimeMs}:${stat.size}:${stat.ino}`;
+    if (signature === this.loaded) return;
     const parsed = parseKeysFile(this.file);
     if (!parsed.ok) {
       if (first) throw new Error(parsed.error);
@@ -86,7 +88,7 @@ export class ApiKeys {
       return;
     }
     this.byHash = new Map(parsed.keys.map((k) => [k.sha256, k]));
-    this.loadedMtimeMs = stat.mtimeMs;
+    this.loaded = signature;
   }
 }
 

@@ -279,6 +279,7 @@ test('keys: none or a wrong one is 401, a viewer may only read, and a rotated fi
     { id: 'admin', key: admin, role: 'admin' },
     { id: 'viewer', key: viewer, role: 'viewer' },
   ]);
+  await eventually(async () => (await call('GET', '/v1/sessions', { key: viewer })).status === 200, 5_000);
 });
 
 test('docs/openapi.json is the document the gateway serves (npm run openapi writes it)', async () => {
@@ -288,3 +289,109 @@ test('docs/openapi.json is the document the gateway serves (npm run openapi writ
   const served = await call('GET', '/v1/openapi.json', { key: null });
   expect(served.json).toEqual(committed);
 });
+
+interface SseEvent {
+  event: string;
+  id?: string;
+  data: unknown;
+}
+
+/** Reads a session's event stream until `until` holds (or `timeoutMs` passes), then closes it. */
+async function readEvents(
+  sessionId: string,
+  until: (events: SseEvent[]) => boolean,
+  { lastEventId, timeoutMs = 30_000 }: { lastEventId?: string; timeoutMs?: number } = {},
+): Promise<SseEvent[]> {
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), timeoutMs);
+  const events: SseEvent[] = [];
+  try {
+    const res = await fetch(`${gateway.url}/v1/sessions/${sessionId}/events`, {
+      headers: { authorization: `Bearer ${viewer}`, ...(lastEventId ? { 'last-event-id': lastEventId } : {}) },
+      signal: abort.signal,
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toContain('text/event-stream');
+    const decoder = new TextDecoder();
+    let buffer = '';
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      buffer += decoder.decode(chunk, { stream: true });
+      let end: number;
+      while ((end = buffer.indexOf('\n\n')) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const fields = Object.fromEntries(
+          block
+            .split('\n')
+            .filter((l) => l && !l.startsWith(':'))
+            .map((l) => [l.slice(0, l.indexOf(':')), l.slice(l.indexOf(':') + 1).trimStart()]),
+        ) as Record<string, string>;
+        if (!fields.event) continue;
+        events.push({ event: fields.event, id: fields.id, data: JSON.parse(fields.data ?? 'null') });
+      }
+      if (until(events)) break;
+    }
+  } catch (err) {
+    if (!abort.signal.aborted) throw err;
+  } finally {
+    clearTimeout(timer);
+    abort.abort();
+  }
+  return events;
+}
+
+const phases = (events: SseEvent[]) =>
+  events.filter((e) => e.event === 'phase').map((e) => (e.data as { phase: string }).phase);
+
+test('events: a pause streams its progress, then paused; a reconnect with Last-Event-ID misses no entry', async () => {
+  const sessionId = id('events');
+  const started = await call<SessionStatus>('POST', '/v1/sessions', {
+    body: { sessionId, runtime: { kind: 'memory' } },
+  });
+  // Incompressible state, large enough that its capture is seen under way.
+  sys.memory.write(started.json.runtime!.instanceId, crypto.randomBytes(48 * 1024 * 1024));
+
+  const watching = readEvents(sessionId, (events) => phases(events).includes('paused'));
+  await new Promise((r) => setTimeout(r, 500));
+  const paused = await call<CheckpointRef>('POST', `/v1/sessions/${sessionId}/pause`);
+  expect(paused.status).toBe(200);
+  const events = await watching;
+  expect(phases(events)).toEqual(['running', 'pausing', 'paused']);
+  const progress = events
+    .filter((e) => e.event === 'progress')
+    .map((e) => e.data as { activity: string; bytesDone: number });
+  expect(progress.length).toBeGreaterThan(0);
+  expect(progress[0]).toMatchObject({ activity: 'captureCheckpoint' });
+  // Progress comes before the pause is done, and the pause's checkpoint is a timeline entry with its index as id.
+  expect(events.findIndex((e) => e.event === 'progress')).toBeLessThan(
+    events.findIndex((e) => phases([e])[0] === 'paused'),
+  );
+  const pauseEntry = events.find((e) => e.event === 'timeline' && (e.data as TimelineEntry).kind === 'checkpoint');
+  expect(pauseEntry).toMatchObject({
+    id: String(paused.json.index),
+    data: { checkpoint: { checkpointId: paused.json.checkpointId } },
+  });
+
+  // Away while the session resumes and checkpoints twice; back with the last id seen.
+  const lastSeen = events.filter((e) => e.id).at(-1)!.id!;
+  await call('POST', `/v1/sessions/${sessionId}/resume`);
+  const c1 = await call<CheckpointRef>('POST', `/v1/sessions/${sessionId}/checkpoint`);
+  const c2 = await call<CheckpointRef>('POST', `/v1/sessions/${sessionId}/checkpoint`);
+  const again = await readEvents(sessionId, (es) => es.some((e) => e.id === String(c2.json.index)), {
+    lastEventId: lastSeen,
+  });
+  const ids = again.filter((e) => e.id).map((e) => Number(e.id));
+  expect(ids[0]).toBe(Number(lastSeen) + 1);
+  ids.forEach((n, i) => expect(n).toBe(ids[0]! + i));
+  expect(ids).toEqual(expect.arrayContaining([c1.json.index, c2.json.index]));
+  expect(phases(again)[0]).toBe('running');
+
+  // An ended session's stream ends by itself after its last entries.
+  await call('POST', `/v1/sessions/${sessionId}/stop`, { body: { checkpoint: false } });
+  const ended = await readEvents(sessionId, () => false, { timeoutMs: 10_000 });
+  expect(phases(ended)).toEqual(['completed']);
+  expect(await call('GET', `/v1/sessions/${id('nobody')}/events`)).toMatchObject({
+    status: 404,
+    json: { code: 'SessionNotFound' },
+  });
+}, 120_000);

@@ -1,0 +1,94 @@
+import type { Context } from 'hono';
+import { streamSSE, type SSEStreamingApi } from 'hono/streaming';
+import type { SessionStatus, TimelineEntry } from '../api';
+import type { IoProgress, SessionHandle } from '../client';
+import { InvalidInputError } from '../domain/errors';
+import { FINAL_PHASES } from '../domain/session-state';
+
+export interface EventStreamOptions {
+  /** How often the session is read (default 250 ms). */
+  pollMs?: number;
+  /** A comment line this often keeps proxies from closing an idle stream (default 15 s). */
+  keepAliveMs?: number;
+}
+
+/**
+ * A session's events as Server-Sent Events, read from the session as it goes (Temporal pushes nothing to a client):
+ *
+ * - `phase` — `{ phase, headIndex, failure, updatedAt }`, first on connecting and at every change;
+ * - `progress` — `{ activity, phase, bytesDone, bytesTotal?, attempt }` of a capture or restore under way, when it moves;
+ * - `timeline` — each new timeline entry, with the entry's index as the event `id`.
+ *
+ * A new stream starts at the newest entry; one that reconnects with `Last-Event-ID` (or asks `?after=`) gets every
+ * timeline entry after that index first, so it misses none. Phase and progress are current state, sent again on
+ * connecting. The stream ends after an ended session's last entries.
+ */
+export async function sessionEvents(c: Context, handle: SessionHandle, options: EventStreamOptions = {}) {
+  const asked = lastEventId(c, handle.sessionId);
+  // Unknown session or no access: a problem document, before any stream starts.
+  const first = await handle.status();
+  // A first connection follows from now on; `?after=0` replays the whole timeline.
+  const after = asked ?? first.timelineLength;
+  return streamSSE(c, (stream) => follow(stream, handle, first, after, options));
+}
+
+async function follow(
+  stream: SSEStreamingApi,
+  handle: SessionHandle,
+  first: SessionStatus,
+  after: number,
+  { pollMs = 250, keepAliveMs = 15_000 }: EventStreamOptions,
+): Promise<void> {
+  let status = first;
+  let sentPhase: string | undefined;
+  let lastIndex = after;
+  let lastProgress = '';
+  let lastWrite = Date.now();
+  const write = async (event: string, data: unknown, id?: string) => {
+    await stream.writeSSE({ event, data: JSON.stringify(data), ...(id ? { id } : {}) });
+    lastWrite = Date.now();
+  };
+  while (!stream.aborted) {
+    // Entries first: a client that sees a phase has seen the entries that led to it.
+    while (status.timelineLength > lastIndex && !stream.aborted) {
+      const page = await handle.timelinePage({ from: lastIndex + 1, limit: 100, all: true });
+      const entries = page.entries.filter((e): e is TimelineEntry & { index: number } => (e.index ?? 0) > lastIndex);
+      if (entries.length === 0) break;
+      for (const entry of entries) {
+        await write('timeline', entry, String(entry.index));
+        lastIndex = entry.index;
+      }
+    }
+    if (status.phase !== sentPhase) {
+      sentPhase = status.phase;
+      const { phase, headIndex, failure, updatedAt } = status;
+      await write('phase', { phase, headIndex, failure, updatedAt });
+    }
+    if (FINAL_PHASES.includes(status.phase)) break;
+    if (status.pendingControls > 0 || status.phase !== 'running') {
+      const progress: IoProgress[] = await handle.progress().catch(() => []);
+      const text = JSON.stringify(progress);
+      if (text !== lastProgress) {
+        lastProgress = text;
+        for (const p of progress) await write('progress', p);
+      }
+    }
+    if (Date.now() - lastWrite >= keepAliveMs) {
+      await stream.write(': keep-alive\n\n');
+      lastWrite = Date.now();
+    }
+    await stream.sleep(pollMs);
+    if (stream.aborted) break;
+    status = await handle.status();
+  }
+}
+
+function lastEventId(c: Context, sessionId: string): number | undefined {
+  const raw = c.req.header('last-event-id') ?? c.req.query('after');
+  if (raw === undefined || raw === '') return undefined;
+  const n = Number(raw);
+  if (!Number.isSafeInteger(n) || n < 0) {
+    throw new InvalidInputError('Last-Event-ID (or after) must be a timeline index', sessionId, []);
+  }
+  return n;
+}
