@@ -100,7 +100,7 @@ const setup = service('temporal-setup');
 describe('docker-compose.yml', () => {
   test('defines the database, server, setup, UI and worker services', () => {
     expect(Object.keys(services)).toEqual(
-      expect.arrayContaining(['postgresql', 'temporal', 'temporal-setup', 'temporal-ui', 'worker']),
+      expect.arrayContaining(['postgresql', 'temporal', 'temporal-setup', 'temporal-ui', 'worker', 'gateway']),
     );
     expect(service('postgresql').image).toMatch(/^postgres:16\b/);
     expect(temporal.image).toMatch(/^temporalio\/auto-setup:/);
@@ -143,6 +143,28 @@ describe('docker-compose.yml', () => {
     // Encryption stays on, and the key is demanded from the operator's environment rather than baked in.
     expect(config.snapshots.encryption).toBe('aes-256-gcm');
     expect(workerEnv.DS_MASTER_KEYS).toMatch(/^\$\{DS_MASTER_KEYS:\?.+\}$/);
+  });
+
+  test('the gateway runs the compiled gateway with keys from a secret, its environment in the schema', () => {
+    const gateway = service('gateway');
+    const env = environment(gateway);
+    const known = Object.keys(EnvConfig.shape);
+    for (const key of Object.keys(env)) expect(known).toContain(key);
+    expect(gateway.command).toEqual(['node', 'dist/gateway/main.js']);
+    const config = loadConfig(env);
+    expect(config.temporal.address).toBe(workerEnv.TEMPORAL_ADDRESS);
+    expect(config.taskQueue).toBe(loadConfig(workerEnv).taskQueue);
+    expect(config.snapshotDir).toBe(workerEnv.DS_SNAPSHOT_DIR);
+    expect(config.gateway).toMatchObject({ host: '0.0.0.0', keysFile: '/run/secrets/api-keys' });
+    expect(publishedPorts(gateway)).toEqual([{ host: 7280, container: config.gateway.port }]);
+    const secrets = (compose as { secrets?: Record<string, { file?: string }> }).secrets ?? {};
+    expect((gateway as { secrets?: string[] }).secrets).toEqual(['api-keys']);
+    expect(secrets['api-keys']?.file).toBeDefined();
+    expect(env.DS_MASTER_KEYS).toBe(workerEnv.DS_MASTER_KEYS);
+    // The store the gateway reads timelines from is the worker's, read-only.
+    const mount = (gateway.volumes ?? []).find((v) => typeof v === 'string' && v.includes(env.DS_SNAPSHOT_DIR!));
+    expect(mount).toMatch(/^snapshots:.*:ro$/);
+    expect(fs.existsSync(path.join(root, 'src', 'gateway', 'main.ts'))).toBe(true);
   });
 
   test('every Temporal client points at the temporal service on the port it listens on', () => {

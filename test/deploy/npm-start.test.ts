@@ -16,12 +16,13 @@ const root = path.resolve(__dirname, '..', '..');
 let dataDir: string;
 let port: number;
 let uiPort: number;
+let gatewayPort: number;
 let npm: ChildProcess | undefined;
 let output = '';
 
 beforeAll(async () => {
   dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-npm-start-'));
-  [port, uiPort] = [await freePort(), await freePort()];
+  [port, uiPort, gatewayPort] = [await freePort(), await freePort(), await freePort()];
 });
 afterAll(() => {
   if (npm?.pid && npm.exitCode === null) process.kill(-npm.pid, 'SIGKILL');
@@ -35,6 +36,7 @@ async function npmStart(): Promise<ChildProcess> {
     DS_DATA_DIR: dataDir,
     DS_DEV_SERVER_PORT: String(port),
     DS_DEV_UI_PORT: String(uiPort),
+    DS_GATEWAY_PORT: String(gatewayPort),
     LOG_LEVEL: 'WARN',
   };
   delete env.TEMPORAL_ADDRESS;
@@ -90,6 +92,14 @@ test('SIGINT to npm, then SIGTERM to its group: the session comes back with its 
     await eventually(() => counter(runtime.location) > 5);
     return runtime;
   });
+  // The gateway beside it, with the dev key it printed and keeps under the data directory.
+  const key = fs.readFileSync(path.join(dataDir, 'gateway-dev-key'), 'utf8').trim();
+  expect(output).toContain(`Gateway dev key  ${key}`);
+  const res = await fetch(`http://127.0.0.1:${gatewayPort}/v1/sessions/counter`, {
+    headers: { authorization: `Bearer ${key}` },
+  });
+  expect(res.status).toBe(200);
+  expect(await res.json()).toMatchObject({ sessionId: 'counter', phase: 'running' });
 
   // SIGINT to the npm process alone (what a supervisor that knows one pid sends).
   const counted = counter(first.location);
