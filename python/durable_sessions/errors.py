@@ -1,0 +1,174 @@
+"""One exception class per error code of the gateway's problem documents (RFC 9457)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Type
+
+
+class DurableSessionsError(Exception):
+    """Base of every error the client raises for a problem document: ``code``, ``session_id``, ``status``, ``problem``."""
+
+    code: str = "Error"
+    #: Whether the same call may succeed if sent again (the client retries these itself).
+    retryable: bool = False
+
+    def __init__(self, message: str, *, status: int, problem: Dict[str, Any]) -> None:
+        super().__init__(message)
+        self.status = status
+        self.problem = problem
+        self.code = str(problem.get("code", type(self).code))
+        self.session_id: Optional[str] = problem.get("sessionId")
+        self.issues: List[Dict[str, Any]] = problem.get("issues") or []
+
+
+class InvalidInputError(DurableSessionsError):
+    """The input failed the schema; ``issues`` says where."""
+
+    code = "InvalidInput"
+
+
+class InvalidTransitionError(DurableSessionsError):
+    """Not legal in the session's phase."""
+
+    code = "InvalidTransition"
+
+
+class SessionNotFoundError(DurableSessionsError):
+    """No session with that id."""
+
+    code = "SessionNotFound"
+
+
+class SessionAlreadyExistsError(DurableSessionsError):
+    """The id is or was in use."""
+
+    code = "SessionAlreadyExists"
+
+
+class SessionClosedError(DurableSessionsError):
+    """The session has ended."""
+
+    code = "SessionClosed"
+
+
+class SnapshotNotFoundError(DurableSessionsError):
+    """The checkpoint is not in the store."""
+
+    code = "SnapshotNotFound"
+
+
+class SnapshotCorruptError(DurableSessionsError):
+    """The checkpoint's bytes are damaged."""
+
+    code = "SnapshotCorrupt"
+
+
+class SnapshotIncompatibleError(DurableSessionsError):
+    """The checkpoint was written by a version that cannot restore."""
+
+    code = "SnapshotIncompatible"
+
+
+class SnapshotTamperedError(DurableSessionsError):
+    """The checkpoint failed authentication."""
+
+    code = "SnapshotTampered"
+
+
+class KeyUnavailableError(DurableSessionsError):
+    """A key to read the checkpoint is missing."""
+
+    code = "KeyUnavailable"
+
+
+class RuntimeFailedError(DurableSessionsError):
+    """The runtime could not start, capture or stop."""
+
+    code = "RuntimeFailed"
+
+
+class RuntimeLostError(DurableSessionsError):
+    """The runtime instance is gone."""
+
+    code = "RuntimeLost"
+
+
+class RestoreFailedError(DurableSessionsError):
+    """No checkpoint of the session could be restored."""
+
+    code = "RestoreFailed"
+
+
+class StoreFullError(DurableSessionsError):
+    """The snapshot store has no room or is read-only."""
+
+    code = "StoreFull"
+
+
+class ConflictError(DurableSessionsError):
+    """A stale ifHead/ifIndex, or a conflicting control."""
+
+    code = "Conflict"
+
+
+class SessionBusyError(DurableSessionsError):
+    """The session is handing over; sent again by the client."""
+
+    code = "Busy"
+    retryable = True
+
+
+class UnsafeMessageIndexError(DurableSessionsError):
+    """The index splits a tool call from its result."""
+
+    code = "UnsafeMessageIndex"
+
+
+class UnauthorizedError(DurableSessionsError):
+    """No valid API key."""
+
+    code = "Unauthorized"
+
+
+class ForbiddenError(DurableSessionsError):
+    """The key's role may not do this."""
+
+    code = "Forbidden"
+
+
+class NotFoundError(DurableSessionsError):
+    """No such route or timeline entry."""
+
+    code = "NotFound"
+
+
+class PayloadTooLargeError(DurableSessionsError):
+    """The request body is over the limit."""
+
+    code = "PayloadTooLarge"
+
+
+class UnavailableError(DurableSessionsError):
+    """Temporal (or the gateway) cannot be reached."""
+
+    code = "Unavailable"
+    retryable = True
+
+
+class InternalError(DurableSessionsError):
+    """The gateway failed; its log has the details."""
+
+    code = "Internal"
+
+
+#: Every error class by its code.
+ERROR_CLASSES: Dict[str, Type[DurableSessionsError]] = {cls.code: cls for cls in DurableSessionsError.__subclasses__()}
+
+
+def error_from_problem(status: int, problem: Dict[str, Any]) -> DurableSessionsError:
+    """The typed exception for a problem document (the base class for a code this client does not know)."""
+    cls = ERROR_CLASSES.get(str(problem.get("code")), DurableSessionsError)
+    return cls(str(problem.get("detail") or problem.get("title") or f"HTTP {status}"), status=status, problem=problem)
+
+
+__all__ = ["DurableSessionsError", "ERROR_CLASSES", "error_from_problem", *(c.__name__ for c in ERROR_CLASSES.values())]

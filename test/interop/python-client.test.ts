@@ -1,0 +1,83 @@
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { ERROR_CODES } from '../../src/domain/error-codes';
+import { ApiKeys, generateKey, hashKey, startGateway, type RunningGateway } from '../../src/gateway';
+import { startTestSystem, type TestSystem } from '../helpers/temporal';
+
+/**
+ * The Python client (python/, installed into .tools/venv by `npm run setup`) against the live stack: its pytest
+ * suite runs as a separate process, as a Python backend would, against the real gateway, workers and dev server.
+ */
+const ROOT = path.join(__dirname, '..', '..');
+const PYTHON = path.join(ROOT, '.tools', 'venv', 'bin', 'python');
+
+let sys: TestSystem;
+let gateway: RunningGateway;
+
+beforeAll(async () => {
+  if (!fs.existsSync(PYTHON)) throw new Error(`${PYTHON} is missing: run npm run setup`);
+  sys = await startTestSystem();
+}, 60_000);
+afterAll(async () => {
+  await gateway?.close();
+  await sys?.close();
+});
+
+test('the pytest suite of the Python client passes against the real gateway', async () => {
+  const key = generateKey();
+  const keysFile = path.join(sys.dir, 'keys.json');
+  fs.writeFileSync(
+    keysFile,
+    JSON.stringify({ keys: [{ id: 'py', sha256: hashKey(key), tenant: 'default', role: 'admin' }] }),
+  );
+  gateway = await startGateway({
+    port: 0,
+    sessions: sys.sessions,
+    keys: new ApiKeys(keysFile),
+    ready: async () => true,
+    logError: () => undefined,
+  });
+  // A gateway process of the suite's own, for its restart test: the same server, queue, store and keys.
+  const restartable = {
+    command: JSON.stringify([process.execPath, '--import', 'tsx', 'src/gateway/main.ts']),
+    cwd: ROOT,
+    env: JSON.stringify({
+      TEMPORAL_ADDRESS: process.env.DS_TEST_TEMPORAL_ADDRESS,
+      DS_TASK_QUEUE: sys.taskQueue,
+      DS_DATA_DIR: sys.dir,
+      DS_SNAPSHOT_DIR: path.join(sys.dir, 'snapshots'),
+      DS_MASTER_KEYS: sys.masterKeys,
+      DS_API_KEYS_FILE: keysFile,
+    }),
+  };
+  const run = await new Promise<{ code: number; output: string }>((resolve) => {
+    execFile(
+      PYTHON,
+      [
+        '-m',
+        'pytest',
+        'python/tests',
+        '-q',
+        '-p',
+        'no:cacheprovider',
+        '-W',
+        'error::pytest.PytestUnraisableExceptionWarning',
+      ],
+      {
+        cwd: ROOT,
+        env: {
+          ...process.env,
+          SESSIONS_GATEWAY_URL: gateway.url,
+          SESSIONS_GATEWAY_KEY: key,
+          SESSIONS_GATEWAY_PROCESS: JSON.stringify(restartable),
+          SESSIONS_ERROR_CODES: JSON.stringify(Object.values(ERROR_CODES)),
+        },
+        timeout: 240_000,
+      },
+      (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, output: stdout + stderr }),
+    );
+  });
+  if (run.code !== 0) throw new Error(`pytest failed (exit ${run.code}):\n${run.output}`);
+  expect(run.output).toMatch(/\b5 passed\b/);
+}, 300_000);
