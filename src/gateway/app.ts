@@ -23,6 +23,7 @@ import { PHASES, type Phase } from '../domain/session-state';
 import { sessionEvents, type EventStreamOptions } from './events';
 import type { ApiKeys, Principal, Role } from './keys';
 import { GATEWAY_CODES, problem, problemOf, type Problem } from './problems';
+import { referencePage } from './reference';
 
 export interface GatewayOptions {
   sessions: SessionClient;
@@ -134,6 +135,9 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
       : send(c, problem(503, GATEWAY_CODES.Unavailable, 'the Temporal server cannot be reached')),
   );
   app.doc31('/v1/openapi.json', DOCUMENT_INFO);
+  app.get('/docs', (c) =>
+    c.html(referencePage(app.getOpenAPI31Document(DOCUMENT_INFO) as Parameters<typeof referencePage>[0])),
+  );
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', { type: 'http', scheme: 'bearer' });
 
   const authenticate: MiddlewareHandler<Env> = async (c, next) => {

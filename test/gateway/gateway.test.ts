@@ -95,6 +95,12 @@ test('health, readiness and the OpenAPI document, which names every route', asyn
     expect(paths).toContain(`/v1/sessions/{id}/${control}`);
   }
   expect(paths).toEqual(expect.arrayContaining(['/v1/sessions', '/v1/sessions/{id}', '/v1/sessions/{id}/checkpoints']));
+  // And as a page for people: every route, self-contained.
+  const page = await fetch(`${gateway.url}/docs`);
+  expect(page.headers.get('content-type')).toContain('text/html');
+  const html = await page.text();
+  for (const p of paths) expect(html).toContain(`<code>${p}</code>`);
+  expect(html).not.toMatch(/<script|https?:\/\/(?!127\.0\.0\.1)/);
   // The start body is the workflow's own schema: strict, with the session id's pattern.
   const start = doc.json.paths['/v1/sessions']!.post!.requestBody.content['application/json']!.schema;
   expect(JSON.stringify(start)).toContain('sessionId');
