@@ -187,6 +187,8 @@ export const EnvConfig = z.object({
    * default: a dev key is made under the data folder and printed.
    */
   DS_API_KEYS_FILE: z.string().min(1).optional(),
+  /** Requests a second one API key may send the gateway (bursts of twice that); over it: 429 with Retry-After. */
+  DS_GATEWAY_RATE_PER_KEY: z.coerce.number({ message: 'expected a number' }).positive().max(1_000_000).default(100),
   LOG_LEVEL: z.enum(['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR']).default('INFO'),
 });
 export type EnvConfig = z.infer<typeof EnvConfig>;
@@ -224,7 +226,7 @@ export interface Config {
     tenant: string;
   };
   devServer: { port: number; uiPort: number; ip: string; temporalBin?: string };
-  gateway: { port: number; host: string; keysFile?: string };
+  gateway: { port: number; host: string; keysFile?: string; ratePerKey: number };
   logLevel: EnvConfig['LOG_LEVEL'];
 }
 
@@ -316,6 +318,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       port: e.DS_GATEWAY_PORT,
       host: e.DS_GATEWAY_HOST,
       keysFile: e.DS_API_KEYS_FILE ? path.resolve(e.DS_API_KEYS_FILE) : undefined,
+      ratePerKey: e.DS_GATEWAY_RATE_PER_KEY,
     },
     logLevel: e.LOG_LEVEL,
   };

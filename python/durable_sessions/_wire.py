@@ -101,7 +101,7 @@ def settle(
     if res.is_success:
         return True, (res.json() if res.content else None)
     error = problem_error(res.status_code, res.text)
-    if last or not req.retryable or not (error.retryable or error.status == 429):
+    if last or not req.retryable or not error.retryable:
         raise error
     return False, backoff(attempt, res.headers.get("retry-after"))
 

@@ -148,6 +148,13 @@ class PayloadTooLargeError(DurableSessionsError):
     code = "PayloadTooLarge"
 
 
+class RateLimitedError(DurableSessionsError):
+    """Over the key's request rate; sent again after ``Retry-After`` by the client."""
+
+    code = "RateLimited"
+    retryable = True
+
+
 class UnavailableError(DurableSessionsError):
     """Temporal (or the gateway) cannot be reached."""
 

@@ -23,6 +23,7 @@ import { PHASES, type Phase } from '../domain/session-state';
 import { sessionEvents, type EventStreamOptions } from './events';
 import type { ApiKeys, Principal, Role } from './keys';
 import { GATEWAY_CODES, problem, problemOf, type Problem } from './problems';
+import { RateLimiter } from './rate-limit';
 import { referencePage } from './reference';
 
 export interface GatewayOptions {
@@ -32,6 +33,8 @@ export interface GatewayOptions {
   ready: () => Promise<boolean>;
   /** Largest request body (default 4 MiB: a start spec with seed files). */
   maxBodyBytes?: number;
+  /** Requests a second per API key (bursts of twice that); over it, 429 with `Retry-After`. Default 100. */
+  ratePerKey?: number;
   /** How the event streams read sessions. */
   events?: EventStreamOptions;
   /** Where unexpected errors go (default console.error); callers only see a problem without details. */
@@ -76,6 +79,7 @@ const problemResponses = {
   404: { description: 'Unknown session or checkpoint' },
   409: { description: 'Illegal transition, conflict, id already used, session ended' },
   413: { description: 'Body over the limit' },
+  429: { description: 'Over the key’s request rate (`Retry-After`)' },
   422: { description: 'The session’s data cannot serve the request (corrupt, tampered, incompatible…)' },
   503: { description: 'Temporal unreachable, or the session busy handing over (`Retry-After`)' },
 };
@@ -114,8 +118,8 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   const logError = options.logError ?? ((err: unknown) => console.error('gateway:', err));
   const app = new OpenAPIHono<Env>();
 
-  const send = (c: Context, p: Problem) => {
-    const headers: Record<string, string> = { 'content-type': 'application/problem+json' };
+  const send = (c: Context, p: Problem, extra: Record<string, string> = {}) => {
+    const headers: Record<string, string> = { 'content-type': 'application/problem+json', ...extra };
     if (p.status === 401) headers['www-authenticate'] = 'Bearer';
     if (p.code === 'Busy') headers['retry-after'] = '1';
     return c.body(JSON.stringify(p), p.status as 400, headers);
@@ -140,6 +144,8 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   );
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', { type: 'http', scheme: 'bearer' });
 
+  const ratePerKey = options.ratePerKey ?? 100;
+  const limiter = new RateLimiter(ratePerKey);
   const authenticate: MiddlewareHandler<Env> = async (c, next) => {
     const header = c.req.header('authorization') ?? '';
     const match = /^Bearer\s+(\S+)$/i.exec(header);
@@ -149,6 +155,11 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     if (RANK[principal.role] < RANK[needed]) {
       return send(c, problem(403, GATEWAY_CODES.Forbidden, `the key's role (${principal.role}) may not do this`));
     }
+    const wait = limiter.take(principal.keyId);
+    if (wait > 0) {
+      const p = problem(429, GATEWAY_CODES.RateLimited, `over ${ratePerKey} requests a second for this key`);
+      return send(c, p, { 'retry-after': String(wait) });
+    }
     c.set('principal', principal);
     await next();
   };
@@ -156,7 +167,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     maxSize: options.maxBodyBytes ?? 4 * 1024 * 1024,
     onError: (c) => send(c, problem(413, GATEWAY_CODES.PayloadTooLarge, 'the request body is over the limit')),
   });
-  app.use('/v1/sessions', authenticate, limit);
+  // In hono, `/v1/sessions/*` matches `/v1/sessions` too: one registration, so each request is counted once.
   app.use('/v1/sessions/*', authenticate, limit);
 
   document(app, 'post', '/v1/sessions', 'Start a session', StartSessionInput, 201);

@@ -4,7 +4,7 @@ import { isError } from '../errors';
 
 /**
  * An RFC 9457 problem document. `code` is the closed error code of the domain (or a gateway one: Unauthorized,
- * Forbidden, NotFound, PayloadTooLarge, Unavailable, Internal); never a stack trace or a worker's path.
+ * Forbidden, NotFound, PayloadTooLarge, RateLimited, Unavailable, Internal); never a stack trace or a worker's path.
  */
 export interface Problem {
   type: string;
@@ -23,6 +23,7 @@ export const GATEWAY_CODES = {
   Forbidden: 'Forbidden',
   NotFound: 'NotFound',
   PayloadTooLarge: 'PayloadTooLarge',
+  RateLimited: 'RateLimited',
   Unavailable: 'Unavailable',
   Internal: 'Internal',
 } as const;

@@ -20,6 +20,7 @@ export async function runGateway(config: Config, address: string, keysFile: stri
     hostname: config.gateway.host,
     sessions,
     keys: new ApiKeys(keysFile),
+    ratePerKey: config.gateway.ratePerKey,
     ready: async () => {
       await connection.workflowService.getSystemInfo({});
       return true;

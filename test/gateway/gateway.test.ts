@@ -401,3 +401,28 @@ test('events: a pause streams its progress, then paused; a reconnect with Last-E
     json: { code: 'SessionNotFound' },
   });
 }, 120_000);
+
+test('a key over its request rate gets 429 with Retry-After, other keys do not', async () => {
+  const limited = await startGateway({
+    port: 0,
+    sessions: sys.sessions,
+    keys: new ApiKeys(keysFile),
+    ready: async () => true,
+    ratePerKey: 2,
+  });
+  try {
+    const get = (key: string) =>
+      fetch(`${limited.url}/v1/sessions?limit=1`, { headers: { authorization: `Bearer ${key}` } });
+    // A burst of twice the rate goes through; the next is refused until a token is back.
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++) statuses.push((await get(admin)).status);
+    expect(statuses.slice(0, 4)).toEqual([200, 200, 200, 200]);
+    const over = await get(admin);
+    expect(over.status).toBe(429);
+    expect(Number(over.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(await over.json()).toMatchObject({ code: 'RateLimited', status: 429 });
+    expect((await get(viewer)).status).toBe(200);
+  } finally {
+    await limited.close();
+  }
+});
