@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from ._wire import Request, SseParser, control, problem_error, read, settle, to_wire
 from .errors import DurableSessionsError
 from .models import CheckpointRef, Event, ForkResult, RewindResult, SessionStatus, SessionSummary, TimelineEntry
-from .models import TimelinePage
+from .models import SessionPage, TimelinePage
 
 M = TypeVar("M", bound=BaseModel)
 Selector = Union[int, str]
@@ -78,9 +78,13 @@ class Client(_Base):
     def get(self, session_id: str) -> "Session":
         return Session(self, session_id)
 
-    def list(self, *, phase: Optional[str] = None, limit: Optional[int] = None) -> List[SessionSummary]:
-        body = self._send(read("/v1/sessions", phase=phase, limit=limit))
-        return [SessionSummary.model_validate(s) for s in body["sessions"]]
+    def list(self, **filters: Any) -> List[SessionSummary]:
+        """One page of sessions: ``phase``, ``runtime``, ``forked_from``, ``limit``, ``cursor`` (see list_page)."""
+        return self.list_page(**filters).sessions
+
+    def list_page(self, **filters: Any) -> SessionPage:
+        """Sessions newest first; pass ``cursor=page.next`` for the page after (``next`` is None on the last)."""
+        return SessionPage.model_validate(self._send(read("/v1/sessions", **filters)))
 
 
 class Session:
@@ -203,9 +207,11 @@ class AsyncClient(_Base):
     def get(self, session_id: str) -> "AsyncSession":
         return AsyncSession(self, session_id)
 
-    async def list(self, *, phase: Optional[str] = None, limit: Optional[int] = None) -> List[SessionSummary]:
-        body = await self._send(read("/v1/sessions", phase=phase, limit=limit))
-        return [SessionSummary.model_validate(s) for s in body["sessions"]]
+    async def list(self, **filters: Any) -> List[SessionSummary]:
+        return (await self.list_page(**filters)).sessions
+
+    async def list_page(self, **filters: Any) -> SessionPage:
+        return SessionPage.model_validate(await self._send(read("/v1/sessions", **filters)))
 
 
 class AsyncSession:

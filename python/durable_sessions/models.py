@@ -19,6 +19,7 @@ __all__ = [
     "RewindResult",
     "RuntimeInstance",
     "SessionStatus",
+    "SessionPage",
     "SessionSummary",
     "TimelineEntry",
     "TimelinePage",
@@ -74,6 +75,12 @@ class SessionSummary(WireModel):
     runtime_kind: Optional[str] = None
     workflow_status: str
     started_at: str
+
+
+class SessionPage(WireModel):
+    sessions: List[SessionSummary]
+    #: The ``cursor`` of the next page; None on the last.
+    next: Optional[str] = None
 
 
 class TimelineEntry(WireModel):

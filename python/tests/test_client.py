@@ -62,6 +62,13 @@ def test_the_whole_flow(client: Client, session_id: str) -> None:
     results = session.verify()
     assert results and all(v["status"] == "ok" for v in results)
     assert session_id in [s.session_id for s in client.list(phase="running")]
+    deadline = time.monotonic() + 15  # visibility catches up with a start within moments
+    while True:
+        family = client.list_page(forked_from=session_id, limit=10)
+        if family.sessions or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert [s.session_id for s in family.sessions] == [fork.session_id] and family.next is None
 
     assert session.stop(checkpoint=False)["phase"] == "completed"
     fork.stop()

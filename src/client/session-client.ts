@@ -108,6 +108,33 @@ export interface IoProgress {
   lastFailure?: string;
 }
 
+/** temporal.api.enums.v1.WorkflowExecutionStatus, by number, named as `list()` names them. */
+const EXECUTION_STATUS = [
+  'UNSPECIFIED',
+  'RUNNING',
+  'COMPLETED',
+  'FAILED',
+  'CANCELLED',
+  'TERMINATED',
+  'CONTINUED_AS_NEW',
+  'TIMED_OUT',
+  'PAUSED',
+];
+
+/** What `listPage` filters by (strict: an unknown field is refused). */
+export const SessionListFilter = z.strictObject({
+  phase: z.enum(PHASES).optional(),
+  runtime: z.enum(['workspace', 'memory', 'conversation']).optional(),
+  forkedFrom: SessionId.optional(),
+  limit: z.number().int().min(1).max(1000).optional(),
+  cursor: z
+    .string()
+    .max(4096)
+    .regex(/^[A-Za-z0-9_-]*$/, 'cursor must be a cursor this API returned')
+    .optional(),
+});
+export type SessionListFilter = z.infer<typeof SessionListFilter>;
+
 export interface SessionSummary {
   sessionId: string;
   phase: string | undefined;
@@ -248,6 +275,48 @@ export class SessionClient {
   get(sessionId: string): SessionHandle {
     const id = parseInput(SessionId, sessionId, String(sessionId));
     return new SessionHandle(id, this.options.client.workflow.getHandle(sessionWorkflowId(id)), this.context);
+  }
+
+  /**
+   * One page of sessions, newest first, from Temporal's visibility store: filtered by phase, runtime kind and fork
+   * family (`forkedFrom`: the sessions forked from that one, forks of forks not included), `limit` a page (default
+   * 100, at most 1000), and `cursor` the page after a previous one's `next`. A session whose workflow handed over
+   * (continue-as-new) is listed once, by its newest run.
+   */
+  async listPage(filter: SessionListFilter = {}): Promise<{ sessions: SessionSummary[]; next: string | null }> {
+    const f = parseInput(SessionListFilter, filter, '');
+    const clauses = [
+      `WorkflowType = 'sessionWorkflow'`,
+      `TaskQueue = '${this.taskQueue}'`,
+      'SessionState IS NOT NULL',
+      `ExecutionStatus != 'ContinuedAsNew'`,
+    ];
+    if (f.phase !== undefined) clauses.push(`SessionState = '${f.phase}'`);
+    if (f.runtime !== undefined) clauses.push(`SessionRuntime = '${f.runtime}'`);
+    if (f.forkedFrom !== undefined) clauses.push(`ForkedFrom STARTS_WITH '${f.forkedFrom}/'`);
+    const res = await this.options.client.workflowService.listWorkflowExecutions({
+      namespace: this.options.client.options.namespace,
+      query: clauses.join(' AND '),
+      pageSize: f.limit ?? 100,
+      nextPageToken: f.cursor ? Buffer.from(f.cursor, 'base64url') : undefined,
+    });
+    const attribute = (fields: Record<string, unknown> | null | undefined, name: string): string | undefined => {
+      const payload = fields?.[name];
+      return payload ? defaultPayloadConverter.fromPayload<string>(payload) : undefined;
+    };
+    const sessions = (res.executions ?? []).map((wf): SessionSummary => {
+      const fields = wf.searchAttributes?.indexedFields;
+      const seconds = Number(wf.startTime?.seconds ?? 0);
+      return {
+        sessionId: (wf.execution?.workflowId ?? '').replace(/^session-/, ''),
+        phase: attribute(fields, sessionStateKey.name),
+        runtimeKind: attribute(fields, sessionRuntimeKey.name),
+        workflowStatus: EXECUTION_STATUS[wf.status ?? 0] ?? 'UNKNOWN',
+        startedAt: new Date(seconds * 1000 + Math.floor((wf.startTime?.nanos ?? 0) / 1e6)),
+      };
+    });
+    const token = res.nextPageToken;
+    return { sessions, next: token && token.length > 0 ? Buffer.from(token).toString('base64url') : null };
   }
 
   /**

@@ -19,7 +19,6 @@ import {
   type TimelinePageInput,
   VerifyInput,
 } from '../domain/schemas';
-import { PHASES, type Phase } from '../domain/session-state';
 import { sessionEvents, type EventStreamOptions } from './events';
 import type { ApiKeys, Principal, Role } from './keys';
 import { GATEWAY_CODES, problem, problemOf, type Problem } from './problems';
@@ -179,19 +178,16 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     return c.json(await handle.status(), 201);
   });
 
-  document(app, 'get', '/v1/sessions', 'List sessions, newest first');
+  document(app, 'get', '/v1/sessions', 'Sessions, newest first (`phase`, `runtime`, `forkedFrom`, `limit`, `cursor`)');
   app.get('/v1/sessions', async (c) => {
-    const phase = c.req.query('phase');
-    if (phase !== undefined && !(PHASES as readonly string[]).includes(phase)) {
-      throw new InvalidInputError(`phase must be one of ${PHASES.join(', ')}`, '', []);
-    }
-    const limitParam = c.req.query('limit');
-    const max = limitParam === undefined ? 100 : Number(limitParam);
-    if (!Number.isInteger(max) || max < 1 || max > 1000) {
-      throw new InvalidInputError('limit must be an integer from 1 to 1000', '', []);
-    }
-    const found = await sessions.list({ phase: phase as Phase | undefined, limit: max });
-    return c.json({ sessions: found.map((s) => ({ ...s, startedAt: s.startedAt.toISOString() })) });
+    const q = c.req.query();
+    const filter: Record<string, unknown> = { ...q };
+    if (q.limit !== undefined) filter.limit = /^\d+$/.test(q.limit) ? Number(q.limit) : q.limit;
+    const page = await sessions.listPage(filter);
+    return c.json({
+      sessions: page.sessions.map((s) => ({ ...s, startedAt: s.startedAt.toISOString() })),
+      next: page.next,
+    });
   });
 
   document(app, 'get', '/v1/sessions/{id}', 'A session’s status');

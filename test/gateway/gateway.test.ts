@@ -426,3 +426,41 @@ test('a key over its request rate gets 429 with Retry-After, other keys do not',
     await limited.close();
   }
 });
+
+test('the list filters by fork family and runtime and pages by cursor, each session once', async () => {
+  const source = id('family');
+  await call('POST', '/v1/sessions', { body: { sessionId: source, runtime: { kind: 'memory' } } });
+  const ref = await call<CheckpointRef>('POST', `/v1/sessions/${source}/checkpoint`);
+  const forked = await call<ForkResult>('POST', `/v1/sessions/${source}/fork`, {
+    body: { from: ref.json.index, count: 2, paused: true },
+  });
+  const forkIds = forked.json.forks.map((f) => f.sessionId).sort();
+  type Listed = { sessions: { sessionId: string; phase: string }[]; next: string | null };
+  const family = await eventually(async () => {
+    const page = await call<Listed>('GET', `/v1/sessions?forkedFrom=${source}`, { key: viewer });
+    return page.json.sessions.length === 2 ? page.json : undefined;
+  }, 15_000);
+  expect(family.sessions.map((s) => s.sessionId).sort()).toEqual(forkIds);
+  expect(family.sessions.every((s) => s.phase === 'paused')).toBe(true);
+
+  // One at a time through the memory sessions: every page's cursor leads to the next, no session twice.
+  const seen: string[] = [];
+  let cursor: string | null = '';
+  while (cursor !== null) {
+    const page: { json: Listed } = await call<Listed>(
+      'GET',
+      `/v1/sessions?runtime=memory&limit=1${cursor ? `&cursor=${cursor}` : ''}`,
+      { key: viewer },
+    );
+    seen.push(...page.json.sessions.map((s) => s.sessionId));
+    cursor = page.json.next;
+  }
+  expect(new Set(seen).size).toBe(seen.length);
+  expect(seen).toEqual(expect.arrayContaining([source, ...forkIds]));
+  expect(await call('GET', '/v1/sessions?runtime=vm', { key: viewer })).toMatchObject({
+    status: 400,
+    json: { code: 'InvalidInput' },
+  });
+  expect(await call('GET', '/v1/sessions?cursor=not%20a%20cursor', { key: viewer })).toMatchObject({ status: 400 });
+  for (const s of [source, ...forkIds]) await call('POST', `/v1/sessions/${s}/stop`, { body: { checkpoint: false } });
+});
