@@ -1,4 +1,6 @@
 import { defaultPayloadConverter } from '@temporalio/common';
+import { decodeTypedSearchAttributes } from '@temporalio/common/lib/converter/payload-search-attributes';
+import { requiredTsToDate } from '@temporalio/common/lib/time';
 import {
   ApplicationFailure,
   WithStartWorkflowOperation,
@@ -108,7 +110,7 @@ export interface IoProgress {
   lastFailure?: string;
 }
 
-/** temporal.api.enums.v1.WorkflowExecutionStatus, by number, named as `list()` names them. */
+/** temporal.api.enums.v1.WorkflowExecutionStatus by number, named as the SDK names them (WorkflowExecutionStatusName). */
 const EXECUTION_STATUS = [
   'UNSPECIFIED',
   'RUNNING',
@@ -300,19 +302,14 @@ export class SessionClient {
       pageSize: f.limit ?? 100,
       nextPageToken: f.cursor ? Buffer.from(f.cursor, 'base64url') : undefined,
     });
-    const attribute = (fields: Record<string, unknown> | null | undefined, name: string): string | undefined => {
-      const payload = fields?.[name];
-      return payload ? defaultPayloadConverter.fromPayload<string>(payload) : undefined;
-    };
     const sessions = (res.executions ?? []).map((wf): SessionSummary => {
-      const fields = wf.searchAttributes?.indexedFields;
-      const seconds = Number(wf.startTime?.seconds ?? 0);
+      const attributes = decodeTypedSearchAttributes(wf.searchAttributes?.indexedFields);
       return {
         sessionId: (wf.execution?.workflowId ?? '').replace(/^session-/, ''),
-        phase: attribute(fields, sessionStateKey.name),
-        runtimeKind: attribute(fields, sessionRuntimeKey.name),
+        phase: attributes.get(sessionStateKey),
+        runtimeKind: attributes.get(sessionRuntimeKey),
         workflowStatus: EXECUTION_STATUS[wf.status ?? 0] ?? 'UNKNOWN',
-        startedAt: new Date(seconds * 1000 + Math.floor((wf.startTime?.nanos ?? 0) / 1e6)),
+        startedAt: requiredTsToDate(wf.startTime, 'startTime'),
       };
     });
     const token = res.nextPageToken;
@@ -324,23 +321,15 @@ export class SessionClient {
    * were refused at their first task (a reused id, a bad raw start) never publish a phase and are not sessions.
    */
   async list(filter: { phase?: Phase; limit?: number } = {}): Promise<SessionSummary[]> {
-    const clauses = [`WorkflowType = 'sessionWorkflow'`, `TaskQueue = '${this.taskQueue}'`, 'SessionState IS NOT NULL'];
-    if (filter.phase !== undefined) clauses.push(`SessionState = '${parseInput(PhaseSchema, filter.phase, '')}'`);
     const out: SessionSummary[] = [];
-    const seen = new Set<string>();
-    for await (const wf of this.options.client.workflow.list({ query: clauses.join(' AND ') })) {
-      if (seen.has(wf.workflowId)) continue;
-      seen.add(wf.workflowId);
-      out.push({
-        sessionId: wf.workflowId.replace(/^session-/, ''),
-        phase: wf.typedSearchAttributes.get(sessionStateKey),
-        runtimeKind: wf.typedSearchAttributes.get(sessionRuntimeKey),
-        workflowStatus: wf.status.name,
-        startedAt: wf.startTime,
-      });
-      if (filter.limit && out.length >= filter.limit) break;
+    const limit = filter.limit || undefined;
+    for (let cursor: string | undefined; ;) {
+      const want = Math.min(1000, limit === undefined ? 1000 : limit - out.length);
+      const page = await this.listPage({ phase: filter.phase, limit: want, cursor });
+      out.push(...page.sessions);
+      if (page.next === null || (limit !== undefined && out.length >= limit)) return out;
+      cursor = page.next;
     }
-    return out;
   }
 }
 
@@ -664,8 +653,6 @@ export class SessionHandle {
     }
   }
 }
-
-const PhaseSchema = z.enum(PHASES);
 
 /** How often a control refused as Busy is sent again (about half a minute in all). */
 const BUSY_ATTEMPTS = 80;
