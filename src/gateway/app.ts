@@ -138,8 +138,12 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
       : send(c, problem(503, GATEWAY_CODES.Unavailable, 'the Temporal server cannot be reached')),
   );
   app.doc31('/v1/openapi.json', DOCUMENT_INFO);
+  // The routes are all registered by the first request: the page is rendered once.
+  let reference: string | undefined;
   app.get('/docs', (c) =>
-    c.html(referencePage(app.getOpenAPI31Document(DOCUMENT_INFO) as Parameters<typeof referencePage>[0])),
+    c.html(
+      (reference ??= referencePage(app.getOpenAPI31Document(DOCUMENT_INFO) as Parameters<typeof referencePage>[0])),
+    ),
   );
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', { type: 'http', scheme: 'bearer' });
 

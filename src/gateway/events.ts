@@ -3,7 +3,7 @@ import { streamSSE, type SSEStreamingApi } from 'hono/streaming';
 import type { SessionStatus, TimelineEntry } from '../api';
 import type { IoProgress, SessionHandle } from '../client';
 import { InvalidInputError } from '../domain/errors';
-import { FINAL_PHASES } from '../domain/session-state';
+import { FINAL_PHASES, STABLE_PHASES } from '../domain/session-state';
 
 export interface EventStreamOptions {
   /** How often the session is read (default 250 ms). */
@@ -65,7 +65,8 @@ async function follow(
       await write('phase', { phase, headIndex, failure, updatedAt });
     }
     if (FINAL_PHASES.includes(status.phase)) break;
-    if (status.pendingControls > 0 || status.phase !== 'running') {
+    // Progress exists only while a control runs: a paused or running session is not asked for it every poll.
+    if (status.pendingControls > 0 || !(STABLE_PHASES as readonly string[]).includes(status.phase)) {
       const progress: IoProgress[] = await handle.progress().catch(() => []);
       const text = JSON.stringify(progress);
       if (text !== lastProgress) {
