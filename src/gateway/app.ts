@@ -19,7 +19,7 @@ import {
   type TimelinePageInput,
   VerifyInput,
 } from '../domain/schemas';
-import { sessionEvents, type EventStreamOptions } from './events';
+import { SessionEvent, sessionEvents, type EventStreamOptions } from './events';
 import type { ApiKeys, Principal, Role } from './keys';
 import { GATEWAY_CODES, problem, problemOf, type Problem } from './problems';
 import { RateLimiter } from './rate-limit';
@@ -228,7 +228,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     'Phase, progress and timeline entries as Server-Sent Events',
     undefined,
     200,
-    'text/event-stream',
+    { type: 'text/event-stream', schema: SessionEvent },
   );
   app.get('/v1/sessions/:id/events', (c) => sessionEvents(c, sessions.get(c.req.param('id')), options.events));
 
@@ -295,7 +295,7 @@ function document(
   summary: string,
   body?: ZodType,
   okStatus = 200,
-  okType = 'application/json',
+  ok: { type: string; schema: ZodType } = { type: 'application/json', schema: AnyObject },
 ): void {
   const params = [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
   app.openAPIRegistry.registerPath({
@@ -312,7 +312,7 @@ function document(
     responses: {
       [okStatus]: {
         description: 'OK',
-        content: { [okType]: { schema: okType === 'application/json' ? AnyObject : z.string() } },
+        content: { [ok.type]: { schema: ok.schema as never } },
       },
       ...errorResponses,
     },

@@ -1,3 +1,4 @@
+import { z } from '@hono/zod-openapi';
 import type { Context } from 'hono';
 import { streamSSE, type SSEStreamingApi } from 'hono/streaming';
 import type { SessionStatus, TimelineEntry } from '../api';
@@ -11,6 +12,18 @@ export interface EventStreamOptions {
   /** A comment line this often keeps proxies from closing an idle stream (default 15 s). */
   keepAliveMs?: number;
 }
+
+/**
+ * One event of the stream, as the OpenAPI document describes each event of a `text/event-stream` (fields as a client
+ * parses them): its name, its JSON as text, and for a timeline entry the entry's index.
+ */
+export const SessionEvent = z
+  .object({
+    event: z.enum(['phase', 'progress', 'timeline']),
+    data: z.string().describe('the event as JSON'),
+    id: z.string().regex(/^\d+$/).optional().describe('a timeline entry’s index'),
+  })
+  .openapi('SessionEvent');
 
 /**
  * A session's events as Server-Sent Events, read from the session as it goes (Temporal pushes nothing to a client):
