@@ -7,20 +7,11 @@
 ...     session.pause(reason="nightly")
 """
 
+from . import errors, models
 from ._client import AsyncClient, AsyncSession, Client, Session
-from .errors import *  # noqa: F401,F403 - one class per error code
-from .errors import ERROR_CLASSES, DurableSessionsError, error_from_problem
-from .models import *  # noqa: F401,F403 - the answers' models
-from .models import __all__ as _models
+from .errors import *  # noqa: F403 - one class per error code
+from .models import *  # noqa: F403 - the answers' models
 
-__all__ = [
-    "AsyncClient",
-    "AsyncSession",
-    "Client",
-    "DurableSessionsError",
-    "ERROR_CLASSES",
-    "Session",
-    "error_from_problem",
-    *(cls.__name__ for cls in ERROR_CLASSES.values()),
-    *_models,
-]
+__all__ = ["AsyncClient", "AsyncSession", "Client", "Session"]
+__all__ += errors.__all__
+__all__ += models.__all__

@@ -3,23 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import time
-from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Type, TypeVar, Union
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Optional, TypeVar, Union
 
 import httpx
 from pydantic import BaseModel
 
 from ._wire import Request, SseParser, control, problem_error, read, settle, to_wire
 from .errors import DurableSessionsError
-from .models import CheckpointRef, Event, ForkResult, RewindResult, SessionStatus, SessionSummary, TimelineEntry
-from .models import SessionPage, TimelinePage
+from .models import (
+    CheckpointRef,
+    Event,
+    ForkResult,
+    RewindResult,
+    SessionPage,
+    SessionStatus,
+    SessionSummary,
+    TimelineEntry,
+    TimelinePage,
+)
 
 M = TypeVar("M", bound=BaseModel)
 Selector = Union[int, str]
 STABLE = ("running", "paused", "completed", "failed")
 
 
-def _start(spec: Dict[str, Any], wait: bool) -> Request:
+def _start(spec: dict[str, Any], wait: bool) -> Request:
     # Idempotent by its session id, not by a key: a retry after a lost answer finds the id in use.
     params = {} if wait else {"wait": "false"}
     return Request("POST", "/v1/sessions", json=to_wire(spec), params=params, retryable=False)
@@ -34,7 +45,7 @@ class _Base:
     def _url(self, req: Request) -> str:
         return f"{self._base}{req.path}"
 
-    def _options(self, req: Request) -> Dict[str, Any]:
+    def _options(self, req: Request) -> dict[str, Any]:
         return {"json": req.json, "params": req.params, "headers": {**self._headers, **req.headers}}
 
 
@@ -52,7 +63,7 @@ class Client(_Base):
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -70,15 +81,15 @@ class Client(_Base):
                 return value
             time.sleep(value)
 
-    def start(self, session_id: str, runtime: Dict[str, Any], *, wait: bool = True, **spec: Any) -> "Session":
+    def start(self, session_id: str, runtime: dict[str, Any], *, wait: bool = True, **spec: Any) -> Session:
         """Starts a session; returns once it runs (``wait=False``: at once), or raises why it cannot."""
         self._send(_start({"session_id": session_id, "runtime": runtime, **spec}, wait))
         return Session(self, session_id)
 
-    def get(self, session_id: str) -> "Session":
+    def get(self, session_id: str) -> Session:
         return Session(self, session_id)
 
-    def list(self, **filters: Any) -> List[SessionSummary]:
+    def list(self, **filters: Any) -> builtins.list[SessionSummary]:
         """One page of sessions: ``phase``, ``runtime``, ``forked_from``, ``limit``, ``cursor`` (see list_page)."""
         return self.list_page(**filters).sessions
 
@@ -94,30 +105,34 @@ class Session:
         self._client = client
         self.session_id = session_id
 
-    def _do(self, req: Request, model: Type[M]) -> M:
+    def _do(self, req: Request, model: type[M]) -> M:
         return model.model_validate(self._client._send(req))
 
-    def _control(self, name: str, model: Type[M], **fields: Any) -> M:
+    def _control(self, name: str, model: type[M], **fields: Any) -> M:
         return self._do(control(self.session_id, name, fields), model)
 
     def status(self) -> SessionStatus:
         return self._do(read(f"/v1/sessions/{self.session_id}"), SessionStatus)
 
-    def checkpoint(self, *, label: Optional[str] = None, idempotency_key: Optional[str] = None, **pre: Any) -> CheckpointRef:
+    def checkpoint(
+        self, *, label: Optional[str] = None, idempotency_key: Optional[str] = None, **pre: Any
+    ) -> CheckpointRef:
         return self._control("checkpoint", CheckpointRef, label=label, idempotency_key=idempotency_key, **pre)
 
     def pause(self, *, reason: Optional[str] = None, idempotency_key: Optional[str] = None) -> CheckpointRef:
         return self._control("pause", CheckpointRef, reason=reason, idempotency_key=idempotency_key)
 
-    def resume(self, *, checkpoint_id: Optional[str] = None, idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+    def resume(self, *, checkpoint_id: Optional[str] = None, idempotency_key: Optional[str] = None) -> dict[str, Any]:
         req = control(self.session_id, "resume", {"checkpoint_id": checkpoint_id, "idempotency_key": idempotency_key})
         return dict(self._client._send(req))
 
-    def stop(self, *, checkpoint: Optional[bool] = None, reason: Optional[str] = None, idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+    def stop(
+        self, *, checkpoint: Optional[bool] = None, reason: Optional[str] = None, idempotency_key: Optional[str] = None
+    ) -> dict[str, Any]:
         fields = {"checkpoint": checkpoint, "reason": reason, "idempotency_key": idempotency_key}
         return dict(self._client._send(control(self.session_id, "stop", fields)))
 
-    def verify(self, *, checkpoint_id: Optional[str] = None) -> List[Dict[str, Any]]:
+    def verify(self, *, checkpoint_id: Optional[str] = None) -> list[dict[str, Any]]:
         req = control(self.session_id, "verify", {"checkpoint_id": checkpoint_id}, keyed=False)
         return list(self._client._send(req)["results"])
 
@@ -136,7 +151,14 @@ class Session:
     def touch(self) -> None:
         self._client._send(control(self.session_id, "touch", {}, keyed=False))
 
-    def timeline(self, *, from_: Optional[int] = None, limit: Optional[int] = None, branch: Optional[int] = None, all: Optional[bool] = None) -> TimelinePage:
+    def timeline(
+        self,
+        *,
+        from_: Optional[int] = None,
+        limit: Optional[int] = None,
+        branch: Optional[int] = None,
+        all: Optional[bool] = None,
+    ) -> TimelinePage:
         req = read(f"/v1/sessions/{self.session_id}/checkpoints", from_=from_, limit=limit, branch=branch, all=all)
         return self._do(req, TimelinePage)
 
@@ -182,7 +204,7 @@ class AsyncClient(_Base):
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -200,14 +222,14 @@ class AsyncClient(_Base):
                 return value
             await asyncio.sleep(value)
 
-    async def start(self, session_id: str, runtime: Dict[str, Any], *, wait: bool = True, **spec: Any) -> "AsyncSession":
+    async def start(self, session_id: str, runtime: dict[str, Any], *, wait: bool = True, **spec: Any) -> AsyncSession:
         await self._send(_start({"session_id": session_id, "runtime": runtime, **spec}, wait))
         return AsyncSession(self, session_id)
 
-    def get(self, session_id: str) -> "AsyncSession":
+    def get(self, session_id: str) -> AsyncSession:
         return AsyncSession(self, session_id)
 
-    async def list(self, **filters: Any) -> List[SessionSummary]:
+    async def list(self, **filters: Any) -> builtins.list[SessionSummary]:
         return (await self.list_page(**filters)).sessions
 
     async def list_page(self, **filters: Any) -> SessionPage:
@@ -221,30 +243,36 @@ class AsyncSession:
         self._client = client
         self.session_id = session_id
 
-    async def _do(self, req: Request, model: Type[M]) -> M:
+    async def _do(self, req: Request, model: type[M]) -> M:
         return model.model_validate(await self._client._send(req))
 
-    async def _control(self, name: str, model: Type[M], **fields: Any) -> M:
+    async def _control(self, name: str, model: type[M], **fields: Any) -> M:
         return await self._do(control(self.session_id, name, fields), model)
 
     async def status(self) -> SessionStatus:
         return await self._do(read(f"/v1/sessions/{self.session_id}"), SessionStatus)
 
-    async def checkpoint(self, *, label: Optional[str] = None, idempotency_key: Optional[str] = None, **pre: Any) -> CheckpointRef:
+    async def checkpoint(
+        self, *, label: Optional[str] = None, idempotency_key: Optional[str] = None, **pre: Any
+    ) -> CheckpointRef:
         return await self._control("checkpoint", CheckpointRef, label=label, idempotency_key=idempotency_key, **pre)
 
     async def pause(self, *, reason: Optional[str] = None, idempotency_key: Optional[str] = None) -> CheckpointRef:
         return await self._control("pause", CheckpointRef, reason=reason, idempotency_key=idempotency_key)
 
-    async def resume(self, *, checkpoint_id: Optional[str] = None, idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+    async def resume(
+        self, *, checkpoint_id: Optional[str] = None, idempotency_key: Optional[str] = None
+    ) -> dict[str, Any]:
         req = control(self.session_id, "resume", {"checkpoint_id": checkpoint_id, "idempotency_key": idempotency_key})
         return dict(await self._client._send(req))
 
-    async def stop(self, *, checkpoint: Optional[bool] = None, reason: Optional[str] = None, idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+    async def stop(
+        self, *, checkpoint: Optional[bool] = None, reason: Optional[str] = None, idempotency_key: Optional[str] = None
+    ) -> dict[str, Any]:
         fields = {"checkpoint": checkpoint, "reason": reason, "idempotency_key": idempotency_key}
         return dict(await self._client._send(control(self.session_id, "stop", fields)))
 
-    async def verify(self, *, checkpoint_id: Optional[str] = None) -> List[Dict[str, Any]]:
+    async def verify(self, *, checkpoint_id: Optional[str] = None) -> list[dict[str, Any]]:
         req = control(self.session_id, "verify", {"checkpoint_id": checkpoint_id}, keyed=False)
         return list((await self._client._send(req))["results"])
 
@@ -263,7 +291,14 @@ class AsyncSession:
     async def touch(self) -> None:
         await self._client._send(control(self.session_id, "touch", {}, keyed=False))
 
-    async def timeline(self, *, from_: Optional[int] = None, limit: Optional[int] = None, branch: Optional[int] = None, all: Optional[bool] = None) -> TimelinePage:
+    async def timeline(
+        self,
+        *,
+        from_: Optional[int] = None,
+        limit: Optional[int] = None,
+        branch: Optional[int] = None,
+        all: Optional[bool] = None,
+    ) -> TimelinePage:
         req = read(f"/v1/sessions/{self.session_id}/checkpoints", from_=from_, limit=limit, branch=branch, all=all)
         return await self._do(req, TimelinePage)
 
@@ -275,7 +310,9 @@ class AsyncSession:
         if last_event_id is not None:
             headers["last-event-id"] = last_event_id
         url = f"{self._client._base}/v1/sessions/{self.session_id}/events"
-        async with self._client._http.stream("GET", url, headers=headers, timeout=httpx.Timeout(None, connect=10)) as res:
+        async with self._client._http.stream(
+            "GET", url, headers=headers, timeout=httpx.Timeout(None, connect=10)
+        ) as res:
             if not res.is_success:
                 await res.aread()
                 raise problem_error(res.status_code, res.text)

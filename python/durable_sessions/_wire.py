@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Optional
 
 import httpx
 
@@ -24,9 +25,9 @@ def camel(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-def to_wire(fields: Mapping[str, Any]) -> Dict[str, Any]:
+def to_wire(fields: Mapping[str, Any]) -> dict[str, Any]:
     """Drops None, converts snake_case keys (and those of schema sub-objects) to camelCase; user data untouched."""
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for key, value in fields.items():
         if value is None:
             continue
@@ -43,9 +44,9 @@ def to_wire(fields: Mapping[str, Any]) -> Dict[str, Any]:
 class Request:
     method: str
     path: str
-    json: Optional[Dict[str, Any]] = None
-    params: Dict[str, Any] = field(default_factory=dict)
-    headers: Dict[str, str] = field(default_factory=dict)
+    json: Optional[dict[str, Any]] = None
+    params: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
     #: Safe to send again: reads, and controls carrying an idempotency key.
     retryable: bool = True
 
@@ -53,7 +54,7 @@ class Request:
 def control(session_id: str, name: str, fields: Mapping[str, Any], keyed: bool = True) -> Request:
     """A control, with an idempotency key (the caller's, or a new one) so that a retry is answered once."""
     body = to_wire(fields)
-    headers: Dict[str, str] = {}
+    headers: dict[str, str] = {}
     if keyed:
         headers["idempotency-key"] = str(body.pop("idempotencyKey", None) or uuid.uuid4())
     return Request("POST", f"/v1/sessions/{session_id}/{name}", json=body, headers=headers)
@@ -81,12 +82,12 @@ def backoff(attempt: int, retry_after: Optional[str]) -> float:
     """Seconds to wait before attempt ``attempt + 1``: the server's Retry-After, else 0.2 s doubling, at most 5 s."""
     if retry_after and re.fullmatch(r"\d+(\.\d+)?", retry_after):
         return min(float(retry_after), 30.0)
-    return min(0.2 * 2**attempt, 5.0)
+    return min(0.2 * 2.0**attempt, 5.0)
 
 
 def settle(
     req: Request, attempt: int, retries: int, res: Optional[httpx.Response] = None, err: Optional[Exception] = None
-) -> Tuple[bool, Any]:
+) -> tuple[bool, Any]:
     """One attempt's outcome: ``(True, body)`` when answered, ``(False, seconds)`` to send again after a pause; raises
     what the caller must see. Only a refused connection is retried (the request never arrived), and only a request
     that is safe to send twice."""
@@ -110,7 +111,7 @@ class SseParser:
     """Server-Sent Events from lines (text/event-stream): one Event per blank-line-terminated block with an event."""
 
     def __init__(self) -> None:
-        self._fields: Dict[str, List[str]] = {}
+        self._fields: dict[str, list[str]] = {}
 
     def feed(self, lines: Iterable[str]) -> Iterator[Event]:
         for line in lines:
@@ -135,4 +136,3 @@ class SseParser:
         name, _, value = line.partition(":")
         self._fields.setdefault(name, []).append(value[1:] if value.startswith(" ") else value)
         return None
-

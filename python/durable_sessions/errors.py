@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Type
+from typing import Any, Optional
 
 
 class DurableSessionsError(Exception):
-    """Base of every error the client raises for a problem document: ``code``, ``session_id``, ``status``, ``problem``."""
+    """Base of every error the client raises for a problem document.
+
+    ``code``, ``session_id``, ``status``, ``issues`` and the ``problem`` document itself.
+    """
 
     code: str = "Error"
     #: Whether the same call may succeed if sent again (the client retries these itself).
     retryable: bool = False
 
-    def __init__(self, message: str, *, status: int, problem: Dict[str, Any]) -> None:
+    def __init__(self, message: str, *, status: int, problem: dict[str, Any]) -> None:
         super().__init__(message)
         self.status = status
         self.problem = problem
         self.code = str(problem.get("code", type(self).code))
         self.session_id: Optional[str] = problem.get("sessionId")
-        self.issues: List[Dict[str, Any]] = problem.get("issues") or []
+        self.issues: list[dict[str, Any]] = problem.get("issues") or []
 
 
 class InvalidInputError(DurableSessionsError):
@@ -169,13 +172,42 @@ class InternalError(DurableSessionsError):
 
 
 #: Every error class by its code.
-ERROR_CLASSES: Dict[str, Type[DurableSessionsError]] = {cls.code: cls for cls in DurableSessionsError.__subclasses__()}
+ERROR_CLASSES: dict[str, type[DurableSessionsError]] = {cls.code: cls for cls in DurableSessionsError.__subclasses__()}
 
 
-def error_from_problem(status: int, problem: Dict[str, Any]) -> DurableSessionsError:
+def error_from_problem(status: int, problem: dict[str, Any]) -> DurableSessionsError:
     """The typed exception for a problem document (the base class for a code this client does not know)."""
     cls = ERROR_CLASSES.get(str(problem.get("code")), DurableSessionsError)
     return cls(str(problem.get("detail") or problem.get("title") or f"HTTP {status}"), status=status, problem=problem)
 
 
-__all__ = ["DurableSessionsError", "ERROR_CLASSES", "error_from_problem", *(c.__name__ for c in ERROR_CLASSES.values())]
+# Spelled out, not derived from ERROR_CLASSES: type checkers read __all__ statically (a test keeps the two equal).
+__all__ = [
+    "DurableSessionsError",
+    "ERROR_CLASSES",
+    "error_from_problem",
+    "InvalidInputError",
+    "InvalidTransitionError",
+    "SessionNotFoundError",
+    "SessionAlreadyExistsError",
+    "SessionClosedError",
+    "SnapshotNotFoundError",
+    "SnapshotCorruptError",
+    "SnapshotIncompatibleError",
+    "SnapshotTamperedError",
+    "KeyUnavailableError",
+    "RuntimeFailedError",
+    "RuntimeLostError",
+    "RestoreFailedError",
+    "StoreFullError",
+    "ConflictError",
+    "SessionBusyError",
+    "UnsafeMessageIndexError",
+    "UnauthorizedError",
+    "ForbiddenError",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "RateLimitedError",
+    "UnavailableError",
+    "InternalError",
+]

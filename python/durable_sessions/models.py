@@ -5,11 +5,10 @@ Models allow fields this client does not know yet (a newer gateway may add some)
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
-
 
 __all__ = [
     "CheckpointRef",
@@ -58,14 +57,14 @@ class SessionStatus(WireModel):
     head: Optional[CheckpointRef] = None
     checkpoint_count: int = 0
     pending_controls: int = 0
-    failure: Optional[Dict[str, Any]] = None
+    failure: Optional[dict[str, Any]] = None
     started_at: str
     updated_at: str
     head_index: Optional[int] = None
     timeline_length: int = 0
     branch: int = 0
     runs: int = 1
-    forked_from: Optional[Dict[str, Any]] = None
+    forked_from: Optional[dict[str, Any]] = None
     fork_count: int = 0
 
 
@@ -78,13 +77,16 @@ class SessionSummary(WireModel):
 
 
 class SessionPage(WireModel):
-    sessions: List[SessionSummary]
+    sessions: list[SessionSummary]
     #: The ``cursor`` of the next page; None on the last.
     next: Optional[str] = None
 
 
 class TimelineEntry(WireModel):
-    """One entry: ``kind`` says which (checkpoint, restored, rewound, forked, policy, …); ``checkpoint`` on checkpoints."""
+    """One timeline entry: ``kind`` says which (checkpoint, restored, rewound, forked, policy, …).
+
+    ``checkpoint`` is set on checkpoints.
+    """
 
     kind: str
     index: Optional[int] = None
@@ -95,7 +97,7 @@ class TimelineEntry(WireModel):
 
 
 class TimelinePage(WireModel):
-    entries: List[TimelineEntry]
+    entries: list[TimelineEntry]
     #: The ``from_`` of the next page; None at the end.
     next: Optional[int] = None
 
@@ -114,7 +116,7 @@ class ForkedSession(WireModel):
 
 class ForkResult(WireModel):
     from_: CheckpointRef
-    forks: List[ForkedSession]
+    forks: list[ForkedSession]
 
     model_config = ConfigDict(
         alias_generator=lambda n: "from" if n == "from_" else to_camel(n),

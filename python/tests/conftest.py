@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from typing import Dict, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -31,9 +31,10 @@ def api_key() -> str:
 
 
 @pytest.fixture(scope="session")
-def restartable() -> Dict[str, str]:
+def restartable() -> dict[str, str]:
     """How to run a gateway process of our own (for the restart test): its command and environment."""
-    return json.loads(_env("SESSIONS_GATEWAY_PROCESS"))
+    process: dict[str, str] = json.loads(_env("SESSIONS_GATEWAY_PROCESS"))
+    return process
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def client(gateway_url: str, api_key: str) -> Iterator[Client]:
 
 
 @pytest.fixture
-async def aclient(gateway_url: str, api_key: str):
+async def aclient(gateway_url: str, api_key: str) -> AsyncIterator[AsyncClient]:
     async with AsyncClient(gateway_url, api_key) as c:
         yield c
 

@@ -7,7 +7,6 @@ import subprocess
 import threading
 import time
 import uuid
-from typing import Dict, List
 
 import pytest
 
@@ -50,7 +49,8 @@ def test_the_whole_flow(client: Client, session_id: str) -> None:
     page = session.timeline(from_=1, limit=100)
     ids = [e.checkpoint.checkpoint_id for e in page.entries if e.kind == "checkpoint" and e.checkpoint]
     assert ids == [first.checkpoint_id, paused.checkpoint_id]
-    assert session.entry(first.index).checkpoint.checkpoint_id == first.checkpoint_id
+    entry = session.entry(first.index)
+    assert entry.checkpoint is not None and entry.checkpoint.checkpoint_id == first.checkpoint_id
 
     rewound = session.rewind(to=first.index)
     assert rewound.restored_from.checkpoint_id == first.checkpoint_id and rewound.safety_checkpoint is not None
@@ -112,7 +112,7 @@ def test_typed_errors(client: Client, session_id: str, gateway_url: str) -> None
 
 def test_events_stream_a_pause(client: Client, session_id: str) -> None:
     session = client.start(session_id, {"kind": "memory", "initial_state": "x" * 1000})
-    seen: List[Event] = []
+    seen: list[Event] = []
 
     def watch() -> None:
         for event in session.events():
@@ -138,15 +138,16 @@ def test_events_stream_a_pause(client: Client, session_id: str) -> None:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def _gateway(process: Dict[str, str], port: int) -> subprocess.Popen:
+def _gateway(process: dict[str, str], port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, **json.loads(process["env"]), "DS_GATEWAY_PORT": str(port)}
     return subprocess.Popen(json.loads(process["command"]), cwd=process["cwd"], env=env)
 
 
-def test_retries_across_a_gateway_restart(restartable: Dict[str, str], api_key: str, session_id: str) -> None:
+def test_retries_across_a_gateway_restart(restartable: dict[str, str], api_key: str, session_id: str) -> None:
     port = _free_port()
     gateway = _gateway(restartable, port)
     try:
@@ -159,7 +160,8 @@ def test_retries_across_a_gateway_restart(restartable: Dict[str, str], api_key: 
             gateway = _gateway(restartable, port)
             # A keyed control across the restart: sent again until answered, once.
             ref = session.checkpoint(idempotency_key=f"r-{uuid.uuid4()}")
-            assert session.status().head.checkpoint_id == ref.checkpoint_id
+            head = session.status().head
+            assert head is not None and head.checkpoint_id == ref.checkpoint_id
             session.stop()
         with Client(f"http://127.0.0.1:{_free_port()}", api_key, retries=1) as nobody, pytest.raises(UnavailableError):
             nobody.list()
