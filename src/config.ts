@@ -24,6 +24,7 @@ export const SECRET_VARIABLES = [
   'DS_MASTER_KEY_DIR',
   'TEMPORAL_API_KEY',
   'TEMPORAL_TLS_KEY_PATH',
+  'DS_GATEWAY_TLS_KEY',
 ] as const;
 
 /** The prefixes of the worker's own variables: a session's environment holds none of them. */
@@ -179,9 +180,15 @@ export const EnvConfig = z.object({
   DS_DEV_UI_PORT: port.default(8233),
   DS_DEV_SERVER_IP: z.string().min(1).default('127.0.0.1'),
   DS_TEMPORAL_BIN: z.string().min(1).optional(),
-  /** The HTTP gateway (`npm start`, `npm run gateway`): where it listens; TLS is terminated in front of it. */
+  /** The HTTP gateway (`npm start`, `npm run gateway`): where it listens. */
   DS_GATEWAY_PORT: port.default(7280),
   DS_GATEWAY_HOST: z.string().min(1).default('127.0.0.1'),
+  /**
+   * PEM files of a certificate (its chain after it) and its private key: set both and the gateway serves HTTPS,
+   * reading them again when they change. Unset: plain HTTP, for TLS terminated in front of it (a proxy).
+   */
+  DS_GATEWAY_TLS_CERT: z.string().min(1).optional(),
+  DS_GATEWAY_TLS_KEY: z.string().min(1).optional(),
   /**
    * API keys (`{ keys: [{ id, sha256, tenant, role }] }`), read again when the file changes. Unset with the embedded
    * default: a dev key is made under the data folder and printed.
@@ -226,7 +233,14 @@ export interface Config {
     tenant: string;
   };
   devServer: { port: number; uiPort: number; ip: string; temporalBin?: string };
-  gateway: { port: number; host: string; keysFile?: string; ratePerKey: number };
+  gateway: {
+    port: number;
+    host: string;
+    keysFile?: string;
+    ratePerKey: number;
+    /** Absolute paths of the PEM certificate and key; undefined: plain HTTP. */
+    tls?: { certFile: string; keyFile: string };
+  };
   logLevel: EnvConfig['LOG_LEVEL'];
 }
 
@@ -263,11 +277,25 @@ function unknownVariableIssues(env: Record<string, string | undefined>): z.core.
     });
 }
 
+/** The gateway's certificate and key only mean something together: one without the other is refused, naming both. */
+function gatewayTlsIssues(env: Record<string, string | undefined>): z.core.$ZodIssue[] {
+  const cert = env.DS_GATEWAY_TLS_CERT !== undefined;
+  if (cert === (env.DS_GATEWAY_TLS_KEY !== undefined)) return [];
+  const [unset, set] = cert
+    ? ['DS_GATEWAY_TLS_KEY', 'DS_GATEWAY_TLS_CERT']
+    : ['DS_GATEWAY_TLS_CERT', 'DS_GATEWAY_TLS_KEY'];
+  return [{ code: 'custom', path: [unset], message: `required with ${set}: set both or neither`, input: undefined }];
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   // Empty strings mean "unset", as in most shells and compose files.
   const present = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
   const parsed = EnvConfig.safeParse(present);
-  const issues = [...unknownVariableIssues(present), ...(parsed.success ? [] : parsed.error.issues)];
+  const issues = [
+    ...unknownVariableIssues(present),
+    ...(parsed.success ? [] : parsed.error.issues),
+    ...gatewayTlsIssues(present),
+  ];
   if (!parsed.success || issues.length > 0) throw new ConfigError(issues);
   const e = parsed.data;
   const dataDir = path.resolve(e.DS_DATA_DIR);
@@ -319,6 +347,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       host: e.DS_GATEWAY_HOST,
       keysFile: e.DS_API_KEYS_FILE ? path.resolve(e.DS_API_KEYS_FILE) : undefined,
       ratePerKey: e.DS_GATEWAY_RATE_PER_KEY,
+      ...(e.DS_GATEWAY_TLS_CERT !== undefined && e.DS_GATEWAY_TLS_KEY !== undefined
+        ? { tls: { certFile: path.resolve(e.DS_GATEWAY_TLS_CERT), keyFile: path.resolve(e.DS_GATEWAY_TLS_KEY) } }
+        : {}),
     },
     logLevel: e.LOG_LEVEL,
   };

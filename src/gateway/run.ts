@@ -8,7 +8,8 @@ import { startGateway, type RunningGateway } from './server';
 
 /**
  * The gateway of a deployment: a SessionClient on the configured Temporal server and task queue, reading old
- * timeline pages from the snapshot store, with the keys of `keysFile`.
+ * timeline pages from the snapshot store, with the keys of `keysFile`; HTTPS when the configuration names a
+ * certificate and key.
  */
 export async function runGateway(config: Config, address: string, keysFile: string): Promise<RunningGateway> {
   const connection = await Connection.connect(await connectionOptions(config, address));
@@ -18,6 +19,7 @@ export async function runGateway(config: Config, address: string, keysFile: stri
   const gateway = await startGateway({
     port: config.gateway.port,
     hostname: config.gateway.host,
+    tls: config.gateway.tls,
     sessions,
     keys: new ApiKeys(keysFile),
     ratePerKey: config.gateway.ratePerKey,
@@ -25,6 +27,9 @@ export async function runGateway(config: Config, address: string, keysFile: stri
       await connection.workflowService.getSystemInfo({});
       return true;
     },
+  }).catch(async (err: unknown) => {
+    await connection.close();
+    throw err;
   });
   return {
     url: gateway.url,

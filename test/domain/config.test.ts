@@ -110,12 +110,13 @@ describe('what workspace commands inherit and who runs them', () => {
     );
   });
 
-  test('the secret variables are the master keys and the Temporal credentials', () => {
+  test("the secret variables are the master keys, the Temporal credentials and the gateway's TLS key", () => {
     expect(SECRET_VARIABLES).toEqual([
       'DS_MASTER_KEYS',
       'DS_MASTER_KEY_DIR',
       'TEMPORAL_API_KEY',
       'TEMPORAL_TLS_KEY_PATH',
+      'DS_GATEWAY_TLS_KEY',
     ]);
   });
 });
