@@ -17,12 +17,16 @@ from .models import (
     CheckpointRef,
     Event,
     ForkResult,
+    ResumeResult,
     RewindResult,
     SessionPage,
     SessionStatus,
     SessionSummary,
+    StopResult,
     TimelineEntry,
     TimelinePage,
+    VerificationResult,
+    VerificationResults,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -122,19 +126,18 @@ class Session:
     def pause(self, *, reason: Optional[str] = None, idempotency_key: Optional[str] = None) -> CheckpointRef:
         return self._control("pause", CheckpointRef, reason=reason, idempotency_key=idempotency_key)
 
-    def resume(self, *, checkpoint_id: Optional[str] = None, idempotency_key: Optional[str] = None) -> dict[str, Any]:
-        req = control(self.session_id, "resume", {"checkpoint_id": checkpoint_id, "idempotency_key": idempotency_key})
-        return dict(self._client._send(req))
+    def resume(self, *, checkpoint_id: Optional[str] = None, idempotency_key: Optional[str] = None) -> ResumeResult:
+        return self._control("resume", ResumeResult, checkpoint_id=checkpoint_id, idempotency_key=idempotency_key)
 
     def stop(
         self, *, checkpoint: Optional[bool] = None, reason: Optional[str] = None, idempotency_key: Optional[str] = None
-    ) -> dict[str, Any]:
+    ) -> StopResult:
         fields = {"checkpoint": checkpoint, "reason": reason, "idempotency_key": idempotency_key}
-        return dict(self._client._send(control(self.session_id, "stop", fields)))
+        return self._control("stop", StopResult, **fields)
 
-    def verify(self, *, checkpoint_id: Optional[str] = None) -> list[dict[str, Any]]:
+    def verify(self, *, checkpoint_id: Optional[str] = None) -> builtins.list[VerificationResult]:
         req = control(self.session_id, "verify", {"checkpoint_id": checkpoint_id}, keyed=False)
-        return list(self._client._send(req)["results"])
+        return self._do(req, VerificationResults).results
 
     def rewind(self, to: Optional[Selector] = None, **fields: Any) -> RewindResult:
         return self._control("rewind", RewindResult, to=to, **fields)
@@ -262,19 +265,18 @@ class AsyncSession:
 
     async def resume(
         self, *, checkpoint_id: Optional[str] = None, idempotency_key: Optional[str] = None
-    ) -> dict[str, Any]:
-        req = control(self.session_id, "resume", {"checkpoint_id": checkpoint_id, "idempotency_key": idempotency_key})
-        return dict(await self._client._send(req))
+    ) -> ResumeResult:
+        return await self._control("resume", ResumeResult, checkpoint_id=checkpoint_id, idempotency_key=idempotency_key)
 
     async def stop(
         self, *, checkpoint: Optional[bool] = None, reason: Optional[str] = None, idempotency_key: Optional[str] = None
-    ) -> dict[str, Any]:
+    ) -> StopResult:
         fields = {"checkpoint": checkpoint, "reason": reason, "idempotency_key": idempotency_key}
-        return dict(await self._client._send(control(self.session_id, "stop", fields)))
+        return await self._control("stop", StopResult, **fields)
 
-    async def verify(self, *, checkpoint_id: Optional[str] = None) -> list[dict[str, Any]]:
+    async def verify(self, *, checkpoint_id: Optional[str] = None) -> builtins.list[VerificationResult]:
         req = control(self.session_id, "verify", {"checkpoint_id": checkpoint_id}, keyed=False)
-        return list((await self._client._send(req))["results"])
+        return (await self._do(req, VerificationResults)).results
 
     async def rewind(self, to: Optional[Selector] = None, **fields: Any) -> RewindResult:
         return await self._control("rewind", RewindResult, to=to, **fields)

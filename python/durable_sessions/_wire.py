@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import httpx
+from pydantic import ValidationError
 
 from .errors import DurableSessionsError, UnavailableError, error_from_problem
-from .models import Event
+from .models import Event, Problem
 
 #: Sub-objects whose keys are schema fields (converted); everything else under them is left as given.
 _SCHEMA_OBJECTS = {"policies", "retention", "liveness", "overrides"}
@@ -69,13 +70,13 @@ def _param(value: Any) -> Any:
 
 
 def problem_error(status: int, text: str) -> DurableSessionsError:
+    """The typed error of an error answer: its problem document, or one of the client's own when the body is none
+    (a proxy's page, an empty body)."""
     try:
-        problem = json.loads(text) if text else {}
-    except ValueError:
-        problem = {}
-    if not isinstance(problem, dict) or "code" not in problem:
-        problem = {"code": "Unavailable" if status in (502, 503, 504) else "Internal", "detail": f"HTTP {status}"}
-    return error_from_problem(status, problem)
+        problem = Problem.model_validate_json(text)
+    except ValidationError:
+        problem = Problem.make(status, "Unavailable" if status in (502, 503, 504) else "Internal", f"HTTP {status}")
+    return error_from_problem(status, problem.wire())
 
 
 def backoff(attempt: int, retry_after: Optional[str]) -> float:
@@ -94,9 +95,8 @@ def settle(
     last = attempt >= retries
     if err is not None:
         if not req.retryable or last or not isinstance(err, httpx.ConnectError):
-            raise UnavailableError(
-                f"the gateway cannot be reached: {err}", status=503, problem={"code": "Unavailable"}
-            ) from err
+            detail = f"the gateway cannot be reached: {err}"
+            raise UnavailableError(detail, status=503, problem=Problem.make(503, "Unavailable", detail).wire()) from err
         return False, backoff(attempt, None)
     assert res is not None
     if res.is_success:

@@ -13,15 +13,21 @@ from pydantic.alias_generators import to_camel
 __all__ = [
     "CheckpointRef",
     "Event",
+    "Fallback",
     "ForkResult",
     "ForkedSession",
+    "Problem",
+    "ResumeResult",
     "RewindResult",
     "RuntimeInstance",
+    "StopResult",
     "SessionStatus",
     "SessionPage",
     "SessionSummary",
     "TimelineEntry",
     "TimelinePage",
+    "VerificationResult",
+    "VerificationResults",
     "WireModel",
 ]
 
@@ -102,6 +108,42 @@ class TimelinePage(WireModel):
     next: Optional[int] = None
 
 
+class Fallback(WireModel):
+    """A checkpoint a resume could not restore, and why (an older one was restored instead)."""
+
+    checkpoint_id: str
+    reason: str
+
+
+class ResumeResult(WireModel):
+    restored_from: CheckpointRef
+    #: Set when the checkpoint asked for could not be restored and an older one was.
+    fallback_from: Optional[list[Fallback]] = None
+    runtime: RuntimeInstance
+
+
+class StopResult(WireModel):
+    phase: str
+    #: The checkpoint taken before the runtime stopped; None when none was asked for or could be taken.
+    final_checkpoint: Optional[CheckpointRef]
+
+
+class VerificationResult(WireModel):
+    """One checkpoint read back from the store: ``status`` is ok, missing, corrupt, tampered, incompatible or
+    key-unavailable; ``detail`` says why when it is not ok."""
+
+    checkpoint_id: str
+    status: str
+    detail: Optional[str] = None
+    at: str
+
+
+class VerificationResults(WireModel):
+    """The answer to verify (the client returns its ``results``)."""
+
+    results: list[VerificationResult]
+
+
 class RewindResult(WireModel):
     restored_from: CheckpointRef
     safety_checkpoint: Optional[CheckpointRef] = None
@@ -127,8 +169,41 @@ class ForkResult(WireModel):
 
 
 class Event(BaseModel):
-    """One Server-Sent Event: ``event`` is phase, progress or timeline; ``id`` is a timeline entry's index."""
+    """One Server-Sent Event: ``event`` is phase, progress or timeline; ``id`` is a timeline entry's index.
+
+    ``data`` is the event's JSON, parsed (None when the stream sent it empty).
+    """
 
     event: str
     id: Optional[str] = None
-    data: Any = None
+    data: Any
+
+
+class Problem(WireModel):
+    """An RFC 9457 problem document, the body of every error answer: ``code`` picks the class in errors.py."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+    session_id: Optional[str] = None
+    #: zod's issues (``code``, ``path``, ``message``) for InvalidInput.
+    issues: Optional[list[dict[str, Any]]] = None
+
+    @classmethod
+    def make(cls, status: int, code: str, detail: str, session_id: Optional[str] = None) -> Problem:
+        """A problem document of the client's own (the gateway could not be reached, or sent none), shaped as the
+        gateway's are."""
+        return cls(
+            type=f"urn:durable-sessions:problem:{code}",
+            title=code,
+            status=status,
+            detail=detail,
+            code=code,
+            session_id=session_id,
+        )
+
+    def wire(self) -> dict[str, Any]:
+        """The document as the gateway sends it: camelCase, absent fields left out, unknown ones kept."""
+        return self.model_dump(by_alias=True, exclude_none=True)

@@ -60,7 +60,7 @@ def test_the_whole_flow(client: Client, session_id: str) -> None:
     configured = session.configure(policies={"checkpoint_every_ms": 600_000})
     assert configured.model_extra and configured.model_extra["policies"] == {"checkpointEveryMs": 600_000}
     results = session.verify()
-    assert results and all(v["status"] == "ok" for v in results)
+    assert results and all(v.status == "ok" for v in results)
     assert session_id in [s.session_id for s in client.list(phase="running")]
     deadline = time.monotonic() + 15  # visibility catches up with a start within moments
     while True:
@@ -70,7 +70,7 @@ def test_the_whole_flow(client: Client, session_id: str) -> None:
         time.sleep(0.2)
     assert [s.session_id for s in family.sessions] == [fork.session_id] and family.next is None
 
-    assert session.stop(checkpoint=False)["phase"] == "completed"
+    assert session.stop(checkpoint=False).phase == "completed"
     fork.stop()
     with pytest.raises(SessionClosedError):
         session.checkpoint()
