@@ -12,11 +12,12 @@ import httpx
 from pydantic import BaseModel
 
 from ._wire import Request, SseParser, control, problem_error, read, settle, to_wire
-from .errors import DurableSessionsError
+from .errors import error_from_problem
 from .models import (
     CheckpointRef,
     Event,
     ForkResult,
+    Problem,
     ResumeResult,
     RewindResult,
     SessionPage,
@@ -339,9 +340,8 @@ class AsyncSession:
 def _check_ended(status: SessionStatus, wanted: str) -> None:
     """A session that ended otherwise never reaches ``wanted``: say so at once."""
     if status.phase in ("completed", "failed") and wanted != status.phase:
+        # A failed session's failure names its error code in `type` (RestoreFailed, RuntimeFailed, …).
         failure = status.failure or {}
-        raise DurableSessionsError(
-            f"session {status.session_id} is {status.phase}: {failure.get('message', 'it ended')}",
-            status=409,
-            problem={"code": failure.get("code", "SessionClosed"), "sessionId": status.session_id},
-        )
+        detail = f"session {status.session_id} is {status.phase}: {failure.get('message', 'it ended')}"
+        code = str(failure.get("type") or "SessionClosed")
+        raise error_from_problem(409, Problem.make(409, code, detail, status.session_id).wire())
