@@ -6,7 +6,7 @@ import {
   drainUpdate,
   hostStartedSignal,
   hostWorkflowId,
-  sessionWorkflowId,
+  keyWorkflowId,
   watchTaskQueue,
   type DrainResult,
 } from './api/messages';
@@ -147,7 +147,7 @@ async function drainHost(
       fresh.map(async (sessionId) => {
         const result = await withDeadline(
           options.client.workflow
-            .getHandle(sessionWorkflowId(sessionId))
+            .getHandle(keyWorkflowId(sessionId))
             .executeUpdate(drainUpdate, { args: [{ hostTaskQueue: options.hostTaskQueue, reason }] }),
           deadline - Date.now(),
         ).catch((err: unknown): DrainResult => ({

@@ -5,13 +5,18 @@ import type { CheckpointTrigger, RuntimeSpec } from '../domain/schemas';
 import type { ExitInfo } from '../runtimes';
 import type { ExitCursor } from './host-state';
 
-export interface StartRuntimeInput {
+/** The session's tenant, when not `default`: which store holds its checkpoints and timeline. */
+export interface Tenancy {
+  tenant?: string;
+}
+
+export interface StartRuntimeInput extends Tenancy {
   sessionId: string;
   instanceId: string;
   spec: RuntimeSpec;
 }
 
-export interface CaptureInput {
+export interface CaptureInput extends Tenancy {
   sessionId: string;
   instance: RuntimeInstanceRef;
   checkpointId: string;
@@ -57,26 +62,26 @@ export interface HostLeaseResult {
   restMs?: number;
 }
 
-export interface VerifyCheckpointInput {
+export interface VerifyCheckpointInput extends Tenancy {
   sessionId: string;
   checkpointId: string;
   expected?: RestoreInput['expected'];
 }
 
-export interface AppendTimelineInput {
+export interface AppendTimelineInput extends Tenancy {
   sessionId: string;
   entries: TimelineEntry[];
 }
 
 /** One of `index`, `checkpointId` and `messageIndex`. */
-export interface FindCheckpointInput {
+export interface FindCheckpointInput extends Tenancy {
   sessionId: string;
   index?: number;
   checkpointId?: string;
   messageIndex?: number;
 }
 
-export interface ForkSessionsInput {
+export interface ForkSessionsInput extends Tenancy {
   source: { sessionId: string; checkpointId: string };
   targets: { sessionId: string; checkpointId: string; owner: string; label?: string }[];
 }

@@ -1,6 +1,7 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { ApplicationFailure, Context, log } from '@temporalio/activity';
-import type { RuntimeInstanceRef, TimelineEntry } from '../api/messages';
+import { sessionKey, type RuntimeInstanceRef, type TimelineEntry } from '../api/messages';
+import { DEFAULT_TENANT } from '../domain/names';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { DurableSessionsError } from '../errors';
 import type { AppendResult } from '../domain/conversation';
@@ -25,6 +26,7 @@ import type {
   ReadMessagesResult,
   RestoreInput,
   StartRuntimeInput,
+  Tenancy,
   VerifyCheckpointInput,
   WatchResult,
 } from './activity-inputs';
@@ -136,9 +138,9 @@ export function createActivities(deps: ActivityDeps) {
      * Claims a session id for the session whose first run is `owner`, once: session ids are never reused, so a run
      * under an id that already has a lineage in the store is refused (SessionAlreadyExists) before it touches it.
      */
-    async claimSession(input: { sessionId: string; owner: string }): Promise<void> {
+    async claimSession(input: { sessionId: string; owner: string } & Tenancy): Promise<void> {
       try {
-        await deps.store.claim(input.sessionId, input.owner);
+        await storeOf(deps, input).claim(input.sessionId, input.owner);
       } catch (err) {
         throw toFailure(err);
       }
@@ -161,9 +163,10 @@ export function createActivities(deps: ActivityDeps) {
       const runtime = runtimeFor(input.spec.kind);
       // A retried start whose first attempt got through must not start a second process.
       const existing = runtime.describe(input.instanceId);
-      if (existing) return hosted(toRef(existing, deps.hostTaskQueue), input.sessionId);
+      const key = sessionKey(input.sessionId, input.tenant);
+      if (existing) return hosted(toRef(existing, deps.hostTaskQueue), key);
       try {
-        return hosted(toRef(await runtime.start(input), deps.hostTaskQueue), input.sessionId);
+        return hosted(toRef(await runtime.start({ ...input, sessionId: key }), deps.hostTaskQueue), key);
       } catch (err) {
         throw toFailure(err);
       }
@@ -172,13 +175,14 @@ export function createActivities(deps: ActivityDeps) {
     async captureCheckpoint(input: CaptureInput): Promise<CheckpointRef> {
       const runtime = runtimeFor(input.instance.kind);
       // Idempotent: a retry after the manifest was published returns the checkpoint that exists.
-      const published = await readManifestIfExists(deps.store, input.sessionId, input.checkpointId);
+      const store = storeOf(deps, input);
+      const published = await readManifestIfExists(store, input.sessionId, input.checkpointId);
       if (published) return toCheckpointRef(published);
       // Timeline entries the session has recorded since its last append: they go first, so they are never later
       // than the checkpoint that follows them.
       if (input.timeline?.length) {
         try {
-          await timelineOf(deps).appendTimeline(input.sessionId, records(input.timeline));
+          await timelineOf(deps, input).appendTimeline(input.sessionId, records(input.timeline));
         } catch (err) {
           throw toFailure(err);
         }
@@ -195,7 +199,7 @@ export function createActivities(deps: ActivityDeps) {
           ? await runtime.captureState(input.instance.instanceId)
           : await runtime.capture(input.instance.instanceId);
         // The store releases the state whatever happens (SnapshotStore.write).
-        const manifest = await deps.store.write(
+        const manifest = await store.write(
           {
             checkpointId: input.checkpointId,
             sessionId: input.sessionId,
@@ -232,13 +236,15 @@ export function createActivities(deps: ActivityDeps) {
     async restoreCheckpoint(input: RestoreInput): Promise<RuntimeInstanceRef> {
       const runtime = runtimeFor(input.spec.kind);
       const existing = runtime.describe(input.instanceId);
-      if (existing) return hosted(toRef(existing, deps.hostTaskQueue), input.sessionId);
+      const key = sessionKey(input.sessionId, input.tenant);
+      if (existing) return hosted(toRef(existing, deps.hostTaskQueue), key);
       const ctx = Context.current();
       // Progress beats per batch read; extraction and the start of the command beat on the timer.
       let bytesDone = 0;
       const beat = setInterval(() => ctx.heartbeat({ phase: 'restore', bytesDone }), heartbeatEvery(ctx));
       try {
-        const manifest = await deps.store.readManifest(input.sessionId, input.checkpointId);
+        const store = storeOf(deps, input);
+        const manifest = await store.readManifest(input.sessionId, input.checkpointId);
         checkRecorded(manifest, input);
         if (manifest.runtime.kind !== runtime.kind || !runtime.canRestore(manifest.runtime.version)) {
           throw new SnapshotIncompatibleError(
@@ -248,16 +254,16 @@ export function createActivities(deps: ActivityDeps) {
             input.checkpointId,
           );
         }
-        const { stream } = await deps.store.open(input.sessionId, input.checkpointId, {
+        const { stream } = await store.open(input.sessionId, input.checkpointId, {
           onProgress: throttled((done) => {
             bytesDone = done;
             ctx.heartbeat({ phase: 'restore', bytesDone: done, bytesTotal: manifest.size });
           }),
           signal: ctx.cancellationSignal,
         });
-        const info = await runtime.restore({ ...input, state: stream });
+        const info = await runtime.restore({ ...input, sessionId: key, state: stream });
         log.info('checkpoint restored', { checkpointId: input.checkpointId, instanceId: info.instanceId });
-        return hosted(toRef(info, deps.hostTaskQueue), input.sessionId);
+        return hosted(toRef(info, deps.hostTaskQueue), key);
       } catch (err) {
         throw toFailure(err);
       } finally {
@@ -391,7 +397,7 @@ export function createActivities(deps: ActivityDeps) {
       try {
         // The stream is lazy: the manifest is checked before a byte of data is read.
         const known: { size?: number } = {};
-        const { manifest, stream } = await deps.store.open(input.sessionId, input.checkpointId, {
+        const { manifest, stream } = await storeOf(deps, input).open(input.sessionId, input.checkpointId, {
           onProgress: throttled((bytesDone) => ctx.heartbeat({ phase: 'verify', bytesDone, bytesTotal: known.size })),
           signal: ctx.cancellationSignal,
         });
@@ -449,14 +455,14 @@ export function createActivities(deps: ActivityDeps) {
       }
     },
 
-    async deleteCheckpoint(input: { sessionId: string; checkpointId: string }): Promise<void> {
-      await deps.store.delete(input.sessionId, input.checkpointId);
+    async deleteCheckpoint(input: { sessionId: string; checkpointId: string } & Tenancy): Promise<void> {
+      await storeOf(deps, input).delete(input.sessionId, input.checkpointId);
     },
 
     /** Appends entries to the session's timeline in the store (idempotent: a retry appends the same bytes again). */
     async appendTimeline(input: AppendTimelineInput): Promise<void> {
       try {
-        await timelineOf(deps).appendTimeline(input.sessionId, records(input.entries));
+        await timelineOf(deps, input).appendTimeline(input.sessionId, records(input.entries));
       } catch (err) {
         throw toFailure(err);
       }
@@ -468,9 +474,9 @@ export function createActivities(deps: ActivityDeps) {
      */
     async findCheckpoint(input: FindCheckpointInput): Promise<CheckpointRef | null> {
       try {
-        const found = await findInTimeline(timelineOf(deps), input);
+        const found = await findInTimeline(timelineOf(deps, input), input);
         if (!found) return null;
-        const manifest = await readManifestIfExists(deps.store, input.sessionId, found.checkpointId);
+        const manifest = await readManifestIfExists(storeOf(deps, input), input.sessionId, found.checkpointId);
         return manifest ? found : null;
       } catch (err) {
         throw toFailure(err);
@@ -483,7 +489,7 @@ export function createActivities(deps: ActivityDeps) {
      * retry finds the checkpoints it made.
      */
     async forkSessions(input: ForkSessionsInput): Promise<CheckpointRef[]> {
-      const store = deps.store as SnapshotStore & Partial<ForkingStore>;
+      const store = storeOf(deps, input) as SnapshotStore & Partial<ForkingStore>;
       const fork = store.fork?.bind(store);
       if (!fork) {
         throw toFailure(
@@ -546,9 +552,26 @@ export type SessionActivities = ReturnType<typeof createActivities>;
 /** The store's fork (the chunked store has it; format 1 has no chunks to share). */
 type ForkingStore = Pick<ChunkedSnapshotStore, 'fork'>;
 
-function timelineOf(deps: ActivityDeps): TimelineLog {
-  if (deps.timeline) return deps.timeline;
-  const log = deps.store as SnapshotStore & Partial<TimelineLog>;
+/**
+ * The store of the input's tenant: the worker's own for `default`, else the one the store keeps for that tenant
+ * (its own directory, the tenant bound into every object).
+ */
+function storeOf(deps: ActivityDeps, { tenant }: Tenancy): SnapshotStore {
+  if (tenant === undefined || tenant === DEFAULT_TENANT) return deps.store;
+  if (!deps.store.forTenant) {
+    // A configuration error no retry fixes.
+    throw ApplicationFailure.nonRetryable(
+      `this worker's snapshot store keeps only the "${DEFAULT_TENANT}" tenant, not "${tenant}"`,
+      ERROR_CODES.InvalidInput,
+    );
+  }
+  return deps.store.forTenant(tenant);
+}
+
+function timelineOf(deps: ActivityDeps, tenancy: Tenancy): TimelineLog {
+  const tenant = tenancy.tenant !== undefined && tenancy.tenant !== DEFAULT_TENANT;
+  if (deps.timeline && !tenant) return deps.timeline;
+  const log = storeOf(deps, tenancy) as SnapshotStore & Partial<TimelineLog>;
   if (typeof log.appendTimeline !== 'function' || typeof log.readTimeline !== 'function') {
     // A configuration error no retry fixes: the worker was given a store without a timeline and no timeline.
     throw ApplicationFailure.nonRetryable(

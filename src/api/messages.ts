@@ -30,6 +30,7 @@ import type {
   RuntimeReport,
   TimelineEntry,
 } from '../domain/records';
+import { DEFAULT_TENANT } from '../domain/names';
 import type { Phase } from '../domain/session-state';
 
 /**
@@ -39,9 +40,33 @@ import type { Phase } from '../domain/session-state';
 
 export const DEFAULT_TASK_QUEUE = 'durable-sessions';
 
-/** One workflow per session; its id is derived from the session id so callers can address it. */
-export function sessionWorkflowId(sessionId: string): string {
-  return `session-${sessionId}`;
+/**
+ * A session within its tenant: the id alone in the `default` tenant (as before tenants existed), `<id>@<tenant>` in
+ * any other. Neither a session id nor a tenant contains "@", so two tenants' sessions never share a key.
+ */
+export function sessionKey(sessionId: string, tenant: string = DEFAULT_TENANT): string {
+  return tenant === DEFAULT_TENANT ? sessionId : `${sessionId}@${tenant}`;
+}
+
+/** The session id and tenant of a session key. */
+export function parseSessionKey(key: string): { sessionId: string; tenant: string } {
+  const at = key.indexOf('@');
+  return at < 0
+    ? { sessionId: key, tenant: DEFAULT_TENANT }
+    : { sessionId: key.slice(0, at), tenant: key.slice(at + 1) };
+}
+
+/**
+ * One workflow per session; its id is derived from the session key so callers can address it: `session-<id>` in the
+ * `default` tenant, `session-<id>@<tenant>` in another.
+ */
+export function sessionWorkflowId(sessionId: string, tenant?: string): string {
+  return keyWorkflowId(sessionKey(sessionId, tenant));
+}
+
+/** The workflow id of a session key. */
+export function keyWorkflowId(key: string): string {
+  return `session-${key}`;
 }
 
 /**
@@ -83,6 +108,8 @@ export type { SessionWorkflowInput } from '../domain/records';
 
 export interface SessionStatus {
   sessionId: string;
+  /** Set for a session of another tenant than `default`. */
+  tenant?: string;
   phase: Phase;
   runtimeKind: RuntimeKind;
   runtime: RuntimeInstanceRef | null;

@@ -8,6 +8,8 @@ import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/commo
  */
 export const sessionStateKey = defineSearchAttributeKey('SessionState', SearchAttributeType.KEYWORD);
 export const sessionRuntimeKey = defineSearchAttributeKey('SessionRuntime', SearchAttributeType.KEYWORD);
+/** Whose session it is; absent on sessions of the `default` tenant started before tenants existed. */
+export const sessionTenantKey = defineSearchAttributeKey('SessionTenant', SearchAttributeType.KEYWORD);
 /** Set on a fork at its start: `<source session>/<checkpoint>`, so an operator finds a session's family. */
 export const forkedFromKey = defineSearchAttributeKey('ForkedFrom', SearchAttributeType.KEYWORD);
 
@@ -15,5 +17,6 @@ export const forkedFromKey = defineSearchAttributeKey('ForkedFrom', SearchAttrib
 export const SEARCH_ATTRIBUTES = {
   SessionState: 'Keyword',
   SessionRuntime: 'Keyword',
+  SessionTenant: 'Keyword',
   ForkedFrom: 'Keyword',
 } as const;

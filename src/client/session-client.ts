@@ -32,6 +32,7 @@ import {
   pauseUpdate,
   resumeSignal,
   resumeUpdate,
+  parseSessionKey,
   sessionWorkflowId,
   startUpdate,
   statusQuery,
@@ -45,14 +46,14 @@ import {
   type StopResult,
   type TimelineEntry,
 } from '../api/messages';
-import { forkedFromKey, sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
+import { forkedFromKey, sessionRuntimeKey, sessionStateKey, sessionTenantKey } from '../api/search-attributes';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { isError } from '../errors';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
-import { forkSessionIds } from '../domain/names';
+import { DEFAULT_TENANT, forkSessionIds } from '../domain/names';
 import { foldTimeline, inView, mergeByIndex } from '../domain/timeline';
-import type { TimelineLog } from '../snapshots';
+import type { SnapshotStore, TimelineLog } from '../snapshots';
 import {
   AppendInput,
   RegenerateInput,
@@ -67,6 +68,7 @@ import {
   SessionId,
   StartSessionInput,
   StopInput,
+  TenantId,
   VerifyInput,
   type CheckpointRef,
   type VerificationResult,
@@ -93,6 +95,11 @@ export interface SessionClientOptions {
    * whole timeline, also after the session ended. Without it, only the recent window the session holds is readable.
    */
   timeline?: TimelineLog;
+  /**
+   * Whose sessions this client starts, lists and reaches (default `default`). Another tenant's session is not found
+   * through it, whatever its id: ids are unique within a tenant only.
+   */
+  tenant?: string;
 }
 
 /** A page of a session's timeline: entries in index order, and the `from` of the next page (null at the end). */
@@ -157,15 +164,27 @@ export interface SessionSummary {
  */
 export class SessionClient {
   readonly taskQueue: string;
+  readonly tenant: string;
 
   private readonly context: HandleContext;
 
   constructor(private readonly options: SessionClientOptions) {
     this.taskQueue = options.taskQueue ?? DEFAULT_TASK_QUEUE;
+    this.tenant = parseInput(TenantId, options.tenant ?? DEFAULT_TENANT, '');
     this.context = {
       timeline: options.timeline,
       forkEnded: (source, input, from) => this.forkEnded(source, input, from),
     };
+  }
+
+  /**
+   * A client for the sessions of `tenant`, on the same connection and task queue. Its timeline is that tenant's in
+   * the store this client's timeline came from, when that store keeps tenants (the chunked store does).
+   */
+  forTenant(tenant: string): SessionClient {
+    const log = this.options.timeline as Partial<Pick<SnapshotStore, 'forTenant'>> | undefined;
+    const timeline = typeof log?.forTenant === 'function' ? log.forTenant(tenant) : undefined;
+    return new SessionClient({ ...this.options, tenant, timeline });
   }
 
   /**
@@ -206,7 +225,9 @@ export class SessionClient {
    * exists; `status()` and `result()` then tell how the start went.
    */
   async start(spec: StartSessionInput, options: { wait?: boolean } = {}): Promise<SessionHandle> {
-    const input = parseInput(StartSessionInput, spec, typeof spec?.sessionId === 'string' ? spec.sessionId : '');
+    const input = this.ownSpec(
+      parseInput(StartSessionInput, spec, typeof spec?.sessionId === 'string' ? spec.sessionId : ''),
+    );
     const startOptions = this.startOptions(input, { spec: input });
     if (options.wait === false) {
       try {
@@ -220,6 +241,19 @@ export class SessionClient {
     return new SessionHandle(input.sessionId, handle, this.context);
   }
 
+  /** The spec with this client's tenant in it (none for `default`); a spec naming another tenant is refused. */
+  private ownSpec(spec: StartSessionInput): StartSessionInput {
+    const tenant = spec.tenant ?? this.tenant;
+    if (tenant !== this.tenant) {
+      throw new InvalidInputError(
+        `session ${spec.sessionId} names tenant "${tenant}", but this client starts sessions of "${this.tenant}"`,
+        spec.sessionId,
+        [{ code: 'custom', path: ['tenant'], message: `expected "${this.tenant}" or no tenant` }],
+      );
+    }
+    return this.tenant === DEFAULT_TENANT ? spec : { ...spec, tenant: this.tenant };
+  }
+
   /** How every session's workflow is started: a new session, or a fork of one that has ended. */
   private startOptions(
     spec: StartSessionInput,
@@ -227,7 +261,7 @@ export class SessionClient {
     { forkOf }: { forkOf?: { sessionId: string; checkpointId: string } } = {},
   ): WorkflowStartOptions & { workflowIdConflictPolicy: 'FAIL' } {
     return {
-      workflowId: sessionWorkflowId(spec.sessionId),
+      workflowId: sessionWorkflowId(spec.sessionId, spec.tenant),
       taskQueue: this.taskQueue,
       args: [args],
       // Session ids are never reused: neither a running nor an ended session's id starts another.
@@ -236,9 +270,12 @@ export class SessionClient {
       typedSearchAttributes: [
         { key: sessionStateKey, value: 'starting' },
         { key: sessionRuntimeKey, value: spec.runtime.kind },
+        { key: sessionTenantKey, value: this.tenant },
         ...(forkOf ? [{ key: forkedFromKey, value: `${forkOf.sessionId}/${forkOf.checkpointId}` }] : []),
       ],
-      staticSummary: `session ${spec.sessionId} (${spec.runtime.kind})${forkOf ? `, fork of ${forkOf.sessionId}` : ''}`,
+      staticSummary:
+        `session ${spec.sessionId} (${spec.runtime.kind})${forkOf ? `, fork of ${forkOf.sessionId}` : ''}` +
+        (this.tenant === DEFAULT_TENANT ? '' : `, tenant ${this.tenant}`),
       staticDetails: spec.description,
     };
   }
@@ -276,7 +313,11 @@ export class SessionClient {
   /** A handle to an existing session. Nothing is sent until it is used. */
   get(sessionId: string): SessionHandle {
     const id = parseInput(SessionId, sessionId, String(sessionId));
-    return new SessionHandle(id, this.options.client.workflow.getHandle(sessionWorkflowId(id)), this.context);
+    return new SessionHandle(
+      id,
+      this.options.client.workflow.getHandle(sessionWorkflowId(id, this.tenant)),
+      this.context,
+    );
   }
 
   /**
@@ -292,6 +333,10 @@ export class SessionClient {
       `TaskQueue = '${this.taskQueue}'`,
       'SessionState IS NOT NULL',
       `ExecutionStatus != 'ContinuedAsNew'`,
+      // Sessions from before tenants have no SessionTenant: they are the default tenant's.
+      this.tenant === DEFAULT_TENANT
+        ? `(SessionTenant = '${DEFAULT_TENANT}' OR SessionTenant IS NULL)`
+        : `SessionTenant = '${this.tenant}'`,
     ];
     if (f.phase !== undefined) clauses.push(`SessionState = '${f.phase}'`);
     if (f.runtime !== undefined) clauses.push(`SessionRuntime = '${f.runtime}'`);
@@ -305,7 +350,7 @@ export class SessionClient {
     const sessions = (res.executions ?? []).map((wf): SessionSummary => {
       const attributes = decodeTypedSearchAttributes(wf.searchAttributes?.indexedFields);
       return {
-        sessionId: (wf.execution?.workflowId ?? '').replace(/^session-/, ''),
+        sessionId: parseSessionKey((wf.execution?.workflowId ?? '').replace(/^session-/, '')).sessionId,
         phase: attributes.get(sessionStateKey),
         runtimeKind: attributes.get(sessionRuntimeKey),
         workflowStatus: EXECUTION_STATUS[wf.status ?? 0] ?? 'UNKNOWN',

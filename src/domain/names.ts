@@ -1,5 +1,8 @@
 // No zod here: the CLI's suggestions load without it, and its start-up time is a user's wait.
 
+/** The tenant of sessions started without one, and of every session that predates tenants. */
+export const DEFAULT_TENANT = 'default';
+
 /**
  * The known name `key` was probably meant to be: the same once case, `_` and `-` are ignored (snake_case,
  * kebab-case), or within a small edit distance of one (`lable`, `chekpoint`). Undefined when nothing is close.

@@ -19,7 +19,7 @@ export { isUnchangedRange, sourceBytes, sourceStream, type StateSource, type Unc
 
 // Opening a store: from the configuration, or from explicit options (tests, benchmarks).
 export { chunkCodecFor, ensureDevMasterKey, openSnapshotStore } from './open-snapshot-store';
-export { ChunkedSnapshotStore } from './engine/chunked-store';
+export { ChunkedSnapshotStore, TENANTS_DIR } from './engine/chunked-store';
 export { Keyring } from './engine/keyring';
 export { FsSnapshotStore } from './fs-snapshot-store';
 // What the configuration's chunking and codec settings mean.

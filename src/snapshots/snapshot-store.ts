@@ -1,6 +1,7 @@
 import type { Readable } from 'node:stream';
 import type { CheckpointTrigger } from '../domain/schemas';
 import type { StateSource } from './state-source';
+import type { TimelineLog } from './timeline-log';
 
 /**
  * The immutable description of one checkpoint, written after its data object is durable. A checkpoint
@@ -34,6 +35,12 @@ export interface StoreProgress {
 }
 
 export interface SnapshotStore {
+  /**
+   * The store of another tenant than `default` (this one): its own directory, its tenant bound into every object,
+   * so one tenant's checkpoints never verify as another's. Absent on a store that keeps one tenant only.
+   */
+  forTenant?(tenant: string): SnapshotStore & TimelineLog;
+
   /**
    * Streams `data` into the store and then publishes the manifest. Memory does not grow with the state's
    * size. If `data` errors, or `signal` aborts, nothing becomes visible. Writing a checkpoint id that exists

@@ -34,6 +34,7 @@ export async function restoreWithFallback(
       const runtime = await onPlacedHost(state.spec.liveness, (host) =>
         host.restoreCheckpoint({
           sessionId: session.id,
+          ...session.tenancy,
           checkpointId: candidate.checkpointId,
           expected: recorded(candidate),
           instanceId: session.newInstanceId(),

@@ -8,7 +8,7 @@ import {
   type RuntimeInstanceRef,
   type SessionStatus,
 } from '../api/messages';
-import { forkedFromKey, sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
+import { forkedFromKey, sessionRuntimeKey, sessionStateKey, sessionTenantKey } from '../api/search-attributes';
 import { ERROR_CODES } from '../domain/error-codes';
 import { WINDOW, type SessionWorkflowInput } from '../domain/records';
 import {
@@ -24,7 +24,7 @@ import {
   type RewindInput,
 } from '../domain/schemas';
 import { safeCut } from '../domain/conversation';
-import { forkSessionIds } from '../domain/names';
+import { DEFAULT_TENANT, forkSessionIds } from '../domain/names';
 import { local, onHost, onPlacedHost, shared } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
 import { asFailure, failure, failureMessage, typeOf } from './failures';
@@ -133,7 +133,11 @@ export class RunControls {
     }));
     let refs: CheckpointRef[];
     try {
-      refs = await shared.forkSessions({ source: { sessionId: session.id, checkpointId: from.checkpointId }, targets });
+      refs = await shared.forkSessions({
+        ...session.tenancy,
+        source: { sessionId: session.id, checkpointId: from.checkpointId },
+        targets,
+      });
     } catch (err) {
       session.controlFailed(regenerate ? 'regenerate' : 'fork', err);
       throw asFailure(err, 'fork failed');
@@ -147,7 +151,7 @@ export class RunControls {
     const started = await Promise.allSettled(
       specs.map((spec, i) =>
         startChild('sessionWorkflow', {
-          workflowId: sessionWorkflowId(spec.sessionId),
+          workflowId: sessionWorkflowId(spec.sessionId, spec.tenant),
           args: [
             {
               spec,
@@ -168,6 +172,7 @@ export class RunControls {
           typedSearchAttributes: [
             { key: sessionStateKey, value: 'paused' },
             { key: sessionRuntimeKey, value: spec.runtime.kind },
+            { key: sessionTenantKey, value: spec.tenant ?? DEFAULT_TENANT },
             { key: forkedFromKey, value: `${session.id}/${from.checkpointId}` },
           ],
           staticSummary: `session ${spec.sessionId} (${spec.runtime.kind}), fork of ${session.id}`,
@@ -228,6 +233,7 @@ export class RunControls {
     }
     const found = await local.findCheckpoint({
       sessionId: session.id,
+      ...session.tenancy,
       ...(typeof selector === 'number' ? { index: selector } : { checkpointId: selector }),
     });
     if (!found) throw failure(ERROR_CODES.SnapshotNotFound, `session ${session.id} has no ${what}`);
@@ -260,7 +266,7 @@ export class RunControls {
       .reverse()
       .find((c) => session.state.checkpoints.some((k) => k.checkpointId === c.checkpointId));
     if (inState) return inState;
-    const found = await local.findCheckpoint({ sessionId: session.id, messageIndex });
+    const found = await local.findCheckpoint({ sessionId: session.id, ...session.tenancy, messageIndex });
     if (found) return found;
     throw failure(
       ERROR_CODES.SnapshotNotFound,
@@ -349,6 +355,7 @@ export class RunControls {
     const runtime = await onPlacedHost(state.spec.liveness, (host) =>
       host.restoreCheckpoint({
         sessionId: session.id,
+        ...session.tenancy,
         checkpointId: target.checkpointId,
         expected: recorded(target),
         instanceId: session.newInstanceId(),

@@ -203,7 +203,11 @@ export class SessionController {
     const { state } = this.session;
     try {
       const owner = this.claimOwner ?? workflowInfo().firstExecutionRunId;
-      await (patched(LEAN_PATCH) ? local : shared).claimSession({ sessionId: this.session.id, owner });
+      await (patched(LEAN_PATCH) ? local : shared).claimSession({
+        sessionId: this.session.id,
+        ...this.session.tenancy,
+        owner,
+      });
       return true;
     } catch (err) {
       const type = typeOf(err) ?? ERROR_CODES.RuntimeFailed;
@@ -223,6 +227,7 @@ export class SessionController {
     const { state } = session;
     try {
       const [checkpoint] = await shared.forkSessions({
+        ...session.tenancy,
         source: { sessionId: fork.from.sessionId, checkpointId: fork.from.checkpointId },
         targets: [
           {
@@ -252,7 +257,12 @@ export class SessionController {
     const { state } = session;
     try {
       const runtime = await onPlacedHost(state.spec.liveness, (host) =>
-        host.startRuntime({ sessionId: session.id, instanceId: session.newInstanceId(), spec: state.spec.runtime }),
+        host.startRuntime({
+          sessionId: session.id,
+          ...session.tenancy,
+          instanceId: session.newInstanceId(),
+          spec: state.spec.runtime,
+        }),
       );
       state.runtime = runtime;
       session.apply({ type: 'started' });
@@ -312,6 +322,7 @@ export class SessionController {
     const carried = rc.unflushed.slice(0, FLUSH_WITH_CAPTURE);
     const captured = await onHost(runtime.hostTaskQueue, state.spec.liveness).captureCheckpoint({
       sessionId: session.id,
+      ...session.tenancy,
       instance: runtime,
       checkpointId: `${String(sequence).padStart(6, '0')}-${uuid4().slice(0, 8)}`,
       sequence,
@@ -357,6 +368,7 @@ export class SessionController {
     const { session } = this;
     const result = await verifier.verifyCheckpoint({
       sessionId: session.id,
+      ...session.tenancy,
       checkpointId: ref.checkpointId,
       expected: recorded(ref),
     });
@@ -383,7 +395,7 @@ export class SessionController {
     ).filter((c) => !tips.has(c.checkpointId));
     for (const c of doomed) {
       try {
-        await shared.deleteCheckpoint({ sessionId: session.id, checkpointId: c.checkpointId });
+        await shared.deleteCheckpoint({ sessionId: session.id, ...session.tenancy, checkpointId: c.checkpointId });
       } catch (err) {
         log.warn('checkpoint not deleted; retention will try again', {
           checkpointId: c.checkpointId,

@@ -1,6 +1,7 @@
 import { log, patched, setCurrentDetails, upsertSearchAttributes, uuid4, workflowInfo } from '@temporalio/workflow';
 import { sessionWorkflowId, type RuntimeInstanceRef, type SessionStatus, type TimelineEntry } from '../api/messages';
-import { sessionRuntimeKey, sessionStateKey } from '../api/search-attributes';
+import { sessionRuntimeKey, sessionStateKey, sessionTenantKey } from '../api/search-attributes';
+import { DEFAULT_TENANT } from '../domain/names';
 import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
 import {
   WINDOW,
@@ -38,6 +39,12 @@ export class Session {
     return this.state.spec.sessionId;
   }
 
+  /** What every activity input of a session of another tenant than `default` names, so it finds its store. */
+  get tenancy(): { tenant?: string } {
+    const { tenant } = this.state.spec;
+    return tenant === undefined || tenant === DEFAULT_TENANT ? {} : { tenant };
+  }
+
   apply(event: SessionEvent): void {
     const { state } = this;
     const result = transition(state.phase, event);
@@ -61,9 +68,12 @@ export class Session {
     state.updatedAt = now();
     // The patch is asked only when the phase is unchanged: recorded histories have its marker exactly there.
     if (this.published !== state.phase || !patched(LEAN_PATCH)) {
+      const { tenant } = this.tenancy;
       upsertSearchAttributes([
         { key: sessionStateKey, value: state.phase },
         { key: sessionRuntimeKey, value: state.spec.runtime.kind },
+        // A raw start may not have set it; `default` sessions are found without it (and their histories unchanged).
+        ...(tenant ? [{ key: sessionTenantKey, value: tenant }] : []),
       ]);
       this.published = state.phase;
     }
@@ -203,6 +213,7 @@ export class Session {
     const { state } = this;
     return {
       sessionId: this.id,
+      ...this.tenancy,
       phase: state.phase,
       runtimeKind: state.spec.runtime.kind,
       runtime: state.runtime,
@@ -304,7 +315,7 @@ export function startsAsFork(state: SessionState, fork: NonNullable<SessionWorkf
 
 /** Clients find a session by its derived workflow id; a session run under another id is unreachable. */
 function checkWorkflowId(spec: StartSessionInput): void {
-  const expected = sessionWorkflowId(spec.sessionId);
+  const expected = sessionWorkflowId(spec.sessionId, spec.tenant);
   if (workflowInfo().workflowId !== expected) {
     throw failure(ERROR_CODES.InvalidInput, `session ${spec.sessionId} must run as workflow ${expected}`);
   }

@@ -46,7 +46,7 @@ export class TimelineFlush {
     try {
       while (session.runControl.unflushed.length > 0) {
         const batch = session.runControl.unflushed.slice(0, FLUSH_BATCH);
-        await local.appendTimeline({ sessionId: session.id, entries: batch });
+        await local.appendTimeline({ sessionId: session.id, ...session.tenancy, entries: batch });
         session.flushed(batch);
       }
       return true;

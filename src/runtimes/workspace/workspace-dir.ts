@@ -5,11 +5,12 @@ import { RuntimeFailedError } from '../session-runtime';
 import type { UserIdentity } from './user';
 
 /*
- * The instance directories on disk: `<root>/<session>/<instance>`, its log beside it as `<instance>.log`. Making
+ * The instance directories on disk: `<root>/<session key>/<instance>`, its log beside it as `<instance>.log`. Making
  * them, seeding them, handing them to the workspace user, and removing them again.
  */
 
-const SAFE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
+/** A name of the id alphabet, or a session key (`<session>@<tenant>` for a session of another tenant than `default`). */
+const SAFE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9][A-Za-z0-9_-]*)?$/;
 /** lstat calls the walk keeps in flight in each directory. */
 export const STATS_AHEAD = 32;
 

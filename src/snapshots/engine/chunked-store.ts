@@ -1,6 +1,8 @@
 import * as fs from 'node:fs/promises';
 import type { Readable } from 'node:stream';
-import { SessionId } from '../../domain/schemas';
+import { join } from 'node:path';
+import { DEFAULT_TENANT } from '../../domain/names';
+import { SessionId, TenantId } from '../../domain/schemas';
 import { TOUCH_INTERVAL_MS, type AbandonedReport, type CleanAbandonedOptions } from '../abandoned';
 import { SnapshotIncompatibleError } from '../errors';
 import { CHUNKED_FORMAT_VERSION, ENGINE_FORMAT_VERSION, LEGACY_FORMAT_VERSION } from '../format';
@@ -49,6 +51,12 @@ type CheckpointAddress = { sessionId: string; checkpointId: string };
 
 const chunkIdOf = ([id]: Location): string => id;
 
+/**
+ * Where the stores of tenants other than `default` live: `<root>/_tenants/<tenant>/`, laid out like the root. No
+ * session id starts with "_", so the folder is never taken for a session's.
+ */
+export const TENANTS_DIR = '_tenants';
+
 export interface ChunkedStoreOptions {
   rootDir: string;
   /** Bound into every object's additional data: objects of one tenant never verify for another. */
@@ -90,6 +98,9 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
   private readonly manifests: Manifests;
   private readonly maintenance: StoreMaintenance;
   private readonly timeline: TimelineSegments;
+  /** The stores of other tenants, made on first use (a tenant's store points back here: tenants never nest). */
+  private readonly tenants = new Map<string, ChunkedSnapshotStore>();
+  private parent: ChunkedSnapshotStore | undefined;
 
   constructor(private readonly options: ChunkedStoreOptions) {
     this.layout = new StoreLayout(options.rootDir, options.touchIntervalMs ?? TOUCH_INTERVAL_MS);
@@ -114,6 +125,24 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
       open: async (loaded, sessionId, checkpointId) => (await this.openLoaded(loaded, sessionId, checkpointId)).stream,
       removeTimeline: (sessionId) => this.timeline.remove(sessionId),
     });
+  }
+
+  /**
+   * The store of `tenant`: this one for `default`, else one under `<root>/_tenants/<tenant>` with the same keys and
+   * settings, which binds that tenant into every object it writes and expects it in every object it reads.
+   * @throws TypeError for a name that is not a tenant id.
+   */
+  forTenant(tenant: string): ChunkedSnapshotStore {
+    if (this.parent) return this.parent.forTenant(tenant);
+    if (tenant === DEFAULT_TENANT) return this;
+    if (!TenantId.safeParse(tenant).success) throw new TypeError(`invalid tenant: ${JSON.stringify(tenant)}`);
+    let store = this.tenants.get(tenant);
+    if (!store) {
+      store = new ChunkedSnapshotStore({ ...this.options, rootDir: join(this.root, TENANTS_DIR, tenant), tenant });
+      store.parent = this;
+      this.tenants.set(tenant, store);
+    }
+    return store;
   }
 
   /** What `status` reports about protection at rest. */
