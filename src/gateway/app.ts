@@ -116,6 +116,15 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   const { sessions, keys } = options;
   const logError = options.logError ?? ((err: unknown) => console.error('gateway:', err));
   const app = new OpenAPIHono<Env>();
+  // One client per tenant: a key reaches its own tenant's sessions only, so another's look like none at all (404).
+  const tenants = new Map<string, SessionClient>();
+  const sessionsOf = (c: Context<Env>): SessionClient => {
+    const { tenant } = c.get('principal');
+    if (tenant === sessions.tenant) return sessions;
+    let client = tenants.get(tenant);
+    if (!client) tenants.set(tenant, (client = sessions.forTenant(tenant)));
+    return client;
+  };
 
   const send = (c: Context, p: Problem, extra: Record<string, string> = {}) => {
     const headers: Record<string, string> = { 'content-type': 'application/problem+json', ...extra };
@@ -177,7 +186,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   app.post('/v1/sessions', async (c) => {
     const spec = await jsonBody(c, '');
     const wait = c.req.query('wait') !== 'false';
-    const handle = await sessions.start(spec as StartSessionInput, { wait });
+    const handle = await sessionsOf(c).start(spec as StartSessionInput, { wait });
     if (!wait) return c.json({ sessionId: handle.sessionId }, 202);
     return c.json(await handle.status(), 201);
   });
@@ -187,7 +196,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     const q = c.req.query();
     const filter: Record<string, unknown> = { ...q };
     if (q.limit !== undefined) filter.limit = /^\d+$/.test(q.limit) ? Number(q.limit) : q.limit;
-    const page = await sessions.listPage(filter);
+    const page = await sessionsOf(c).listPage(filter);
     return c.json({
       sessions: page.sessions.map((s) => ({ ...s, startedAt: s.startedAt.toISOString() })),
       next: page.next,
@@ -195,17 +204,17 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   });
 
   document(app, 'get', '/v1/sessions/{id}', 'A session’s status');
-  app.get('/v1/sessions/:id', async (c) => c.json(await sessions.get(c.req.param('id')).status()));
+  app.get('/v1/sessions/:id', async (c) => c.json(await sessionsOf(c).get(c.req.param('id')).status()));
 
   document(app, 'get', '/v1/sessions/{id}/checkpoints', 'The timeline, in index order (`from`, `limit`, `branch`)');
   app.get('/v1/sessions/:id/checkpoints', async (c) => {
-    const handle = sessions.get(c.req.param('id'));
+    const handle = sessionsOf(c).get(c.req.param('id'));
     return c.json(await handle.timelinePage(timelineQuery(c, handle.sessionId)));
   });
 
   document(app, 'get', '/v1/sessions/{id}/checkpoints/{index}', 'One timeline entry, with its verification state');
   app.get('/v1/sessions/:id/checkpoints/:index', async (c) => {
-    const handle = sessions.get(c.req.param('id'));
+    const handle = sessionsOf(c).get(c.req.param('id'));
     const index = Number(c.req.param('index'));
     if (!Number.isSafeInteger(index) || index < 1) {
       throw new InvalidInputError('index must be a positive integer', handle.sessionId, []);
@@ -230,18 +239,18 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     200,
     { type: 'text/event-stream', schema: SessionEvent },
   );
-  app.get('/v1/sessions/:id/events', (c) => sessionEvents(c, sessions.get(c.req.param('id')), options.events));
+  app.get('/v1/sessions/:id/events', (c) => sessionEvents(c, sessionsOf(c).get(c.req.param('id')), options.events));
 
   document(app, 'post', '/v1/sessions/{id}/touch', 'Record activity (idle policies)');
   app.post('/v1/sessions/:id/touch', async (c) => {
-    await sessions.get(c.req.param('id')).touch();
+    await sessionsOf(c).get(c.req.param('id')).touch();
     return c.json({});
   });
 
   for (const [name, control] of Object.entries(CONTROLS)) {
     document(app, 'post', `/v1/sessions/{id}/${name}`, `${name} (the session control)`, control.input);
     app.post(`/v1/sessions/:id/${name}`, async (c) => {
-      const handle = sessions.get(c.req.param('id'));
+      const handle = sessionsOf(c).get(c.req.param('id'));
       const input = withIdempotencyKey(c, await jsonBody(c, handle.sessionId), handle.sessionId);
       const run = control.run as (h: SessionHandle, x: unknown) => Promise<unknown>;
       return c.json(await run(handle, input));

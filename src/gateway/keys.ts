@@ -2,6 +2,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
+import { TenantId } from '../domain/schemas';
 
 /** `viewer` reads; `operator` also starts and steers sessions; `admin` may do everything an operator may. */
 export const Role = z.enum(['viewer', 'operator', 'admin']);
@@ -14,7 +15,8 @@ export const ApiKeyRecord = z.strictObject({
   /** A name for logs and revocation ("ci", "ops-alice"); never the key. */
   id: z.string().min(1).max(100),
   sha256: Sha256,
-  tenant: z.literal('default', { message: 'only the "default" tenant exists so far' }),
+  /** Whose sessions the key reaches: it never sees another tenant's. */
+  tenant: TenantId,
   role: Role,
 });
 export type ApiKeyRecord = z.infer<typeof ApiKeyRecord>;
