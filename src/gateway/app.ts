@@ -10,6 +10,7 @@ import {
   CheckpointInput,
   ConfigureInput,
   ForkInput,
+  IdempotencyKey,
   PauseInput,
   RegenerateInput,
   ResumeInput,
@@ -307,6 +308,8 @@ function document(
   ok: { type: string; schema: ZodType } = { type: 'application/json', schema: AnyObject },
 ): void {
   const params = [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
+  // Only a control whose input has a key takes the header (withIdempotencyKey puts it in the input).
+  const keyed = body instanceof z.ZodObject && 'idempotencyKey' in body.shape;
   app.openAPIRegistry.registerPath({
     method,
     path,
@@ -314,9 +317,7 @@ function document(
     request: {
       ...(params.length ? { params: z.object(Object.fromEntries(params.map((p) => [p, z.string()]))) } : {}),
       ...(body ? { body: { content: { 'application/json': { schema: body as never } }, required: false } } : {}),
-      ...(method === 'post' && path.includes('{id}/')
-        ? { headers: z.object({ 'idempotency-key': z.string().max(200).optional() }) }
-        : {}),
+      ...(keyed ? { headers: z.object({ 'idempotency-key': IdempotencyKey.optional() }) } : {}),
     },
     responses: {
       [okStatus]: {
