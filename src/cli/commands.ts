@@ -46,6 +46,11 @@ const FORK_OPTIONS = {
 
 /** Options every command takes. */
 export const COMMON_OPTIONS = {
+  tenant: {
+    type: 'string',
+    value: 'TENANT',
+    help: 'work on the sessions (or the store) of this tenant instead of "default"',
+  },
   json: { type: 'boolean', help: 'print the result, or the error, as one JSON document on stdout' },
   help: { type: 'boolean', short: 'h', help: 'show this help' },
 } as const satisfies Record<string, OptionSpec>;

@@ -1,5 +1,5 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { closestName } from '../domain/names';
+import { closestName, TENANT_PATTERN } from '../domain/names';
 import { messageOf } from '../errors';
 import {
   COMMANDS,
@@ -104,6 +104,10 @@ function parseCommand(command: CommandName, args: string[]): Invocation {
       throw new UsageError(`--${name} needs --${option.requires}`, command);
     }
     checked[name] = option.pairs ? pairs(command, name, option, value as string[]) : value;
+  }
+  const { tenant } = values as { tenant?: string };
+  if (tenant !== undefined && !TENANT_PATTERN.test(tenant)) {
+    throw new UsageError(`--tenant must be letters, digits, "_" and "-" (at most 64), not ${JSON.stringify(tenant)}`);
   }
   if (spec.confirm && values[spec.confirm.option] !== true) {
     throw new UsageError(`${command} ${spec.confirm.why}: add --${spec.confirm.option}`, command);

@@ -50,6 +50,7 @@ export async function runSessionCommand(invocation: SessionInvocation, config: C
       client: new Client({ connection, namespace: config.temporal.namespace }),
       taskQueue: config.taskQueue,
       ...(timeline ? { timeline } : {}),
+      ...(invocation.values.tenant !== undefined ? { tenant: invocation.values.tenant } : {}),
     });
     return await dispatch(invocation, sessions);
   } catch (err) {

@@ -1,4 +1,5 @@
 import type { Config } from '../config';
+import { DEFAULT_TENANT } from '../domain/names';
 import { KeyringConfigError, MissingMasterKeyError, openSnapshotStore, type SnapshotMaintenance } from '../snapshots';
 import { CLI_ERROR_CODES, CliError } from './errors';
 import type { Invocation } from './parse';
@@ -8,12 +9,13 @@ import { verificationReport, type Output } from './render';
 export type StoreInvocation = Extract<Invocation, { command: 'verify' | 'gc' | 'rekey' | 'shred' }>;
 
 export async function runStoreCommand(invocation: StoreInvocation, config: Config): Promise<Output> {
-  const store: SnapshotMaintenance = await openSnapshotStore(config).catch((err: unknown) => {
+  const root = await openSnapshotStore(config).catch((err: unknown) => {
     if (err instanceof KeyringConfigError || err instanceof MissingMasterKeyError) {
       throw new CliError(CLI_ERROR_CODES.InvalidConfig, err.message, { cause: err });
     }
     throw err;
   });
+  const store: SnapshotMaintenance = root.forTenant(invocation.values.tenant ?? DEFAULT_TENANT);
   switch (invocation.command) {
     case 'verify': {
       const results = await store.verifyLineage(invocation.sessionId);

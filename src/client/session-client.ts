@@ -172,19 +172,14 @@ export class SessionClient {
     this.taskQueue = options.taskQueue ?? DEFAULT_TASK_QUEUE;
     this.tenant = parseInput(TenantId, options.tenant ?? DEFAULT_TENANT, '');
     this.context = {
-      timeline: options.timeline,
+      timeline: tenantTimeline(options.timeline, this.tenant),
       forkEnded: (source, input, from) => this.forkEnded(source, input, from),
     };
   }
 
-  /**
-   * A client for the sessions of `tenant`, on the same connection and task queue. Its timeline is that tenant's in
-   * the store this client's timeline came from, when that store keeps tenants (the chunked store does).
-   */
+  /** A client for the sessions of `tenant`, on the same connection, task queue and store. */
   forTenant(tenant: string): SessionClient {
-    const log = this.options.timeline as Partial<Pick<SnapshotStore, 'forTenant'>> | undefined;
-    const timeline = typeof log?.forTenant === 'function' ? log.forTenant(tenant) : undefined;
-    return new SessionClient({ ...this.options, tenant, timeline });
+    return new SessionClient({ ...this.options, tenant });
   }
 
   /**
@@ -376,6 +371,17 @@ export class SessionClient {
       cursor = page.next;
     }
   }
+}
+
+/**
+ * The timeline of `tenant`'s sessions in the store `log` belongs to: that tenant's, when the store keeps tenants (the
+ * chunked store does); else `log` for the default tenant only, since another tenant's session of the same id is not
+ * the one `log` holds.
+ */
+function tenantTimeline(log: TimelineLog | undefined, tenant: string): TimelineLog | undefined {
+  const store = log as Partial<Pick<SnapshotStore, 'forTenant'>> | undefined;
+  if (typeof store?.forTenant === 'function') return store.forTenant(tenant);
+  return tenant === DEFAULT_TENANT ? log : undefined;
 }
 
 /** What a handle needs of its client: the store's timeline, and how to fork a session that has ended. */

@@ -2,6 +2,8 @@
 
 /** The tenant of sessions started without one, and of every session that predates tenants. */
 export const DEFAULT_TENANT = 'default';
+/** What a tenant id looks like (TenantId in schemas.ts): no "." and no "@", so a session key is unambiguous. */
+export const TENANT_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 
 /**
  * The known name `key` was probably meant to be: the same once case, `_` and `-` are ignored (snake_case,

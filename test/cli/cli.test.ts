@@ -172,6 +172,25 @@ test('bad input and unknown sessions are reported with their type and a non-zero
   expect(usage.stderr).toContain('unknown command: frobnicate');
 });
 
+test('--tenant reaches the sessions of that tenant only', async () => {
+  const id = `cli-t-${crypto.randomUUID().slice(0, 8)}`;
+  expect(await cli('start', id, '--memory', '--tenant', 'acme')).toMatchObject({
+    code: 0,
+    stdout: `started session ${id} (workflow session-${id}@acme)\n`,
+  });
+  expect(await cli('status', id)).toMatchObject({
+    code: 1,
+    stderr: `error: SessionNotFound: session ${id} does not exist\n`,
+  });
+  const status = await cli('status', id, '--tenant', 'acme', '--json');
+  expect(JSON.parse(status.stdout)).toMatchObject({ sessionId: id, tenant: 'acme' });
+  expect(await cli('status', id, '--tenant', '../x')).toMatchObject({
+    code: 2,
+    stderr: expect.stringContaining('--tenant must be letters, digits'),
+  });
+  expect((await cli('stop', id, '--tenant', 'acme')).code).toBe(0);
+});
+
 test('--help and -h answer for the top level and every command: usage on stdout, exit 0', async () => {
   const runs = await Promise.all([
     cli('--help'),
