@@ -11,6 +11,7 @@ import {
   type DrainResult,
 } from './api/messages';
 import { loadConfig, type Config } from './config';
+import { DEFAULT_TENANT } from './domain/names';
 import { messageOf } from './errors';
 import { ConversationRuntime, MemoryRuntime, WorkspaceRuntime } from './runtimes';
 import { openSnapshotStore } from './snapshots';
@@ -189,10 +190,19 @@ export async function runWorker(config: Config = loadConfig(), address = config.
   Runtime.install({ logger: new DefaultLogger(config.logLevel), shutdownSignals: [] });
   const store = await openSnapshotStore(config);
   // Only what no writer touched for ABANDONED_AFTER_MS: safe while other workers write to the same store.
-  const abandoned = await store.cleanAbandoned().catch((err: unknown) => {
-    console.warn(`snapshot store: could not remove what dead writers left: ${String(err)}`);
-    return { tempFiles: 0, pins: 0, bytes: 0 };
-  });
+  const abandoned = { tempFiles: 0, pins: 0, bytes: 0 };
+  for (const tenant of [DEFAULT_TENANT, ...(await store.tenantsOnDisk())]) {
+    const report = await store
+      .forTenant(tenant)
+      .cleanAbandoned()
+      .catch((err: unknown) => {
+        console.warn(`snapshot store (tenant ${tenant}): could not remove what dead writers left: ${String(err)}`);
+        return { tempFiles: 0, pins: 0, bytes: 0 };
+      });
+    abandoned.tempFiles += report.tempFiles;
+    abandoned.pins += report.pins;
+    abandoned.bytes += report.bytes;
+  }
   if (abandoned.tempFiles + abandoned.pins > 0) {
     console.log(
       `snapshot store: removed ${abandoned.tempFiles} temp file(s) and ${abandoned.pins} pin(s) left by dead writers ` +

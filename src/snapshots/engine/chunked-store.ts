@@ -145,6 +145,13 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
     return store;
   }
 
+  /** The tenants other than `default` whose folders this store holds. */
+  async tenantsOnDisk(): Promise<string[]> {
+    const root = this.parent ?? this;
+    const entries = await fs.readdir(join(root.root, TENANTS_DIR), { withFileTypes: true }).catch(() => []);
+    return entries.filter((e) => e.isDirectory() && TenantId.safeParse(e.name).success).map((e) => e.name);
+  }
+
   /** What `status` reports about protection at rest. */
   describeEncryption(): { mode: 'aes-256-gcm' | 'none'; primaryKeyId: string | null } {
     const keyring = this.options.keyring;
