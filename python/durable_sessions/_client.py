@@ -95,7 +95,7 @@ class Client(_Base):
         return Session(self, session_id)
 
     def list(self, **filters: Any) -> builtins.list[SessionSummary]:
-        """One page of sessions: ``phase``, ``runtime``, ``forked_from``, ``limit``, ``cursor`` (see list_page)."""
+        """One page of sessions by ``phase``, ``runtime``, ``label``, ``forked_from``, ``limit``, ``cursor``."""
         return self.list_page(**filters).sessions
 
     def list_page(self, **filters: Any) -> SessionPage:

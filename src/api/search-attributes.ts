@@ -10,6 +10,8 @@ export const sessionStateKey = defineSearchAttributeKey('SessionState', SearchAt
 export const sessionRuntimeKey = defineSearchAttributeKey('SessionRuntime', SearchAttributeType.KEYWORD);
 /** Whose session it is; absent on sessions of the `default` tenant started before tenants existed. */
 export const sessionTenantKey = defineSearchAttributeKey('SessionTenant', SearchAttributeType.KEYWORD);
+/** The spec's `labels`, for filtering (`SessionLabels = "team=infra"` matches a session that has that label). */
+export const sessionLabelsKey = defineSearchAttributeKey('SessionLabels', SearchAttributeType.KEYWORD_LIST);
 /** Set on a fork at its start: `<source session>/<checkpoint>`, so an operator finds a session's family. */
 export const forkedFromKey = defineSearchAttributeKey('ForkedFrom', SearchAttributeType.KEYWORD);
 
@@ -18,5 +20,6 @@ export const SEARCH_ATTRIBUTES = {
   SessionState: 'Keyword',
   SessionRuntime: 'Keyword',
   SessionTenant: 'Keyword',
+  SessionLabels: 'KeywordList',
   ForkedFrom: 'Keyword',
 } as const;

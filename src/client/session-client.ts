@@ -46,7 +46,13 @@ import {
   type StopResult,
   type TimelineEntry,
 } from '../api/messages';
-import { forkedFromKey, sessionRuntimeKey, sessionStateKey, sessionTenantKey } from '../api/search-attributes';
+import {
+  forkedFromKey,
+  sessionLabelsKey,
+  sessionRuntimeKey,
+  sessionStateKey,
+  sessionTenantKey,
+} from '../api/search-attributes';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { isError } from '../errors';
 import { randomUUID } from 'node:crypto';
@@ -66,6 +72,7 @@ import {
   PauseInput,
   ResumeInput,
   SessionId,
+  SessionLabels,
   StartSessionInput,
   StopInput,
   TenantId,
@@ -135,6 +142,8 @@ export const SessionListFilter = z.strictObject({
   phase: z.enum(PHASES).optional(),
   runtime: z.enum(['workspace', 'memory', 'conversation']).optional(),
   forkedFrom: SessionId.optional(),
+  /** Sessions that have this label. */
+  label: SessionLabels.element.optional(),
   limit: z.number().int().min(1).max(1000).optional(),
   cursor: z
     .string()
@@ -266,6 +275,7 @@ export class SessionClient {
         { key: sessionStateKey, value: 'starting' },
         { key: sessionRuntimeKey, value: spec.runtime.kind },
         { key: sessionTenantKey, value: this.tenant },
+        ...(spec.labels?.length ? [{ key: sessionLabelsKey, value: spec.labels }] : []),
         ...(forkOf ? [{ key: forkedFromKey, value: `${forkOf.sessionId}/${forkOf.checkpointId}` }] : []),
       ],
       staticSummary:
@@ -336,6 +346,7 @@ export class SessionClient {
     if (f.phase !== undefined) clauses.push(`SessionState = '${f.phase}'`);
     if (f.runtime !== undefined) clauses.push(`SessionRuntime = '${f.runtime}'`);
     if (f.forkedFrom !== undefined) clauses.push(`ForkedFrom STARTS_WITH '${f.forkedFrom}/'`);
+    if (f.label !== undefined) clauses.push(`SessionLabels = '${f.label}'`);
     const res = await this.options.client.workflowService.listWorkflowExecutions({
       namespace: this.options.client.options.namespace,
       query: clauses.join(' AND '),

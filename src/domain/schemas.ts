@@ -257,6 +257,21 @@ export const SessionPolicies = strictObject({
 });
 export type SessionPolicies = z.infer<typeof SessionPolicies>;
 
+/**
+ * Labels to find sessions by (`team=infra`, `nightly`): the search attribute `SessionLabels`, which is not encrypted,
+ * so never a secret. Letters, digits and `._:/=-`.
+ */
+export const SessionLabels = z
+  .array(
+    z
+      .string()
+      .min(1, 'a label must not be empty')
+      .max(100, 'a label must be at most 100 characters')
+      .regex(/^[A-Za-z0-9][A-Za-z0-9._:/=-]*$/, 'a label may only contain letters, digits and "._:/=-"'),
+  )
+  .max(32, 'at most 32 labels')
+  .refine((labels) => new Set(labels).size === labels.length, 'labels must not repeat');
+
 const StartSessionFields = strictObject({
   sessionId: SessionId,
   /** Whose session it is (`default` when absent); set by a client scoped to a tenant, never changed after. */
@@ -272,6 +287,7 @@ const StartSessionFields = strictObject({
   backgroundVerify: z.boolean().optional(),
   /** Free-form description shown in the Web UI. */
   description: displayText('description', 1000, { lines: true }).optional(),
+  labels: SessionLabels.optional(),
 });
 
 export const StartSessionInput = StartSessionFields.refine(
@@ -404,6 +420,7 @@ export type RewindInput = z.infer<typeof RewindInput>;
 /** What a fork may set differently from its source (its runtime state is the source's, so not the runtime). */
 export const ForkOverrides = strictObject({
   description: displayText('description', 1000, { lines: true }).optional(),
+  labels: SessionLabels.optional(),
   retention: RetentionPolicy.optional(),
   policies: SessionPolicies.optional(),
   backgroundVerify: z.boolean().optional(),

@@ -8,7 +8,13 @@ import {
   type RuntimeInstanceRef,
   type SessionStatus,
 } from '../api/messages';
-import { forkedFromKey, sessionRuntimeKey, sessionStateKey, sessionTenantKey } from '../api/search-attributes';
+import {
+  forkedFromKey,
+  sessionLabelsKey,
+  sessionRuntimeKey,
+  sessionStateKey,
+  sessionTenantKey,
+} from '../api/search-attributes';
 import { ERROR_CODES } from '../domain/error-codes';
 import { WINDOW, type SessionWorkflowInput } from '../domain/records';
 import {
@@ -173,6 +179,7 @@ export class RunControls {
             { key: sessionStateKey, value: 'paused' },
             { key: sessionRuntimeKey, value: spec.runtime.kind },
             { key: sessionTenantKey, value: spec.tenant ?? DEFAULT_TENANT },
+            ...(spec.labels?.length ? [{ key: sessionLabelsKey, value: spec.labels }] : []),
             { key: forkedFromKey, value: `${session.id}/${from.checkpointId}` },
           ],
           staticSummary: `session ${spec.sessionId} (${spec.runtime.kind}), fork of ${session.id}`,

@@ -464,3 +464,38 @@ test('the list filters by fork family and runtime and pages by cursor, each sess
   expect(await call('GET', '/v1/sessions?cursor=not%20a%20cursor', { key: viewer })).toMatchObject({ status: 400 });
   for (const s of [source, ...forkIds]) await call('POST', `/v1/sessions/${s}/stop`, { body: { checkpoint: false } });
 });
+
+test('labels: the list filters by one, forks keep them or take their own, and a bad one is refused', async () => {
+  const team = `team=${crypto.randomUUID().slice(0, 8)}`;
+  const sessionId = id('labelled');
+  const started = await call('POST', '/v1/sessions', {
+    body: { sessionId, labels: [team, 'nightly'], runtime: { kind: 'memory' } },
+  });
+  expect(started.status).toBe(201);
+  await call('POST', '/v1/sessions', { body: { sessionId: id('unlabelled'), runtime: { kind: 'memory' } } });
+  const forked = await call<ForkResult>('POST', `/v1/sessions/${sessionId}/fork`, {
+    body: { count: 2, paused: true },
+  });
+  const relabelled = await call<ForkResult>('POST', `/v1/sessions/${sessionId}/fork`, {
+    body: { paused: true, overrides: { labels: ['other'] } },
+  });
+  type Listed = { sessions: { sessionId: string }[] };
+  const listed = await eventually(async () => {
+    const page = await call<Listed>('GET', `/v1/sessions?label=${encodeURIComponent(team)}`, { key: viewer });
+    return page.json.sessions.length === 3 ? page.json : undefined;
+  }, 15_000);
+  expect(listed.sessions.map((s) => s.sessionId).sort()).toEqual(
+    [sessionId, ...forked.json.forks.map((f) => f.sessionId)].sort(),
+  );
+  const other = await call<Listed>('GET', '/v1/sessions?label=other', { key: viewer });
+  expect(other.json.sessions.map((s) => s.sessionId)).toContain(relabelled.json.forks[0]!.sessionId);
+
+  const bad = await call('POST', '/v1/sessions', {
+    body: { sessionId: id('bad'), labels: ["x' OR 1=1"], runtime: { kind: 'memory' } },
+  });
+  expect(bad).toMatchObject({ status: 400, json: { code: 'InvalidInput' } });
+  expect(await call('GET', `/v1/sessions?label=${encodeURIComponent("x' OR 'a'='a")}`)).toMatchObject({
+    status: 400,
+    json: { code: 'InvalidInput' },
+  });
+});
