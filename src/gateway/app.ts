@@ -15,6 +15,7 @@ import {
   RegenerateInput,
   ResumeInput,
   RewindInput,
+  SessionId,
   StartSessionInput,
   StopInput,
   type TimelinePageInput,
@@ -297,6 +298,12 @@ function timelineQuery(c: Context, sessionId: string): TimelinePageInput {
   return out;
 }
 
+/** The path parameters of the routes, with the rules the gateway checks them by. */
+const PATH_PARAMS: Record<string, ZodType> = {
+  id: SessionId,
+  index: z.int().min(1).max(Number.MAX_SAFE_INTEGER),
+};
+
 /** Puts a route in the OpenAPI document; the handler is registered beside it. */
 function document(
   app: OpenAPIHono<Env>,
@@ -315,7 +322,7 @@ function document(
     path,
     summary,
     request: {
-      ...(params.length ? { params: z.object(Object.fromEntries(params.map((p) => [p, z.string()]))) } : {}),
+      ...(params.length ? { params: z.object(Object.fromEntries(params.map((p) => [p, PATH_PARAMS[p]!]))) } : {}),
       ...(body ? { body: { content: { 'application/json': { schema: body as never } }, required: false } } : {}),
       ...(keyed ? { headers: z.object({ 'idempotency-key': IdempotencyKey.optional() }) } : {}),
     },
