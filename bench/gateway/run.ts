@@ -23,14 +23,14 @@ import { runWithCleanup, type Cleanup } from '../sessions/cleanup';
 const RESULTS_FILE = path.resolve(__dirname, '..', '..', '.bench', 'gateway.md');
 const READERS = 8;
 
-/** Calls `fn` from READERS loops for `ms`: completed calls per second. */
-async function rate(ms: number, fn: () => Promise<unknown>): Promise<number> {
+/** Calls `fn` (with the reader's number) from READERS loops for `ms`: completed calls per second. */
+async function rate(ms: number, fn: (reader: number) => Promise<unknown>): Promise<number> {
   const end = Date.now() + ms;
   let done = 0;
   await Promise.all(
-    Array.from({ length: READERS }, async () => {
+    Array.from({ length: READERS }, async (_, reader) => {
       while (Date.now() < end) {
-        await fn();
+        await fn(reader);
         done++;
       }
     }),
@@ -58,6 +58,8 @@ async function main(cleanup: Cleanup): Promise<void> {
     sessions: sys.sessions,
     keys: new ApiKeys(keysFile),
     ready: async () => true,
+    // What is measured is the gateway's rate, not the limit a key gets by default.
+    ratePerKey: 1_000_000,
   });
   cleanup.add('gateway', () => gateway.close());
 
@@ -84,11 +86,20 @@ async function main(cleanup: Cleanup): Promise<void> {
   const g: Latency = summarize(viaGateway);
   const bareReads = await rate(readMs, () => session.workflow.query(statusQuery));
   const gatewayReads = await rate(readMs, () => http('GET', `/v1/sessions/${sessionId}`));
-  await session.stop({ checkpoint: false });
+  // One session per reader: nothing to share, so this is each read's own cost through the gateway.
+  const own = await Promise.all(
+    Array.from({ length: READERS }, (_, i) =>
+      sys.sessions.start({ sessionId: `${sessionId}-r${i}`, runtime: { kind: 'memory', initialState: smallState() } }),
+    ),
+  );
+  const bareOwn = await rate(readMs, (i) => own[i]!.workflow.query(statusQuery));
+  const gatewayOwn = await rate(readMs, (i) => http('GET', `/v1/sessions/${own[i]!.sessionId}`));
+  await Promise.all([session, ...own].map((s) => s.stop({ checkpoint: false })));
 
   const ms = (n: number) => `${n.toFixed(1)} ms`;
   const overhead = g.p50 - d.p50;
   const ratio = gatewayReads / bareReads;
+  const ownRatio = gatewayOwn / bareOwn;
   const markdown = [
     '# Gateway benchmark',
     '',
@@ -103,17 +114,25 @@ async function main(cleanup: Cleanup): Promise<void> {
           'checkpoint p50 (p99)',
           `${ms(g.p50)} (${ms(g.p99)})`,
           `SessionClient: ${ms(d.p50)} (${ms(d.p99)})`,
-          `+${ms(overhead)}`,
+          `${overhead >= 0 ? '+' : ''}${ms(overhead)}`,
           '≤ +5 ms',
           overhead <= 5 ? 'PASS' : '**MISS**',
         ],
         [
-          'status reads per second',
+          `status reads per second, ${READERS} readers of one session`,
           gatewayReads.toFixed(0),
           `Temporal query: ${bareReads.toFixed(0)}`,
           `${ratio.toFixed(2)}×`,
           '≥ 0.8×',
           ratio >= 0.8 ? 'PASS' : '**MISS**',
+        ],
+        [
+          `status reads per second, ${READERS} readers of a session each`,
+          gatewayOwn.toFixed(0),
+          `Temporal query: ${bareOwn.toFixed(0)}`,
+          `${ownRatio.toFixed(2)}×`,
+          '≥ 0.8×',
+          ownRatio >= 0.8 ? 'PASS' : '**MISS**',
         ],
       ],
     ),

@@ -2,6 +2,7 @@ import { OpenAPIHono, z } from '@hono/zod-openapi';
 import type { Context, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { ZodType } from 'zod';
+import type { SessionStatus } from '../api';
 import type { SessionClient, SessionHandle } from '../client';
 import { InvalidInputError } from '../domain/errors';
 import {
@@ -21,6 +22,7 @@ import {
   type TimelinePageInput,
   VerifyInput,
 } from '../domain/schemas';
+import { CoalescedReads } from './coalesce';
 import { SessionEvent, sessionEvents, type EventStreamOptions } from './events';
 import type { ApiKeys, Principal, Role } from './keys';
 import { GATEWAY_CODES, problem, problemOf, type Problem } from './problems';
@@ -127,6 +129,10 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     if (!client) tenants.set(tenant, (client = sessions.forTenant(tenant)));
     return client;
   };
+  // Status reads of one session (GETs, event streams) that come together share one query; the workflow id is the
+  // tenant's session key, so two tenants' reads never share.
+  const statusReads = new CoalescedReads<SessionStatus>();
+  const statusOf = (handle: SessionHandle) => statusReads.read(handle.workflow.workflowId, () => handle.status());
 
   const send = (c: Context, p: Problem, extra: Record<string, string> = {}) => {
     const headers: Record<string, string> = { 'content-type': 'application/problem+json', ...extra };
@@ -206,7 +212,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   });
 
   document(app, 'get', '/v1/sessions/{id}', 'A session’s status');
-  app.get('/v1/sessions/:id', async (c) => c.json(await sessionsOf(c).get(c.req.param('id')).status()));
+  app.get('/v1/sessions/:id', async (c) => c.json(await statusOf(sessionsOf(c).get(c.req.param('id')))));
 
   document(app, 'get', '/v1/sessions/{id}/checkpoints', 'The timeline, in index order (`from`, `limit`, `branch`)');
   app.get('/v1/sessions/:id/checkpoints', async (c) => {
@@ -241,7 +247,9 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     200,
     { type: 'text/event-stream', schema: SessionEvent },
   );
-  app.get('/v1/sessions/:id/events', (c) => sessionEvents(c, sessionsOf(c).get(c.req.param('id')), options.events));
+  app.get('/v1/sessions/:id/events', (c) =>
+    sessionEvents(c, sessionsOf(c).get(c.req.param('id')), options.events, statusOf),
+  );
 
   document(app, 'post', '/v1/sessions/{id}/touch', 'Record activity (idle policies)');
   app.post('/v1/sessions/:id/touch', async (c) => {

@@ -6,6 +6,9 @@ import type { IoProgress, SessionHandle } from '../client';
 import { InvalidInputError } from '../domain/errors';
 import { FINAL_PHASES, STABLE_PHASES } from '../domain/session-state';
 
+/** How a stream reads the session's status (the gateway's, shared with its other readers of the session). */
+export type StatusReader = (handle: SessionHandle) => Promise<SessionStatus>;
+
 export interface EventStreamOptions {
   /** How often the session is read (default 250 ms). */
   pollMs?: number;
@@ -36,13 +39,18 @@ export const SessionEvent = z
  * timeline entry after that index first, so it misses none. Phase and progress are current state, sent again on
  * connecting. The stream ends after an ended session's last entries.
  */
-export async function sessionEvents(c: Context, handle: SessionHandle, options: EventStreamOptions = {}) {
+export async function sessionEvents(
+  c: Context,
+  handle: SessionHandle,
+  options: EventStreamOptions = {},
+  readStatus: StatusReader = (h) => h.status(),
+) {
   const asked = lastEventId(c, handle.sessionId);
   // Unknown session or no access: a problem document, before any stream starts.
-  const first = await handle.status();
+  const first = await readStatus(handle);
   // A first connection follows from now on; `?after=0` replays the whole timeline.
   const after = asked ?? first.timelineLength;
-  return streamSSE(c, (stream) => follow(stream, handle, first, after, options));
+  return streamSSE(c, (stream) => follow(stream, handle, first, after, options, readStatus));
 }
 
 async function follow(
@@ -51,6 +59,7 @@ async function follow(
   first: SessionStatus,
   after: number,
   { pollMs = 250, keepAliveMs = 15_000 }: EventStreamOptions,
+  readStatus: StatusReader,
 ): Promise<void> {
   let status = first;
   let sentPhase: string | undefined;
@@ -93,7 +102,7 @@ async function follow(
     }
     await stream.sleep(pollMs);
     if (stream.aborted) break;
-    status = await handle.status();
+    status = await readStatus(handle);
   }
 }
 
