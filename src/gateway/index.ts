@@ -1,4 +1,4 @@
 export { createGateway, openApiDocument, type GatewayOptions } from './app';
 export { ApiKeys, ensureDevKey, generateKey, hashKey, type Principal, type Role } from './keys';
 export { GATEWAY_CODES, STATUS_OF, problemOf, type Problem } from './problems';
-export { startGateway, type RunningGateway } from './server';
+export { GatewayTlsError, startGateway, type GatewayTls, type RunningGateway } from './server';
