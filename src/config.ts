@@ -194,6 +194,8 @@ export const EnvConfig = z.object({
    * default: a dev key is made under the data folder and printed.
    */
   DS_API_KEYS_FILE: z.string().min(1).optional(),
+  /** Instead of a file: the same JSON in the variable (fixed for the process's life: rotating means a restart). */
+  DS_API_KEYS: z.string().min(1).optional(),
   /** Requests a second one API key may send the gateway (bursts of twice that); over it: 429 with Retry-After. */
   DS_GATEWAY_RATE_PER_KEY: z.coerce.number({ message: 'expected a number' }).positive().max(1_000_000).default(100),
   LOG_LEVEL: z.enum(['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR']).default('INFO'),
@@ -237,6 +239,8 @@ export interface Config {
     port: number;
     host: string;
     keysFile?: string;
+    /** The keys as JSON, from DS_API_KEYS. */
+    keysJson?: string;
     ratePerKey: number;
     /** Absolute paths of the PEM certificate and key; undefined: plain HTTP. */
     tls?: { certFile: string; keyFile: string };
@@ -295,6 +299,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     ...unknownVariableIssues(present),
     ...(parsed.success ? [] : parsed.error.issues),
     ...gatewayTlsIssues(present),
+    ...(present.DS_API_KEYS !== undefined && present.DS_API_KEYS_FILE !== undefined
+      ? [
+          {
+            code: 'custom' as const,
+            path: ['DS_API_KEYS'],
+            message: 'set DS_API_KEYS or DS_API_KEYS_FILE, not both',
+            input: undefined,
+          },
+        ]
+      : []),
   ];
   if (!parsed.success || issues.length > 0) throw new ConfigError(issues);
   const e = parsed.data;
@@ -346,6 +360,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       port: e.DS_GATEWAY_PORT,
       host: e.DS_GATEWAY_HOST,
       keysFile: e.DS_API_KEYS_FILE ? path.resolve(e.DS_API_KEYS_FILE) : undefined,
+      ...(e.DS_API_KEYS !== undefined ? { keysJson: e.DS_API_KEYS } : {}),
       ratePerKey: e.DS_GATEWAY_RATE_PER_KEY,
       ...(e.DS_GATEWAY_TLS_CERT !== undefined && e.DS_GATEWAY_TLS_KEY !== undefined
         ? { tls: { certFile: path.resolve(e.DS_GATEWAY_TLS_CERT), keyFile: path.resolve(e.DS_GATEWAY_TLS_KEY) } }

@@ -40,7 +40,7 @@ async function main(): Promise<void> {
   let gateway: Awaited<ReturnType<typeof runGateway>> | undefined;
   if (server && address) {
     let keysFile = config.gateway.keysFile;
-    if (!keysFile) {
+    if (!keysFile && config.gateway.keysJson === undefined) {
       const dev = ensureDevKey(config.dataDir);
       keysFile = dev.keysFile;
       console.log(`Gateway dev key  ${dev.key} (in ${dev.keysFile}; configure DS_API_KEYS_FILE in production)`);

@@ -46,15 +46,29 @@ export function generateKey(): string {
  */
 export class ApiKeys {
   private byHash = new Map<string, ApiKeyRecord>();
+  /** The file to read again; none for keys given as JSON (DS_API_KEYS), which are fixed. */
+  private readonly file: string | undefined;
   /** mtime, size and inode of the file as loaded: a rename onto it changes the inode even within one mtime tick. */
   private loaded = '';
   private checkedAt = 0;
 
+  /**
+   * `source`: the keys file's path, or the same JSON as text (`{ json, name }`, `DS_API_KEYS`): fixed for the life of
+   * the process.
+   * @throws Error naming the file or variable and each problem, for keys that cannot be read or are not valid.
+   */
   constructor(
-    private readonly file: string,
+    source: string | { json: string; name: string },
     private readonly log: (message: string) => void = (m) => console.warn(m),
   ) {
-    this.reload(true);
+    if (typeof source === 'string') {
+      this.file = source;
+      this.reload(source, true);
+      return;
+    }
+    const parsed = parseKeys(source.json, source.name);
+    if (!parsed.ok) throw new Error(parsed.error);
+    this.byHash = new Map(parsed.keys.map((k) => [k.sha256, k]));
   }
 
   /** Whom `key` belongs to, or undefined for a key the file does not hold. */
@@ -67,23 +81,23 @@ export class ApiKeys {
   /** Checks the file's mtime at most every 500 ms. */
   private refresh(): void {
     const now = Date.now();
-    if (now - this.checkedAt < 500) return;
+    if (this.file === undefined || now - this.checkedAt < 500) return;
     this.checkedAt = now;
-    this.reload(false);
+    this.reload(this.file, false);
   }
 
-  private reload(first: boolean): void {
+  private reload(file: string, first: boolean): void {
     let stat: fs.Stats;
     try {
-      stat = fs.statSync(this.file);
+      stat = fs.statSync(file);
     } catch (err) {
-      if (first) throw new Error(`API keys file ${this.file}: ${(err as Error).message}`);
-      this.log(`API keys file ${this.file} cannot be read; keeping the keys loaded before`);
+      if (first) throw new Error(`API keys file ${file}: ${(err as Error).message}`);
+      this.log(`API keys file ${file} cannot be read; keeping the keys loaded before`);
       return;
     }
     const signature = `${stat.mtimeMs}:${stat.size}:${stat.ino}`;
     if (signature === this.loaded) return;
-    const parsed = parseKeysFile(this.file);
+    const parsed = parseKeysFile(file);
     if (!parsed.ok) {
       if (first) throw new Error(parsed.error);
       this.log(`${parsed.error}; keeping the keys loaded before`);
@@ -94,17 +108,29 @@ export class ApiKeys {
   }
 }
 
-function parseKeysFile(file: string): { ok: true; keys: ApiKeyRecord[] } | { ok: false; error: string } {
+type ParsedKeys = { ok: true; keys: ApiKeyRecord[] } | { ok: false; error: string };
+
+function parseKeysFile(file: string): ParsedKeys {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (err) {
+    return { ok: false, error: `API keys file ${file} cannot be read: ${(err as Error).message}` };
+  }
+  return parseKeys(text, `API keys file ${file}`);
+}
+
+function parseKeys(text: string, source: string): ParsedKeys {
   let json: unknown;
   try {
-    json = JSON.parse(fs.readFileSync(file, 'utf8'));
+    json = JSON.parse(text);
   } catch (err) {
-    return { ok: false, error: `API keys file ${file} is not JSON: ${(err as Error).message}` };
+    return { ok: false, error: `${source} is not JSON: ${(err as Error).message}` };
   }
   const parsed = ApiKeysFile.safeParse(json);
   if (!parsed.success) {
-    const issues = parsed.error.issues.map((i) => `${i.path.join('.') || '(file)'}: ${i.message}`).join('; ');
-    return { ok: false, error: `API keys file ${file}: ${issues}` };
+    const issues = parsed.error.issues.map((i) => `${i.path.join('.') || '(keys)'}: ${i.message}`).join('; ');
+    return { ok: false, error: `${source}: ${issues}` };
   }
   return { ok: true, keys: parsed.data.keys };
 }

@@ -2,12 +2,11 @@ import { ConfigError, loadConfig } from '../config';
 import { isError } from '../errors';
 import { runGateway } from './run';
 
-/** `npm run gateway`: the HTTP gateway alone, for TEMPORAL_ADDRESS, with the keys of DS_API_KEYS_FILE. */
+/** `npm run gateway`: the HTTP gateway alone, for TEMPORAL_ADDRESS, with the keys of DS_API_KEYS_FILE or DS_API_KEYS. */
 async function main(): Promise<void> {
   const config = loadConfig();
   if (!config.temporal.address) throw new Error('TEMPORAL_ADDRESS is not set (npm start runs the embedded default)');
-  if (!config.gateway.keysFile) throw new Error('DS_API_KEYS_FILE is not set: the gateway needs API keys');
-  const gateway = await runGateway(config, config.temporal.address, config.gateway.keysFile);
+  const gateway = await runGateway(config, config.temporal.address);
   console.log(`HTTP gateway     ${gateway.url} (OpenAPI: ${gateway.url}/v1/openapi.json)`);
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => void gateway.close().then(() => process.exit(0)));

@@ -8,10 +8,16 @@ import { startGateway, type RunningGateway } from './server';
 
 /**
  * The gateway of a deployment: a SessionClient on the configured Temporal server and task queue, reading old
- * timeline pages from the snapshot store, with the keys of `keysFile`; HTTPS when the configuration names a
- * certificate and key.
+ * timeline pages from the snapshot store, with the keys of `keysFile` (else DS_API_KEYS_FILE, else DS_API_KEYS);
+ * HTTPS when the configuration names a certificate and key.
  */
-export async function runGateway(config: Config, address: string, keysFile: string): Promise<RunningGateway> {
+export async function runGateway(config: Config, address: string, keysFile?: string): Promise<RunningGateway> {
+  const json = config.gateway.keysJson;
+  const source =
+    keysFile ?? config.gateway.keysFile ?? (json !== undefined ? { json, name: 'DS_API_KEYS' } : undefined);
+  if (source === undefined) throw new Error('the gateway needs API keys: set DS_API_KEYS_FILE (or DS_API_KEYS)');
+  // Read before connecting: keys that do not load stop the gateway at once, naming the file or variable.
+  const keys = new ApiKeys(source);
   const connection = await Connection.connect(await connectionOptions(config, address));
   const client = new Client({ connection, namespace: config.temporal.namespace });
   const store = await openSnapshotStore(config);
@@ -21,7 +27,7 @@ export async function runGateway(config: Config, address: string, keysFile: stri
     hostname: config.gateway.host,
     tls: config.gateway.tls,
     sessions,
-    keys: new ApiKeys(keysFile),
+    keys,
     ratePerKey: config.gateway.ratePerKey,
     ready: async () => {
       await connection.workflowService.getSystemInfo({});

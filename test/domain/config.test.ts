@@ -138,4 +138,12 @@ describe('worker settings from the environment', () => {
     expect(() => loadConfig({ DS_MAX_CACHED_WORKFLOWS: 'lots' })).toThrow(/DS_MAX_CACHED_WORKFLOWS: expected a number/);
     expect(() => loadConfig({ DS_MAX_CACHED_WORKFLOWS: '-1' })).toThrow(/DS_MAX_CACHED_WORKFLOWS/);
   });
+
+  test('API keys come from a file or from DS_API_KEYS, never both', () => {
+    expect(loadConfig({ DS_API_KEYS: '{"keys":[]}' }).gateway).toMatchObject({ keysJson: '{"keys":[]}' });
+    expect(loadConfig({ DS_API_KEYS_FILE: 'k.json' }).gateway.keysJson).toBeUndefined();
+    expect(() => loadConfig({ DS_API_KEYS: '{"keys":[]}', DS_API_KEYS_FILE: 'k.json' })).toThrow(
+      /DS_API_KEYS: set DS_API_KEYS or DS_API_KEYS_FILE, not both/,
+    );
+  });
 });

@@ -286,6 +286,16 @@ test('keys: none or a wrong one is 401, a viewer may only read, and a rotated fi
     { id: 'viewer', key: viewer, role: 'viewer' },
   ]);
   await eventually(async () => (await call('GET', '/v1/sessions', { key: viewer })).status === 200, 5_000);
+
+  // Keys given as JSON (DS_API_KEYS) instead: the same records, fixed; a mistake names the variable.
+  const record = { id: 'env', sha256: hashKey(admin), tenant: 'acme', role: 'viewer' };
+  const inline = new ApiKeys({ json: JSON.stringify({ keys: [record] }), name: 'DS_API_KEYS' });
+  expect(inline.authenticate(admin)).toEqual({ keyId: 'env', tenant: 'acme', role: 'viewer' });
+  expect(inline.authenticate(viewer)).toBeUndefined();
+  expect(() => new ApiKeys({ json: '{"keys":[{"id":"x"}]}', name: 'DS_API_KEYS' })).toThrow(
+    /^DS_API_KEYS: keys\.0\.sha256/,
+  );
+  expect(() => new ApiKeys({ json: 'keys', name: 'DS_API_KEYS' })).toThrow(/^DS_API_KEYS is not JSON/);
 });
 
 test('docs/openapi.json is the document the gateway serves (npm run openapi writes it)', async () => {
