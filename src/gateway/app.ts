@@ -190,7 +190,23 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   // In hono, `/v1/sessions/*` matches `/v1/sessions` too: one registration, so each request is counted once.
   app.use('/v1/sessions/*', authenticate, limit);
 
-  document(app, 'post', '/v1/sessions', 'Start a session', StartSessionInput, 201);
+  document(
+    app,
+    'post',
+    '/v1/sessions',
+    'Start a session (`wait=false`: 202 at once, not yet running)',
+    StartSessionInput,
+    201,
+    {
+      query: z.object({ wait: z.enum(['true', 'false']).optional() }),
+      responses: {
+        202: {
+          description: 'Started, not yet running (`wait=false`)',
+          content: { 'application/json': { schema: z.object({ sessionId: SessionId }) } },
+        },
+      },
+    },
+  );
   app.post('/v1/sessions', async (c) => {
     const spec = await jsonBody(c, '');
     const wait = c.req.query('wait') !== 'false';
@@ -245,7 +261,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     'Phase, progress and timeline entries as Server-Sent Events',
     undefined,
     200,
-    { type: 'text/event-stream', schema: SessionEvent },
+    { ok: { type: 'text/event-stream', schema: SessionEvent } },
   );
   app.get('/v1/sessions/:id/events', (c) =>
     sessionEvents(c, sessionsOf(c).get(c.req.param('id')), options.events, statusOf),
@@ -312,7 +328,10 @@ const PATH_PARAMS: Record<string, ZodType> = {
   index: z.int().min(1).max(Number.MAX_SAFE_INTEGER),
 };
 
-/** Puts a route in the OpenAPI document; the handler is registered beside it. */
+/**
+ * Puts a route in the OpenAPI document; the handler is registered beside it. `more`: the success body when it is not
+ * JSON, query parameters, responses beside the success and the problems.
+ */
 function document(
   app: OpenAPIHono<Env>,
   method: 'get' | 'post',
@@ -320,8 +339,13 @@ function document(
   summary: string,
   body?: ZodType,
   okStatus = 200,
-  ok: { type: string; schema: ZodType } = { type: 'application/json', schema: AnyObject },
+  more: {
+    ok?: { type: string; schema: ZodType };
+    query?: z.ZodObject;
+    responses?: Record<number, { description: string; content: object }>;
+  } = {},
 ): void {
+  const ok = more.ok ?? { type: 'application/json', schema: AnyObject };
   const params = [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
   // Only a control whose input has a key takes the header (withIdempotencyKey puts it in the input).
   const keyed = body instanceof z.ZodObject && 'idempotencyKey' in body.shape;
@@ -333,12 +357,14 @@ function document(
       ...(params.length ? { params: z.object(Object.fromEntries(params.map((p) => [p, PATH_PARAMS[p]!]))) } : {}),
       ...(body ? { body: { content: { 'application/json': { schema: body as never } }, required: false } } : {}),
       ...(keyed ? { headers: z.object({ 'idempotency-key': IdempotencyKey.optional() }) } : {}),
+      ...(more.query ? { query: more.query } : {}),
     },
     responses: {
       [okStatus]: {
         description: 'OK',
         content: { [ok.type]: { schema: ok.schema as never } },
       },
+      ...more.responses,
       ...errorResponses,
     },
   });
