@@ -35,6 +35,8 @@ NOT_IN_CLIENT = "not in this client yet (conversation runtime)"
 
 #: What the client makes of each answer the document describes: the model it parses it into, or why it has none.
 ANSWERS: dict[str, Union[type[BaseModel], str]] = {
+    "GET /healthz": "a probe for load balancers, not a client call",
+    "GET /readyz": "a probe for load balancers, not a client call",
     "POST /v1/sessions": "start() returns a Session handle; the status answered is what status() parses",
     "GET /v1/sessions": models.SessionPage,
     "GET /v1/sessions/{id}": models.SessionStatus,

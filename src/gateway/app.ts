@@ -3,7 +3,8 @@ import type { Context, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { ZodType } from 'zod';
 import type { SessionStatus } from '../api';
-import type { SessionClient, SessionHandle } from '../client';
+import { SessionListFilter, type SessionClient, type SessionHandle } from '../client';
+import { ERROR_CODES } from '../domain/error-codes';
 import { InvalidInputError } from '../domain/errors';
 import {
   AppendInput,
@@ -19,7 +20,7 @@ import {
   SessionId,
   StartSessionInput,
   StopInput,
-  type TimelinePageInput,
+  TimelinePageInput,
   VerifyInput,
 } from '../domain/schemas';
 import { CoalescedReads } from './coalesce';
@@ -28,6 +29,22 @@ import type { ApiKeys, Principal, Role } from './keys';
 import { GATEWAY_CODES, problem, problemOf, type Problem } from './problems';
 import { RateLimiter } from './rate-limit';
 import { referencePage } from './reference';
+import {
+  AppendResultAnswer,
+  CheckpointRefAnswer,
+  ForkResultAnswer,
+  HealthAnswer,
+  ResumeResultAnswer,
+  RewindResultAnswer,
+  SessionPageAnswer,
+  SessionStatusAnswer,
+  StartedAnswer,
+  StopResultAnswer,
+  TimelineEntryAnswer,
+  TimelinePageAnswer,
+  TouchAnswer,
+  VerifyResultAnswer,
+} from './responses';
 
 export interface GatewayOptions {
   sessions: SessionClient;
@@ -46,20 +63,29 @@ export interface GatewayOptions {
 
 type Env = { Variables: { principal: Principal } };
 
-/** The controls the gateway serves, each with its input schema and the handle method that runs it. */
+/** A control: its input schema, its answer's, and the handle method that runs it (the compiler holds it to both). */
+function control<I extends ZodType, O extends ZodType>(
+  input: I,
+  output: O,
+  run: (h: SessionHandle, input: z.infer<I>) => Promise<z.infer<O>>,
+) {
+  return { input, output, run };
+}
+
+/** The controls the gateway serves. */
 const CONTROLS = {
-  checkpoint: { input: CheckpointInput, run: (h, x) => h.checkpoint(x) },
-  pause: { input: PauseInput, run: (h, x) => h.pause(x) },
-  resume: { input: ResumeInput, run: (h, x) => h.resume(x) },
-  stop: { input: StopInput, run: (h, x) => h.stop(x) },
-  verify: { input: VerifyInput, run: async (h, x) => ({ results: await h.verify(x) }) },
-  rewind: { input: RewindInput, run: (h, x) => h.rewind(x) },
-  fork: { input: ForkInput, run: (h, x) => h.fork(x) },
-  branch: { input: BranchInput, run: (h, x) => h.branch(x) },
-  configure: { input: ConfigureInput, run: (h, x) => h.configure(x) },
-  append: { input: AppendInput, run: (h, x) => h.append(x) },
-  regenerate: { input: RegenerateInput, run: (h, x) => h.regenerate(x) },
-} satisfies Record<string, { input: ZodType; run: (h: SessionHandle, input: never) => Promise<unknown> }>;
+  checkpoint: control(CheckpointInput, CheckpointRefAnswer, (h, x) => h.checkpoint(x)),
+  pause: control(PauseInput, CheckpointRefAnswer, (h, x) => h.pause(x)),
+  resume: control(ResumeInput, ResumeResultAnswer, (h, x) => h.resume(x)),
+  stop: control(StopInput, StopResultAnswer, (h, x) => h.stop(x)),
+  verify: control(VerifyInput, VerifyResultAnswer, async (h, x) => ({ results: await h.verify(x) })),
+  rewind: control(RewindInput, RewindResultAnswer, (h, x) => h.rewind(x)),
+  fork: control(ForkInput, ForkResultAnswer, (h, x) => h.fork(x)),
+  branch: control(BranchInput, ForkResultAnswer, (h, x) => h.branch(x)),
+  configure: control(ConfigureInput, SessionStatusAnswer, (h, x) => h.configure(x)),
+  append: control(AppendInput, AppendResultAnswer, (h, x) => h.append(x)),
+  regenerate: control(RegenerateInput, ForkResultAnswer, (h, x) => h.regenerate(x)),
+};
 
 const RANK: Record<Role, number> = { viewer: 0, operator: 1, admin: 2 };
 
@@ -69,12 +95,14 @@ const ProblemSchema = z
     title: z.string(),
     status: z.number().int(),
     detail: z.string(),
-    code: z.string(),
+    code: z.enum([...Object.values(ERROR_CODES), ...Object.values(GATEWAY_CODES)]),
     sessionId: z.string().optional(),
-    issues: z.array(z.unknown()).optional(),
+    /** zod's issues, for `InvalidInput`: where (`path`), which rule (`code`), and what is wrong. */
+    issues: z
+      .array(z.object({ code: z.string(), path: z.array(z.union([z.string(), z.number()])), message: z.string() }))
+      .optional(),
   })
   .openapi('Problem');
-const AnyObject = z.looseObject({});
 const problemResponses = {
   400: { description: 'Bad input (`InvalidInput`, with zod `issues`)' },
   401: { description: 'No valid API key' },
@@ -86,12 +114,15 @@ const problemResponses = {
   422: { description: 'The session’s data cannot serve the request (corrupt, tampered, incompatible…)' },
   503: { description: 'Temporal unreachable, or the session busy handing over (`Retry-After`)' },
 };
-const errorResponses = Object.fromEntries(
-  Object.entries(problemResponses).map(([status, r]) => [
-    status,
-    { ...r, content: { 'application/problem+json': { schema: ProblemSchema } } },
-  ]),
-);
+type ProblemStatus = keyof typeof problemResponses;
+const errorResponses = (statuses: readonly ProblemStatus[]) =>
+  Object.fromEntries(
+    statuses.map((status) => [
+      status,
+      { ...problemResponses[status], content: { 'application/problem+json': { schema: ProblemSchema } } },
+    ]),
+  );
+const EVERY_PROBLEM = Object.keys(problemResponses).map(Number) as ProblemStatus[];
 
 const DOCUMENT_INFO = {
   openapi: '3.1.0',
@@ -148,7 +179,12 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   });
   app.notFound((c) => send(c, problem(404, GATEWAY_CODES.NotFound, `no route ${c.req.method} ${c.req.path}`)));
 
+  document(app, 'get', '/healthz', 'Whether the gateway answers', { answers: { 200: HealthAnswer }, probe: [] });
   app.get('/healthz', (c) => c.json({ ok: true }));
+  document(app, 'get', '/readyz', 'Whether the gateway reaches Temporal', {
+    answers: { 200: HealthAnswer },
+    probe: [503],
+  });
   app.get('/readyz', async (c) =>
     (await options.ready().catch(() => false))
       ? c.json({ ok: true })
@@ -190,23 +226,14 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   // In hono, `/v1/sessions/*` matches `/v1/sessions` too: one registration, so each request is counted once.
   app.use('/v1/sessions/*', authenticate, limit);
 
-  document(
-    app,
-    'post',
-    '/v1/sessions',
-    'Start a session (`wait=false`: 202 at once, not yet running)',
-    StartSessionInput,
-    201,
-    {
-      query: z.object({ wait: z.enum(['true', 'false']).optional() }),
-      responses: {
-        202: {
-          description: 'Started, not yet running (`wait=false`)',
-          content: { 'application/json': { schema: z.object({ sessionId: SessionId }) } },
-        },
-      },
+  document(app, 'post', '/v1/sessions', 'Start a session (`wait=false`: 202 at once, not yet running)', {
+    body: StartSessionInput,
+    query: z.object({ wait: z.enum(['true', 'false']).optional() }),
+    answers: {
+      201: { schema: SessionStatusAnswer, description: 'Started: the session runs' },
+      202: { schema: StartedAnswer, description: 'Started, not yet running (`wait=false`)' },
     },
-  );
+  });
   app.post('/v1/sessions', async (c) => {
     const spec = await jsonBody(c, '');
     const wait = c.req.query('wait') !== 'false';
@@ -215,7 +242,10 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     return c.json(await handle.status(), 201);
   });
 
-  document(app, 'get', '/v1/sessions', 'Sessions, newest first (`phase`, `runtime`, `forkedFrom`, `limit`, `cursor`)');
+  document(app, 'get', '/v1/sessions', 'Sessions, newest first', {
+    query: SessionListFilter,
+    answers: { 200: SessionPageAnswer },
+  });
   app.get('/v1/sessions', async (c) => {
     const q = c.req.query();
     const filter: Record<string, unknown> = { ...q };
@@ -227,16 +257,21 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     });
   });
 
-  document(app, 'get', '/v1/sessions/{id}', 'A session’s status');
+  document(app, 'get', '/v1/sessions/{id}', 'A session’s status', { answers: { 200: SessionStatusAnswer } });
   app.get('/v1/sessions/:id', async (c) => c.json(await statusOf(sessionsOf(c).get(c.req.param('id')))));
 
-  document(app, 'get', '/v1/sessions/{id}/checkpoints', 'The timeline, in index order (`from`, `limit`, `branch`)');
+  document(app, 'get', '/v1/sessions/{id}/checkpoints', 'The timeline, in index order', {
+    query: TimelinePageInput,
+    answers: { 200: TimelinePageAnswer },
+  });
   app.get('/v1/sessions/:id/checkpoints', async (c) => {
     const handle = sessionsOf(c).get(c.req.param('id'));
     return c.json(await handle.timelinePage(timelineQuery(c, handle.sessionId)));
   });
 
-  document(app, 'get', '/v1/sessions/{id}/checkpoints/{index}', 'One timeline entry, with its verification state');
+  document(app, 'get', '/v1/sessions/{id}/checkpoints/{index}', 'One timeline entry, with its verification state', {
+    answers: { 200: TimelineEntryAnswer },
+  });
   app.get('/v1/sessions/:id/checkpoints/:index', async (c) => {
     const handle = sessionsOf(c).get(c.req.param('id'));
     const index = Number(c.req.param('index'));
@@ -254,27 +289,26 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     return c.json(entry);
   });
 
-  document(
-    app,
-    'get',
-    '/v1/sessions/{id}/events',
-    'Phase, progress and timeline entries as Server-Sent Events',
-    undefined,
-    200,
-    { ok: { type: 'text/event-stream', schema: SessionEvent } },
-  );
+  document(app, 'get', '/v1/sessions/{id}/events', 'Phase, progress and timeline entries as Server-Sent Events', {
+    answers: { 200: { schema: SessionEvent, type: 'text/event-stream' } },
+  });
   app.get('/v1/sessions/:id/events', (c) =>
     sessionEvents(c, sessionsOf(c).get(c.req.param('id')), options.events, statusOf),
   );
 
-  document(app, 'post', '/v1/sessions/{id}/touch', 'Record activity (idle policies)');
+  document(app, 'post', '/v1/sessions/{id}/touch', 'Record activity (idle policies)', {
+    answers: { 200: TouchAnswer },
+  });
   app.post('/v1/sessions/:id/touch', async (c) => {
     await sessionsOf(c).get(c.req.param('id')).touch();
     return c.json({});
   });
 
   for (const [name, control] of Object.entries(CONTROLS)) {
-    document(app, 'post', `/v1/sessions/{id}/${name}`, `${name} (the session control)`, control.input);
+    document(app, 'post', `/v1/sessions/{id}/${name}`, `${name} (the session control)`, {
+      body: control.input,
+      answers: { 200: control.output },
+    });
     app.post(`/v1/sessions/:id/${name}`, async (c) => {
       const handle = sessionsOf(c).get(c.req.param('id'));
       const input = withIdempotencyKey(c, await jsonBody(c, handle.sessionId), handle.sessionId);
@@ -328,24 +362,27 @@ const PATH_PARAMS: Record<string, ZodType> = {
   index: z.int().min(1).max(Number.MAX_SAFE_INTEGER),
 };
 
-/**
- * Puts a route in the OpenAPI document; the handler is registered beside it. `more`: the success body when it is not
- * JSON, query parameters, responses beside the success and the problems.
- */
+/** A success answer: its schema, JSON unless `type` says otherwise. */
+type Answer = ZodType | { schema: ZodType; description?: string; type?: string };
+
+interface RouteDoc {
+  body?: ZodType;
+  /** The query parameters, by the schema the route checks them with (their values are strings on the wire). */
+  query?: z.ZodObject;
+  /** The answers that are not problems, by status. */
+  answers: Record<number, Answer>;
+  /** A probe for load balancers: no key, and only these problems. */
+  probe?: ProblemStatus[];
+}
+
+/** Puts a route in the OpenAPI document; the handler is registered beside it. */
 function document(
   app: OpenAPIHono<Env>,
   method: 'get' | 'post',
   path: string,
   summary: string,
-  body?: ZodType,
-  okStatus = 200,
-  more: {
-    ok?: { type: string; schema: ZodType };
-    query?: z.ZodObject;
-    responses?: Record<number, { description: string; content: object }>;
-  } = {},
+  { body, query, answers, probe }: RouteDoc,
 ): void {
-  const ok = more.ok ?? { type: 'application/json', schema: AnyObject };
   const params = [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
   // Only a control whose input has a key takes the header (withIdempotencyKey puts it in the input).
   const keyed = body instanceof z.ZodObject && 'idempotencyKey' in body.shape;
@@ -353,19 +390,25 @@ function document(
     method,
     path,
     summary,
+    ...(probe ? { security: [] } : {}),
     request: {
       ...(params.length ? { params: z.object(Object.fromEntries(params.map((p) => [p, PATH_PARAMS[p]!]))) } : {}),
       ...(body ? { body: { content: { 'application/json': { schema: body as never } }, required: false } } : {}),
       ...(keyed ? { headers: z.object({ 'idempotency-key': IdempotencyKey.optional() }) } : {}),
-      ...(more.query ? { query: more.query } : {}),
+      ...(query ? { query } : {}),
     },
     responses: {
-      [okStatus]: {
-        description: 'OK',
-        content: { [ok.type]: { schema: ok.schema as never } },
-      },
-      ...more.responses,
-      ...errorResponses,
+      ...Object.fromEntries(
+        Object.entries(answers).map(([status, answer]) => {
+          const {
+            schema,
+            description = 'OK',
+            type = 'application/json',
+          } = answer instanceof z.ZodType ? { schema: answer } : answer;
+          return [status, { description, content: { [type]: { schema: schema as never } } }];
+        }),
+      ),
+      ...errorResponses(probe ?? EVERY_PROBLEM),
     },
   });
 }
