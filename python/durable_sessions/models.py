@@ -5,18 +5,23 @@ Models allow fields this client does not know yet (a newer gateway may add some)
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "BranchTip",
     "CheckpointRef",
     "Event",
     "Fallback",
+    "ForkOrigin",
+    "ForkRecord",
     "ForkResult",
     "ForkedSession",
+    "LastRestore",
     "Problem",
+    "RejectedSignal",
     "ResumeResult",
     "RewindResult",
     "RuntimeInstance",
@@ -36,42 +41,133 @@ class WireModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow", frozen=True)
 
 
+def _wire_name(name: str) -> str:
+    """camelCase, and ``from`` for ``from_`` (a Python keyword)."""
+    return "from" if name == "from_" else to_camel(name)
+
+
 class CheckpointRef(WireModel):
     checkpoint_id: str
+    session_id: str
     sequence: int
-    created_at: str
-    trigger: Optional[str] = None
+    #: The checkpoint this one's state descends from; None for a session's first.
+    parent_id: Optional[str]
+    #: Why it was taken: manual, pause, stop, drain, automatic, rewind-safety, turn, fork (more may come).
+    trigger: str
     label: Optional[str] = None
-    size: Optional[int] = None
+    runtime_kind: str
+    runtime_version: str
+    format_version: int
+    size: int
+    #: ``sha256:`` and the hex digest of its manifest.
+    digest: str
+    created_at: str
+    #: Protection at rest (aes-256-gcm, or none when configured so).
+    encryption: Optional[str] = None
+    #: Its timeline index (pass it back as ``to`` or ``from_``); None on checkpoints from before indices.
     index: Optional[int] = None
     branch: Optional[int] = None
-    parent_id: Optional[str] = None
+    #: Conversation runtime: the messages it holds.
+    message_count: Optional[int] = None
 
 
 class RuntimeInstance(WireModel):
     instance_id: str
     kind: str
-    host_task_queue: Optional[str] = None
-    location: Optional[str] = None
+    host_task_queue: str
+    location: str
+    #: Where the runtime's output goes (a workspace command's log file), when it has one.
+    output: Optional[str] = None
+    pid: Optional[int] = None
+    started_at: str
+
+
+class VerificationResult(WireModel):
+    """One checkpoint read back from the store: ``status`` is ok, missing, corrupt, tampered, incompatible or
+    key-unavailable; ``detail`` says why when it is not ok."""
+
+    checkpoint_id: str
+    status: str
+    detail: Optional[str] = None
+    at: str
+
+
+class RejectedSignal(WireModel):
+    """A fire-and-forget control that could not be applied, and why."""
+
+    signal: str
+    reason: str
+    at: str
+
+
+class LastRestore(WireModel):
+    """The session's last restore: the checkpoint it restored, and those it fell back from."""
+
+    checkpoint_id: str
+    at: str
+    fallback_from: list[str]
+
+
+class BranchTip(WireModel):
+    """A branch's newest checkpoint (None before its first)."""
+
+    branch: int
+    checkpoint_id: Optional[str]
+
+
+class ForkRecord(WireModel):
+    """A session forked from this one, and the checkpoint it started from."""
+
+    session_id: str
+    checkpoint_id: str
+    at: str
+
+
+class ForkOrigin(WireModel):
+    """Where a session was forked from: the source session and checkpoint (and its index there)."""
+
+    session_id: str
+    checkpoint_id: str
+    index: Optional[int] = None
 
 
 class SessionStatus(WireModel):
     session_id: str
+    #: Set for a session of another tenant than ``default``.
+    tenant: Optional[str] = None
     phase: str
     runtime_kind: str
-    runtime: Optional[RuntimeInstance] = None
-    head: Optional[CheckpointRef] = None
-    checkpoint_count: int = 0
-    pending_controls: int = 0
-    failure: Optional[dict[str, Any]] = None
+    runtime: Optional[RuntimeInstance]
+    head: Optional[CheckpointRef]
+    checkpoint_count: int
+    #: Controls accepted and not yet finished.
+    pending_controls: int
+    #: ``type`` (an error code), ``message`` and ``at`` of what ended or stopped the session.
+    failure: Optional[dict[str, Any]]
+    last_restore: Optional[LastRestore]
+    last_verification: Optional[VerificationResult]
+    last_rejected_signal: Optional[RejectedSignal]
+    #: The newest refused signals (at most ten), oldest first.
+    rejected_signals: list[RejectedSignal]
     started_at: str
     updated_at: str
-    head_index: Optional[int] = None
-    timeline_length: int = 0
-    branch: int = 0
-    runs: int = 1
-    forked_from: Optional[dict[str, Any]] = None
-    fork_count: int = 0
+    head_index: Optional[int]
+    timeline_length: int
+    branch: int
+    #: The newest branches' tips.
+    tips: list[BranchTip]
+    runs: int
+    #: The session's policies, as ``configure`` takes them (camelCase keys).
+    policies: dict[str, Any]
+    retention: Optional[dict[str, Any]]
+    #: Where this session was forked from.
+    forked_from: Optional[ForkOrigin]
+    #: The newest forks made from this session (``fork_count`` counts them all).
+    forks: list[ForkRecord]
+    fork_count: int
+    last_activity_at: str
+    #: Conversation runtime: the messages the session holds.
+    message_count: Optional[int] = None
 
 
 class SessionSummary(WireModel):
@@ -85,11 +181,12 @@ class SessionSummary(WireModel):
 class SessionPage(WireModel):
     sessions: list[SessionSummary]
     #: The ``cursor`` of the next page; None on the last.
-    next: Optional[str] = None
+    next: Optional[str]
 
 
 class TimelineEntry(WireModel):
-    """One timeline entry: ``kind`` says which (checkpoint, restored, rewound, forked, policy, …).
+    """One timeline entry: ``kind`` says which (checkpoint, restored, rewound, forked, policy, …), and which of the
+    other fields it has: every kind has ``at`` (and ``index`` and ``branch`` since indices exist).
 
     ``checkpoint`` is set on checkpoints.
     """
@@ -98,14 +195,59 @@ class TimelineEntry(WireModel):
     index: Optional[int] = None
     branch: Optional[int] = None
     at: str
+    # checkpoint
     checkpoint: Optional[CheckpointRef] = None
     durability: Optional[str] = None
+    message_index: Optional[int] = None
+    regenerated: Optional[bool] = None
+    #: Why (a pause's or stop's reason, a failure's, a policy's, …).
+    reason: Optional[str] = None
+    # restored, restore-failed, runtime-lost, checkpoint-deleted, forked, verified
+    checkpoint_id: Optional[str] = None
+    instance_id: Optional[str] = None
+    #: What started a restore (resume, recovery, drain, rewind, fork) or a verification (background, request).
+    cause: Optional[str] = None
+    # fallback
+    from_checkpoint_id: Optional[str] = None
+    to_checkpoint_id: Optional[str] = None
+    # control-failed
+    control: Optional[str] = None
+    type: Optional[str] = None
+    # runtime-exited, signal-rejected
+    exit_code: Optional[int] = None
+    signal: Optional[str] = None
+    # verified
+    status: Optional[str] = None
+    detail: Optional[str] = None
+    # rewound
+    to: Optional[str] = None
+    to_index: Optional[int] = None
+    from_branch: Optional[int] = None
+    from_head: Optional[str] = None
+    safety_checkpoint_id: Optional[str] = None
+    # forked, forked-from
+    checkpoint_index: Optional[int] = None
+    #: ``sessionId`` and ``checkpointId`` of each fork made.
+    forks: Optional[list[dict[str, Any]]] = None
+    regenerate: Optional[bool] = None
+    replaces: Optional[str] = None
+    from_: Optional[ForkOrigin] = None
+    # configured
+    policies: Optional[dict[str, Any]] = None
+    retention: Optional[dict[str, Any]] = None
+    # policy
+    action: Optional[str] = None
+    # appended
+    first_index: Optional[int] = None
+    count: Optional[int] = None
+
+    model_config = ConfigDict(alias_generator=_wire_name, populate_by_name=True, extra="allow", frozen=True)
 
 
 class TimelinePage(WireModel):
     entries: list[TimelineEntry]
     #: The ``from_`` of the next page; None at the end.
-    next: Optional[int] = None
+    next: Optional[int]
 
 
 class Fallback(WireModel):
@@ -123,19 +265,9 @@ class ResumeResult(WireModel):
 
 
 class StopResult(WireModel):
-    phase: str
+    phase: Literal["completed"]
     #: The checkpoint taken before the runtime stopped; None when none was asked for or could be taken.
     final_checkpoint: Optional[CheckpointRef]
-
-
-class VerificationResult(WireModel):
-    """One checkpoint read back from the store: ``status`` is ok, missing, corrupt, tampered, incompatible or
-    key-unavailable; ``detail`` says why when it is not ok."""
-
-    checkpoint_id: str
-    status: str
-    detail: Optional[str] = None
-    at: str
 
 
 class VerificationResults(WireModel):
@@ -146,26 +278,23 @@ class VerificationResults(WireModel):
 
 class RewindResult(WireModel):
     restored_from: CheckpointRef
-    safety_checkpoint: Optional[CheckpointRef] = None
+    #: The checkpoint taken of a running session before it went back; None for a paused one.
+    safety_checkpoint: Optional[CheckpointRef]
     branch: int
-    runtime: Optional[RuntimeInstance] = None
+    #: The new runtime instance; None for a paused session (it restores on resume).
+    runtime: Optional[RuntimeInstance]
 
 
 class ForkedSession(WireModel):
     session_id: str
-    checkpoint: Optional[CheckpointRef] = None
+    checkpoint: CheckpointRef
 
 
 class ForkResult(WireModel):
     from_: CheckpointRef
     forks: list[ForkedSession]
 
-    model_config = ConfigDict(
-        alias_generator=lambda n: "from" if n == "from_" else to_camel(n),
-        populate_by_name=True,
-        extra="allow",
-        frozen=True,
-    )
+    model_config = ConfigDict(alias_generator=_wire_name, populate_by_name=True, extra="allow", frozen=True)
 
 
 class Event(BaseModel):

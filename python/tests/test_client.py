@@ -58,7 +58,7 @@ def test_the_whole_flow(client: Client, session_id: str) -> None:
     fork = client.get(forked.forks[0].session_id)
     assert fork.status().phase == "paused" and forked.from_.checkpoint_id == first.checkpoint_id
     configured = session.configure(policies={"checkpoint_every_ms": 600_000})
-    assert configured.model_extra and configured.model_extra["policies"] == {"checkpointEveryMs": 600_000}
+    assert configured.policies == {"checkpointEveryMs": 600_000}
     results = session.verify()
     assert results and all(v.status == "ok" for v in results)
     assert session_id in [s.session_id for s in client.list(phase="running")]

@@ -60,6 +60,18 @@ ANSWERS: dict[str, Union[type[BaseModel], str]] = {
 #: Model fields kept a plain str where the document names the values, and why.
 OPEN_ENUMS: dict[tuple[str, str], str] = {
     ("Event", "event"): "a newer gateway may stream other events: the client passes them on, it does not refuse them",
+    ("Problem", "code"): "a newer gateway may answer a code this client does not know: it raises DurableSessionsError",
+    ("SessionStatus", "phase"): "a newer session may be in a phase this client does not know (wait_for compares names)",
+    ("SessionStatus", "runtime_kind"): "a newer worker may run other runtimes",
+    ("RuntimeInstance", "kind"): "a newer worker may run other runtimes",
+    ("CheckpointRef", "trigger"): "triggers are added as workers learn them (CheckpointTrigger)",
+    ("CheckpointRef", "encryption"): "a newer store may protect checkpoints otherwise",
+    ("VerificationResult", "status"): "a newer store may find other things wrong with a checkpoint",
+    ("TimelineEntry", "kind"): "a newer session records other kinds of entries: the client passes them on",
+    ("TimelineEntry", "cause"): "a newer session may restore or verify for other reasons",
+    ("TimelineEntry", "durability"): "a newer store may know other states of a checkpoint",
+    ("TimelineEntry", "status"): "a newer store may find other things wrong with a checkpoint",
+    ("TimelineEntry", "action"): "a newer session may have other policies",
 }
 
 
