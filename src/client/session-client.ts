@@ -55,7 +55,7 @@ import {
 } from '../api/search-attributes';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { isError } from '../errors';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { DEFAULT_TENANT, forkSessionIds } from '../domain/names';
 import { foldTimeline, inView, mergeByIndex } from '../domain/timeline';
@@ -347,11 +347,12 @@ export class SessionClient {
     if (f.runtime !== undefined) clauses.push(`SessionRuntime = '${f.runtime}'`);
     if (f.forkedFrom !== undefined) clauses.push(`ForkedFrom STARTS_WITH '${f.forkedFrom}/'`);
     if (f.label !== undefined) clauses.push(`SessionLabels = '${f.label}'`);
+    const query = clauses.join(' AND ');
     const res = await this.options.client.workflowService.listWorkflowExecutions({
       namespace: this.options.client.options.namespace,
-      query: clauses.join(' AND '),
+      query,
       pageSize: f.limit ?? 100,
-      nextPageToken: f.cursor ? Buffer.from(f.cursor, 'base64url') : undefined,
+      nextPageToken: f.cursor ? openCursor(f.cursor, query) : undefined,
     });
     const sessions = (res.executions ?? []).map((wf): SessionSummary => {
       const attributes = decodeTypedSearchAttributes(wf.searchAttributes?.indexedFields);
@@ -364,7 +365,7 @@ export class SessionClient {
       };
     });
     const token = res.nextPageToken;
-    return { sessions, next: token && token.length > 0 ? Buffer.from(token).toString('base64url') : null };
+    return { sessions, next: token && token.length > 0 ? sealCursor(Buffer.from(token), query) : null };
   }
 
   /**
@@ -382,6 +383,34 @@ export class SessionClient {
       cursor = page.next;
     }
   }
+}
+
+/**
+ * A list cursor: Temporal's page token followed by a checksum of it and of the query it pages (tenant and filters).
+ * Temporal answers a token it cannot read with UNKNOWN, which the Temporal client retries for about 20 s; a cursor
+ * this client did not hand out for this query is refused at once instead. A checksum, not a signature: it tells a
+ * mistyped, made-up or misplaced cursor, not a forged one (which reaches Temporal and pages what the query allows).
+ */
+const CURSOR_CHECK_BYTES = 8;
+
+function cursorCheck(token: Buffer, query: string): Buffer {
+  return createHash('sha256').update(query).update('\0').update(token).digest().subarray(0, CURSOR_CHECK_BYTES);
+}
+
+function sealCursor(token: Buffer, query: string): string {
+  return Buffer.concat([token, cursorCheck(token, query)]).toString('base64url');
+}
+
+function openCursor(cursor: string, query: string): Buffer {
+  const bytes = Buffer.from(cursor, 'base64url');
+  const token = bytes.subarray(0, -CURSOR_CHECK_BYTES);
+  if (bytes.length <= CURSOR_CHECK_BYTES || !cursorCheck(token, query).equals(bytes.subarray(-CURSOR_CHECK_BYTES))) {
+    const message = 'cursor must be a cursor this API returned for the same filters';
+    throw new InvalidInputError(`invalid input: cursor: ${message}`, '', [
+      { code: 'custom', path: ['cursor'], message },
+    ]);
+  }
+  return token;
 }
 
 /**

@@ -472,6 +472,17 @@ test('the list filters by fork family and runtime and pages by cursor, each sess
     json: { code: 'InvalidInput' },
   });
   expect(await call('GET', '/v1/sessions?cursor=not%20a%20cursor', { key: viewer })).toMatchObject({ status: 400 });
+  // A cursor that was never handed out (Temporal would retry on it for 20 s, then fail), or one of another filter.
+  const zeros = Buffer.alloc(24).toString('base64url');
+  expect(await call('GET', `/v1/sessions?cursor=${zeros}`, { key: viewer })).toMatchObject({
+    status: 400,
+    json: { code: 'InvalidInput', issues: [{ path: ['cursor'] }] },
+  });
+  const memoryPage = await call<Listed>('GET', '/v1/sessions?runtime=memory&limit=1', { key: viewer });
+  expect(memoryPage.json.next).not.toBeNull();
+  expect(
+    await call('GET', `/v1/sessions?runtime=workspace&limit=1&cursor=${memoryPage.json.next!}`, { key: viewer }),
+  ).toMatchObject({ status: 400, json: { code: 'InvalidInput' } });
   for (const s of [source, ...forkIds]) await call('POST', `/v1/sessions/${s}/stop`, { body: { checkpoint: false } });
 });
 
