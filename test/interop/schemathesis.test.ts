@@ -67,7 +67,7 @@ test('Schemathesis finds no undocumented response in the live gateway', async ()
     'examples,coverage,fuzzing,stateful',
     // Bounded by the number of cases, not --max-time: with a time budget the phases repeat until it is spent.
     '--max-examples',
-    '20',
+    '15',
     '--seed',
     '20261201',
     '--workers',
@@ -76,9 +76,12 @@ test('Schemathesis finds no undocumented response in the live gateway', async ()
     // comes depends on timing, not on the seed.
     '--rate-limit',
     '80/s',
-    // An event stream of a running session does not end: it is read until this timeout, which is not a failure.
+    // An event stream of a running session does not end, so it cannot be read as one response: the gateway tests
+    // check its events. A request of anything else that takes this long is an error (a loaded CI machine is slow).
+    '--exclude-path',
+    '/v1/sessions/{id}/events',
     '--request-timeout',
-    '5',
+    '20',
     // The examples found are not stored between runs, so that a run depends on the seed alone.
     '--generation-database',
     'none',
@@ -94,7 +97,7 @@ test('Schemathesis finds no undocumented response in the live gateway', async ()
     execFile(
       SCHEMATHESIS,
       args,
-      { cwd: work, timeout: 150_000, maxBuffer: 64 * 1024 * 1024 },
+      { cwd: work, timeout: 300_000, maxBuffer: 64 * 1024 * 1024 },
       (error, stdout, stderr) =>
         resolve({
           ok: !error,
@@ -112,8 +115,9 @@ test('Schemathesis finds no undocumented response in the live gateway', async ()
   // Every operation of the document was reached.
   const doc = (await (await fetch(`${gateway.url}/v1/openapi.json`)).json()) as { paths: Record<string, object> };
   const operations = Object.values(doc.paths).reduce((n, methods) => n + Object.keys(methods).length, 0);
-  expect(run.output).toMatch(new RegExp(`Selected: ${operations}/${operations}\\s+Tested: ${operations}\\b`));
-}, 200_000);
+  const selected = operations - 1; // all but the event stream
+  expect(run.output).toMatch(new RegExp(`Selected: ${selected}/${operations}\\s+Tested: ${selected}\\b`));
+}, 360_000);
 
 /** The report from its FAILURES section on (what failed, how to reproduce it), or all of it when it has none. */
 function failuresOf(output: string): string {
