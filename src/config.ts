@@ -198,6 +198,13 @@ export const EnvConfig = z.object({
   DS_API_KEYS: z.string().min(1).optional(),
   /** Requests a second one API key may send the gateway (bursts of twice that); over it: 429 with Retry-After. */
   DS_GATEWAY_RATE_PER_KEY: z.coerce.number({ message: 'expected a number' }).positive().max(1_000_000).default(100),
+  /**
+   * Where the worker serves Prometheus metrics (`/metrics`): Temporal's own and the worker's. Unset: no endpoint
+   * (`npm start`'s embedded default serves them on 9464).
+   */
+  DS_METRICS_PORT: port.optional(),
+  /** The address the metrics endpoint listens on; `0.0.0.0` to let a scraper on another machine reach it. */
+  DS_METRICS_HOST: z.string().min(1).default('127.0.0.1'),
   LOG_LEVEL: z.enum(['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR']).default('INFO'),
 });
 export type EnvConfig = z.infer<typeof EnvConfig>;
@@ -245,6 +252,8 @@ export interface Config {
     /** Absolute paths of the PEM certificate and key; undefined: plain HTTP. */
     tls?: { certFile: string; keyFile: string };
   };
+  /** The Prometheus endpoint; no port: none (unless `npm start`'s embedded default turns it on). */
+  metrics: { host: string; port?: number };
   logLevel: EnvConfig['LOG_LEVEL'];
 }
 
@@ -366,6 +375,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
         ? { tls: { certFile: path.resolve(e.DS_GATEWAY_TLS_CERT), keyFile: path.resolve(e.DS_GATEWAY_TLS_KEY) } }
         : {}),
     },
+    metrics: { host: e.DS_METRICS_HOST, ...(e.DS_METRICS_PORT !== undefined ? { port: e.DS_METRICS_PORT } : {}) },
     logLevel: e.LOG_LEVEL,
   };
 }

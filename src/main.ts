@@ -6,6 +6,7 @@ import { startDevServer, type DevServer } from './dev-server';
 import { ensureDevKey } from './gateway/keys';
 import { runGateway } from './gateway/run';
 import { ensureDevMasterKey } from './snapshots';
+import { DEFAULT_METRICS_PORT } from './metrics';
 import { runWorker } from './worker';
 
 /**
@@ -49,7 +50,8 @@ async function main(): Promise<void> {
     console.log(`HTTP gateway     ${gateway.url} (OpenAPI: ${gateway.url}/v1/openapi.json)`);
   }
   try {
-    await runWorker(config, address);
+    // The embedded default is for trying things out: its metrics are on, at a port that may be taken.
+    await runWorker(config, address, server ? { defaultMetricsPort: DEFAULT_METRICS_PORT } : {});
   } finally {
     await gateway?.close();
     await server?.stop();

@@ -13,6 +13,7 @@ import {
 import { loadConfig, type Config } from './config';
 import { DEFAULT_TENANT } from './domain/names';
 import { messageOf } from './errors';
+import { prometheusExporter, SessionMetrics, type MetricsEndpoint } from './metrics';
 import { ConversationRuntime, MemoryRuntime, WorkspaceRuntime } from './runtimes';
 import { openSnapshotStore } from './snapshots';
 import { connectionOptions } from './temporal-connection';
@@ -59,7 +60,9 @@ export interface CreateWorkersOptions {
  */
 export async function createWorkers(options: CreateWorkersOptions): Promise<SessionWorkers> {
   const host = options.deps.host ?? new HostState();
-  const activities = createActivities({ ...options.deps, host });
+  // The runtime's meter: a no-op one unless the runtime was installed with the metrics endpoint.
+  const metrics = options.deps.metrics ?? new SessionMetrics(Runtime.instance().metricMeter);
+  const activities = createActivities({ ...options.deps, host, metrics });
   const workflowSource = options.workflowBundle
     ? { workflowBundle: options.workflowBundle }
     : { workflowsPath: require.resolve('./workflows') };
@@ -101,7 +104,11 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
       if (shuttingDown) for (const w of workers) w.shutdown();
       await running;
     },
-    drain: (drainOptions = {}) => drainHost(options, host, drainOptions),
+    async drain(drainOptions = {}) {
+      const report = await drainHost(options, host, drainOptions);
+      metrics.drain(report);
+      return report;
+    },
     shutdown() {
       shuttingDown = true;
       for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
@@ -184,10 +191,18 @@ async function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T | und
   }
 }
 
-/** The worker process: connects to the configured server and runs until SIGINT/SIGTERM, then drains. */
-export async function runWorker(config: Config = loadConfig(), address = config.temporal.address): Promise<void> {
+/**
+ * The worker process: connects to the configured server and runs until SIGINT/SIGTERM, then drains.
+ * `defaultMetricsPort`: where metrics are served when DS_METRICS_PORT is unset (`npm start`'s embedded default); a
+ * port that is taken then only costs the endpoint, while one the operator set is required.
+ */
+export async function runWorker(
+  config: Config = loadConfig(),
+  address = config.temporal.address,
+  { defaultMetricsPort }: { defaultMetricsPort?: number } = {},
+): Promise<void> {
   if (!address) throw new Error('TEMPORAL_ADDRESS is not set (npm start runs the embedded server and sets it)');
-  Runtime.install({ logger: new DefaultLogger(config.logLevel), shutdownSignals: [] });
+  installRuntime(config, defaultMetricsPort);
   const store = await openSnapshotStore(config);
   // Only what no writer touched for ABANDONED_AFTER_MS: safe while other workers write to the same store.
   const abandoned = { tempFiles: 0, pins: 0, bytes: 0 };
@@ -271,6 +286,36 @@ export async function runWorker(config: Config = loadConfig(), address = config.
     await workspace.stopAll();
     await Promise.allSettled([connection.close(), clientConnection.close()]);
   }
+}
+
+/**
+ * The SDK's runtime, once per process, before any connection: with the Prometheus endpoint when it is configured,
+ * which then serves Temporal's metrics and the worker's own (SessionMetrics on the runtime's meter).
+ */
+function installRuntime(config: Config, defaultMetricsPort?: number): void {
+  const options = { logger: new DefaultLogger(config.logLevel), shutdownSignals: [] };
+  const endpoint: MetricsEndpoint | undefined =
+    config.metrics.port !== undefined
+      ? { host: config.metrics.host, port: config.metrics.port }
+      : defaultMetricsPort !== undefined
+        ? { host: config.metrics.host, port: defaultMetricsPort }
+        : undefined;
+  if (!endpoint) {
+    Runtime.install(options);
+    return;
+  }
+  try {
+    Runtime.install({ ...options, telemetryOptions: { metrics: prometheusExporter(endpoint) } });
+  } catch (err) {
+    // Only the embedded default goes on without its endpoint (the runtime is not installed when the bind fails).
+    if (config.metrics.port !== undefined) {
+      throw new Error(`metrics endpoint ${endpoint.host}:${endpoint.port}: ${messageOf(err)}`, { cause: err });
+    }
+    console.warn(`metrics are off: ${endpoint.host}:${endpoint.port}: ${messageOf(err)} (set DS_METRICS_PORT)`);
+    Runtime.install(options);
+    return;
+  }
+  console.log(`Metrics          http://${endpoint.host}:${endpoint.port}/metrics`);
 }
 
 /**

@@ -4,6 +4,7 @@ import { sessionKey, type RuntimeInstanceRef, type TimelineEntry } from '../api/
 import { DEFAULT_TENANT } from '../domain/names';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { DurableSessionsError } from '../errors';
+import { outcomeOf, SessionMetrics, storeErrorKind } from '../metrics';
 import type { AppendResult } from '../domain/conversation';
 import {
   MAX_APPEND_BYTES,
@@ -58,6 +59,8 @@ export interface ActivityDeps {
   maxSessions?: number;
   /** How often a long-running watch reports liveness. */
   watchHeartbeatMs?: number;
+  /** Where captures, restores and store errors are counted (a no-op meter when omitted). */
+  metrics?: SessionMetrics;
   /** How long one watch round lasts before it returns `{ exited: false }` and the workflow watches again. */
   watchRoundMs?: number;
   /** How long the host's lease runs before it returns the exits its sessions asked for (default 10 minutes). */
@@ -100,6 +103,13 @@ function checkRecorded(manifest: CheckpointManifest, input: VerifyCheckpointInpu
  */
 export function createActivities(deps: ActivityDeps) {
   const host = deps.host ?? new HostState();
+  const metrics = deps.metrics ?? new SessionMetrics();
+  /** The seconds since `started`, and the error counted against the store when the store raised it. */
+  const measured = (operation: 'capture' | 'restore', started: bigint, err?: unknown) => {
+    const kind = err === undefined ? undefined : storeErrorKind(err);
+    if (kind) metrics.storeError(operation, kind);
+    return Number(process.hrtime.bigint() - started) / 1e9;
+  };
   const hosted = (ref: RuntimeInstanceRef, sessionId: string): RuntimeInstanceRef => {
     // The host, not an activity per session, learns how the instance ends: its monitor reports it.
     const exited = runtimeFor(ref.kind).waitForExit(ref.instanceId);
@@ -188,6 +198,8 @@ export function createActivities(deps: ActivityDeps) {
         }
       }
       const ctx = Context.current();
+      const started = process.hrtime.bigint();
+      const labels = { runtime: runtime.kind, trigger: input.trigger };
       // Heartbeats from progress come per batch; a capture that reads nothing for a while (walking a large tree that
       // did not change, say) must not look like a lost worker.
       let bytesDone = 0;
@@ -221,8 +233,10 @@ export function createActivities(deps: ActivityDeps) {
         );
         if ('stored' in state) state.stored(manifest.checkpointId);
         log.info('checkpoint written', { checkpointId: manifest.checkpointId, size: manifest.size });
+        metrics.checkpoint({ ...labels, outcome: 'ok' }, measured('capture', started), manifest.size);
         return toCheckpointRef(manifest);
       } catch (err) {
+        metrics.checkpoint({ ...labels, outcome: outcomeOf(err) }, measured('capture', started, err));
         throw toFailure(err);
       } finally {
         clearInterval(beat);
@@ -239,6 +253,8 @@ export function createActivities(deps: ActivityDeps) {
       const key = sessionKey(input.sessionId, input.tenant);
       if (existing) return hosted(toRef(existing, deps.hostTaskQueue), key);
       const ctx = Context.current();
+      const started = process.hrtime.bigint();
+      const labels = { runtime: runtime.kind };
       // Progress beats per batch read; extraction and the start of the command beat on the timer.
       let bytesDone = 0;
       const beat = setInterval(() => ctx.heartbeat({ phase: 'restore', bytesDone }), heartbeatEvery(ctx));
@@ -263,8 +279,10 @@ export function createActivities(deps: ActivityDeps) {
         });
         const info = await runtime.restore({ ...input, sessionId: key, state: stream });
         log.info('checkpoint restored', { checkpointId: input.checkpointId, instanceId: info.instanceId });
+        metrics.restore({ ...labels, outcome: 'ok' }, ctx.info.attempt, measured('restore', started), manifest.size);
         return hosted(toRef(info, deps.hostTaskQueue), key);
       } catch (err) {
+        metrics.restore({ ...labels, outcome: outcomeOf(err) }, ctx.info.attempt, measured('restore', started, err));
         throw toFailure(err);
       } finally {
         clearInterval(beat);
@@ -412,6 +430,9 @@ export function createActivities(deps: ActivityDeps) {
         for await (const piece of stream) void piece;
         return result('ok');
       } catch (err) {
+        // A finding about the checkpoint is a result, and still an error of the store to count.
+        const kind = storeErrorKind(err);
+        if (kind) metrics.storeError('verify', kind);
         if (err instanceof SnapshotError) return result(verificationStatusOf(err), err.message);
         throw toFailure(err);
       }

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
-import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
+import { DefaultLogger, NativeConnection, Runtime, type TelemetryOptions } from '@temporalio/worker';
 import type { ActivityDeps } from '../../src/activities';
 import type { RuntimeInstanceRef, SessionStatus } from '../../src/api';
 import { SessionClient, type SessionHandle } from '../../src/client';
@@ -182,12 +182,17 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
 let runtimeInstalled = false;
 /**
  * Worker logs at WARN and above only, so test output shows what matters. Before anything else uses the SDK's
- * runtime (a TestWorkflowEnvironment does): it can be installed only once, and only before its first use.
+ * runtime (a TestWorkflowEnvironment does): it can be installed only once, and only before its first use. A test file
+ * that wants the runtime's telemetry (the metrics endpoint) calls this with it before it starts a system: jest gives
+ * every test file its own modules, so its own runtime.
  */
-export function installQuietRuntime(): void {
-  if (runtimeInstalled) return;
+export function installQuietRuntime(telemetryOptions?: TelemetryOptions): void {
+  if (runtimeInstalled) {
+    if (telemetryOptions) throw new Error('the runtime is installed already: ask for its telemetry first');
+    return;
+  }
   runtimeInstalled = true;
-  Runtime.install({ logger: new DefaultLogger('WARN') });
+  Runtime.install({ logger: new DefaultLogger('WARN'), ...(telemetryOptions ? { telemetryOptions } : {}) });
 }
 
 /** Polls `fn` until it returns a truthy value or the deadline passes. */
