@@ -6,7 +6,8 @@ import { sessionWorkflowId } from '../../src/api/messages';
 import type { CheckpointRef } from '../../src/domain/schemas';
 import type { TimelinePage } from '../../src/client/session-client';
 import { SessionNotFoundError } from '../../src/client';
-import { ApiKeys, generateKey, hashKey, startGateway, type Problem, type RunningGateway } from '../../src/gateway';
+import type { Problem, RunningGateway } from '../../src/gateway';
+import { startTestGateway } from '../helpers/gateway';
 import { SnapshotError, TENANTS_DIR } from '../../src/snapshots';
 import { startTestSystem, type TestSystem } from '../helpers/temporal';
 
@@ -16,25 +17,17 @@ import { startTestSystem, type TestSystem } from '../helpers/temporal';
  */
 let sys: TestSystem;
 let gateway: RunningGateway;
-const keys = { acme: generateKey(), globex: generateKey(), default: generateKey() };
+const TENANTS = ['acme', 'globex', 'default'] as const;
+let keys: Record<string, string>;
 
 beforeAll(async () => {
   sys = await startTestSystem();
-  const keysFile = path.join(sys.dir, 'keys.json');
-  const records = Object.entries(keys).map(([tenant, key]) => ({
-    id: tenant,
-    sha256: hashKey(key),
-    tenant,
-    role: 'admin',
-  }));
-  fs.writeFileSync(keysFile, JSON.stringify({ keys: records }));
-  gateway = await startGateway({
-    port: 0,
-    sessions: sys.sessions,
-    keys: new ApiKeys(keysFile),
-    ready: async () => true,
-    logError: () => undefined,
-  });
+  const started = await startTestGateway(
+    sys,
+    TENANTS.map((tenant) => ({ id: tenant, tenant })),
+  );
+  gateway = started.gateway;
+  keys = started.keys;
 }, 60_000);
 afterAll(async () => {
   await gateway?.close();
@@ -44,7 +37,7 @@ afterAll(async () => {
 const id = (name: string) => `${name}-${crypto.randomUUID().slice(0, 8)}`;
 
 async function call<T = Record<string, unknown>>(
-  tenant: keyof typeof keys,
+  tenant: (typeof TENANTS)[number],
   method: string,
   route: string,
   body?: unknown,
@@ -61,7 +54,7 @@ async function call<T = Record<string, unknown>>(
   return { status: res.status, json: (text ? JSON.parse(text) : null) as T & Partial<Problem> };
 }
 
-async function timeline(tenant: keyof typeof keys, sessionId: string): Promise<TimelineEntry[]> {
+async function timeline(tenant: (typeof TENANTS)[number], sessionId: string): Promise<TimelineEntry[]> {
   const page = await call<TimelinePage>(tenant, 'GET', `/v1/sessions/${sessionId}/checkpoints?all=true`);
   expect(page.status).toBe(200);
   return page.json.entries;

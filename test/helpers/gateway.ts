@@ -3,15 +3,31 @@ import path from 'node:path';
 import { ApiKeys, generateKey, hashKey, startGateway, type RunningGateway } from '../../src/gateway';
 import type { TestSystem } from './temporal';
 
+/** A key the test gateway is to know: its name, tenant (default `default`) and role (default `admin`). */
+export interface TestKey {
+  id: string;
+  tenant?: string;
+  role?: 'viewer' | 'operator' | 'admin';
+}
+
 /**
- * The real gateway on a free loopback port in front of a test system, with one admin key of the default tenant (in a
- * keys file in the system's directory). Errors are not logged: the tests read them from the answers.
+ * The real gateway on a free loopback port in front of a test system, with a fresh key for each of `keys` (one admin
+ * key of the default tenant unless told) in a keys file in the system's directory. Errors are not logged: the tests
+ * read them from the answers.
  */
-export async function startAdminGateway(sys: TestSystem): Promise<{ gateway: RunningGateway; key: string }> {
-  const key = generateKey();
+export async function startTestGateway(
+  sys: TestSystem,
+  keys: TestKey[] = [{ id: 'admin' }],
+): Promise<{ gateway: RunningGateway; keys: Record<string, string>; keysFile: string }> {
+  const made = Object.fromEntries(keys.map((k) => [k.id, generateKey()]));
   const keysFile = path.join(sys.dir, 'keys.json');
-  const record = { id: 'admin', sha256: hashKey(key), tenant: 'default', role: 'admin' };
-  fs.writeFileSync(keysFile, JSON.stringify({ keys: [record] }));
+  const records = keys.map((k) => ({
+    id: k.id,
+    sha256: hashKey(made[k.id]!),
+    tenant: k.tenant ?? 'default',
+    role: k.role ?? 'admin',
+  }));
+  fs.writeFileSync(keysFile, JSON.stringify({ keys: records }));
   const gateway = await startGateway({
     port: 0,
     sessions: sys.sessions,
@@ -19,5 +35,11 @@ export async function startAdminGateway(sys: TestSystem): Promise<{ gateway: Run
     ready: async () => true,
     logError: () => undefined,
   });
-  return { gateway, key };
+  return { gateway, keys: made, keysFile };
+}
+
+/** startTestGateway with one admin key of the default tenant. */
+export async function startAdminGateway(sys: TestSystem): Promise<{ gateway: RunningGateway; key: string }> {
+  const { gateway, keys } = await startTestGateway(sys);
+  return { gateway, key: keys.admin! };
 }

@@ -2,7 +2,8 @@ import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { ERROR_CODES } from '../../src/domain/error-codes';
-import { ApiKeys, generateKey, hashKey, startGateway, type RunningGateway } from '../../src/gateway';
+import type { RunningGateway } from '../../src/gateway';
+import { startTestGateway } from '../helpers/gateway';
 import { startTestSystem, type TestSystem } from '../helpers/temporal';
 
 /**
@@ -25,19 +26,10 @@ afterAll(async () => {
 });
 
 test('the pytest suite of the Python client passes against the real gateway', async () => {
-  const key = generateKey();
-  const keysFile = path.join(sys.dir, 'keys.json');
-  fs.writeFileSync(
-    keysFile,
-    JSON.stringify({ keys: [{ id: 'py', sha256: hashKey(key), tenant: 'default', role: 'admin' }] }),
-  );
-  gateway = await startGateway({
-    port: 0,
-    sessions: sys.sessions,
-    keys: new ApiKeys(keysFile),
-    ready: async () => true,
-    logError: () => undefined,
-  });
+  const started = await startTestGateway(sys, [{ id: 'py' }]);
+  gateway = started.gateway;
+  const { keysFile } = started;
+  const key = started.keys.py!;
   // A gateway process of the suite's own, for its restart test: the same server, queue, store and keys.
   const restartable = {
     command: JSON.stringify([process.execPath, '--import', 'tsx', 'src/gateway/main.ts']),

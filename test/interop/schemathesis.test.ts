@@ -2,7 +2,8 @@ import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { ApiKeys, generateKey, hashKey, startGateway, type RunningGateway } from '../../src/gateway';
+import type { RunningGateway } from '../../src/gateway';
+import { startAdminGateway } from '../helpers/gateway';
 import { startTestSystem, type TestSystem } from '../helpers/temporal';
 
 /**
@@ -33,22 +34,8 @@ afterAll(async () => {
 });
 
 test('Schemathesis finds no undocumented response in the live gateway', async () => {
-  const key = generateKey();
-  const keysFile = path.join(sys.dir, 'keys.json');
-  fs.writeFileSync(
-    keysFile,
-    JSON.stringify({ keys: [{ id: 'schemathesis', sha256: hashKey(key), tenant: 'default', role: 'admin' }] }),
-  );
-  gateway = await startGateway({
-    port: 0,
-    sessions: sys.sessions,
-    keys: new ApiKeys(keysFile),
-    ready: async () => {
-      await sys.client.connection.workflowService.getSystemInfo({});
-      return true;
-    },
-    logError: () => undefined,
-  });
+  let key: string;
+  ({ gateway, key } = await startAdminGateway(sys));
   const args = [
     'run',
     `${gateway.url}/v1/openapi.json`,
