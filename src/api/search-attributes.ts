@@ -12,6 +12,14 @@ export const sessionRuntimeKey = defineSearchAttributeKey('SessionRuntime', Sear
 export const sessionTenantKey = defineSearchAttributeKey('SessionTenant', SearchAttributeType.KEYWORD);
 /** The spec's `labels`, for filtering (`SessionLabels = "team=infra"` matches a session that has that label). */
 export const sessionLabelsKey = defineSearchAttributeKey('SessionLabels', SearchAttributeType.KEYWORD_LIST);
+/** The task queue of the worker host the session's runtime lives on; absent while it has none (paused, ended). */
+export const sessionHostKey = defineSearchAttributeKey('SessionHost', SearchAttributeType.KEYWORD);
+/** Checkpoints taken (all runs), the head's id and when the newest was recorded (the workflow's clock). */
+export const checkpointCountKey = defineSearchAttributeKey('CheckpointCount', SearchAttributeType.INT);
+export const headCheckpointKey = defineSearchAttributeKey('HeadCheckpoint', SearchAttributeType.KEYWORD);
+export const lastCheckpointAtKey = defineSearchAttributeKey('LastCheckpointAt', SearchAttributeType.DATETIME);
+/** The error code of the session's failure (`RuntimeLost`, `SnapshotCorrupt`, …); absent while it has none. */
+export const failureCodeKey = defineSearchAttributeKey('FailureCode', SearchAttributeType.KEYWORD);
 /** Set on a fork at its start: `<source session>/<checkpoint>`, so an operator finds a session's family. */
 export const forkedFromKey = defineSearchAttributeKey('ForkedFrom', SearchAttributeType.KEYWORD);
 
@@ -21,5 +29,10 @@ export const SEARCH_ATTRIBUTES = {
   SessionRuntime: 'Keyword',
   SessionTenant: 'Keyword',
   SessionLabels: 'KeywordList',
+  SessionHost: 'Keyword',
+  CheckpointCount: 'Int',
+  HeadCheckpoint: 'Keyword',
+  LastCheckpointAt: 'Datetime',
+  FailureCode: 'Keyword',
   ForkedFrom: 'Keyword',
 } as const;

@@ -41,3 +41,9 @@ export const RUN_CONTROL_PATCH = 'run-control';
  * is behind the server's no longer makes every automatic checkpoint due at once.
  */
 export const POLICY_CLOCK_PATCH = 'policy-workflow-clock';
+
+/**
+ * The session's progress as search attributes too (host, checkpoint count, head, last checkpoint, failure code),
+ * upserted whenever one changes, so operators filter by them (`FailureCode = "SnapshotCorrupt"`, `SessionHost = …`).
+ */
+export const PROGRESS_ATTRIBUTES_PATCH = 'progress-search-attributes';

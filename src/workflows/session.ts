@@ -1,6 +1,15 @@
 import { log, patched, setCurrentDetails, upsertSearchAttributes, uuid4, workflowInfo } from '@temporalio/workflow';
 import { sessionWorkflowId, type RuntimeInstanceRef, type SessionStatus, type TimelineEntry } from '../api/messages';
-import { sessionRuntimeKey, sessionStateKey, sessionTenantKey } from '../api/search-attributes';
+import {
+  checkpointCountKey,
+  failureCodeKey,
+  headCheckpointKey,
+  lastCheckpointAtKey,
+  sessionHostKey,
+  sessionRuntimeKey,
+  sessionStateKey,
+  sessionTenantKey,
+} from '../api/search-attributes';
 import { DEFAULT_TENANT } from '../domain/names';
 import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
 import {
@@ -16,7 +25,7 @@ import { StartSessionInput, type CheckpointRef, type VerificationResult } from '
 import { isFinal, transition, type Control, type Phase, type SessionEvent } from '../domain/session-state';
 import { failure, failureMessage, invalidTransition, typeOf } from './failures';
 import { parse } from './inputs';
-import { LEAN_PATCH, POLICY_CLOCK_PATCH } from './patches';
+import { LEAN_PATCH, POLICY_CLOCK_PATCH, PROGRESS_ATTRIBUTES_PATCH } from './patches';
 
 /** Everything a run hands to the next one at continue-as-new. */
 export type SessionState = CarriedState & { rejectedSignals: RejectedSignal[]; runControl: RunControlState };
@@ -32,6 +41,8 @@ const MAX_REJECTED_SIGNALS = 10;
 export class Session {
   /** The phase last published as a search attribute (a new run publishes its own). */
   private published: Phase | undefined;
+  /** The progress attributes last published, as JSON (a new run publishes its own). */
+  private publishedProgress: string | undefined;
 
   constructor(readonly state: SessionState) {}
 
@@ -77,7 +88,34 @@ export class Session {
       ]);
       this.published = state.phase;
     }
+    this.publishProgress();
     setCurrentDetails(this.describe());
+  }
+
+  /**
+   * Host, checkpoint count, head, last checkpoint and failure code as search attributes, when one of them changed.
+   * The patch is asked only then, as with LEAN_PATCH: histories recorded before it have no such upsert anywhere.
+   */
+  private publishProgress(): void {
+    const { state } = this;
+    const rc = state.runControl;
+    const values = {
+      host: state.runtime?.hostTaskQueue ?? null,
+      count: rc.checkpointCount,
+      head: state.head?.checkpointId ?? null,
+      at: rc.lastCheckpointAt,
+      failure: state.failure?.type ?? null,
+    };
+    const json = JSON.stringify(values);
+    if (json === this.publishedProgress || !patched(PROGRESS_ATTRIBUTES_PATCH)) return;
+    upsertSearchAttributes([
+      { key: sessionHostKey, value: values.host },
+      { key: checkpointCountKey, value: values.count },
+      { key: headCheckpointKey, value: values.head },
+      { key: lastCheckpointAtKey, value: values.at === null ? null : new Date(values.at) },
+      { key: failureCodeKey, value: values.failure },
+    ]);
+    this.publishedProgress = json;
   }
 
   get runControl(): RunControlState {

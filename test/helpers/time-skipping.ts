@@ -11,7 +11,7 @@ import { eventually, installQuietRuntime, startTestSystem, type TestSystem, type
 export const TEST_SERVER_BIN = path.resolve(__dirname, '..', '..', '.tools', 'venv', 'bin', 'temporal-test-server');
 
 /** The test server's ids for the types in SEARCH_ATTRIBUTES (temporal.api.enums.v1.IndexedValueType). */
-const INDEXED_VALUE_TYPES = { Keyword: 2, KeywordList: 7 } as const;
+const INDEXED_VALUE_TYPES = { Keyword: 2, Int: 3, Datetime: 6, KeywordList: 7 } as const;
 
 /** Our workers and SessionClient on a time-skipping server of its own; `close()` also stops that server. */
 export interface TimeSkippingSystem extends TestSystem {
