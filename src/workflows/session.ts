@@ -1,3 +1,4 @@
+import type { SearchAttributeUpdatePair } from '@temporalio/common';
 import { log, patched, setCurrentDetails, upsertSearchAttributes, uuid4, workflowInfo } from '@temporalio/workflow';
 import { sessionWorkflowId, type RuntimeInstanceRef, type SessionStatus, type TimelineEntry } from '../api/messages';
 import {
@@ -77,18 +78,21 @@ export class Session {
   touch(): void {
     const { state } = this;
     state.updatedAt = now();
+    const updates: SearchAttributeUpdatePair[] = [];
     // The patch is asked only when the phase is unchanged: recorded histories have its marker exactly there.
     if (this.published !== state.phase || !patched(LEAN_PATCH)) {
       const { tenant } = this.tenancy;
-      upsertSearchAttributes([
+      updates.push(
         { key: sessionStateKey, value: state.phase },
         { key: sessionRuntimeKey, value: state.spec.runtime.kind },
         // A raw start may not have set it; `default` sessions are found without it (and their histories unchanged).
         ...(tenant ? [{ key: sessionTenantKey, value: tenant }] : []),
-      ]);
+      );
       this.published = state.phase;
     }
-    this.publishProgress();
+    updates.push(...this.progressUpdates());
+    // One upsert for all that changed: one command and one event, not one per kind of attribute.
+    if (updates.length > 0) upsertSearchAttributes(updates);
     setCurrentDetails(this.describe());
   }
 
@@ -96,7 +100,7 @@ export class Session {
    * Host, checkpoint count, head, last checkpoint and failure code as search attributes, when one of them changed.
    * The patch is asked only then, as with LEAN_PATCH: histories recorded before it have no such upsert anywhere.
    */
-  private publishProgress(): void {
+  private progressUpdates(): SearchAttributeUpdatePair[] {
     const { state } = this;
     const rc = state.runControl;
     const values = {
@@ -107,15 +111,15 @@ export class Session {
       failure: state.failure?.type ?? null,
     };
     const json = JSON.stringify(values);
-    if (json === this.publishedProgress || !patched(PROGRESS_ATTRIBUTES_PATCH)) return;
-    upsertSearchAttributes([
+    if (json === this.publishedProgress || !patched(PROGRESS_ATTRIBUTES_PATCH)) return [];
+    this.publishedProgress = json;
+    return [
       { key: sessionHostKey, value: values.host },
       { key: checkpointCountKey, value: values.count },
       { key: headCheckpointKey, value: values.head },
       { key: lastCheckpointAtKey, value: values.at === null ? null : new Date(values.at) },
       { key: failureCodeKey, value: values.failure },
-    ]);
-    this.publishedProgress = json;
+    ];
   }
 
   get runControl(): RunControlState {
