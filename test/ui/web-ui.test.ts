@@ -16,7 +16,7 @@ const CHROMIUM = '/usr/bin/chromium';
 const haveChromium = fs.existsSync(CHROMIUM);
 if (!haveChromium) {
   console.warn(
-    `skipping the Web UI test: no browser at ${CHROMIUM} (scripts/install-chromium.sh, run by npm run setup, installs Debian's chromium there as root with apt-get)`,
+    `skipping the Web UI test: no browser at ${CHROMIUM} (scripts/install-chromium.sh, run by npm test, installs Debian's chromium there as root with apt-get)`,
   );
 }
 /** How long one step in the browser may take: the UI polls the server, a cold page load takes a few seconds. */
