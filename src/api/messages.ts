@@ -64,6 +64,23 @@ export function sessionWorkflowId(sessionId: string, tenant?: string): string {
   return keyWorkflowId(sessionKey(sessionId, tenant));
 }
 
+/**
+ * The one line the Web UI's list and a session's page show for it: `workspace · build-42 · tenant acme · fork of
+ * build-41` (the tenant outside `default`, the source of a fork).
+ */
+export function sessionSummary(
+  spec: { sessionId: string; tenant?: string; runtime: { kind: string } },
+  forkOf?: string,
+): string {
+  const tenant = spec.tenant ?? DEFAULT_TENANT;
+  return [
+    spec.runtime.kind,
+    spec.sessionId,
+    ...(tenant === DEFAULT_TENANT ? [] : [`tenant ${tenant}`]),
+    ...(forkOf ? [`fork of ${forkOf}`] : []),
+  ].join(' · ');
+}
+
 /** The workflow id of a session key. */
 export function keyWorkflowId(key: string): string {
   return `session-${key}`;

@@ -33,6 +33,7 @@ import {
   resumeSignal,
   resumeUpdate,
   parseSessionKey,
+  sessionSummary,
   sessionWorkflowId,
   startUpdate,
   statusQuery,
@@ -278,9 +279,7 @@ export class SessionClient {
         ...(spec.labels?.length ? [{ key: sessionLabelsKey, value: spec.labels }] : []),
         ...(forkOf ? [{ key: forkedFromKey, value: `${forkOf.sessionId}/${forkOf.checkpointId}` }] : []),
       ],
-      staticSummary:
-        `session ${spec.sessionId} (${spec.runtime.kind})${forkOf ? `, fork of ${forkOf.sessionId}` : ''}` +
-        (this.tenant === DEFAULT_TENANT ? '' : `, tenant ${this.tenant}`),
+      staticSummary: sessionSummary(spec, forkOf?.sessionId),
       staticDetails: spec.description,
     };
   }

@@ -1,6 +1,7 @@
 import { ApplicationFailure, ParentClosePolicy, startChild, uuid4, workflowInfo } from '@temporalio/workflow';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import {
+  sessionSummary,
   sessionWorkflowId,
   type AppendResult,
   type ForkResult,
@@ -182,7 +183,7 @@ export class RunControls {
             ...(spec.labels?.length ? [{ key: sessionLabelsKey, value: spec.labels }] : []),
             { key: forkedFromKey, value: `${session.id}/${from.checkpointId}` },
           ],
-          staticSummary: `session ${spec.sessionId} (${spec.runtime.kind}), fork of ${session.id}`,
+          staticSummary: sessionSummary(spec, session.id),
           ...(spec.description ? { staticDetails: spec.description } : {}),
         }),
       ),

@@ -85,6 +85,7 @@ test('two tenants use the same session id: two sessions, each restoring its own 
   const wf = await sys.client.workflow.getHandle(sessionWorkflowId(sessionId, 'acme')).describe();
   expect(wf.workflowId).toBe(`session-${sessionId}@acme`);
   expect(wf.searchAttributes).toMatchObject({ SessionTenant: ['acme'] });
+  expect(await wf.staticSummary()).toBe(`memory · ${sessionId} · tenant acme`);
   for (const tenant of ['acme', 'globex']) {
     const dir = path.join(sys.store.root, TENANTS_DIR, tenant, sessionId);
     expect(fs.readdirSync(dir).filter((n) => n.endsWith('.manifest'))).toHaveLength(2); // the pause's and the checkpoint's
@@ -98,6 +99,12 @@ test('two tenants use the same session id: two sessions, each restoring its own 
     const ids = listed.json.sessions.map((s) => s.sessionId).filter((s) => s === sessionId);
     expect(ids).toHaveLength(tenant === 'default' ? 0 : 1);
   }
+  const fork = await call<{ forks: { sessionId: string }[] }>('acme', 'POST', `/v1/sessions/${sessionId}/fork`, {
+    paused: true,
+  });
+  const forkId = fork.json.forks[0]!.sessionId;
+  const forked = await sys.client.workflow.getHandle(sessionWorkflowId(forkId, 'acme')).describe();
+  expect(await forked.staticSummary()).toBe(`memory · ${forkId} · tenant acme · fork of ${sessionId}`);
 });
 
 test('every route refuses another tenant’s session with 404, and changes nothing', async () => {

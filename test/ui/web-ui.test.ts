@@ -94,7 +94,7 @@ let passed = false;
     await page.goto(`/namespaces/default/workflows?query=${encodeURIComponent('SessionState="paused"')}`);
     await page.getByRole('link', { name: pausedWorkflow, exact: true }).click();
     await page.getByTestId('user-metadata-tab').click();
-    await waitForText(page, `session ${pausedId} (memory)`);
+    await waitForText(page, `memory · ${pausedId}`);
     await waitForText(page, 'paused · memory runtime');
     await page.screenshot({ path: path.join(screenshots, 'session-metadata.png') });
 
