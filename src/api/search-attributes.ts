@@ -1,4 +1,5 @@
-import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/common';
+import { defineSearchAttributeKey, SearchAttributeType, type SearchAttributePair } from '@temporalio/common';
+import { DEFAULT_TENANT } from '../domain/names';
 
 /**
  * Custom search attributes the session workflow upserts, so operators can filter sessions in the Web UI
@@ -22,6 +23,24 @@ export const lastCheckpointAtKey = defineSearchAttributeKey('LastCheckpointAt', 
 export const failureCodeKey = defineSearchAttributeKey('FailureCode', SearchAttributeType.KEYWORD);
 /** Set on a fork at its start: `<source session>/<checkpoint>`, so an operator finds a session's family. */
 export const forkedFromKey = defineSearchAttributeKey('ForkedFrom', SearchAttributeType.KEYWORD);
+
+/**
+ * What a session's workflow starts with, whoever starts it (a client, or the source of a fork): its phase, runtime,
+ * tenant, labels and, on a fork, where it came from.
+ */
+export function startSearchAttributes(
+  spec: { runtime: { kind: string }; tenant?: string; labels?: string[] },
+  phase: 'starting' | 'paused',
+  forkOf?: { sessionId: string; checkpointId: string },
+): SearchAttributePair[] {
+  return [
+    { key: sessionStateKey, value: phase },
+    { key: sessionRuntimeKey, value: spec.runtime.kind },
+    { key: sessionTenantKey, value: spec.tenant ?? DEFAULT_TENANT },
+    ...(spec.labels?.length ? [{ key: sessionLabelsKey, value: spec.labels }] : []),
+    ...(forkOf ? [{ key: forkedFromKey, value: `${forkOf.sessionId}/${forkOf.checkpointId}` }] : []),
+  ];
+}
 
 /** Name → type, as the `temporal` CLI spells them. */
 export const SEARCH_ATTRIBUTES = {

@@ -47,13 +47,7 @@ import {
   type StopResult,
   type TimelineEntry,
 } from '../api/messages';
-import {
-  forkedFromKey,
-  sessionLabelsKey,
-  sessionRuntimeKey,
-  sessionStateKey,
-  sessionTenantKey,
-} from '../api/search-attributes';
+import { sessionRuntimeKey, sessionStateKey, startSearchAttributes } from '../api/search-attributes';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { isError } from '../errors';
 import { createHash, randomUUID } from 'node:crypto';
@@ -272,13 +266,7 @@ export class SessionClient {
       // Session ids are never reused: neither a running nor an ended session's id starts another.
       workflowIdReusePolicy: 'REJECT_DUPLICATE',
       workflowIdConflictPolicy: 'FAIL',
-      typedSearchAttributes: [
-        { key: sessionStateKey, value: 'starting' },
-        { key: sessionRuntimeKey, value: spec.runtime.kind },
-        { key: sessionTenantKey, value: this.tenant },
-        ...(spec.labels?.length ? [{ key: sessionLabelsKey, value: spec.labels }] : []),
-        ...(forkOf ? [{ key: forkedFromKey, value: `${forkOf.sessionId}/${forkOf.checkpointId}` }] : []),
-      ],
+      typedSearchAttributes: startSearchAttributes(spec, 'starting', forkOf),
       staticSummary: sessionSummary(spec, forkOf?.sessionId),
       staticDetails: spec.description,
     };

@@ -9,13 +9,7 @@ import {
   type RuntimeInstanceRef,
   type SessionStatus,
 } from '../api/messages';
-import {
-  forkedFromKey,
-  sessionLabelsKey,
-  sessionRuntimeKey,
-  sessionStateKey,
-  sessionTenantKey,
-} from '../api/search-attributes';
+import { startSearchAttributes } from '../api/search-attributes';
 import { ERROR_CODES } from '../domain/error-codes';
 import { WINDOW, type SessionWorkflowInput } from '../domain/records';
 import {
@@ -31,7 +25,7 @@ import {
   type RewindInput,
 } from '../domain/schemas';
 import { safeCut } from '../domain/conversation';
-import { DEFAULT_TENANT, forkSessionIds } from '../domain/names';
+import { forkSessionIds } from '../domain/names';
 import { local, onHost, onPlacedHost, shared } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
 import { asFailure, failure, failureMessage, typeOf } from './failures';
@@ -176,13 +170,10 @@ export class RunControls {
           ],
           parentClosePolicy: ParentClosePolicy.ABANDON,
           workflowIdReusePolicy: 'REJECT_DUPLICATE',
-          typedSearchAttributes: [
-            { key: sessionStateKey, value: 'paused' },
-            { key: sessionRuntimeKey, value: spec.runtime.kind },
-            { key: sessionTenantKey, value: spec.tenant ?? DEFAULT_TENANT },
-            ...(spec.labels?.length ? [{ key: sessionLabelsKey, value: spec.labels }] : []),
-            { key: forkedFromKey, value: `${session.id}/${from.checkpointId}` },
-          ],
+          typedSearchAttributes: startSearchAttributes(spec, 'paused', {
+            sessionId: session.id,
+            checkpointId: from.checkpointId,
+          }),
           staticSummary: sessionSummary(spec, session.id),
           ...(spec.description ? { staticDetails: spec.description } : {}),
         }),
