@@ -1,7 +1,7 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { ApplicationFailure, Context, log } from '@temporalio/activity';
 import { sessionKey, type RuntimeInstanceRef, type TimelineEntry } from '../api/messages';
-import { DEFAULT_TENANT } from '../domain/names';
+import { DEFAULT_TENANT, isDefaultTenant } from '../domain/names';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { DurableSessionsError } from '../errors';
 import { outcomeOf, SessionMetrics, storeErrorKind } from '../metrics';
@@ -578,7 +578,7 @@ type ForkingStore = Pick<ChunkedSnapshotStore, 'fork'>;
  * (its own directory, the tenant bound into every object).
  */
 function storeOf(deps: ActivityDeps, { tenant }: Tenancy): SnapshotStore {
-  if (tenant === undefined || tenant === DEFAULT_TENANT) return deps.store;
+  if (isDefaultTenant(tenant)) return deps.store;
   if (!deps.store.forTenant) {
     // A configuration error no retry fixes.
     throw ApplicationFailure.nonRetryable(
@@ -590,8 +590,7 @@ function storeOf(deps: ActivityDeps, { tenant }: Tenancy): SnapshotStore {
 }
 
 function timelineOf(deps: ActivityDeps, tenancy: Tenancy): TimelineLog {
-  const tenant = tenancy.tenant !== undefined && tenancy.tenant !== DEFAULT_TENANT;
-  if (deps.timeline && !tenant) return deps.timeline;
+  if (deps.timeline && isDefaultTenant(tenancy.tenant)) return deps.timeline;
   const log = storeOf(deps, tenancy) as SnapshotStore & Partial<TimelineLog>;
   if (typeof log.appendTimeline !== 'function' || typeof log.readTimeline !== 'function') {
     // A configuration error no retry fixes: the worker was given a store without a timeline and no timeline.

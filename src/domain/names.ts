@@ -2,6 +2,11 @@
 
 /** The tenant of sessions started without one, and of every session that predates tenants. */
 export const DEFAULT_TENANT = 'default';
+
+/** Whether `tenant` is the default one: named so, or not named at all. */
+export function isDefaultTenant(tenant: string | undefined): tenant is undefined | typeof DEFAULT_TENANT {
+  return tenant === undefined || tenant === DEFAULT_TENANT;
+}
 /** What a tenant id looks like (TenantId in schemas.ts): no "." and no "@", so a session key is unambiguous. */
 export const TENANT_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 

@@ -11,7 +11,7 @@ import {
   sessionStateKey,
   sessionTenantKey,
 } from '../api/search-attributes';
-import { DEFAULT_TENANT } from '../domain/names';
+import { isDefaultTenant } from '../domain/names';
 import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
 import {
   WINDOW,
@@ -54,7 +54,7 @@ export class Session {
   /** What every activity input of a session of another tenant than `default` names, so it finds its store. */
   get tenancy(): { tenant?: string } {
     const { tenant } = this.state.spec;
-    return tenant === undefined || tenant === DEFAULT_TENANT ? {} : { tenant };
+    return isDefaultTenant(tenant) ? {} : { tenant };
   }
 
   apply(event: SessionEvent): void {
