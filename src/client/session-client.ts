@@ -374,7 +374,7 @@ export class SessionClient {
 
 /**
  * A list cursor: Temporal's page token followed by a checksum of it and of the query it pages (tenant and filters).
- * Temporal answers a token it cannot read with UNKNOWN, which the Temporal client retries for about 20 s; a cursor
+ * Temporal answers a token it cannot read with UNKNOWN, which the Temporal client retries until its deadline; a cursor
  * this client did not hand out for this query is refused at once instead. A checksum, not a signature: it tells a
  * mistyped, made-up or misplaced cursor, not a forged one (which reaches Temporal and pages what the query allows).
  */
