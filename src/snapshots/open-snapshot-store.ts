@@ -37,11 +37,7 @@ function defaultKeyDir(dataDir: string): string {
  */
 export async function ensureDevMasterKey(dataDir: string): Promise<string> {
   const dir = defaultKeyDir(dataDir);
-  await fs.mkdir(dir, { recursive: true, mode: 0o700 });
-  const existing = (await fs.readdir(dir)).filter((n) => n.endsWith('.key'));
-  if (existing.length === 0) {
-    await fs.writeFile(path.join(dir, 'dev-1.key'), Keyring.generateKey(), { mode: 0o600, flag: 'wx' });
-  }
+  await Keyring.ensureKeyDirectory(dir);
   return dir;
 }
 

@@ -21,6 +21,23 @@ import { KeyringConfigError, KeyUnavailableError, SnapshotTamperedError, type Cr
 const KEY_FILE_SUFFIX = '.key';
 const COMMITMENT_BYTES = 16;
 
+/** The variables a keyring is read from, and what its keys are called in messages. */
+export interface KeyVariables {
+  /** `id:base64,id:base64`, newest last. */
+  keys: string;
+  /** The id of the key new material is sealed under. */
+  primary: string;
+  /** "master key", "payload key". */
+  noun: string;
+}
+
+/** The snapshot store's master keys. */
+export const MASTER_KEY_VARIABLES: KeyVariables = {
+  keys: 'DS_MASTER_KEYS',
+  primary: 'DS_MASTER_KEY_PRIMARY',
+  noun: 'master key',
+};
+
 export interface KeyringEntry {
   id: string;
   key: Buffer;
@@ -57,12 +74,12 @@ export class Keyring {
   }
 
   /**
-   * Reads `DS_MASTER_KEYS` (`id:base64key,id:base64key`, newest last; base64 or base64url). The primary is `DS_MASTER_KEY_PRIMARY` if
-   * set, else the last entry.
+   * Reads `DS_MASTER_KEYS` (`id:base64key,id:base64key`, newest last; base64 or base64url), or the variables
+   * `variables` names. The primary is `DS_MASTER_KEY_PRIMARY` (`variables.primary`) if set, else the last entry.
    */
-  static fromEnv(env: NodeJS.ProcessEnv = process.env): Keyring {
-    const list = env.DS_MASTER_KEYS;
-    if (!list?.trim()) throw new KeyringConfigError('DS_MASTER_KEYS is not set or empty');
+  static fromEnv(env: NodeJS.ProcessEnv = process.env, variables: KeyVariables = MASTER_KEY_VARIABLES): Keyring {
+    const list = env[variables.keys];
+    if (!list?.trim()) throw new KeyringConfigError(`${variables.keys} is not set or empty`);
     const entries: KeyringEntry[] = [];
     try {
       list.split(',').forEach((raw, index) => {
@@ -70,12 +87,15 @@ export class Keyring {
         if (entry === '') return; // tolerate a trailing comma
         const colon = entry.indexOf(':');
         // Never echo the entry: without its colon it may be a bare key.
-        if (colon < 0) throw new KeyringConfigError(`DS_MASTER_KEYS entry #${index + 1} is not 'id:base64key'`);
+        if (colon < 0) throw new KeyringConfigError(`${variables.keys} entry #${index + 1} is not 'id:base64key'`);
         const id = entry.slice(0, colon).trim();
-        checkKeyId(id, `DS_MASTER_KEYS entry #${index + 1}: key id`);
-        entries.push({ id, key: decodeBase64Key(entry.slice(colon + 1).trim(), id, 'in DS_MASTER_KEYS') });
+        checkKeyId(id, `${variables.keys} entry #${index + 1}: key id`);
+        entries.push({
+          id,
+          key: decodeBase64Key(entry.slice(colon + 1).trim(), id, `in ${variables.keys}`, variables.noun),
+        });
       });
-      return new Keyring(entries, primaryFromEnv(env));
+      return new Keyring(entries, primaryFromEnv(env, variables));
     } finally {
       for (const { key } of entries) key.fill(0); // the keyring holds copies
     }
@@ -84,9 +104,14 @@ export class Keyring {
   /**
    * Reads `<id>.key` files in `dir` (other files are ignored): base64 of 32 bytes (whitespace trimmed) or exactly
    * 32 raw bytes. Refuses files whose mode grants group or others any access. The primary is
-   * `DS_MASTER_KEY_PRIMARY` if set, else the lexicographically greatest id (name keys by date: `2025-06-01`).
+   * `DS_MASTER_KEY_PRIMARY` (`variables.primary`) if set, else the lexicographically greatest id (name keys by date:
+   * `2025-06-01`).
    */
-  static async fromDirectory(dir: string, env: NodeJS.ProcessEnv = process.env): Promise<Keyring> {
+  static async fromDirectory(
+    dir: string,
+    env: NodeJS.ProcessEnv = process.env,
+    variables: KeyVariables = MASTER_KEY_VARIABLES,
+  ): Promise<Keyring> {
     let names: string[];
     try {
       names = await fs.readdir(dir);
@@ -103,9 +128,9 @@ export class Keyring {
       for (const id of ids) {
         const file = join(dir, id + KEY_FILE_SUFFIX);
         checkKeyId(id, `key file ${file}: key id`);
-        entries.push({ id, key: await readKeyFile(file, id) });
+        entries.push({ id, key: await readKeyFile(file, id, variables.noun) });
       }
-      return new Keyring(entries, primaryFromEnv(env) ?? ids.at(-1));
+      return new Keyring(entries, primaryFromEnv(env, variables) ?? ids.at(-1));
     } finally {
       for (const { key } of entries) key.fill(0); // the keyring holds copies
     }
@@ -114,6 +139,18 @@ export class Keyring {
   /** A new master key: base64 of 32 random bytes, for DS_MASTER_KEYS or a `.key` file. */
   static generateKey(): string {
     return randomBytes(KEY_BYTES).toString('base64');
+  }
+
+  /**
+   * A key directory for the embedded default (mode 0700): a `dev-1.key` (mode 0600) is generated in it when it holds
+   * no key yet. Production configures its own keys.
+   */
+  static async ensureKeyDirectory(dir: string): Promise<void> {
+    await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+    const existing = (await fs.readdir(dir)).filter((n) => n.endsWith(KEY_FILE_SUFFIX));
+    if (existing.length === 0) {
+      await fs.writeFile(join(dir, `dev-1${KEY_FILE_SUFFIX}`), Keyring.generateKey(), { mode: 0o600, flag: 'wx' });
+    }
   }
 
   /** Key ids, in insertion order. */
@@ -333,8 +370,8 @@ function describeWrapped(wrapped: unknown): string | undefined {
   return typeof id === 'string' && KEY_ID_PATTERN.test(id) ? id : undefined;
 }
 
-function primaryFromEnv(env: NodeJS.ProcessEnv): string | undefined {
-  const primary = env.DS_MASTER_KEY_PRIMARY?.trim();
+function primaryFromEnv(env: NodeJS.ProcessEnv, names: KeyVariables): string | undefined {
+  const primary = env[names.primary]?.trim();
   return primary ? primary : undefined;
 }
 
@@ -347,19 +384,19 @@ function isCanonicalBase64Url(value: string): boolean {
   return /^[A-Za-z0-9_-]*$/.test(value) && Buffer.from(value, 'base64url').toString('base64url') === value;
 }
 
-function decodeBase64Key(text: string, id: string, where: string): Buffer {
+function decodeBase64Key(text: string, id: string, where: string, noun: string): Buffer {
   const encoding = isCanonicalBase64(text) ? 'base64' : isCanonicalBase64Url(text) ? 'base64url' : undefined;
-  if (!encoding) throw new KeyringConfigError(`master key '${id}' ${where} is not valid base64`, id);
+  if (!encoding) throw new KeyringConfigError(`${noun} '${id}' ${where} is not valid base64`, id);
   const key = Buffer.from(text, encoding);
   if (key.length !== KEY_BYTES) {
     const length = key.length;
     key.fill(0);
-    throw new KeyringConfigError(`master key '${id}' ${where} is ${length} bytes; AES-256 needs ${KEY_BYTES}`, id);
+    throw new KeyringConfigError(`${noun} '${id}' ${where} is ${length} bytes; AES-256 needs ${KEY_BYTES}`, id);
   }
   return key;
 }
 
-async function readKeyFile(file: string, id: string): Promise<Buffer> {
+async function readKeyFile(file: string, id: string, noun: string): Promise<Buffer> {
   let content: Buffer;
   try {
     const stat = await fs.stat(file);
@@ -389,7 +426,7 @@ async function readKeyFile(file: string, id: string): Promise<Buffer> {
   }
   const text = content.toString('latin1').trim();
   content.fill(0);
-  return decodeBase64Key(text, id, `in ${file}`);
+  return decodeBase64Key(text, id, `in ${file}`, noun);
 }
 
 function copyKey(key: Buffer): Buffer {
