@@ -22,6 +22,8 @@ const port = z.coerce
 export const SECRET_VARIABLES = [
   'DS_MASTER_KEYS',
   'DS_MASTER_KEY_DIR',
+  'DS_PAYLOAD_KEYS',
+  'DS_PAYLOAD_KEY_DIR',
   'TEMPORAL_API_KEY',
   'TEMPORAL_TLS_KEY_PATH',
   'DS_GATEWAY_TLS_KEY',
@@ -53,6 +55,16 @@ export function envAllowProblem(pattern: string): string | undefined {
     return `${pattern} would pass the worker's own variables (DS_*, TEMPORAL_*) to sessions`;
   }
   return undefined;
+}
+
+/** `scheme://host[:port]` exactly, as a browser sends it in `Origin`. */
+function isOrigin(value: string): boolean {
+  try {
+    const url = new URL(value);
+    return /^https?:$/.test(url.protocol) && url.origin === value;
+  } catch {
+    return false;
+  }
 }
 
 /** A workspace user: a name looked up on the host, or `uid:gid`. Root is refused: it would undo the point. */
@@ -145,6 +157,39 @@ export const EnvConfig = z.object({
   DS_MASTER_KEY_PRIMARY: z
     .string()
     .regex(/^[A-Za-z0-9._-]{1,64}$/, 'expected a key id')
+    .optional(),
+  /**
+   * `aes-256-gcm` (default): every Temporal payload (workflow inputs, controls and their results, memo, summaries,
+   * failure messages) is sealed under a payload key before it leaves the process. `none`: new payloads are plaintext
+   * in Temporal's history (those already encrypted are still read with the keys configured).
+   */
+  DS_PAYLOAD_ENCRYPTION: z
+    .enum(['aes-256-gcm', 'none'], { message: 'expected aes-256-gcm or none' })
+    .default('aes-256-gcm'),
+  /** Payload keys as `id:base64,id:base64`, apart from the master keys (the last is the primary). */
+  DS_PAYLOAD_KEYS: z.string().min(1).optional(),
+  /** A directory of `<id>.key` payload key files (mode 0600), instead of DS_PAYLOAD_KEYS. */
+  DS_PAYLOAD_KEY_DIR: z.string().min(1).optional(),
+  /** Which payload key seals new payloads; the others stay readable (roll a new key out before making it primary). */
+  DS_PAYLOAD_KEY_PRIMARY: z
+    .string()
+    .regex(/^[A-Za-z0-9._-]{1,64}$/, 'expected a key id')
+    .optional(),
+  /**
+   * Origins allowed to call the codec server (`/v1/codec/encode`, `/decode`) from a browser, comma-separated: the
+   * Temporal Web UI's. `npm start` adds its embedded UI's.
+   */
+  DS_CODEC_CORS_ORIGINS: z
+    .string()
+    .transform((v) => v.split(',').map((o) => o.trim()))
+    .check((ctx) => {
+      for (const origin of ctx.value) {
+        if (!isOrigin(origin)) {
+          const message = `${JSON.stringify(origin)} is not an origin (scheme://host[:port], e.g. http://localhost:8233)`;
+          ctx.issues.push({ code: 'custom', message, input: ctx.value });
+        }
+      }
+    })
     .optional(),
   /** Bound into every snapshot object: objects of one tenant never verify for another. */
   DS_TENANT: z
@@ -241,6 +286,14 @@ export interface Config {
     masterKeyDir?: string;
     tenant: string;
   };
+  /** Temporal payload encryption (the payload codec) and its keys. */
+  payloads: {
+    encryption: 'aes-256-gcm' | 'none';
+    keys?: string;
+    keyDir?: string;
+  };
+  /** Browser origins the codec server answers (CORS). */
+  codecCorsOrigins: string[];
   devServer: { port: number; uiPort: number; ip: string; temporalBin?: string };
   gateway: {
     port: number;
@@ -359,6 +412,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       masterKeyDir: e.DS_MASTER_KEY_DIR ? path.resolve(e.DS_MASTER_KEY_DIR) : undefined,
       tenant: e.DS_TENANT,
     },
+    payloads: {
+      encryption: e.DS_PAYLOAD_ENCRYPTION,
+      ...(e.DS_PAYLOAD_KEYS !== undefined ? { keys: e.DS_PAYLOAD_KEYS } : {}),
+      ...(e.DS_PAYLOAD_KEY_DIR !== undefined ? { keyDir: path.resolve(e.DS_PAYLOAD_KEY_DIR) } : {}),
+    },
+    codecCorsOrigins: e.DS_CODEC_CORS_ORIGINS ?? [],
     devServer: {
       port: e.DS_DEV_SERVER_PORT,
       uiPort: e.DS_DEV_UI_PORT,

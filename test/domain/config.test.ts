@@ -2,7 +2,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { ConfigError, loadConfig, SECRET_VARIABLES } from '../../src/config';
+import { ensureDevPayloadKey, payloadKeyringFromConfig } from '../../src/payloads';
 import {
+  Keyring,
   chunkCodecFor,
   chunkerFor,
   CODECS,
@@ -110,10 +112,12 @@ describe('what workspace commands inherit and who runs them', () => {
     );
   });
 
-  test("the secret variables are the master keys, the Temporal credentials and the gateway's TLS key", () => {
+  test("the secret variables are the master and payload keys, the Temporal credentials and the gateway's TLS key", () => {
     expect(SECRET_VARIABLES).toEqual([
       'DS_MASTER_KEYS',
       'DS_MASTER_KEY_DIR',
+      'DS_PAYLOAD_KEYS',
+      'DS_PAYLOAD_KEY_DIR',
       'TEMPORAL_API_KEY',
       'TEMPORAL_TLS_KEY_PATH',
       'DS_GATEWAY_TLS_KEY',
@@ -145,5 +149,58 @@ describe('worker settings from the environment', () => {
     expect(() => loadConfig({ DS_API_KEYS: '{"keys":[]}', DS_API_KEYS_FILE: 'k.json' })).toThrow(
       /DS_API_KEYS: set DS_API_KEYS or DS_API_KEYS_FILE, not both/,
     );
+  });
+});
+
+describe('payload encryption settings', () => {
+  test('on by default; none only when set; key sources resolved', () => {
+    expect(loadConfig({}).payloads).toEqual({ encryption: 'aes-256-gcm' });
+    expect(loadConfig({ DS_PAYLOAD_ENCRYPTION: 'none' }).payloads.encryption).toBe('none');
+    expect(loadConfig({ DS_PAYLOAD_KEY_DIR: 'pk' }).payloads.keyDir).toBe(path.resolve('pk'));
+    expect(() => loadConfig({ DS_PAYLOAD_ENCRYPTION: 'aes' })).toThrow(
+      /DS_PAYLOAD_ENCRYPTION: expected aes-256-gcm or none/,
+    );
+    expect(() => loadConfig({ DS_PAYLOAD_KEY_PRIMARY: '../x' })).toThrow(/DS_PAYLOAD_KEY_PRIMARY: expected a key id/);
+  });
+
+  test('DS_CODEC_CORS_ORIGINS takes origins only', () => {
+    expect(
+      loadConfig({ DS_CODEC_CORS_ORIGINS: 'http://127.0.0.1:8233, https://ui.example.com' }).codecCorsOrigins,
+    ).toEqual(['http://127.0.0.1:8233', 'https://ui.example.com']);
+    expect(loadConfig({}).codecCorsOrigins).toEqual([]);
+    for (const bad of ['http://ui.example.com/', 'ui.example.com', 'ftp://x', '*']) {
+      expect(() => loadConfig({ DS_CODEC_CORS_ORIGINS: bad })).toThrow(/DS_CODEC_CORS_ORIGINS: .* is not an origin/);
+    }
+  });
+
+  test('payload keys: a missing key with encryption on is refused; none without keys writes plaintext', async () => {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-payload-keys-'));
+    try {
+      await expect(payloadKeyringFromConfig(loadConfig({ DS_DATA_DIR: dataDir }))).rejects.toThrow(
+        /payload encryption is on but no payload key is configured/,
+      );
+      expect(await payloadKeyringFromConfig(loadConfig({ DS_DATA_DIR: dataDir, DS_PAYLOAD_ENCRYPTION: 'none' }))).toBe(
+        null,
+      );
+      const dir = await ensureDevPayloadKey(dataDir);
+      expect(fs.statSync(path.join(dir, 'dev-1.key')).mode & 0o777).toBe(0o600);
+      const keyring = await payloadKeyringFromConfig(loadConfig({ DS_DATA_DIR: dataDir }));
+      expect(keyring?.primaryKeyId).toBe('dev-1');
+      const env = {
+        DS_PAYLOAD_KEYS: `a:${Keyring.generateKey()},b:${Keyring.generateKey()}`,
+        DS_PAYLOAD_KEY_PRIMARY: 'a',
+      };
+      expect((await payloadKeyringFromConfig(loadConfig(env), env))?.toJSON()).toEqual({
+        primaryKeyId: 'a',
+        keyIds: ['a', 'b'],
+      });
+      // A payload key never goes by the master keys' variables, nor their messages.
+      const short = { DS_PAYLOAD_KEYS: 'a:AAAA' };
+      await expect(payloadKeyringFromConfig(loadConfig(short), short)).rejects.toThrow(
+        /payload key 'a' in DS_PAYLOAD_KEYS is 3 bytes/,
+      );
+    } finally {
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 });
