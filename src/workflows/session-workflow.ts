@@ -66,6 +66,7 @@ import { PolicyClock } from './policies';
 import { RunControls } from './run-control';
 import { TimelineFlush } from './timeline-flush';
 import { RUN_CONTROL_PATCH } from './patches';
+import { describeHandler, QUERY_DOCS, SIGNAL_DOCS, UPDATE_DOCS } from './handler-descriptions';
 
 /** Updates and signals a caller may send, for the "did you mean" of an unknown name. */
 const CONTROL_NAMES = [
@@ -125,12 +126,10 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
     throw failure(ERROR_CODES.InvalidInput, unknownName('query', name, QUERY_NAMES));
   });
   setHandler(statusQuery, () => session.status(queue.pending), {
-    description: 'Current phase, runtime, head checkpoint and failure.',
+    description: describeHandler(QUERY_DOCS.status),
   });
   setHandler(timelineQuery, () => session.recentTimeline(), {
-    description:
-      'The newest timeline entries (checkpoints, restores, rewinds, forks, verifications…) with their stable ' +
-      'indices, oldest first; the whole timeline is in the snapshot store (CLI: `timeline --from`).',
+    description: describeHandler(QUERY_DOCS.timeline),
   });
 
   controller.begin(input.carried === undefined, input.fork, input.forkOfEnded);
@@ -175,44 +174,33 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
 function setRunControlHandlers(session: Session, queue: ControlQueue, run: RunControls, policies: PolicyClock): void {
   setHandler(rewindUpdate, (i) => queue.accept('rewind', parseControl(RewindInput, i), (x) => run.rewind(x)), {
     validator: (i) => queue.validate('rewind', RewindInput, i),
-    description:
-      'Go back to a checkpoint in place: a running session is checkpointed first (trigger rewind-safety), later ' +
-      'checkpoints are kept and a new branch starts there. Input: {"to": 3} (a timeline index) or ' +
-      '{"to": "000003-1a2b3c4d"}, optional "reason", "idempotencyKey", "ifHead".',
+    description: describeHandler(UPDATE_DOCS.rewind),
   });
   setHandler(forkUpdate, (i) => queue.accept('fork', parseControl(ForkInput, i), (x) => run.fork(x)), {
     validator: (i) => queue.validate('fork', ForkInput, i),
-    description:
-      'Start new, independent sessions from a checkpoint (chunks shared, nothing copied); this session is unchanged. ' +
-      'Input: {"from": 3, "newSessionId": "build-42-try", "count": 1}, optional "overrides", "paused".',
+    description: describeHandler(UPDATE_DOCS.fork),
   });
   setHandler(branchUpdate, (i) => queue.accept('branch', parseControl(BranchInput, i), (x) => run.branch(x)), {
     validator: (i) => queue.validate('branch', BranchInput, i),
-    description:
-      'Fork the current state (a running session is checkpointed first). Input: {"count": 3} makes three; ' +
-      'optional "newSessionId", "overrides", "paused".',
+    description: describeHandler(UPDATE_DOCS.branch),
   });
   setHandler(
     configureUpdate,
     (i) => queue.accept('configure', parseControl(ConfigureInput, i), (x) => run.configure(x)),
     {
       validator: (i) => queue.validate('configure', ConfigureInput, i),
-      description:
-        'Replace the policies and/or retention of the live session. Input: {"policies": {"checkpointEveryMs": ' +
-        '600000, "idlePauseAfterMs": 7200000}}; {"policies": {}} turns them off.',
+      description: describeHandler(UPDATE_DOCS.configure),
     },
   );
   setHandler(appendUpdate, (i) => queue.accept('append', parse(AppendInput, i), (x) => run.append(x)), {
     validator: (i) => queue.validate('append', AppendInput, i),
-    description:
-      'Conversation runtime: append messages, with a checkpoint after them when "checkpoint" is true (trigger turn). ' +
-      'Input: {"messages": [{"role": "user", "content": "hi"}], "checkpoint": true}.',
+    description: describeHandler(UPDATE_DOCS.append),
   });
   setHandler(
     appendSignal,
     queue.fromSignal('requestAppend', 'append', AppendInput, (x) => run.append(x)),
     {
-      description: 'Fire-and-forget append.',
+      description: describeHandler(SIGNAL_DOCS.requestAppend),
     },
   );
   setHandler(
@@ -220,15 +208,13 @@ function setRunControlHandlers(session: Session, queue: ControlQueue, run: RunCo
     (i) => queue.accept('regenerate', parseControl(RegenerateInput, i), (x) => run.regenerate(x)),
     {
       validator: (i) => queue.validate('regenerate', RegenerateInput, i),
-      description:
-        'Conversation runtime: fork from just before the last assistant turn, to answer it again; the replaced ' +
-        'turn is marked regenerated. Input: {} or {"newSessionId": "chat-7-retry"}.',
+      description: describeHandler(UPDATE_DOCS.regenerate),
     },
   );
   setHandler(
     configureSignal,
     queue.fromSignal('requestConfigure', 'configure', ConfigureInput, (x) => run.configure(x)),
-    { description: 'Fire-and-forget configure.' },
+    { description: describeHandler(SIGNAL_DOCS.requestConfigure) },
   );
   const touch = () => {
     session.runControl.lastActivityAt = now();
@@ -237,7 +223,7 @@ function setRunControlHandlers(session: Session, queue: ControlQueue, run: RunCo
   };
   setHandler(touchUpdate, () => touch(), {
     validator: (i) => void parseControl(TouchInput, i),
-    description: 'The session is in use: its idle timer starts again. Input: {}.',
+    description: describeHandler(UPDATE_DOCS.touch),
   });
   setHandler(
     touchSignal,
@@ -249,7 +235,7 @@ function setRunControlHandlers(session: Session, queue: ControlQueue, run: RunCo
         session.rejectSignal('touch', err);
       }
     },
-    { description: 'Fire-and-forget touch.' },
+    { description: describeHandler(SIGNAL_DOCS.touch) },
   );
 }
 
@@ -262,64 +248,60 @@ function setControlHandlers(
 ): void {
   setHandler(startUpdate, () => controller.awaitStarted(), {
     validator: (spec) => session.checkSameSpec(spec),
-    description:
-      'Waits until the session is running and returns its status (or the failure that ended the start). ' +
-      'Input: the start spec, e.g. {"sessionId": "build-42", "runtime": {"kind": "memory"}}; another spec is refused.',
+    description: describeHandler(UPDATE_DOCS.start),
   });
   setHandler(
     checkpointUpdate,
     (i) => queue.accept('checkpoint', parseControl(CheckpointInput, i), (x) => controller.checkpoint(x)),
     {
       validator: (i) => queue.validate('checkpoint', CheckpointInput, i),
-      description: 'Capture the running session into a new checkpoint; returns its reference.',
+      description: describeHandler(UPDATE_DOCS.checkpoint),
     },
   );
   setHandler(pauseUpdate, (i) => queue.accept('pause', parseControl(PauseInput, i), (x) => controller.pause(x)), {
     validator: (i) => queue.validate('pause', PauseInput, i),
-    description: 'Checkpoint the session, then stop its runtime to free compute; returns the checkpoint.',
+    description: describeHandler(UPDATE_DOCS.pause),
   });
   setHandler(resumeUpdate, (i) => queue.accept('resume', parseControl(ResumeInput, i), (x) => controller.resume(x)), {
     validator: (i) => queue.validate('resume', ResumeInput, i),
-    description: 'Restore a paused session from its newest (or the given) checkpoint that verifies.',
+    description: describeHandler(UPDATE_DOCS.resume),
   });
   setHandler(stopUpdate, (i) => queue.accept('stop', parseControl(StopInput, i), (x) => controller.stop(x)), {
     validator: (i) => queue.validate('stop', StopInput, i),
-    description: 'Stop the session for good, with a final checkpoint of a running session by default.',
+    description: describeHandler(UPDATE_DOCS.stop),
   });
   setHandler(verifyUpdate, (i) => controller.verifyAll(i), {
     validator: (i) => {
       session.checkKnownCheckpoint(parseControl(VerifyInput, i).checkpointId);
     },
-    description: 'Read checkpoints back from the store (every chunk authenticated); returns what each one is.',
+    description: describeHandler(UPDATE_DOCS.verify),
   });
   setHandler(
     checkpointSignal,
     queue.fromSignal('requestCheckpoint', 'checkpoint', CheckpointInput, (x) => controller.checkpoint(x)),
-    { description: 'Fire-and-forget checkpoint.' },
+    { description: describeHandler(SIGNAL_DOCS.requestCheckpoint) },
   );
   setHandler(
     pauseSignal,
     queue.fromSignal('requestPause', 'pause', PauseInput, (x) => controller.pause(x)),
-    { description: 'Fire-and-forget pause.' },
+    { description: describeHandler(SIGNAL_DOCS.requestPause) },
   );
   setHandler(
     resumeSignal,
     queue.fromSignal('requestResume', 'resume', ResumeInput, (x) => controller.resume(x)),
-    { description: 'Fire-and-forget resume.' },
+    { description: describeHandler(SIGNAL_DOCS.requestResume) },
   );
   setHandler(
     stopSignal,
     queue.fromSignal('requestStop', 'stop', StopInput, (x) => controller.stop(x)),
-    { description: 'Fire-and-forget stop.' },
+    { description: describeHandler(SIGNAL_DOCS.requestStop) },
   );
   setHandler(drainUpdate, (i) => controller.drain(parse(DrainInput, i)), {
     validator: (i) => void parse(DrainInput, i),
-    description:
-      'Sent by a worker that shuts down: checkpoint (trigger drain), stop the runtime there, answer, then restore ' +
-      'on another worker. Input: {"hostTaskQueue": "durable-sessions@host-1"}; a session hosted elsewhere is left alone.',
+    description: describeHandler(UPDATE_DOCS.drain),
   });
   setHandler(runtimeReportSignal, (report) => recovery.onRuntimeReport(report), {
-    description: "Sent by the host's monitor workflow: the session's runtime instance ended, or its host is lost.",
+    description: describeHandler(SIGNAL_DOCS.runtimeReport),
   });
 }
 
