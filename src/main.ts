@@ -5,6 +5,7 @@ import { isError } from './errors';
 import { startDevServer, type DevServer } from './dev-server';
 import { ensureDevKey } from './gateway/keys';
 import { runGateway } from './gateway/run';
+import { ensureDevPayloadKey } from './payloads';
 import { ensureDevMasterKey } from './snapshots';
 import { DEFAULT_METRICS_PORT } from './metrics';
 import { runWorker } from './worker';
@@ -23,6 +24,11 @@ async function main(): Promise<void> {
     if (s.encryption !== 'none' && !s.masterKeys && !s.masterKeyDir) {
       const dir = await ensureDevMasterKey(config.dataDir);
       console.log(`Master keys      ${dir} (made on first start; configure your own in production)`);
+    }
+    const p = config.payloads;
+    if (p.encryption !== 'none' && !p.keys && !p.keyDir) {
+      const dir = await ensureDevPayloadKey(config.dataDir);
+      console.log(`Payload keys     ${dir} (made on first start; configure your own in production)`);
     }
     server = await startDevServer({
       temporalBin: config.devServer.temporalBin,

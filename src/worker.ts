@@ -15,6 +15,7 @@ import { DEFAULT_TENANT } from './domain/names';
 import { messageOf } from './errors';
 import { prometheusExporter, SessionMetrics, type MetricsEndpoint } from './metrics';
 import { ConversationRuntime, MemoryRuntime, WorkspaceRuntime } from './runtimes';
+import { dataConverterFromConfig, describePayloadEncryption, type SessionDataConverter } from './payloads';
 import { openSnapshotStore } from './snapshots';
 import { connectionOptions } from './temporal-connection';
 
@@ -51,6 +52,8 @@ export interface CreateWorkersOptions {
   maxCachedWorkflows?: number;
   /** A prebuilt workflow bundle (tests); otherwise the workflows are bundled from source at start. */
   workflowBundle?: WorkerOptions['workflowBundle'];
+  /** The payload codec and failure converter (`dataConverterFromConfig`); the client's must match. Default: none. */
+  dataConverter?: SessionDataConverter;
 }
 
 /**
@@ -68,11 +71,13 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     : { workflowsPath: require.resolve('./workflows') };
   // Heartbeats carry snapshot I/O progress: let the server see it every few seconds, not every 80% of the timeout.
   const heartbeats = { maxHeartbeatThrottleInterval: '2s', defaultHeartbeatThrottleInterval: '2s' } as const;
+  const dataConverter = options.dataConverter ? { dataConverter: options.dataConverter } : {};
   const shared = await Worker.create({
     connection: options.connection,
     namespace: options.namespace,
     taskQueue: options.taskQueue,
     activities,
+    ...dataConverter,
     ...(options.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: options.maxCachedWorkflows } : {}),
     ...heartbeats,
     ...workflowSource,
@@ -82,6 +87,7 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     namespace: options.namespace,
     taskQueue: options.hostTaskQueue,
     activities,
+    ...dataConverter,
     ...heartbeats,
   });
   // The host's lease and the question whether it is alive, and one slot per watcher of a session from before the host
@@ -92,6 +98,7 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     taskQueue: watchTaskQueue(options.hostTaskQueue),
     activities,
     maxConcurrentActivityTaskExecutions: 2 * (options.deps.maxSessions ?? DEFAULT_MAX_SESSIONS) + 10,
+    ...dataConverter,
     ...heartbeats,
   });
   const workers = [shared, hostWorker, watchWorker];
@@ -237,6 +244,9 @@ export async function runWorker(
       : 'chunks are compressed with Brotli (DS_SNAPSHOT_CODEC=brotli, or the optional zstd-napi binding is not installed)',
   );
 
+  const dataConverter = await dataConverterFromConfig(config);
+  console.log(describePayloadEncryption(dataConverter.payloadCodecs[0].describe()));
+
   const connectOptions = await connectionOptions(config, address);
   const connection = await NativeConnection.connect(connectOptions);
   // Drains are sent as a client would: one update per session this host runs.
@@ -254,7 +264,8 @@ export async function runWorker(
   process.on('exit', () => workspace.killAll());
   const workers = await createWorkers({
     connection,
-    client: new Client({ connection: clientConnection, namespace: config.temporal.namespace }),
+    client: new Client({ connection: clientConnection, namespace: config.temporal.namespace, dataConverter }),
+    dataConverter,
     namespace: config.temporal.namespace,
     taskQueue: config.taskQueue,
     hostTaskQueue: config.hostTaskQueue,

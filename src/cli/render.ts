@@ -1,5 +1,6 @@
 import type { SessionStatus, TimelineEntry } from '../api/messages';
 import type { IoProgress, SessionSummary } from '../client';
+import type { HistoryEncryption } from '../payloads';
 import { table } from './text';
 
 /**
@@ -16,7 +17,7 @@ function fields(rows: readonly (readonly [string, string])[]): string[] {
   return rows.map(([k, v]) => `${k.padEnd(18)}${v}`);
 }
 
-export function statusLines(s: SessionStatus, io: IoProgress[]): string[] {
+export function statusLines(s: SessionStatus, io: IoProgress[], payloads?: HistoryEncryption): string[] {
   const rows: [string, string][] = [
     ['session', s.sessionId],
     ['phase', s.phase],
@@ -30,6 +31,14 @@ export function statusLines(s: SessionStatus, io: IoProgress[]): string[] {
     ['failure', s.failure ? `${s.failure.type}: ${s.failure.message}` : '-'],
     ['rejected signal', s.lastRejectedSignal ? `${s.lastRejectedSignal.signal}: ${s.lastRejectedSignal.reason}` : '-'],
     ['encryption', s.head?.encryption ?? '-'],
+    [
+      'payloads',
+      !payloads
+        ? '-'
+        : payloads.mode === 'none'
+          ? 'PLAINTEXT in Temporal'
+          : `encrypted in Temporal (AES-256-GCM, key ${payloads.keyId})`,
+    ],
     [
       'last verification',
       s.lastVerification ? `${s.lastVerification.checkpointId}: ${s.lastVerification.status}` : '-',

@@ -3,6 +3,7 @@ import { SessionClient } from '../client';
 import type { Config } from '../config';
 import { connectionOptions } from '../temporal-connection';
 import { TemporalUnavailableError, UsageError } from './errors';
+import { dataConverterFromConfig, historyEncryption } from '../payloads';
 import { openSnapshotStore, type TimelineLog } from '../snapshots';
 import { isError } from '../errors';
 import type { Invocation } from './parse';
@@ -40,6 +41,7 @@ export function temporalAddress(config: Config): string {
 export async function runSessionCommand(invocation: SessionInvocation, config: Config): Promise<Output> {
   const address = temporalAddress(config);
   const options = await connectionOptions(config, address);
+  const dataConverter = await dataConverterFromConfig(config);
   const connection = await Connection.connect(options).catch((cause: unknown) => {
     throw new TemporalUnavailableError(address, { cause });
   });
@@ -47,7 +49,7 @@ export async function runSessionCommand(invocation: SessionInvocation, config: C
     // The timeline outlives the session in the store: read it there when this machine can open the store.
     const timeline = invocation.command === 'timeline' ? await openTimeline(config) : undefined;
     const sessions = new SessionClient({
-      client: new Client({ connection, namespace: config.temporal.namespace }),
+      client: new Client({ connection, namespace: config.temporal.namespace, dataConverter }),
       taskQueue: config.taskQueue,
       ...(timeline ? { timeline } : {}),
       ...(invocation.values.tenant !== undefined ? { tenant: invocation.values.tenant } : {}),
@@ -123,7 +125,12 @@ async function dispatch(invocation: SessionInvocation, sessions: SessionClient):
     case 'status': {
       const h = sessions.get(invocation.sessionId);
       const [s, io] = await Promise.all([h.status(), h.progress().catch(() => [])]);
-      return { json: { ...s, progress: io }, text: statusLines(s, io) };
+      // After the status: a session that does not exist is reported as SessionNotFound by it.
+      const { workflowService, options } = h.workflow.client;
+      const payloads = await historyEncryption(workflowService, options.namespace, {
+        workflowId: h.workflow.workflowId,
+      });
+      return { json: { ...s, progress: io, payloads }, text: statusLines(s, io, payloads) };
     }
     case 'verify': {
       const h = sessions.get(invocation.sessionId);

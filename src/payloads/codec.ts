@@ -1,4 +1,5 @@
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import type { WorkflowService } from '@temporalio/client';
 import type { Payload, PayloadCodec } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
 import type { Keyring } from '../snapshots';
@@ -63,7 +64,6 @@ export class PayloadEncryptionCodec implements PayloadCodec {
     );
   }
 
-   
   async decode(payloads: Payload[]): Promise<Payload[]> {
     return payloads.map((payload) => this.decodeOne(payload));
   }
@@ -111,4 +111,23 @@ export function isEncrypted(payload: Payload): boolean {
 /** The key id is bound in: a payload relabelled with another id fails to authenticate instead of decrypting. */
 function aad(keyId: string): Buffer {
   return Buffer.from(`durable-sessions payload v1 ${keyId}`, 'utf8');
+}
+
+/** How a session's history holds its payloads, read from the history itself (its first event's input). */
+export type HistoryEncryption = { mode: 'aes-256-gcm'; keyId: string } | { mode: 'none' };
+
+/**
+ * Whether Temporal keeps this workflow run's payloads encrypted, and under which key: what `status` reports. One
+ * history event is read, raw (no codec): what an operator without the keys would see.
+ */
+export async function historyEncryption(
+  service: WorkflowService,
+  namespace: string,
+  execution: { workflowId: string; runId?: string },
+): Promise<HistoryEncryption> {
+  const { history } = await service.getWorkflowExecutionHistory({ namespace, execution, maximumPageSize: 1 });
+  const input = history?.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
+  if (!input || !isEncrypted(input)) return { mode: 'none' };
+  const keyId = input.metadata?.[KEY_ID_METADATA];
+  return { mode: 'aes-256-gcm', keyId: keyId ? decoder.decode(keyId) : '?' };
 }

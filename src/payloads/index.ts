@@ -6,6 +6,8 @@
 export {
   describePayloadEncryption,
   ENCRYPTED_ENCODING,
+  historyEncryption,
+  type HistoryEncryption,
   isEncrypted,
   KEY_ID_METADATA,
   PayloadEncryptionCodec,

@@ -5,13 +5,21 @@ import path from 'node:path';
 import { sessionRuntimeKey, sessionStateKey } from '../../src/api/search-attributes';
 import { COMMAND_NAMES } from '../../src/cli/commands';
 import { freePort } from '../../src/dev-server';
+import { PayloadEncryptionCodec } from '../../src/payloads';
+import { Keyring } from '../../src/snapshots';
 import { eventually, startTestSystem, type TestSystem } from '../helpers/temporal';
 
 const BIN = path.join(__dirname, '..', '..', 'bin', 'durable-sessions.js');
 
+// The CLI reads and steers encrypted sessions with the payload keys of the workers.
+const payloadKey = crypto.randomBytes(32);
+const PAYLOAD_KEYS = `cli-1:${payloadKey.toString('base64')}`;
+
 let sys: TestSystem;
 beforeAll(async () => {
-  sys = await startTestSystem();
+  sys = await startTestSystem({
+    payloadCodec: new PayloadEncryptionCodec(new Keyring([{ id: 'cli-1', key: payloadKey }])),
+  });
 });
 afterAll(async () => {
   await sys?.close();
@@ -41,6 +49,7 @@ function cliWith(env: Record<string, string>, ...args: string[]): Promise<CliRun
           DS_TASK_QUEUE: sys.taskQueue,
           DS_SNAPSHOT_DIR: path.join(sys.dir, 'snapshots'),
           DS_MASTER_KEYS: sys.masterKeys,
+          DS_PAYLOAD_KEYS: PAYLOAD_KEYS,
           ...env,
         },
       },
@@ -97,6 +106,8 @@ test('start, checkpoint, pause, resume, status, timeline, list and stop from the
   expect(human.stdout).toMatch(/^session\s+cli-/m);
   expect(human.stdout).toMatch(/^phase\s+running$/m);
   expect(human.stdout).toMatch(/^checkpoints\s+2$/m);
+  // Read from the history itself: what Temporal keeps of this session is sealed under the workers' payload key.
+  expect(human.stdout).toMatch(/^payloads\s+encrypted in Temporal \(AES-256-GCM, key cli-1\)$/m);
 
   const timeline = await cli('timeline', id);
   const lines = timeline.stdout.trim().split('\n');

@@ -4,6 +4,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { SessionClient } from '../../src/client';
+import { loadConfig } from '../../src/config';
+import { dataConverterFromConfig } from '../../src/payloads';
 import { freePort } from '../../src/dev-server';
 import { eventually, runningStatus } from '../helpers/temporal';
 
@@ -65,8 +67,10 @@ function alive(pid: number): boolean {
 
 async function withSessions<T>(fn: (sessions: SessionClient) => Promise<T>): Promise<T> {
   const connection = await Connection.connect({ address: `127.0.0.1:${port}` });
+  // The payload key npm start made on its first start: without it, no session of the embedded default can be read.
+  const dataConverter = await dataConverterFromConfig(loadConfig({ DS_DATA_DIR: dataDir }));
   try {
-    return await fn(new SessionClient({ client: new Client({ connection }) }));
+    return await fn(new SessionClient({ client: new Client({ connection, dataConverter }) }));
   } finally {
     await connection.close();
   }
@@ -92,6 +96,20 @@ test('SIGINT to npm, then SIGTERM to its group: the session comes back with its 
     await eventually(() => counter(runtime.location) > 5);
     return runtime;
   });
+  // Payload encryption is on by default: what Temporal keeps of the session is ciphertext under the dev payload key.
+  expect(output).toContain('payloads are encrypted (AES-256-GCM) under payload key dev-1');
+  const raw = await Connection.connect({ address: `127.0.0.1:${port}` });
+  try {
+    const { history } = await raw.workflowService.getWorkflowExecutionHistory({
+      namespace: 'default',
+      execution: { workflowId: 'session-counter' },
+    });
+    const input = history!.events![0]!.workflowExecutionStartedEventAttributes!.input!.payloads![0]!;
+    expect(Buffer.from(input.metadata!.encoding!).toString()).toBe('binary/encrypted');
+    expect(Buffer.from(input.data!).includes('n.tmp')).toBe(false);
+  } finally {
+    await raw.close();
+  }
   // The gateway beside it, with the dev key it printed and keeps under the data directory.
   const key = fs.readFileSync(path.join(dataDir, 'gateway-dev-key'), 'utf8').trim();
   expect(output).toContain(`Gateway dev key  ${key}`);

@@ -9,6 +9,7 @@ import type { RuntimeInstanceRef, SessionStatus } from '../../src/api';
 import { SessionClient, type SessionHandle } from '../../src/client';
 import { ConversationRuntime, MemoryRuntime, WorkspaceRuntime } from '../../src/runtimes';
 import { randomBytes } from 'node:crypto';
+import { sessionDataConverter, type PayloadEncryptionCodec } from '../../src/payloads';
 import { ChunkedSnapshotStore, Keyring, type SnapshotStore } from '../../src/snapshots';
 import { createWorkers, type DrainReport, type SessionWorkers } from '../../src/worker';
 
@@ -44,6 +45,8 @@ export interface HostOptions {
   leaseRoundMs?: number;
   /** How long the host's monitor waits between quiet lease rounds (ActivityDeps.leaseRestMs). */
   leaseRestMs?: number;
+  /** This host's payload codec (a worker rolled out with other payload keys); the system's when omitted. */
+  payloadCodec?: PayloadEncryptionCodec;
 }
 
 export interface TestHost {
@@ -69,6 +72,8 @@ export interface TestSystemOptions {
   firstHost?: HostOptions;
   /** Where the system's store and workspaces go (a temporary directory of os.tmpdir() when omitted). */
   baseDir?: string;
+  /** The payload codec of the workers and the system's client (`npm start` encrypts); none when omitted. */
+  payloadCodec?: PayloadEncryptionCodec;
 }
 
 export async function startTestSystem(options: TestSystemOptions = {}): Promise<TestSystem> {
@@ -84,8 +89,9 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
     rootDir: path.join(dir, 'snapshots'),
     keyring: new Keyring([{ id: 'test-1', key: masterKey }]),
   });
+  const dataConverter = options.payloadCodec ? sessionDataConverter(options.payloadCodec) : undefined;
   const connection = options.client ? undefined : await Connection.connect({ address });
-  const client = options.client ?? new Client({ connection });
+  const client = options.client ?? new Client({ connection, ...(dataConverter ? { dataConverter } : {}) });
   const hosts: {
     workers: SessionWorkers;
     running: Promise<void>;
@@ -118,6 +124,8 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
     };
     // One connection per host, as separate machines have: the SDK allows one worker per queue per connection.
     const nativeConnection = await NativeConnection.connect({ address });
+    const hostCodec = hostOptions.payloadCodec;
+    const hostConverter = hostCodec ? sessionDataConverter(hostCodec) : dataConverter;
     const workers = await createWorkers({
       connection: nativeConnection,
       client,
@@ -126,6 +134,7 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
       hostTaskQueue,
       deps,
       workflowBundle: { codePath: bundlePath! },
+      ...(hostConverter ? { dataConverter: hostConverter } : {}),
     });
     const running = workers.run();
     const entry = { workers, running, workspace, connection: nativeConnection };

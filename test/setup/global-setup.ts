@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { bundleWorkflowCode } from '@temporalio/worker';
 import { freePort, startDevServer, type DevServer } from '../../src/dev-server';
+import { FAILURE_CONVERTER_PATH } from '../../src/payloads';
 
 declare global {
   var __DEV_SERVER__: DevServer | undefined;
@@ -19,6 +20,8 @@ export default async function globalSetup(): Promise<void> {
   const server = await startDevServer({ port, uiPort: null, logFile: path.join(tmp, 'temporal.log') });
   const bundle = await bundleWorkflowCode({
     workflowsPath: require.resolve('../../src/workflows'),
+    // As a worker with payload encryption bundles it; failures are read the same either way.
+    failureConverterPath: FAILURE_CONVERTER_PATH,
     logger: { trace() {}, debug() {}, info() {}, warn: console.warn, error: console.error, log() {} },
   });
   const bundlePath = path.join(tmp, 'workflow-bundle.js');
