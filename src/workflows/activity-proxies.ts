@@ -6,6 +6,24 @@ import type { LivenessOptions } from '../domain/schemas';
 import { neverStarted } from './failures';
 import { LEAN_PATCH, WATCH_QUEUE_PATCH } from './patches';
 
+/** An activity proxy (remote or local): the SDK takes a call's own options through `executeWithOptions`. */
+interface WithOptions<A extends unknown[], R> {
+  executeWithOptions(options: { summary?: string }, args: A): Promise<R>;
+}
+
+/**
+ * Calls `activity` with the one-line summary the Web UI shows on its events (`capture 000003 (pause)`). A summary is
+ * user metadata beside the command, not part of it: histories recorded without summaries replay unchanged.
+ * (`executeWithOptions` is experimental in SDK 1.24; this is its one caller.)
+ */
+export function summarized<A extends unknown[], R>(
+  summary: string,
+  activity: WithOptions<A, R>,
+  ...args: A
+): Promise<R> {
+  return activity.executeWithOptions({ summary }, args);
+}
+
 /** Transient I/O (store unavailable, disk hiccup) is retried with backoff; typed permanent errors are not. */
 const IO_RETRY: ActivityOptions['retry'] = {
   initialInterval: '1s',
@@ -102,10 +120,12 @@ const PLACEMENT_ATTEMPTS = 3;
  */
 export async function onPlacedHost<T>(
   liveness: LivenessOptions | undefined,
+  purpose: string,
   work: (host: HostActivities) => Promise<T>,
 ): Promise<T> {
   for (let attempt = 1; ; attempt++) {
-    const { hostTaskQueue } = await placement.placeSession();
+    const again = attempt > 1 ? `, attempt ${attempt}: the last host never picked it up` : '';
+    const { hostTaskQueue } = await summarized(`choose a host to ${purpose}${again}`, placement.placeSession);
     try {
       return await work(onHost(hostTaskQueue, liveness));
     } catch (err) {
@@ -115,11 +135,12 @@ export async function onPlacedHost<T>(
   }
 }
 
-export async function stopAndDispose(host: HostActivities, runtime: RuntimeInstanceRef): Promise<void> {
+/** Stops the runtime and frees what it held; `why` (pause, stop, …) is in the summaries the Web UI shows. */
+export async function stopAndDispose(host: HostActivities, runtime: RuntimeInstanceRef, why: string): Promise<void> {
   if (patched(LEAN_PATCH)) {
-    await host.stopRuntime({ instance: runtime, dispose: true });
+    await summarized(`stop runtime (${why})`, host.stopRuntime, { instance: runtime, dispose: true });
     return;
   }
-  await host.stopRuntime({ instance: runtime });
-  await host.disposeRuntime({ instance: runtime });
+  await summarized(`stop runtime (${why})`, host.stopRuntime, { instance: runtime });
+  await summarized(`dispose runtime (${why})`, host.disposeRuntime, { instance: runtime });
 }

@@ -2,7 +2,7 @@ import { condition, log, patched } from '@temporalio/workflow';
 import type { PauseInput, StopInput } from '../domain/schemas';
 import { isFinal } from '../domain/session-state';
 import type { ControlQueue } from './control-queue';
-import { askHost } from './activity-proxies';
+import { askHost, summarized } from './activity-proxies';
 import { failureMessage } from './failures';
 import { POLICY_CLOCK_PATCH } from './patches';
 import { now, type Session } from './session';
@@ -118,7 +118,7 @@ export class PolicyClock {
       await queue.accept('stop', input, (x) => controller.stop(x)).catch(ignore);
       return;
     }
-    const seen = await this.runtimeActivity();
+    const seen = await this.runtimeActivity(due.action === 'idle-check' ? 'idle pause' : 'automatic checkpoint');
     if (due.action === 'idle-check') {
       if (seen !== null && seen > ms(rc.lastActivityAt)) {
         rc.lastActivityAt = new Date(seen).toISOString();
@@ -156,17 +156,18 @@ export class PolicyClock {
    * When the runtime last showed activity, by the workflow's clock (the host tells how long ago); null when it cannot
    * tell or cannot be asked.
    */
-  private async runtimeActivity(): Promise<number | null> {
+  private async runtimeActivity(purpose: string): Promise<number | null> {
     const { state } = this.session;
     const runtime = state.runtime;
     if (!runtime) return null;
     try {
       const host = askHost(runtime.hostTaskQueue, state.spec.liveness);
+      const summary = `ask how long the runtime is idle (${purpose})`;
       if (patched(POLICY_CLOCK_PATCH)) {
-        const idleMs = await host.idleFor({ instance: runtime });
+        const idleMs = await summarized(summary, host.idleFor, { instance: runtime });
         return idleMs === null ? null : Date.now() - idleMs;
       }
-      const at = await host.lastActivity({ instance: runtime });
+      const at = await summarized(summary, host.lastActivity, { instance: runtime });
       return at ? Date.parse(at) : null;
     } catch (err) {
       log.warn('runtime activity unknown', { error: failureMessage(err) });

@@ -10,7 +10,7 @@ import type { WatchResult } from '../activities';
 import { attachRuntimeSignal, hostWorkflowId, type RuntimeInstanceRef } from '../api/messages';
 import { ERROR_CODES } from '../domain/error-codes';
 import { RuntimeReport } from '../domain/records';
-import { askHost, onHost, stopAndDispose, watcherOn } from './activity-proxies';
+import { askHost, onHost, stopAndDispose, summarized, watcherOn } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
 import { failureMessage, typeOf } from './failures';
 import { issueSummary } from './inputs';
@@ -42,7 +42,9 @@ export class Recovery {
     this.watchScope = scope;
     const watcher = watcherOn(runtime.hostTaskQueue, state.spec.liveness);
     const round = (): Promise<WatchResult> =>
-      scope.run(() => watcher.watchRuntime({ instance: runtime })).then((r) => (r.exited ? r : round()));
+      scope
+        .run(() => summarized(`watch runtime ${runtime.instanceId}`, watcher.watchRuntime, { instance: runtime }))
+        .then((r) => (r.exited ? r : round()));
     round().then(
       (result) => {
         if (!result.exited) return;
@@ -118,8 +120,9 @@ export class Recovery {
     const { state } = this.session;
     if (!patched(ASK_HOST_PATCH) || state.runtime?.instanceId !== runtime.instanceId) return false;
     try {
-      return (await askHost(runtime.hostTaskQueue, state.spec.liveness).describeInstance({ instance: runtime }))
-        .running;
+      const host = askHost(runtime.hostTaskQueue, state.spec.liveness);
+      const summary = `ask ${runtime.hostTaskQueue} whether the runtime still runs`;
+      return (await summarized(summary, host.describeInstance, { instance: runtime })).running;
     } catch {
       return false;
     }
@@ -151,7 +154,7 @@ export class Recovery {
     // that is really gone fails this fast (hostTimeoutMs).
     try {
       const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
-      await stopAndDispose(host, runtime);
+      await stopAndDispose(host, runtime, 'recovery: a slow host may still run it');
     } catch {
       // Gone with its host. If the host is only cut off from Temporal, its worker stops the instance when it
       // shuts down; until then a stale copy may run beside the recovered one (see docs/design.md).

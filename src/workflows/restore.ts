@@ -3,7 +3,8 @@ import type { ResumeResult, RuntimeInstanceRef } from '../api/messages';
 import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS } from '../domain/error-codes';
 import type { CheckpointRef } from '../domain/schemas';
 import { isFinal } from '../domain/session-state';
-import { onPlacedHost } from './activity-proxies';
+import { checkpointName, restoreSummary } from '../domain/operator-view';
+import { onPlacedHost, summarized } from './activity-proxies';
 import { failureMessage, typeOf } from './failures';
 
 import { CONTRACTS_PATCH } from './patches';
@@ -31,24 +32,25 @@ export async function restoreWithFallback(
   const skipped: { checkpointId: string; reason: string }[] = [];
   for (const candidate of candidates) {
     try {
-      const runtime = await onPlacedHost(state.spec.liveness, (host) =>
-        host.restoreCheckpoint({
-          sessionId: session.id,
-          ...session.tenancy,
-          checkpointId: candidate.checkpointId,
-          expected: recorded(candidate),
-          instanceId: session.newInstanceId(),
-          spec: state.spec.runtime,
-        }),
+      const fallbackFrom = skipped.map((s) => s.checkpointId);
+      const summary = restoreSummary(candidate, cause, fallbackFrom);
+      const runtime = await onPlacedHost(
+        state.spec.liveness,
+        `restore ${checkpointName(candidate.checkpointId)}`,
+        (host) =>
+          summarized(summary, host.restoreCheckpoint, {
+            sessionId: session.id,
+            ...session.tenancy,
+            checkpointId: candidate.checkpointId,
+            expected: recorded(candidate),
+            instanceId: session.newInstanceId(),
+            spec: state.spec.runtime,
+          }),
       );
       state.runtime = runtime;
       state.head = candidate;
       session.restoredTo(candidate);
-      state.lastRestore = {
-        checkpointId: candidate.checkpointId,
-        at: now(),
-        fallbackFrom: skipped.map((s) => s.checkpointId),
-      };
+      state.lastRestore = { checkpointId: candidate.checkpointId, at: now(), fallbackFrom };
       session.record({
         kind: 'restored',
         at: now(),

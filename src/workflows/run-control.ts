@@ -26,7 +26,8 @@ import {
 } from '../domain/schemas';
 import { safeCut } from '../domain/conversation';
 import { forkSessionIds } from '../domain/names';
-import { local, onHost, onPlacedHost, shared } from './activity-proxies';
+import { checkpointName, restoreSummary } from '../domain/operator-view';
+import { local, onHost, onPlacedHost, shared, summarized } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
 import { asFailure, failure, failureMessage, typeOf } from './failures';
 import { parse } from './inputs';
@@ -70,7 +71,7 @@ export class RunControls {
       session.controlFailed('rewind', err);
       throw asFailure(err, 'rewind failed: the safety checkpoint could not be written, the session keeps running');
     }
-    await this.controller.stopRuntime();
+    await this.controller.stopRuntime('rewind');
     try {
       const runtime = await this.restoreExactly(target);
       const branch = this.startBranch(target, safety, input.reason);
@@ -134,7 +135,8 @@ export class RunControls {
     }));
     let refs: CheckpointRef[];
     try {
-      refs = await shared.forkSessions({
+      const into = ids.length === 1 ? ids[0]! : `${ids.length} sessions`;
+      refs = await summarized(`fork ${checkpointName(from.checkpointId)} into ${into}`, shared.forkSessions, {
         ...session.tenancy,
         source: { sessionId: session.id, checkpointId: from.checkpointId },
         targets,
@@ -230,7 +232,7 @@ export class RunControls {
         `timeline entry ${what} of session ${session.id} is a ${recent.kind}, not a checkpoint`,
       );
     }
-    const found = await local.findCheckpoint({
+    const found = await summarized(`find ${what} in the store's timeline`, local.findCheckpoint, {
       sessionId: session.id,
       ...session.tenancy,
       ...(typeof selector === 'number' ? { index: selector } : { checkpointId: selector }),
@@ -265,7 +267,11 @@ export class RunControls {
       .reverse()
       .find((c) => session.state.checkpoints.some((k) => k.checkpointId === c.checkpointId));
     if (inState) return inState;
-    const found = await local.findCheckpoint({ sessionId: session.id, ...session.tenancy, messageIndex });
+    const found = await summarized(
+      `find the checkpoint after ${messageIndex} messages in the store's timeline`,
+      local.findCheckpoint,
+      { sessionId: session.id, ...session.tenancy, messageIndex },
+    );
     if (found) return found;
     throw failure(
       ERROR_CODES.SnapshotNotFound,
@@ -281,7 +287,8 @@ export class RunControls {
     const runtime = session.requireRuntime();
     let result;
     try {
-      result = await onHost(runtime.hostTaskQueue, state.spec.liveness).appendMessages({
+      const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
+      result = await summarized(`append ${input.messages.length} message(s)`, host.appendMessages, {
         instance: runtime,
         messages: input.messages,
         ...(rc.messageCount !== undefined ? { at: rc.messageCount } : {}),
@@ -351,8 +358,9 @@ export class RunControls {
   private async restoreExactly(target: CheckpointRef): Promise<RuntimeInstanceRef> {
     const { session } = this;
     const { state } = session;
-    const runtime = await onPlacedHost(state.spec.liveness, (host) =>
-      host.restoreCheckpoint({
+    const summary = restoreSummary(target, 'rewind');
+    const runtime = await onPlacedHost(state.spec.liveness, `restore ${checkpointName(target.checkpointId)}`, (host) =>
+      summarized(summary, host.restoreCheckpoint, {
         sessionId: session.id,
         ...session.tenancy,
         checkpointId: target.checkpointId,

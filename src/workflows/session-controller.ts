@@ -14,7 +14,8 @@ import {
   type StopInput,
   type VerificationResult,
 } from '../domain/schemas';
-import { local, onHost, onPlacedHost, shared, stopAndDispose, verifier } from './activity-proxies';
+import { byteSize, checkpointName, oneLine, timelineEntries } from '../domain/operator-view';
+import { local, onHost, onPlacedHost, shared, stopAndDispose, summarized, verifier } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
 import { asFailure, failure, failureMessage, typeOf } from './failures';
 import { parseControl } from './inputs';
@@ -134,7 +135,7 @@ export class SessionController {
       session.controlFailed('pause', err);
       throw asFailure(err, 'pause failed: the checkpoint could not be written, the session keeps running');
     }
-    await this.stopRuntime();
+    await this.stopRuntime('pause');
     session.runControl.pausedAt = now();
     session.apply({ type: 'pauseSucceeded' });
     return ref;
@@ -176,7 +177,7 @@ export class SessionController {
           throw asFailure(err, 'stop failed: the final checkpoint could not be written, the session keeps running');
         }
       }
-      await this.stopRuntime();
+      await this.stopRuntime('stop');
     }
     session.apply({ type: 'stopSucceeded' });
     return { phase: 'completed', finalCheckpoint };
@@ -203,11 +204,11 @@ export class SessionController {
     const { state } = this.session;
     try {
       const owner = this.claimOwner ?? workflowInfo().firstExecutionRunId;
-      await (patched(LEAN_PATCH) ? local : shared).claimSession({
-        sessionId: this.session.id,
-        ...this.session.tenancy,
-        owner,
-      });
+      const input = { sessionId: this.session.id, ...this.session.tenancy, owner };
+      const summary = `claim session id ${this.session.id}`;
+      await (patched(LEAN_PATCH)
+        ? summarized(summary, local.claimSession, input)
+        : summarized(summary, shared.claimSession, input));
       return true;
     } catch (err) {
       const type = typeOf(err) ?? ERROR_CODES.RuntimeFailed;
@@ -226,7 +227,8 @@ export class SessionController {
     const { session } = this;
     const { state } = session;
     try {
-      const [checkpoint] = await shared.forkSessions({
+      const summary = `fork ${fork.from.sessionId} at ${checkpointName(fork.from.checkpointId)} into this session`;
+      const [checkpoint] = await summarized(summary, shared.forkSessions, {
         ...session.tenancy,
         source: { sessionId: fork.from.sessionId, checkpointId: fork.from.checkpointId },
         targets: [
@@ -256,8 +258,9 @@ export class SessionController {
     const { session } = this;
     const { state } = session;
     try {
-      const runtime = await onPlacedHost(state.spec.liveness, (host) =>
-        host.startRuntime({
+      const kind = state.spec.runtime.kind;
+      const runtime = await onPlacedHost(state.spec.liveness, `start the ${kind} runtime`, (host) =>
+        summarized(`start ${kind} runtime`, host.startRuntime, {
           sessionId: session.id,
           ...session.tenancy,
           instanceId: session.newInstanceId(),
@@ -300,7 +303,7 @@ export class SessionController {
       answer({ drained: false, checkpoint: null, detail: `no checkpoint could be taken: ${failureMessage(err)}` });
       return;
     }
-    await this.stopRuntime();
+    await this.stopRuntime('drain');
     session.apply({ type: 'runtimeLost' });
     answer({ drained: true, checkpoint });
     const outcome = await restoreWithFallback(session, checkpoint, 'drain', (r) => this.recovery.watch(r));
@@ -320,11 +323,17 @@ export class SessionController {
     const runtime = session.requireRuntime();
     const sequence = state.nextSequence;
     const carried = rc.unflushed.slice(0, FLUSH_WITH_CAPTURE);
-    const captured = await onHost(runtime.hostTaskQueue, state.spec.liveness).captureCheckpoint({
+    const checkpointId = `${String(sequence).padStart(6, '0')}-${uuid4().slice(0, 8)}`;
+    const summary =
+      `capture ${checkpointName(checkpointId)} (${trigger})` +
+      (label ? ` ${JSON.stringify(oneLine(label, 60))}` : '') +
+      (carried.length ? ` with ${timelineEntries(carried.length)}` : '');
+    const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
+    const captured = await summarized(summary, host.captureCheckpoint, {
       sessionId: session.id,
       ...session.tenancy,
       instance: runtime,
-      checkpointId: `${String(sequence).padStart(6, '0')}-${uuid4().slice(0, 8)}`,
+      checkpointId,
       sequence,
       parentId: state.head?.checkpointId ?? null,
       trigger,
@@ -366,7 +375,9 @@ export class SessionController {
 
   private async verify(ref: CheckpointRef, cause: 'background' | 'request'): Promise<VerificationResult> {
     const { session } = this;
-    const result = await verifier.verifyCheckpoint({
+    const background = cause === 'background' ? ', background' : '';
+    const summary = `verify ${checkpointName(ref.checkpointId)} (${byteSize(ref.size)}${background})`;
+    const result = await summarized(summary, verifier.verifyCheckpoint, {
       sessionId: session.id,
       ...session.tenancy,
       checkpointId: ref.checkpointId,
@@ -395,7 +406,11 @@ export class SessionController {
     ).filter((c) => !tips.has(c.checkpointId));
     for (const c of doomed) {
       try {
-        await shared.deleteCheckpoint({ sessionId: session.id, ...session.tenancy, checkpointId: c.checkpointId });
+        await summarized(`delete ${checkpointName(c.checkpointId)} (retention)`, shared.deleteCheckpoint, {
+          sessionId: session.id,
+          ...session.tenancy,
+          checkpointId: c.checkpointId,
+        });
       } catch (err) {
         log.warn('checkpoint not deleted; retention will try again', {
           checkpointId: c.checkpointId,
@@ -413,14 +428,14 @@ export class SessionController {
    * Called only once the state is durable in a checkpoint, so a host that cannot be reached to stop the
    * runtime loses nothing: the instance is recorded as lost and the session moves on.
    */
-  async stopRuntime(): Promise<void> {
+  async stopRuntime(why: string): Promise<void> {
     const { session } = this;
     const { state } = session;
     const runtime = session.requireRuntime();
     this.recovery.cancelWatch();
     const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
     try {
-      await stopAndDispose(host, runtime);
+      await stopAndDispose(host, runtime, why);
     } catch (err) {
       session.record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason: failureMessage(err) });
       log.warn('runtime could not be stopped; its state is checkpointed', { instanceId: runtime.instanceId });

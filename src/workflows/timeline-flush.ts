@@ -1,5 +1,6 @@
 import { condition, log, patched, sleep } from '@temporalio/workflow';
-import { local } from './activity-proxies';
+import { timelineEntries } from '../domain/operator-view';
+import { local, summarized } from './activity-proxies';
 import { failureMessage } from './failures';
 import { RUN_CONTROL_PATCH } from './patches';
 import type { Session } from './session';
@@ -46,7 +47,11 @@ export class TimelineFlush {
     try {
       while (session.runControl.unflushed.length > 0) {
         const batch = session.runControl.unflushed.slice(0, FLUSH_BATCH);
-        await local.appendTimeline({ sessionId: session.id, ...session.tenancy, entries: batch });
+        await summarized(`append ${timelineEntries(batch.length)}`, local.appendTimeline, {
+          sessionId: session.id,
+          ...session.tenancy,
+          entries: batch,
+        });
         session.flushed(batch);
       }
       return true;
