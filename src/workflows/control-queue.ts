@@ -37,10 +37,13 @@ export class ControlQueue {
   /** While signals carried from the previous run wait to be applied, new ones queue behind them. */
   private replaying: boolean;
   private readonly signalHandlers = new Map<string, (raw: unknown) => void>();
+  /** The named operations queued or running, in order: what the Web UI's details list as pending. */
+  private readonly operations: { what: string; running: boolean }[] = [];
 
   constructor(private readonly session: Session) {
     this.projected = stableOr(session.state.phase, 'running');
     this.replaying = (session.runControl.deferredSignals?.length ?? 0) > 0;
+    session.pendingOperations = () => this.operations;
   }
 
   /** The run hands over to the next one: from now on, nothing new is started here. */
@@ -64,18 +67,32 @@ export class ControlQueue {
     return this.pendingControls + (this.session.runControl.deferredSignals?.length ?? 0);
   }
 
-  serial<T>(op: () => Promise<T>): Promise<T> {
+  /** Runs `op` after everything queued before it; `what` names it among the pending operations operators see. */
+  serial<T>(op: () => Promise<T>, what?: string): Promise<T> {
     this.queued++;
-    const run = this.tail.then(op);
+    const shown = what === undefined ? undefined : { what, running: false };
+    if (shown) {
+      this.operations.push(shown);
+      this.session.publishDetails();
+    }
+    const run = this.tail.then(() => {
+      if (shown) {
+        shown.running = true;
+        this.session.publishDetails();
+      }
+      return op();
+    });
     this.tail = run.then(
       () => undefined,
       () => undefined,
     );
     return run.finally(() => {
       this.queued--;
+      if (shown) this.operations.splice(this.operations.indexOf(shown), 1);
       this.feed();
       // Once nothing is queued, the projection is simply where the session is.
       if (this.queued === 0) this.projected = stableOr(this.session.state.phase, this.projected);
+      if (shown) this.session.publishDetails();
     });
   }
 
@@ -152,7 +169,7 @@ export class ControlQueue {
     this.projected = plan.projected;
     this.session.runControl.lastActivityAt = now();
     this.pendingControls++;
-    const result = this.serial(() => run(input)).finally(() => {
+    const result = this.serial(() => run(input), control).finally(() => {
       this.pendingControls--;
       if (key !== undefined) this.inFlight.delete(key);
     });
@@ -202,6 +219,7 @@ export class ControlQueue {
         this.queued >= MAX_QUEUED_SIGNALS
       ) {
         (rc.deferredSignals ??= []).push({ signal, input: raw });
+        this.session.publishDetails();
         return;
       }
       apply(raw);

@@ -148,7 +148,7 @@ export class PolicyClock {
           // The next attempt is a period later, not at once.
           this.skippedAt = Date.now();
         }
-      })
+      }, 'automatic checkpoint')
       .catch(ignore);
   }
 

@@ -18,6 +18,10 @@ import { ASK_HOST_PATCH, CONTRACTS_PATCH, HOST_MONITOR_PATCH } from './patches';
 import { restoreFailed, restoreWithFallback, resumed } from './restore';
 import { now, type Session } from './session';
 
+/** How the pending operations in the Web UI's details name what recovery queued. */
+const RECOVER = 'recovery (runtime lost)';
+const EXITED = 'runtime exited';
+
 /**
  * Learns that the session's runtime ended or its host was lost, and brings the session back from its newest
  * checkpoint on another host. What it learns is queued like any control, so it never interleaves with one.
@@ -50,8 +54,9 @@ export class Recovery {
         if (!result.exited) return;
         const { exitCode, signal, requested } = result.exit;
         // Our own stops cancel the watch first; a stop nobody here asked for is the host shutting down.
-        if (requested) void this.queue.serial(() => this.onRuntimeLost(runtime, 'the runtime was stopped by its host'));
-        else void this.queue.serial(() => this.onRuntimeExited(runtime, exitCode, signal));
+        if (requested)
+          void this.queue.serial(() => this.onRuntimeLost(runtime, 'the runtime was stopped by its host'), RECOVER);
+        else void this.queue.serial(() => this.onRuntimeExited(runtime, exitCode, signal), EXITED);
       },
       (err: unknown) => {
         if (isCancellation(err) || scope.consideredCancelled) return;
@@ -68,7 +73,7 @@ export class Recovery {
             return;
           }
           await this.onRuntimeLost(runtime, failureMessage(err));
-        });
+        }, RECOVER);
       },
     );
   }
@@ -88,10 +93,10 @@ export class Recovery {
     const report = parsed.data;
     const runtime = this.session.state.runtime;
     if (!runtime || runtime.instanceId !== report.instanceId) return;
-    if (report.outcome === 'lost') void this.queue.serial(() => this.onRuntimeLost(runtime, report.reason));
+    if (report.outcome === 'lost') void this.queue.serial(() => this.onRuntimeLost(runtime, report.reason), RECOVER);
     else if (report.stoppedByHost)
-      void this.queue.serial(() => this.onRuntimeLost(runtime, 'the runtime was stopped by its host'));
-    else void this.queue.serial(() => this.onRuntimeExited(runtime, report.exitCode, report.signal));
+      void this.queue.serial(() => this.onRuntimeLost(runtime, 'the runtime was stopped by its host'), RECOVER);
+    else void this.queue.serial(() => this.onRuntimeExited(runtime, report.exitCode, report.signal), EXITED);
   }
 
   /** Asks the host's monitor to watch the instance; it signals `runtimeReport` when the instance ends or its host is lost. */
@@ -106,8 +111,9 @@ export class Recovery {
       })
       .catch((err: unknown) => {
         // Every worker starts its host's monitor before it takes work: a host without one is not a host any more.
-        void this.queue.serial(() =>
-          this.onRuntimeLost(runtime, `its host has no monitor to watch it: ${failureMessage(err)}`),
+        void this.queue.serial(
+          () => this.onRuntimeLost(runtime, `its host has no monitor to watch it: ${failureMessage(err)}`),
+          RECOVER,
         );
       });
   }

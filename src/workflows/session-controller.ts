@@ -1,4 +1,4 @@
-import { condition, log, patched, setCurrentDetails, uuid4, workflowInfo } from '@temporalio/workflow';
+import { condition, log, patched, uuid4, workflowInfo } from '@temporalio/workflow';
 import type { DrainResult, ResumeResult, SessionStatus, StopResult } from '../api/messages';
 import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
 import type { SessionWorkflowInput } from '../domain/records';
@@ -59,7 +59,7 @@ export class SessionController {
   ): void {
     const { session } = this;
     if (forkOfEnded) {
-      void this.queue.serial(() => this.forkFromEnded(forkOfEnded));
+      void this.queue.serial(() => this.forkFromEnded(forkOfEnded), 'fork start');
       return;
     }
     if (fork) {
@@ -78,10 +78,10 @@ export class SessionController {
             session.touch();
             await this.start();
           }
-        });
+        }, 'start');
       } else {
         session.touch();
-        void this.queue.serial(() => this.start());
+        void this.queue.serial(() => this.start(), 'start');
       }
     } else {
       session.touch();
@@ -105,7 +105,7 @@ export class SessionController {
   /** Queues the drain; its caller (the draining worker) is answered once the runtime is off its host. */
   drain(input: DrainInput): Promise<DrainResult> {
     return new Promise((answer, refuse) => {
-      this.queue.serial(() => this.runDrain(input, answer)).catch(refuse);
+      this.queue.serial(() => this.runDrain(input, answer), 'drain').catch(refuse);
     });
   }
 
@@ -179,6 +179,7 @@ export class SessionController {
       }
       await this.stopRuntime('stop');
     }
+    if (input.reason) session.stopReason = input.reason;
     session.apply({ type: 'stopSucceeded' });
     return { phase: 'completed', finalCheckpoint };
   }
@@ -385,7 +386,7 @@ export class SessionController {
     });
     session.record({ kind: 'verified', cause, ...result });
     session.runControl.lastVerification = result;
-    setCurrentDetails(session.describe());
+    session.publishDetails();
     if (result.status !== 'ok') {
       log.warn('checkpoint did not verify', { checkpointId: ref.checkpointId, status: result.status });
     }

@@ -21,6 +21,7 @@ import {
   type SessionWorkflowInput,
 } from '../domain/records';
 import { foldTimeline } from '../domain/timeline';
+import { describeSession, type PendingWork } from '../domain/operator-view';
 import { summarize, type Message } from '../domain/conversation';
 import { StartSessionInput, type CheckpointRef, type VerificationResult } from '../domain/schemas';
 import { isFinal, transition, type Control, type Phase, type SessionEvent } from '../domain/session-state';
@@ -44,6 +45,10 @@ export class Session {
   private published: Phase | undefined;
   /** The progress attributes last published, as JSON (a new run publishes its own). */
   private publishedProgress: string | undefined;
+  /** What the control queue holds, for the Web UI's details (the queue sets it as it is made). */
+  pendingOperations: () => PendingWork['operations'] = () => [];
+  /** Why a stop was asked for: the current details say it even when no final checkpoint recorded it. */
+  stopReason: string | undefined;
 
   constructor(readonly state: SessionState) {}
 
@@ -93,6 +98,11 @@ export class Session {
     updates.push(...this.progressUpdates());
     // One upsert for all that changed: one command and one event, not one per kind of attribute.
     if (updates.length > 0) upsertSearchAttributes(updates);
+    this.publishDetails();
+  }
+
+  /** The Web UI's current details follow every change; setting them is no command, so histories are unchanged. */
+  publishDetails(): void {
     setCurrentDetails(this.describe());
   }
 
@@ -138,6 +148,7 @@ export class Session {
     timeline.push(recorded);
     if (timeline.length > WINDOW.timeline) timeline.splice(0, timeline.length - WINDOW.timeline);
     rc.unflushed.push(recorded);
+    this.publishDetails();
     return recorded;
   }
 
@@ -299,16 +310,15 @@ export class Session {
   /** Markdown shown as "current details" in the Web UI. */
   describe(): string {
     const { state } = this;
-    const lines = [
-      `**${state.phase}** · ${state.spec.runtime.kind} runtime · ${state.runControl.checkpointCount} checkpoint(s)`,
-    ];
-    if (state.head)
-      lines.push(`head: \`${state.head.checkpointId}\` (${state.head.size} bytes, ${state.head.createdAt})`);
-    if (state.runtime) lines.push(`runtime: \`${state.runtime.instanceId}\` on \`${state.runtime.hostTaskQueue}\``);
-    if (state.failure) lines.push(`failure: ${state.failure.type}: ${state.failure.message}`);
-    const verified = this.lastVerification();
-    if (verified) lines.push(`last verification: \`${verified.checkpointId}\` ${verified.status} (${verified.at})`);
-    return lines.join('\n\n');
+    return describeSession({
+      state,
+      pending: {
+        operations: this.pendingOperations(),
+        waitingSignals: (state.runControl.deferredSignals ?? []).map((s) => s.signal),
+      },
+      lastVerification: this.lastVerification(),
+      ...(this.stopReason ? { stopReason: this.stopReason } : {}),
+    });
   }
 }
 

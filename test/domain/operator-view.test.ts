@@ -1,7 +1,13 @@
 import type { CheckpointRef } from '../../src/domain/schemas';
-import { byteSize, checkpointName, restoreSummary } from '../../src/domain/operator-view';
+import {
+  byteSize,
+  checkpointName,
+  describeSession,
+  restoreSummary,
+  type SessionView,
+} from '../../src/domain/operator-view';
 
-/** The activity summaries, as an operator reads them. */
+/** The markdown of the Web UI's current details and the activity summaries, as an operator reads them. */
 
 const ref = (sequence: number, extra: Partial<CheckpointRef> = {}): CheckpointRef => ({
   checkpointId: `00000${sequence}-1a2b3c4${sequence}`,
@@ -20,11 +26,88 @@ const ref = (sequence: number, extra: Partial<CheckpointRef> = {}): CheckpointRe
   ...extra,
 });
 
+function view(overrides: Partial<SessionView['state']> = {}, pending?: SessionView['pending']): SessionView {
+  return {
+    state: {
+      spec: { sessionId: 'build-42', runtime: { kind: 'memory' } },
+      phase: 'running',
+      runtime: null,
+      head: null,
+      checkpoints: [],
+      timeline: [],
+      nextSequence: 1,
+      failure: null,
+      lastRestore: null,
+      lastRejectedSignal: null,
+      results: [],
+      startedAt: '2026-01-02T09:00:00.000Z',
+      updatedAt: '2026-01-02T09:00:00.000Z',
+      runControl: { checkpointCount: 0 } as SessionView['state']['runControl'],
+      ...overrides,
+    },
+    pending: pending ?? { operations: [], waitingSignals: [] },
+    lastVerification: null,
+  };
+}
+
 test('names checkpoints by their sequence and sizes in binary units', () => {
   expect(checkpointName('000003-1a2b3c4d')).toBe('000003');
   expect(checkpointName('planted-by-hand')).toBe('planted-by-hand');
   expect([812, 4096, 1_300_000, 5 * 1024 ** 3].map(byteSize)).toEqual(['812 B', '4.0 KiB', '1.2 MiB', '5.0 GiB']);
   expect(restoreSummary(ref(2), 'resume', ['000003-1a2b3c4d'])).toBe(
     'restore 000002 after fallback from 000003 (resume, 1.2 MiB)',
+  );
+});
+
+test('a running session with work queued shows what runs, what waits and the newest entries', () => {
+  const cp = ref(1, { trigger: 'manual', label: 'before upgrade' });
+  const details = describeSession(
+    view(
+      {
+        head: cp,
+        runtime: {
+          instanceId: 'build-42-aa',
+          kind: 'memory',
+          hostTaskQueue: 'q@host-1',
+          location: '',
+          startedAt: '2026-01-02T09:00:00.000Z',
+        },
+        runControl: {
+          checkpointCount: 1,
+          deferredSignals: [{ signal: 'requestStop', input: {} }],
+        } as SessionView['state']['runControl'],
+        timeline: [{ kind: 'checkpoint', index: 1, branch: 0, at: '2026-01-02T10:00:01.000Z', checkpoint: cp }],
+      },
+      {
+        operations: [
+          { what: 'pause', running: true },
+          { what: 'resume', running: false },
+        ],
+        waitingSignals: ['requestStop'],
+      },
+    ),
+  );
+  expect(details).toBe(
+    [
+      '**running** · memory runtime · 1 checkpoint(s)',
+      'head: `000001-1a2b3c41` (#1, 1.2 MiB, manual, "before upgrade", 2026-01-02T10:00:00.000Z)',
+      'runtime: `build-42-aa` on `q@host-1`',
+      'pending: pause (running), resume · 1 signal(s) waiting (requestStop)',
+      'recent:\n- #1 10:00:01 checkpoint 000001 (manual, 1.2 MiB) "before upgrade"',
+    ].join('\n\n'),
+  );
+});
+
+test('only the newest five entries are shown, and text from callers stays on one line', () => {
+  const timeline = Array.from({ length: 7 }, (_, i) => ({
+    kind: 'signal-rejected' as const,
+    index: i + 1,
+    at: '2026-01-02T10:00:00.000Z',
+    signal: 'requestPause',
+    reason: `line one\nline two ${i}`,
+  }));
+  const details = describeSession(view({ timeline }));
+  expect(details.split('\n').filter((l) => l.startsWith('- '))).toEqual(
+    [3, 4, 5, 6, 7].map((n) => `- #${n} 10:00:00 signal requestPause rejected: line one line two ${n - 1}`),
   );
 });
