@@ -24,6 +24,7 @@ import {
   VerifyInput,
 } from '../domain/schemas';
 import { CoalescedReads } from './coalesce';
+import { CODEC_BASE_PATH, codecServer, type CodecServerOptions } from './codec-server';
 import { SessionEvent, sessionEvents, type EventStreamOptions } from './events';
 import type { ApiKeys, Principal, Role } from './keys';
 import { GATEWAY_CODES, problem, problemOf, type Problem } from './problems';
@@ -59,6 +60,8 @@ export interface GatewayOptions {
   events?: EventStreamOptions;
   /** Where unexpected errors go (default console.error); callers only see a problem without details. */
   logError?: (err: unknown) => void;
+  /** Serve Temporal's remote codec protocol under `/v1/codec` (for the Web UI and `temporal` CLI); else 404 there. */
+  codec?: CodecServerOptions;
 }
 
 type Env = { Variables: { principal: Principal } };
@@ -201,6 +204,8 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', { type: 'http', scheme: 'bearer' });
 
   const ratePerKey = options.ratePerKey ?? 100;
+  // Not in the OpenAPI document (see codecServer): plain routes, not registered with the document's registry.
+  if (options.codec) app.route(CODEC_BASE_PATH, codecServer(options.codec, { keys, ratePerKey, send }));
   const limiter = new RateLimiter(ratePerKey);
   const authenticate: MiddlewareHandler<Env> = async (c, next) => {
     const header = c.req.header('authorization') ?? '';

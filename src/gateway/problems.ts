@@ -15,6 +15,8 @@ export interface Problem {
   sessionId?: string;
   /** zod's issues, path by path, for `InvalidInput`. */
   issues?: unknown[];
+  /** Which payload of a codec server request could not be decoded (its place in `payloads`). */
+  index?: number;
 }
 
 /** Codes of the gateway itself, beside the domain's. */

@@ -1,6 +1,7 @@
 import { Client, Connection } from '@temporalio/client';
 import { SessionClient } from '../client';
 import type { Config } from '../config';
+import { dataConverterFromConfig } from '../payloads';
 import { openSnapshotStore } from '../snapshots';
 import { connectionOptions } from '../temporal-connection';
 import { ApiKeys } from './keys';
@@ -9,17 +10,24 @@ import { startGateway, type RunningGateway } from './server';
 /**
  * The gateway of a deployment: a SessionClient on the configured Temporal server and task queue, reading old
  * timeline pages from the snapshot store, with the keys of `keysFile` (else DS_API_KEYS_FILE, else DS_API_KEYS);
- * HTTPS when the configuration names a certificate and key.
+ * HTTPS when the configuration names a certificate and key. It serves the codec server to the browser origins of
+ * DS_CODEC_CORS_ORIGINS and `extraCorsOrigins` (an embedded Web UI's).
  */
-export async function runGateway(config: Config, address: string, keysFile?: string): Promise<RunningGateway> {
+export async function runGateway(
+  config: Config,
+  address: string,
+  keysFile?: string,
+  extraCorsOrigins: string[] = [],
+): Promise<RunningGateway> {
   const json = config.gateway.keysJson;
   const source =
     keysFile ?? config.gateway.keysFile ?? (json !== undefined ? { json, name: 'DS_API_KEYS' } : undefined);
   if (source === undefined) throw new Error('the gateway needs API keys: set DS_API_KEYS_FILE (or DS_API_KEYS)');
   // Read before connecting: keys that do not load stop the gateway at once, naming the file or variable.
   const keys = new ApiKeys(source);
+  const dataConverter = await dataConverterFromConfig(config);
   const connection = await Connection.connect(await connectionOptions(config, address));
-  const client = new Client({ connection, namespace: config.temporal.namespace });
+  const client = new Client({ connection, namespace: config.temporal.namespace, dataConverter });
   const store = await openSnapshotStore(config);
   const sessions = new SessionClient({ client, taskQueue: config.taskQueue, timeline: store });
   const gateway = await startGateway({
@@ -29,6 +37,11 @@ export async function runGateway(config: Config, address: string, keysFile?: str
     sessions,
     keys,
     ratePerKey: config.gateway.ratePerKey,
+    codec: {
+      codec: dataConverter.payloadCodecs[0],
+      corsOrigins: [...new Set([...config.codecCorsOrigins, ...extraCorsOrigins])],
+      namespace: config.temporal.namespace,
+    },
     ready: async () => {
       await connection.workflowService.getSystemInfo({});
       return true;

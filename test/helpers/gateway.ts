@@ -1,6 +1,13 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { ApiKeys, generateKey, hashKey, startGateway, type RunningGateway } from '../../src/gateway';
+import {
+  ApiKeys,
+  generateKey,
+  hashKey,
+  startGateway,
+  type GatewayOptions,
+  type RunningGateway,
+} from '../../src/gateway';
 import type { TestSystem } from './temporal';
 
 /** A key the test gateway is to know: its name, tenant (default `default`) and role (default `admin`). */
@@ -12,12 +19,13 @@ export interface TestKey {
 
 /**
  * The real gateway on a free loopback port in front of a test system, with a fresh key for each of `keys` (one admin
- * key of the default tenant unless told) in a keys file in the system's directory. Errors are not logged: the tests
- * read them from the answers.
+ * key of the default tenant unless told) in a keys file in the system's directory, and `options` beside (the codec
+ * server). Errors are not logged: the tests read them from the answers.
  */
 export async function startTestGateway(
   sys: TestSystem,
   keys: TestKey[] = [{ id: 'admin' }],
+  options: Pick<GatewayOptions, 'codec' | 'ratePerKey'> = {},
 ): Promise<{ gateway: RunningGateway; keys: Record<string, string>; keysFile: string }> {
   const made = Object.fromEntries(keys.map((k) => [k.id, generateKey()]));
   const keysFile = path.join(sys.dir, 'keys.json');
@@ -34,6 +42,7 @@ export async function startTestGateway(
     keys: new ApiKeys(keysFile),
     ready: async () => true,
     logError: () => undefined,
+    ...options,
   });
   return { gateway, keys: made, keysFile };
 }
