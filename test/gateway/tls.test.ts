@@ -38,6 +38,7 @@ function environment(files: { cert?: string; key?: string }): NodeJS.ProcessEnv 
     TEMPORAL_ADDRESS: process.env.DS_TEST_TEMPORAL_ADDRESS,
     DS_DATA_DIR: path.join(dir, 'data'),
     DS_SNAPSHOT_ENCRYPTION: 'none',
+    DS_PAYLOAD_ENCRYPTION: 'none',
     DS_GATEWAY_TLS_CERT: files.cert,
     DS_GATEWAY_TLS_KEY: files.key,
   };
