@@ -65,6 +65,31 @@ export function sessionWorkflowId(sessionId: string, tenant?: string): string {
 }
 
 /**
+ * A session's static details on its Web UI page: its description, then its spec with the secrets left out (`env`
+ * values, seed file contents, initial state and seed messages are named and sized, never shown).
+ */
+export function sessionDetails(spec: StartSessionInput): string {
+  const { runtime } = spec;
+  const bytes = (text: string) => `${new TextEncoder().encode(text).length} B`;
+  const lines = [`runtime: ${runtime.kind}`];
+  if (runtime.kind === 'workspace') {
+    lines.push(`command: \`${runtime.command.join(' ')}\``);
+    const env = Object.keys(runtime.env ?? {});
+    if (env.length) lines.push(`env: ${env.map((name) => `${name}=•••`).join(', ')}`);
+    const files = Object.entries(runtime.files ?? {});
+    if (files.length) lines.push(`seed files: ${files.map(([name, text]) => `${name} (${bytes(text)})`).join(', ')}`);
+  } else if (runtime.kind === 'memory' && runtime.initialState !== undefined) {
+    lines.push(`initial state: ${bytes(runtime.initialState)}`);
+  } else if (runtime.kind === 'conversation' && runtime.messages?.length) {
+    lines.push(`seed messages: ${runtime.messages.length}`);
+  }
+  if (spec.labels?.length) lines.push(`labels: ${spec.labels.join(', ')}`);
+  if (spec.policies) lines.push(`policies: \`${JSON.stringify(spec.policies)}\``);
+  if (spec.retention) lines.push(`retention: \`${JSON.stringify(spec.retention)}\``);
+  return [...(spec.description ? [spec.description] : []), lines.join('\n\n')].join('\n\n---\n\n');
+}
+
+/**
  * The one line the Web UI's list and a session's page show for it: `workspace · build-42 · tenant acme · fork of
  * build-41` (the tenant outside `default`, the source of a fork).
  */

@@ -33,6 +33,7 @@ import {
   resumeSignal,
   resumeUpdate,
   parseSessionKey,
+  sessionDetails,
   sessionSummary,
   sessionWorkflowId,
   startUpdate,
@@ -268,7 +269,7 @@ export class SessionClient {
       workflowIdConflictPolicy: 'FAIL',
       typedSearchAttributes: startSearchAttributes(spec, 'starting', forkOf),
       staticSummary: sessionSummary(spec, forkOf?.sessionId),
-      staticDetails: spec.description,
+      staticDetails: sessionDetails(spec),
     };
   }
 

@@ -1,6 +1,7 @@
 import { ApplicationFailure, ParentClosePolicy, startChild, uuid4, workflowInfo } from '@temporalio/workflow';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import {
+  sessionDetails,
   sessionSummary,
   sessionWorkflowId,
   type AppendResult,
@@ -177,7 +178,7 @@ export class RunControls {
             checkpointId: from.checkpointId,
           }),
           staticSummary: sessionSummary(spec, session.id),
-          ...(spec.description ? { staticDetails: spec.description } : {}),
+          staticDetails: sessionDetails(spec),
         }),
       ),
     );

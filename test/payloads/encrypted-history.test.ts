@@ -100,7 +100,11 @@ test('a lifecycle leaves no plaintext of the spec, its env, seed files or comman
     labels: [secrets.label],
     runtime: {
       kind: 'workspace',
-      command: ['sh', '-c', `test "$DB_PASSWORD" = ${secrets.env} && echo ${secrets.command} > out; sleep 600`],
+      command: [
+        'sh',
+        '-c',
+        `test -n "$DB_PASSWORD" && cat seed.txt > out && echo ${secrets.command} >> out; sleep 600`,
+      ],
       env: { DB_PASSWORD: secrets.env },
       files: { 'seed.txt': secrets.seed },
     },
@@ -131,6 +135,11 @@ test('a lifecycle leaves no plaintext of the spec, its env, seed files or comman
   // Search attributes stay plaintext: none of the spec's secrets is among them.
   const described = await sys.client.workflow.getHandle(sessionWorkflowId(sessionId)).describe();
   const attributes = JSON.stringify(described.searchAttributes);
+  // Its page in the Web UI shows the spec with the secrets named, never shown.
+  const details = await described.staticDetails();
+  expect(details).toContain('env: DB_PASSWORD=•••');
+  expect(details).toMatch(/seed files: seed\.txt \(\d+ B\)/);
+  for (const secret of [secrets.env, secrets.seed]) expect(details).not.toContain(secret);
   for (const secret of [secrets.env, secrets.seed, secrets.command]) expect(attributes).not.toContain(secret);
   expect(await historyEncryption(sys.client.workflowService, 'default', { workflowId: described.workflowId })).toEqual({
     mode: 'aes-256-gcm',
