@@ -30,6 +30,10 @@ async function main(): Promise<void> {
       const dir = await ensureDevPayloadKey(config.dataDir);
       console.log(`Payload keys     ${dir} (made on first start; configure your own in production)`);
     }
+    // The Web UI decodes payloads through the gateway's codec server (its calls carry the codec sign-in cookie).
+    const { host, port, tls } = config.gateway;
+    const reachable = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host;
+    const codecEndpoint = `${tls ? 'https' : 'http'}://${reachable}:${port}/v1/codec`;
     server = await startDevServer({
       temporalBin: config.devServer.temporalBin,
       ip: config.devServer.ip,
@@ -38,6 +42,7 @@ async function main(): Promise<void> {
       namespace: config.temporal.namespace,
       dbFilename: path.join(config.dataDir, 'temporal.db'),
       logFile: path.join(config.dataDir, 'temporal.log'),
+      extraArgs: ['--ui-codec-endpoint', codecEndpoint],
     });
     console.log(`Temporal server  ${server.address} (SQLite: ${path.join(config.dataDir, 'temporal.db')})`);
     console.log(`Temporal Web UI  ${server.uiUrl}`);
@@ -52,8 +57,11 @@ async function main(): Promise<void> {
       keysFile = dev.keysFile;
       console.log(`Gateway dev key  ${dev.key} (in ${dev.keysFile}; configure DS_API_KEYS_FILE in production)`);
     }
-    gateway = await runGateway(config, address, keysFile);
+    gateway = await runGateway(config, address, keysFile, server.uiUrl ? [server.uiUrl] : []);
     console.log(`HTTP gateway     ${gateway.url} (OpenAPI: ${gateway.url}/v1/openapi.json)`);
+    console.log(
+      `Codec server     ${gateway.url}/v1/codec (sign in at ${gateway.url}/v1/codec/login with an admin key)`,
+    );
   }
   try {
     // The embedded default is for trying things out: its metrics are on, at a port that may be taken.
