@@ -291,6 +291,8 @@ export interface Config {
     encryption: 'aes-256-gcm' | 'none';
     keys?: string;
     keyDir?: string;
+    /** The key new payloads are sealed under; default: the last of DS_PAYLOAD_KEYS, the greatest file id. */
+    primary?: string;
   };
   /** Browser origins the codec server answers (CORS). */
   codecCorsOrigins: string[];
@@ -416,6 +418,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       encryption: e.DS_PAYLOAD_ENCRYPTION,
       ...(e.DS_PAYLOAD_KEYS !== undefined ? { keys: e.DS_PAYLOAD_KEYS } : {}),
       ...(e.DS_PAYLOAD_KEY_DIR !== undefined ? { keyDir: path.resolve(e.DS_PAYLOAD_KEY_DIR) } : {}),
+      ...(e.DS_PAYLOAD_KEY_PRIMARY !== undefined ? { primary: e.DS_PAYLOAD_KEY_PRIMARY } : {}),
     },
     codecCorsOrigins: e.DS_CODEC_CORS_ORIGINS ?? [],
     devServer: {

@@ -22,11 +22,10 @@ function defaultPayloadKeyDir(dataDir: string): string {
  * @throws MissingPayloadKeyError when encryption is on and no key is configured; KeyringConfigError for keys that
  *   cannot be loaded.
  */
-export async function payloadKeyringFromConfig(
-  config: Config,
-  env: NodeJS.ProcessEnv = process.env,
-): Promise<Keyring | null> {
-  const { encryption, keys, keyDir } = config.payloads;
+export async function payloadKeyringFromConfig(config: Config): Promise<Keyring | null> {
+  const { encryption, keys, keyDir, primary } = config.payloads;
+  // The keyring reads variables: these are the configuration's values, not the process's environment.
+  const env = { DS_PAYLOAD_KEYS: keys, DS_PAYLOAD_KEY_PRIMARY: primary };
   if (keyDir) return Keyring.fromDirectory(keyDir, env, PAYLOAD_KEY_VARIABLES);
   if (keys) return Keyring.fromEnv(env, PAYLOAD_KEY_VARIABLES);
   const fallback = defaultPayloadKeyDir(config.dataDir);

@@ -190,13 +190,13 @@ describe('payload encryption settings', () => {
         DS_PAYLOAD_KEYS: `a:${Keyring.generateKey()},b:${Keyring.generateKey()}`,
         DS_PAYLOAD_KEY_PRIMARY: 'a',
       };
-      expect((await payloadKeyringFromConfig(loadConfig(env), env))?.toJSON()).toEqual({
+      expect((await payloadKeyringFromConfig(loadConfig(env)))?.toJSON()).toEqual({
         primaryKeyId: 'a',
         keyIds: ['a', 'b'],
       });
       // A payload key never goes by the master keys' variables, nor their messages.
       const short = { DS_PAYLOAD_KEYS: 'a:AAAA' };
-      await expect(payloadKeyringFromConfig(loadConfig(short), short)).rejects.toThrow(
+      await expect(payloadKeyringFromConfig(loadConfig(short))).rejects.toThrow(
         /payload key 'a' in DS_PAYLOAD_KEYS is 3 bytes/,
       );
     } finally {
