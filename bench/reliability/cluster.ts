@@ -15,6 +15,7 @@ import { Client, Connection } from '@temporalio/client';
 import { SessionClient } from '../../src/client';
 import { loadConfig } from '../../src/config';
 import { freePort, startDevServer, type DevServer } from '../../src/dev-server';
+import { PayloadEncryptionCodec, sessionDataConverter } from '../../src/payloads';
 import { ChunkedSnapshotStore, Keyring } from '../../src/snapshots';
 
 const PROJECT_DIR = path.resolve(__dirname, '..', '..');
@@ -24,6 +25,7 @@ const WORKER_READY_MS = 120_000;
 const WORKER_EXIT_MS = 60_000;
 const DRAIN_TIMEOUT_MS = 30_000;
 const MASTER_KEY_ID = 'reliability-1';
+const PAYLOAD_KEY_ID = 'reliability-payloads-1';
 
 /** One worker process and what it printed. */
 export interface WorkerProcess {
@@ -37,6 +39,8 @@ export interface WorkerProcess {
 export class Cluster {
   readonly hosts: Host[] = [];
   readonly masterKey = randomBytes(32);
+  /** Payloads are encrypted, as the embedded default and compose run them; the workers and the client share it. */
+  readonly payloadKey = randomBytes(32);
   private server?: DevServer;
   private connection?: Connection;
 
@@ -64,7 +68,8 @@ export class Cluster {
 
   get client(): Client {
     if (!this.connection) throw new Error('the cluster is not started');
-    return new Client({ connection: this.connection });
+    const codec = new PayloadEncryptionCodec(new Keyring([{ id: PAYLOAD_KEY_ID, key: this.payloadKey }]));
+    return new Client({ connection: this.connection, dataConverter: sessionDataConverter(codec) });
   }
 
   /** Starts the dev server on this cluster's port and SQLite file (again, after an outage). */
@@ -136,6 +141,7 @@ export class Host {
       DS_WORKER_ID: this.workerId,
       DS_DATA_DIR: this.dataDir,
       DS_MASTER_KEYS: `${MASTER_KEY_ID}:${this.cluster.masterKey.toString('base64')}`,
+      DS_PAYLOAD_KEYS: `${PAYLOAD_KEY_ID}:${this.cluster.payloadKey.toString('base64')}`,
       DS_DRAIN_TIMEOUT_MS: String(DRAIN_TIMEOUT_MS),
       DS_STOP_GRACE_MS: '2000',
       LOG_LEVEL: 'WARN',

@@ -79,6 +79,7 @@ export interface TestSystemOptions {
 export async function startTestSystem(options: TestSystemOptions = {}): Promise<TestSystem> {
   const address = options.address ?? process.env.DS_TEST_TEMPORAL_ADDRESS;
   const bundlePath = process.env.DS_TEST_WORKFLOW_BUNDLE;
+  const encryptedBundlePath = process.env.DS_TEST_WORKFLOW_BUNDLE_ENCRYPTED;
   if (!address || !bundlePath) throw new Error('the jest global setup did not start a Temporal server');
   installQuietRuntime();
   const dir = fs.mkdtempSync(path.join(options.baseDir ?? os.tmpdir(), 'ds-system-'));
@@ -133,7 +134,7 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
       taskQueue,
       hostTaskQueue,
       deps,
-      workflowBundle: { codePath: bundlePath! },
+      workflowBundle: { codePath: hostConverter?.failureConverterPath ? encryptedBundlePath! : bundlePath! },
       ...(hostConverter ? { dataConverter: hostConverter } : {}),
     });
     const running = workers.run();

@@ -18,17 +18,21 @@ export default async function globalSetup(): Promise<void> {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'durable-sessions-test-'));
   const port = await freePort();
   const server = await startDevServer({ port, uiPort: null, logFile: path.join(tmp, 'temporal.log') });
-  const bundle = await bundleWorkflowCode({
-    workflowsPath: require.resolve('../../src/workflows'),
-    // As a worker with payload encryption bundles it; failures are read the same either way.
-    failureConverterPath: FAILURE_CONVERTER_PATH,
-    logger: { trace() {}, debug() {}, info() {}, warn: console.warn, error: console.error, log() {} },
-  });
+  // Two bundles, as workers build them: with payload encryption on, failures' messages go through the codec.
+  const logger = { trace() {}, debug() {}, info() {}, warn: console.warn, error: console.error, log() {} };
+  const workflowsPath = require.resolve('../../src/workflows');
+  const [plain, encrypted] = await Promise.all([
+    bundleWorkflowCode({ workflowsPath, logger }),
+    bundleWorkflowCode({ workflowsPath, failureConverterPath: FAILURE_CONVERTER_PATH, logger }),
+  ]);
   const bundlePath = path.join(tmp, 'workflow-bundle.js');
-  fs.writeFileSync(bundlePath, bundle.code);
+  fs.writeFileSync(bundlePath, plain.code);
+  const encryptedBundlePath = path.join(tmp, 'workflow-bundle-encrypted.js');
+  fs.writeFileSync(encryptedBundlePath, encrypted.code);
   globalThis.__DEV_SERVER__ = server;
   globalThis.__TEST_TMP__ = tmp;
   process.env.DS_TEST_TEMPORAL_ADDRESS = server.address;
   process.env.DS_TEST_WORKFLOW_BUNDLE = bundlePath;
+  process.env.DS_TEST_WORKFLOW_BUNDLE_ENCRYPTED = encryptedBundlePath;
   process.env.DS_TEST_TMP = tmp;
 }

@@ -39,6 +39,8 @@ async function startWorker(): Promise<ChildProcess> {
     DS_WORKER_ID: 'crash-host',
     DS_DATA_DIR: dataDir,
     DS_SNAPSHOT_ENCRYPTION: 'none',
+    // The test's client has no payload codec: the worker writes what it reads.
+    DS_PAYLOAD_ENCRYPTION: 'none',
     LOG_LEVEL: 'WARN',
   };
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/worker.ts'], { cwd: root, env, stdio: 'pipe' });
