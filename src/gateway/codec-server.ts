@@ -211,8 +211,9 @@ export function codecServer(options: CodecServerOptions, deps: Dependencies): Ho
       return page(
         c,
         200,
-        `Signed in as ${principal.keyId} for 8 hours: enable 'Include cross-origin credentials' in the Web UI's ` +
-          'codec settings.',
+        `Signed in as ${principal.keyId} for 8 hours. In the Web UI's Codec Server settings, unless the UI is set up ` +
+          "to send credentials, choose 'Use my browser setting', enter " +
+          `${new URL(CODEC_BASE_PATH, c.req.url).href} and switch on 'Include cross-origin credentials'.`,
       );
     },
   );
