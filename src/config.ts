@@ -67,6 +67,9 @@ function isOrigin(value: string): boolean {
   }
 }
 
+/** A master or payload key's id. */
+const keyId = z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'expected a key id');
+
 /** A workspace user: a name looked up on the host, or `uid:gid`. Root is refused: it would undo the point. */
 const workspaceUser = z
   .string()
@@ -154,10 +157,7 @@ export const EnvConfig = z.object({
   /** A directory of `<id>.key` files (mode 0600), instead of DS_MASTER_KEYS. */
   DS_MASTER_KEY_DIR: z.string().min(1).optional(),
   /** Which master key wraps new data keys; the others stay readable. */
-  DS_MASTER_KEY_PRIMARY: z
-    .string()
-    .regex(/^[A-Za-z0-9._-]{1,64}$/, 'expected a key id')
-    .optional(),
+  DS_MASTER_KEY_PRIMARY: keyId.optional(),
   /**
    * `aes-256-gcm` (default): every Temporal payload (workflow inputs, controls and their results, memo, summaries,
    * failure messages) is sealed under a payload key before it leaves the process. `none`: new payloads are plaintext
@@ -171,10 +171,7 @@ export const EnvConfig = z.object({
   /** A directory of `<id>.key` payload key files (mode 0600), instead of DS_PAYLOAD_KEYS. */
   DS_PAYLOAD_KEY_DIR: z.string().min(1).optional(),
   /** Which payload key seals new payloads; the others stay readable (roll a new key out before making it primary). */
-  DS_PAYLOAD_KEY_PRIMARY: z
-    .string()
-    .regex(/^[A-Za-z0-9._-]{1,64}$/, 'expected a key id')
-    .optional(),
+  DS_PAYLOAD_KEY_PRIMARY: keyId.optional(),
   /**
    * Origins allowed to call the codec server (`/v1/codec/encode`, `/decode`) from a browser, comma-separated: the
    * Temporal Web UI's. `npm start` adds its embedded UI's.
@@ -284,6 +281,8 @@ export interface Config {
     chunkBytes: number;
     masterKeys?: string;
     masterKeyDir?: string;
+    /** The master key that wraps new data keys; default: the last of DS_MASTER_KEYS, the greatest file id. */
+    masterKeyPrimary?: string;
     tenant: string;
   };
   /** Temporal payload encryption (the payload codec) and its keys. */
@@ -412,6 +411,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       chunkBytes: Number(e.DS_CHUNK_KIB) * 1024,
       masterKeys: e.DS_MASTER_KEYS,
       masterKeyDir: e.DS_MASTER_KEY_DIR ? path.resolve(e.DS_MASTER_KEY_DIR) : undefined,
+      ...(e.DS_MASTER_KEY_PRIMARY !== undefined ? { masterKeyPrimary: e.DS_MASTER_KEY_PRIMARY } : {}),
       tenant: e.DS_TENANT,
     },
     payloads: {

@@ -1,4 +1,3 @@
-import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Config } from '../config';
 import { Keyring, type KeyVariables } from '../snapshots';
@@ -24,19 +23,9 @@ function defaultPayloadKeyDir(dataDir: string): string {
  */
 export async function payloadKeyringFromConfig(config: Config): Promise<Keyring | null> {
   const { encryption, keys, keyDir, primary } = config.payloads;
-  // The keyring reads variables: these are the configuration's values, not the process's environment.
-  const env = { DS_PAYLOAD_KEYS: keys, DS_PAYLOAD_KEY_PRIMARY: primary };
-  if (keyDir) return Keyring.fromDirectory(keyDir, env, PAYLOAD_KEY_VARIABLES);
-  if (keys) return Keyring.fromEnv(env, PAYLOAD_KEY_VARIABLES);
-  const fallback = defaultPayloadKeyDir(config.dataDir);
-  if (
-    await fs.stat(fallback).then(
-      (st) => st.isDirectory(),
-      () => false,
-    )
-  ) {
-    return Keyring.fromDirectory(fallback, env, PAYLOAD_KEY_VARIABLES);
-  }
+  const sources = { dir: keyDir, list: keys, primary, defaultDir: defaultPayloadKeyDir(config.dataDir) };
+  const keyring = await Keyring.fromSources(sources, PAYLOAD_KEY_VARIABLES);
+  if (keyring) return keyring;
   if (encryption === 'none') return null;
   throw new MissingPayloadKeyError();
 }

@@ -20,7 +20,7 @@ export { isUnchangedRange, sourceBytes, sourceStream, type StateSource, type Unc
 // Opening a store: from the configuration, or from explicit options (tests, benchmarks).
 export { chunkCodecFor, ensureDevMasterKey, openSnapshotStore } from './open-snapshot-store';
 export { ChunkedSnapshotStore, TENANTS_DIR } from './engine/chunked-store';
-export { Keyring, MASTER_KEY_VARIABLES, type KeyVariables } from './engine/keyring';
+export { Keyring, MASTER_KEY_VARIABLES, type KeySources, type KeyVariables } from './engine/keyring';
 export { FsSnapshotStore } from './fs-snapshot-store';
 // What the configuration's chunking and codec settings mean.
 export { chunkerFor, DEFAULT_CHUNKER } from './engine/chunker';

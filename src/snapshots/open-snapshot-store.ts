@@ -4,27 +4,25 @@ import type { Config } from '../config';
 import { ChunkedSnapshotStore } from './engine/chunked-store';
 import { chunkerFor } from './engine/chunker';
 import { CODECS, isCodecAvailable, type CodecId } from './engine/codec';
-import { Keyring } from './engine/keyring';
+import { Keyring, MASTER_KEY_VARIABLES } from './engine/keyring';
 import { MissingMasterKeyError } from './errors';
 
 /**
  * The master keys from the configuration, or null for explicitly configured plaintext. Without DS_MASTER_KEYS or
  * DS_MASTER_KEY_DIR, the keys in `<DS_DATA_DIR>/keys` are used if that folder exists (the embedded default).
  */
-async function keyringFromConfig(config: Config, env: NodeJS.ProcessEnv = process.env): Promise<Keyring | null> {
-  const { encryption, masterKeys, masterKeyDir } = config.snapshots;
+async function keyringFromConfig(config: Config): Promise<Keyring | null> {
+  const { encryption, masterKeys, masterKeyDir, masterKeyPrimary } = config.snapshots;
   if (encryption === 'none') return null;
-  if (masterKeyDir) return Keyring.fromDirectory(masterKeyDir, env);
-  if (masterKeys) return Keyring.fromEnv(env);
-  const fallback = defaultKeyDir(config.dataDir);
-  if (
-    await fs.stat(fallback).then(
-      (st) => st.isDirectory(),
-      () => false,
-    )
-  )
-    return Keyring.fromDirectory(fallback, env);
-  throw new MissingMasterKeyError();
+  const sources = {
+    dir: masterKeyDir,
+    list: masterKeys,
+    primary: masterKeyPrimary,
+    defaultDir: defaultKeyDir(config.dataDir),
+  };
+  const keyring = await Keyring.fromSources(sources, MASTER_KEY_VARIABLES);
+  if (!keyring) throw new MissingMasterKeyError();
+  return keyring;
 }
 
 function defaultKeyDir(dataDir: string): string {

@@ -54,6 +54,26 @@ describe('snapshot settings from the environment', () => {
   });
 });
 
+test('the store opens with the master keys its configuration names, not those of the process environment', async () => {
+  const parent = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-config-'));
+  try {
+    const env = {
+      DS_SNAPSHOT_DIR: path.join(parent, 'snapshots'),
+      DS_DATA_DIR: parent,
+      DS_MASTER_KEYS: `m1:${Keyring.generateKey()},m2:${Keyring.generateKey()}`,
+      DS_MASTER_KEY_PRIMARY: 'm1',
+    };
+    expect(process.env.DS_MASTER_KEYS).toBeUndefined();
+    const store = await snapshotStoreFromConfig(loadConfig(env));
+    expect(store.describeEncryption()).toMatchObject({ mode: 'aes-256-gcm', primaryKeyId: 'm1' });
+    await expect(snapshotStoreFromConfig(loadConfig({ DS_DATA_DIR: parent }))).rejects.toThrow(
+      /snapshot encryption is on but no master key is configured/,
+    );
+  } finally {
+    fs.rmSync(parent, { recursive: true, force: true });
+  }
+});
+
 describe('variables the worker does not know', () => {
   test('an unknown DS_ variable is refused, naming it and the variable it probably meant', () => {
     expect(() => loadConfig({ DS_SNAPSHOT_DRI: '/srv/snapshots' })).toThrow(ConfigError);

@@ -38,6 +38,18 @@ export const MASTER_KEY_VARIABLES: KeyVariables = {
   noun: 'master key',
 };
 
+/** Where a deployment's keys are configured, as its configuration resolved them. */
+export interface KeySources {
+  /** A directory of `<id>.key` files; wins over `list`. */
+  dir?: string;
+  /** `id:base64,id:base64`. */
+  list?: string;
+  /** The primary key's id; default: the last of `list`, the greatest file id. */
+  primary?: string;
+  /** Used when neither `dir` nor `list` is set, if it exists (the embedded default's generated keys). */
+  defaultDir: string;
+}
+
 export interface KeyringEntry {
   id: string;
   key: Buffer;
@@ -134,6 +146,21 @@ export class Keyring {
     } finally {
       for (const { key } of entries) key.fill(0); // the keyring holds copies
     }
+  }
+
+  /**
+   * The keyring `sources` describe, read from their values (not the process's environment): `dir`, else `list`, else
+   * `defaultDir` when it exists; undefined when none holds keys. Messages name `variables`.
+   */
+  static async fromSources(sources: KeySources, variables: KeyVariables): Promise<Keyring | undefined> {
+    const env = { [variables.keys]: sources.list, [variables.primary]: sources.primary };
+    if (sources.dir) return Keyring.fromDirectory(sources.dir, env, variables);
+    if (sources.list) return Keyring.fromEnv(env, variables);
+    const isDirectory = await fs.stat(sources.defaultDir).then(
+      (st) => st.isDirectory(),
+      () => false,
+    );
+    return isDirectory ? Keyring.fromDirectory(sources.defaultDir, env, variables) : undefined;
   }
 
   /** A new master key: base64 of 32 random bytes, for DS_MASTER_KEYS or a `.key` file. */
