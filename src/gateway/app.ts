@@ -26,7 +26,7 @@ import {
 import { CoalescedReads } from './coalesce';
 import { CODEC_BASE_PATH, codecServer, type CodecServerOptions } from './codec-server';
 import { SessionEvent, sessionEvents, type EventStreamOptions } from './events';
-import type { ApiKeys, Principal, Role } from './keys';
+import { bearerKey, type ApiKeys, type Principal, type Role } from './keys';
 import { GATEWAY_CODES, problem, problemOf, type Problem } from './problems';
 import { RateLimiter } from './rate-limit';
 import { referencePage } from './reference';
@@ -208,9 +208,8 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   if (options.codec) app.route(CODEC_BASE_PATH, codecServer(options.codec, { keys, ratePerKey, send }));
   const limiter = new RateLimiter(ratePerKey);
   const authenticate: MiddlewareHandler<Env> = async (c, next) => {
-    const header = c.req.header('authorization') ?? '';
-    const match = /^Bearer\s+(\S+)$/i.exec(header);
-    const principal = match ? keys.authenticate(match[1]!) : undefined;
+    const key = bearerKey(c.req.header('authorization'));
+    const principal = key === undefined ? undefined : keys.authenticate(key);
     if (!principal) return send(c, problem(401, GATEWAY_CODES.Unauthorized, 'a valid API key is required (Bearer)'));
     const needed: Role = c.req.method === 'GET' ? 'viewer' : 'operator';
     if (RANK[principal.role] < RANK[needed]) {

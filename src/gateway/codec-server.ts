@@ -8,9 +8,10 @@ import { z } from 'zod';
 import { ERROR_CODES } from '../domain/error-codes';
 import { DEFAULT_TENANT } from '../domain/names';
 import { PayloadKeyUnavailableError, PayloadTamperedError, type PayloadEncryptionCodec } from '../payloads';
-import type { ApiKeys, Principal } from './keys';
+import { bearerKey, hashKey, type ApiKeys, type Principal } from './keys';
 import { GATEWAY_CODES, problem, type Problem } from './problems';
 import { RateLimiter } from './rate-limit';
+import { escapeHtml } from './reference';
 
 /** What the gateway needs to serve Temporal's remote codec protocol (`GatewayOptions.codec`). */
 export interface CodecServerOptions {
@@ -115,7 +116,7 @@ export function codecServer(options: CodecServerOptions, deps: Dependencies): Ho
     const header = c.req.header('authorization');
     let key: string | undefined;
     if (header !== undefined) {
-      key = /^Bearer\s+(\S+)$/i.exec(header)?.[1];
+      key = bearerKey(header);
     } else {
       const token = getCookie(c, CODEC_SESSION_COOKIE);
       key = token === undefined ? undefined : sessions.keyOf(token);
@@ -211,9 +212,9 @@ export function codecServer(options: CodecServerOptions, deps: Dependencies): Ho
       return page(
         c,
         200,
-        `Signed in as ${principal.keyId} for 8 hours. In the Web UI's Codec Server settings, unless the UI is set up ` +
-          "to send credentials, choose 'Use my browser setting', enter " +
-          `${new URL(CODEC_BASE_PATH, c.req.url).href} and switch on 'Include cross-origin credentials'.`,
+        `Signed in as ${principal.keyId} for 8 hours. In the Web UI’s Codec Server settings, unless the UI is set up ` +
+          `to send credentials, choose “Use my browser setting”, enter ${new URL(CODEC_BASE_PATH, c.req.url).href} ` +
+          'and switch on “Include cross-origin credentials”.',
       );
     },
   );
@@ -285,10 +286,6 @@ function page(c: Context, status: 200 | 401 | 403 | 413 | 415, news: string, ext
   });
 }
 
-function escapeHtml(text: string): string {
-  return text.replace(/[&<>"]/g, (ch) => `&#${ch.charCodeAt(0)};`);
-}
-
 /**
  * Browser sign-ins: an opaque random token (in the cookie) for a key, for 8 hours. Held in memory, at most 1,000 (the
  * oldest goes first), so a restart signs everyone out. The key itself is kept and checked again on each use: a key
@@ -303,12 +300,12 @@ class CodecSessions {
     for (const [hash, s] of this.byHash) if (s.expiresAt <= now) this.byHash.delete(hash);
     while (this.byHash.size >= MAX_SESSIONS) this.byHash.delete(this.byHash.keys().next().value!);
     const token = crypto.randomBytes(32).toString('base64url');
-    this.byHash.set(hashToken(token), { key, expiresAt: now + SESSION_SECONDS * 1000 });
+    this.byHash.set(hashKey(token), { key, expiresAt: now + SESSION_SECONDS * 1000 });
     return token;
   }
 
   keyOf(token: string): string | undefined {
-    const hash = hashToken(token);
+    const hash = hashKey(token);
     const session = this.byHash.get(hash);
     if (session === undefined) return undefined;
     if (session.expiresAt > Date.now()) return session.key;
@@ -317,10 +314,6 @@ class CodecSessions {
   }
 
   end(token: string): void {
-    this.byHash.delete(hashToken(token));
+    this.byHash.delete(hashKey(token));
   }
-}
-
-function hashToken(token: string): string {
-  return crypto.createHash('sha256').update(token, 'utf8').digest('hex');
 }

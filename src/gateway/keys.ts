@@ -29,6 +29,11 @@ export interface Principal {
   role: Role;
 }
 
+/** The key an `Authorization: Bearer <key>` header carries; undefined for any other header, or none. */
+export function bearerKey(header: string | undefined): string | undefined {
+  return /^Bearer\s+(\S+)$/i.exec(header ?? '')?.[1];
+}
+
 /** The SHA-256 the keys file holds for `key`. */
 export function hashKey(key: string): string {
   return crypto.createHash('sha256').update(key, 'utf8').digest('hex');

@@ -252,8 +252,8 @@ describe('who may use it', () => {
     const signedIn = await login(keys.admin!);
     expect(signedIn.status).toBe(200);
     const answer = await signedIn.text();
-    expect(answer).toContain("choose 'Use my browser setting'");
-    expect(answer).toContain(`enter ${url} and switch on 'Include cross-origin credentials'`);
+    expect(answer).toContain('choose “Use my browser setting”');
+    expect(answer).toContain(`enter ${url} and switch on “Include cross-origin credentials”`);
     const setCookie = signedIn.headers.get('set-cookie')!;
     const [pair, ...attributes] = setCookie.split(/;\s*/);
     expect(pair).toMatch(new RegExp(`^${CODEC_SESSION_COOKIE}=[A-Za-z0-9_-]{43}$`));
