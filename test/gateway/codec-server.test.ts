@@ -7,7 +7,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { temporal } from '@temporalio/proto';
 import { sessionWorkflowId } from '../../src/api';
-import { ApiKeys, generateKey, hashKey, openApiDocument, startGateway, type RunningGateway } from '../../src/gateway';
+import { generateKey, hashKey, openApiDocument, type RunningGateway } from '../../src/gateway';
 import { loadConfig } from '../../src/config';
 import { CODEC_SESSION_COOKIE } from '../../src/gateway/codec-server';
 import { runGateway } from '../../src/gateway/run';
@@ -370,19 +370,12 @@ test('over HTTPS the session cookie is Secure', async () => {
     ],
     { stdio: 'ignore' },
   );
-  const key = generateKey();
-  const secure = await startGateway({
-    port: 0,
+  const started = await startTestGateway(sys, [{ id: 'a' }], {
     tls: { certFile: cert, keyFile },
-    sessions: sys.sessions,
-    keys: new ApiKeys({
-      json: JSON.stringify({ keys: [{ id: 'a', sha256: hashKey(key), tenant: 'default', role: 'admin' }] }),
-      name: 'test',
-    }),
-    ready: async () => true,
-    logError: () => undefined,
     codec: { codec, corsOrigins: [UI_ORIGIN], namespace: 'default' },
   });
+  const { gateway: secure } = started;
+  const key = started.keys.a!;
   try {
     const setCookie = await new Promise<string | undefined>((resolve, reject) => {
       const req = https.request(`${secure.url}/v1/codec/login`, {
@@ -453,17 +446,8 @@ test('runGateway serves it with the configured payload keys, to DS_CODEC_CORS_OR
 });
 
 test('a gateway without a codec server answers 404 there', async () => {
-  const key = generateKey();
-  const plain = await startGateway({
-    port: 0,
-    sessions: sys.sessions,
-    keys: new ApiKeys({
-      json: JSON.stringify({ keys: [{ id: 'a', sha256: hashKey(key), tenant: 'default', role: 'admin' }] }),
-      name: 'test',
-    }),
-    ready: async () => true,
-    logError: () => undefined,
-  });
+  const { gateway: plain, keys: made } = await startTestGateway(sys, [{ id: 'a' }]);
+  const key = made.a!;
   try {
     for (const route of ['decode', 'encode', 'login']) {
       const res = await fetch(`${plain.url}/v1/codec/${route}`, {

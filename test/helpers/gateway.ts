@@ -8,6 +8,7 @@ import {
   type GatewayOptions,
   type RunningGateway,
 } from '../../src/gateway';
+import type { GatewayTls } from '../../src/gateway/server';
 import type { TestSystem } from './temporal';
 
 /** A key the test gateway is to know: its name, tenant (default `default`) and role (default `admin`). */
@@ -18,17 +19,19 @@ export interface TestKey {
 }
 
 /**
- * The real gateway on a free loopback port in front of a test system, with a fresh key for each of `keys` (one admin
- * key of the default tenant unless told) in a keys file in the system's directory, and `options` beside (the codec
- * server). Errors are not logged: the tests read them from the answers.
+ * The real gateway on loopback in front of a test system, with a fresh key for each of `keys` (one admin key of the
+ * default tenant unless told) in a keys file of its own in the system's directory, and `options` beside (the codec
+ * server, TLS, a port chosen beforehand; a free one otherwise). Errors are not logged: the tests read them from the
+ * answers.
  */
 export async function startTestGateway(
   sys: TestSystem,
   keys: TestKey[] = [{ id: 'admin' }],
-  options: Pick<GatewayOptions, 'codec' | 'ratePerKey'> = {},
+  options: Pick<GatewayOptions, 'codec' | 'ratePerKey'> & { tls?: GatewayTls; port?: number } = {},
 ): Promise<{ gateway: RunningGateway; keys: Record<string, string>; keysFile: string }> {
   const made = Object.fromEntries(keys.map((k) => [k.id, generateKey()]));
-  const keysFile = path.join(sys.dir, 'keys.json');
+  // One file per gateway: a second gateway of the same system must not rewrite the first one's keys.
+  const keysFile = path.join(fs.mkdtempSync(path.join(sys.dir, 'gateway-')), 'keys.json');
   const records = keys.map((k) => ({
     id: k.id,
     sha256: hashKey(made[k.id]!),
@@ -38,6 +41,7 @@ export async function startTestGateway(
   fs.writeFileSync(keysFile, JSON.stringify({ keys: records }));
   const gateway = await startGateway({
     port: 0,
+    hostname: '127.0.0.1',
     sessions: sys.sessions,
     keys: new ApiKeys(keysFile),
     ready: async () => true,

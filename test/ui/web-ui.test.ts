@@ -5,9 +5,10 @@ import path from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { sessionWorkflowId } from '../../src/api';
 import { freePort, startDevServer, type DevServer } from '../../src/dev-server';
-import { ApiKeys, generateKey, hashKey, startGateway, type RunningGateway } from '../../src/gateway';
+import type { RunningGateway } from '../../src/gateway';
 import { PayloadEncryptionCodec } from '../../src/payloads';
 import { Keyring } from '../../src/snapshots';
+import { startTestGateway } from '../helpers/gateway';
 import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
 /**
@@ -53,21 +54,12 @@ let passed = 0;
     await eventually(async () => (await fetch(uiUrl)).ok, STEP_MS);
     const codec = new PayloadEncryptionCodec(new Keyring([{ id: 'ui-1', key: randomBytes(32) }]));
     sys = await startTestSystem({ address: server.address, payloadCodec: codec });
-    adminKey = generateKey();
-    const keysFile = path.join(sys.dir, 'keys.json');
-    fs.writeFileSync(
-      keysFile,
-      JSON.stringify({ keys: [{ id: 'admin', sha256: hashKey(adminKey), tenant: 'default', role: 'admin' }] }),
-    );
-    gateway = await startGateway({
+    const started = await startTestGateway(sys, [{ id: 'admin' }], {
       port: gatewayPort,
-      hostname: '127.0.0.1',
-      sessions: sys.sessions,
-      keys: new ApiKeys(keysFile),
-      ready: async () => true,
-      logError: () => undefined,
       codec: { codec, corsOrigins: [uiUrl], namespace: 'default' },
     });
+    gateway = started.gateway;
+    adminKey = started.keys.admin!;
     screenshots = process.env.DS_UI_SCREENSHOTS ?? fs.mkdtempSync(path.join(os.tmpdir(), 'ds-web-ui-'));
     fs.mkdirSync(screenshots, { recursive: true });
     browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, timeout: 30_000 });
