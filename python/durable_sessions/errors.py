@@ -30,6 +30,24 @@ class InvalidInputError(DurableSessionsError):
     code = "InvalidInput"
 
 
+class SessionFailedError(DurableSessionsError):
+    """The session has failed: no control can change it. ``failure`` is what ended it (``type``, ``message``, ``at``,
+    and for a command that died its exit code and last lines of output)."""
+
+    code = "SessionFailed"
+
+    @property
+    def failure(self) -> dict[str, Any]:
+        found = self.problem.get("failure") or self.problem.get("details") or {}
+        return found if isinstance(found, dict) else {}
+
+
+class IdempotencyKeyReusedError(DurableSessionsError):
+    """The idempotency key was used before with another input: the first request's result is not this one's."""
+
+    code = "IdempotencyKeyReused"
+
+
 class InvalidTransitionError(DurableSessionsError):
     """Not legal in the session's phase."""
 
@@ -187,6 +205,8 @@ __all__ = [
     "ERROR_CLASSES",
     "error_from_problem",
     "InvalidInputError",
+    "SessionFailedError",
+    "IdempotencyKeyReusedError",
     "InvalidTransitionError",
     "SessionNotFoundError",
     "SessionAlreadyExistsError",
