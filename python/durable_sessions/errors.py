@@ -169,6 +169,12 @@ class PayloadTooLargeError(DurableSessionsError):
     code = "PayloadTooLarge"
 
 
+class UnsupportedMediaTypeError(DurableSessionsError):
+    """The request body is not JSON in UTF-8 (``Content-Type``); this client always sends that."""
+
+    code = "UnsupportedMediaType"
+
+
 class RateLimitedError(DurableSessionsError):
     """Over the key's request rate; sent again after ``Retry-After`` by the client."""
 
@@ -227,6 +233,7 @@ __all__ = [
     "ForbiddenError",
     "NotFoundError",
     "PayloadTooLargeError",
+    "UnsupportedMediaTypeError",
     "RateLimitedError",
     "UnavailableError",
     "InternalError",
