@@ -590,12 +590,16 @@ class Session:
     ) -> Iterator[Event]:
         """The session's events (phase, progress, timeline) as they come; ends after the session has ended.
 
-        A connection that drops or stays silent ``read_timeout`` seconds is made again with ``Last-Event-ID`` (the
-        last timeline entry's index), so no entry is missed; the phase is sent again on each connection. Raises after
-        ``retries`` attempts in a row that got no event.
+        Entries after index ``last_event_id`` come first (default: from now on). A connection that drops or stays
+        silent ``read_timeout`` seconds is made again with ``Last-Event-ID`` (the last timeline entry's index), so no
+        entry is missed; the phase is sent again on each connection. Raises after ``retries`` attempts in a row that
+        got no event.
         """
         client = self._client
         url = f"{client._base}{session_path(self.session_id, 'events')}"
+        if last_event_id is None:
+            # From now on, as a new stream starts; named, so that a reconnection before the first entry misses none.
+            last_event_id = str(self.status().timeline_length)
         failures = 0
         while True:
             ended = False
@@ -1016,6 +1020,8 @@ class AsyncSession:
     ) -> AsyncIterator[Event]:
         client = self._client
         url = f"{client._base}{session_path(self.session_id, 'events')}"
+        if last_event_id is None:
+            last_event_id = str((await self.status()).timeline_length)
         failures = 0
         while True:
             ended = False

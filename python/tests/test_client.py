@@ -245,7 +245,7 @@ def test_a_call_the_gateway_does_not_answer_ends_at_its_timeout(api_key: str) ->
                 client.get("s-1").status(timeout=0.5)
             assert "within 0.5 s" in str(late.value)
             with pytest.raises(UnavailableError):
-                list(client.get("s-1").events(read_timeout=0.5))
+                list(client.get("s-1").events(last_event_id="0", read_timeout=0.5))
 
 
 def test_a_session_that_failed_is_reported_failed_with_its_failure(client: Client, session_id: str) -> None:
