@@ -100,6 +100,11 @@ async def test_the_async_client(aclient: AsyncClient, session_id: str) -> None:
     with pytest.raises(SessionNotFoundError):
         await aclient.get(f"nobody-{session_id}").status()
     await session.stop()
+    # The whole timeline, then the phase the session ended in; the stream ends by itself.
+    length = (await session.status()).timeline_length
+    events = [e async for e in session.events(last_event_id="0")]
+    assert [int(e.id) for e in events if e.event == "timeline" and e.id] == list(range(1, length + 1))
+    assert [e.data["phase"] for e in events if e.event == "phase"] == ["completed"]
 
 
 def test_typed_errors(client: Client, session_id: str, gateway_url: str) -> None:
