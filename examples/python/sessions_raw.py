@@ -1,11 +1,16 @@
 """Drive a durable-sessions session from Python with the raw Temporal SDK (no client of the project's).
 
-    TEMPORAL_ADDRESS=127.0.0.1:7233 DS_TASK_QUEUE=durable-sessions python sessions_raw.py [SESSION_ID]
+    TEMPORAL_ADDRESS=127.0.0.1:7233 DS_TASK_QUEUE=durable-sessions DS_DATA_DIR=data python sessions_raw.py [SESSION_ID]
 
 Starts a memory session, checkpoints, pauses, resumes, reads its status and timeline, shows the typed refusals a
 caller meets, and stops it: one JSON object per step on stdout. The names and JSON shapes are the wire contract of
 docs/design.md §4.3. Every input object is strict: keys are camelCase exactly as written there, and an unknown key is
-refused with InvalidInput. Needs only `temporalio`; tested by test/interop/python-sdk.test.ts.
+refused with InvalidInput.
+
+Payloads are encrypted as the workers encrypt them (payload_codec.py: the same AES-256-GCM envelope, with the
+workers' payload keys: DS_PAYLOAD_KEY_DIR, DS_PAYLOAD_KEYS, or `<DS_DATA_DIR>/payload-keys` as `npm start` makes it).
+Without a key it stops before it sends anything. Needs `temporalio` and `cryptography`; tested by
+test/interop/python-sdk.test.ts against the encrypted default.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
+
+from payload_codec import PayloadKeyError, codec_from_env, data_converter
 
 Json = dict[str, Any]
 
@@ -217,7 +224,10 @@ async def demo(client: Client, session_id: str, task_queue: str) -> None:
 
 
 async def main(argv: list[str]) -> None:
-    client = await Client.connect(os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"))
+    # The keys first: a deployment that encrypts must never receive a plaintext spec from us.
+    codec = codec_from_env()
+    address = os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233")
+    client = await Client.connect(address, data_converter=data_converter(codec))
     session_id = argv[0] if argv else f"py-{uuid.uuid4().hex[:8]}"
     await demo(client, session_id, os.environ.get("DS_TASK_QUEUE", DEFAULT_TASK_QUEUE))
 
@@ -226,7 +236,7 @@ if __name__ == "__main__":
     exit_code = 0
     try:
         asyncio.run(main(sys.argv[1:]))
-    except SessionError as err:
+    except (SessionError, PayloadKeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         exit_code = 1
     sys.stdout.flush()

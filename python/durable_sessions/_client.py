@@ -1,19 +1,56 @@
-"""Sync and async clients of the gateway. Each verb is built once (``_wire``) and sent by either transport."""
+"""Sync and async clients of the gateway. Each call is built once (``_calls``, ``_wire``) and sent by either transport.
+
+Every call takes ``timeout``: the seconds it may take in all, retries included (the client's ``timeout`` when None).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import builtins
 import time
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, Optional, TypeVar, Union
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Generic, Optional, TypeVar, Union
 
 import httpx
 from pydantic import BaseModel
 
-from ._wire import Request, SseParser, control, problem_error, read, settle, to_wire
-from .errors import error_from_problem
+from ._wire import (
+    Deadline,
+    Request,
+    SseParser,
+    backoff,
+    control,
+    problem_error,
+    read,
+    session_path,
+    settle,
+    unavailable,
+)
+from .errors import ERROR_CLASSES, DurableSessionsError, error_from_problem
+from .inputs import (
+    AppendInput,
+    BranchInput,
+    CheckpointInput,
+    ConfigureInput,
+    ForkInput,
+    ForkOverrides,
+    Liveness,
+    Message,
+    PauseInput,
+    RegenerateInput,
+    ResumeInput,
+    RetentionPolicy,
+    RewindInput,
+    RuntimeSpec,
+    SessionPolicies,
+    StartSessionInput,
+    StopInput,
+    VerifyInput,
+    build,
+    check_session_id,
+)
 from .models import (
+    AppendResult,
     CheckpointRef,
     Event,
     ForkResult,
@@ -31,39 +68,145 @@ from .models import (
 )
 
 M = TypeVar("M", bound=BaseModel)
+S = TypeVar("S")
 Selector = Union[int, str]
-STABLE = ("running", "paused", "completed", "failed")
+RuntimeLike = Union[RuntimeSpec, Mapping[str, Any]]
+PoliciesLike = Union[SessionPolicies, Mapping[str, Any]]
+RetentionLike = Union[RetentionPolicy, Mapping[str, Any]]
+LivenessLike = Union[Liveness, Mapping[str, Any]]
+OverridesLike = Union[ForkOverrides, Mapping[str, Any]]
+MessageLike = Union[Message, Mapping[str, Any]]
+#: Phases a session never leaves: its event stream ends after them.
+ENDED = ("completed", "failed")
+#: The gateway sends a comment every 15 s on a quiet stream: silence well past that is a dead connection.
+EVENTS_READ_TIMEOUT = 45.0
 
 
-def _start(spec: dict[str, Any], wait: bool) -> Request:
+class Forks(builtins.list[S], Generic[S]):
+    """The sessions a fork made, in order (a list), with ``from_``, the checkpoint they start from, and ``result``,
+    the gateway's answer (each fork's first checkpoint)."""
+
+    def __init__(self, sessions: Iterable[S], result: ForkResult) -> None:
+        super().__init__(sessions)
+        self.result = result
+        self.from_: CheckpointRef = result.from_
+
+
+def _start(spec: StartSessionInput, wait: bool, timeout: Optional[float]) -> Request:
     # Idempotent by its session id, not by a key: a retry after a lost answer finds the id in use.
     params = {} if wait else {"wait": "false"}
-    return Request("POST", "/v1/sessions", json=to_wire(spec), params=params, retryable=False)
+    return Request("POST", "/v1/sessions", json=spec.wire(), params=params, retryable=False, timeout=timeout)
+
+
+def _spec(
+    session_id: str,
+    runtime: RuntimeLike,
+    description: Optional[str],
+    labels: Optional[Sequence[str]],
+    liveness: Optional[LivenessLike],
+    retention: Optional[RetentionLike],
+    policies: Optional[PoliciesLike],
+    background_verify: Optional[bool],
+) -> StartSessionInput:
+    check_session_id(session_id)
+    return build(
+        StartSessionInput,
+        session_id=session_id,
+        runtime=runtime,
+        description=description,
+        labels=None if labels is None else builtins.list(labels),
+        liveness=liveness,
+        retention=retention,
+        policies=policies,
+        background_verify=background_verify,
+    )
+
+
+def _list(
+    phase: Optional[str],
+    runtime: Optional[str],
+    label: Optional[str],
+    forked_from: Optional[str],
+    limit: Optional[int],
+    cursor: Optional[str],
+    timeout: Optional[float],
+) -> Request:
+    filters = {"phase": phase, "runtime": runtime, "label": label, "forked_from": forked_from}
+    return read("/v1/sessions", timeout, **filters, limit=limit, cursor=cursor)
+
+
+def _timeline(
+    session_id: str,
+    from_: Optional[int],
+    limit: Optional[int],
+    branch: Optional[int],
+    all: Optional[bool],
+    timeout: Optional[float],
+) -> Request:
+    path = session_path(session_id, "checkpoints")
+    return read(path, timeout, from_=from_, limit=limit, branch=branch, all=all)
+
+
+def _ended_error(status: SessionStatus, wanted: Optional[str] = None) -> Optional[DurableSessionsError]:
+    """The error of a session that ended otherwise than ``wanted`` (it never gets there), or None."""
+    if status.phase not in ENDED or status.phase == wanted:
+        return None
+    if status.phase == "completed":
+        detail = f"session {status.session_id} has ended: no control can change it"
+        return error_from_problem(409, Problem.make(409, "SessionClosed", detail, status.session_id).wire())
+    # A failed session's failure names its error code in `type` (RestoreFailed, RuntimeFailed, …).
+    failure = status.failure or {}
+    code = str(failure.get("type") or "")
+    code = code if code in ERROR_CLASSES else "SessionFailed"
+    detail = f"session {status.session_id} has failed: {failure.get('message', 'no reason recorded')}"
+    problem = {**Problem.make(409, code, detail, status.session_id).wire(), "failure": failure}
+    return error_from_problem(409, problem)
+
+
+def _event_headers(base: Mapping[str, str], last_event_id: Optional[str]) -> dict[str, str]:
+    headers = {**base, "accept": "text/event-stream"}
+    if last_event_id is not None:
+        headers["last-event-id"] = last_event_id
+    return headers
+
+
+def _stream_timeout(read_timeout: float) -> httpx.Timeout:
+    return httpx.Timeout(10.0, read=read_timeout)
 
 
 class _Base:
-    def __init__(self, base_url: str, api_key: str, retries: int) -> None:
+    def __init__(self, base_url: str, api_key: str, retries: int, timeout: float) -> None:
         self._base = base_url.rstrip("/")
         self._headers = {"authorization": f"Bearer {api_key}", "accept": "application/json"}
         self._retries = retries
+        self._timeout = timeout
 
     def _url(self, req: Request) -> str:
         return f"{self._base}{req.path}"
 
-    def _options(self, req: Request) -> dict[str, Any]:
-        return {"json": req.json, "params": req.params, "headers": {**self._headers, **req.headers}}
+    def _options(self, req: Request, left: float) -> dict[str, Any]:
+        return {
+            "json": req.json,
+            "params": req.params,
+            "headers": {**self._headers, **req.headers},
+            "timeout": left,
+        }
+
+    def _deadline(self, req: Request) -> Deadline:
+        return Deadline(self._timeout if req.timeout is None else req.timeout)
 
 
 class Client(_Base):
     """Starts and finds sessions through the gateway at ``base_url`` with ``api_key``.
 
     Calls that are safe to repeat (reads, and controls, which always carry an idempotency key) are sent again on 503
-    and 429 and when the gateway cannot be reached, ``retries`` times with backoff.
+    and 429 and when the gateway cannot be reached, ``retries`` times with backoff. Each call may take ``timeout``
+    seconds in all (per call: its own ``timeout``).
     """
 
     def __init__(self, base_url: str, api_key: str, *, timeout: float = 60.0, retries: int = 5) -> None:
-        super().__init__(base_url, api_key, retries)
-        self._http = httpx.Client(timeout=timeout)
+        super().__init__(base_url, api_key, retries, timeout)
+        self._http = httpx.Client()
 
     def close(self) -> None:
         self._http.close()
@@ -75,115 +218,418 @@ class Client(_Base):
         self.close()
 
     def _send(self, req: Request) -> Any:
+        deadline = self._deadline(req)
         for attempt in range(self._retries + 1):
             try:
-                res = self._http.request(req.method, self._url(req), **self._options(req))
+                res = self._http.request(req.method, self._url(req), **self._options(req, deadline.left()))
             except httpx.TransportError as err:
-                done, value = settle(req, attempt, self._retries, err=err)
+                done, value = settle(req, attempt, self._retries, deadline, err=err)
             else:
-                done, value = settle(req, attempt, self._retries, res=res)
+                done, value = settle(req, attempt, self._retries, deadline, res=res)
             if done:
                 return value
             time.sleep(value)
 
-    def start(self, session_id: str, runtime: dict[str, Any], *, wait: bool = True, **spec: Any) -> Session:
-        """Starts a session; returns once it runs (``wait=False``: at once), or raises why it cannot."""
-        self._send(_start({"session_id": session_id, "runtime": runtime, **spec}, wait))
-        return Session(self, session_id)
+    def start(
+        self,
+        session_id: str,
+        runtime: RuntimeLike,
+        *,
+        wait: bool = True,
+        description: Optional[str] = None,
+        labels: Optional[Sequence[str]] = None,
+        liveness: Optional[LivenessLike] = None,
+        retention: Optional[RetentionLike] = None,
+        policies: Optional[PoliciesLike] = None,
+        background_verify: Optional[bool] = None,
+        timeout: Optional[float] = None,
+    ) -> Session:
+        """Starts a session; returns it once it runs, its status in ``last_status`` (``wait=False``: at once, with no
+        status), or raises why it cannot (a session that failed at once: its failure)."""
+        spec = _spec(session_id, runtime, description, labels, liveness, retention, policies, background_verify)
+        answer = self._send(_start(spec, wait, timeout))
+        status = SessionStatus.model_validate(answer) if wait else None
+        if status is not None and (error := _ended_error(status)) is not None:
+            raise error
+        return Session(self, session_id, last_status=status)
 
     def get(self, session_id: str) -> Session:
+        """The session ``session_id`` (nothing is sent; an id the gateway would refuse raises InvalidInputError)."""
         return Session(self, session_id)
 
-    def list(self, **filters: Any) -> builtins.list[SessionSummary]:
-        """One page of sessions by ``phase``, ``runtime``, ``label``, ``forked_from``, ``limit``, ``cursor``."""
-        return self.list_page(**filters).sessions
+    def list(
+        self,
+        *,
+        phase: Optional[str] = None,
+        runtime: Optional[str] = None,
+        label: Optional[str] = None,
+        forked_from: Optional[str] = None,
+        page_size: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> Iterator[SessionSummary]:
+        """Every session that matches, newest first, page after page (``page_size`` a request) as the loop goes."""
+        cursor: Optional[str] = None
+        while True:
+            page = self.list_page(
+                phase=phase,
+                runtime=runtime,
+                label=label,
+                forked_from=forked_from,
+                limit=page_size,
+                cursor=cursor,
+                timeout=timeout,
+            )
+            yield from page.sessions
+            if page.next is None:
+                return
+            cursor = page.next
 
-    def list_page(self, **filters: Any) -> SessionPage:
-        """Sessions newest first; pass ``cursor=page.next`` for the page after (``next`` is None on the last)."""
-        return SessionPage.model_validate(self._send(read("/v1/sessions", **filters)))
+    def list_page(
+        self,
+        *,
+        phase: Optional[str] = None,
+        runtime: Optional[str] = None,
+        label: Optional[str] = None,
+        forked_from: Optional[str] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> SessionPage:
+        """One page of sessions, newest first; pass ``cursor=page.next`` for the page after (None on the last)."""
+        req = _list(phase, runtime, label, forked_from, limit, cursor, timeout)
+        return SessionPage.model_validate(self._send(req))
 
 
 class Session:
-    """One session's controls and views. Every control takes ``idempotency_key`` (one is made when absent)."""
+    """One session's controls and views. Every control takes ``idempotency_key`` (one is made when absent), and those
+    that may move the head ``if_head``/``if_index`` (refused with ConflictError when the head moved)."""
 
-    def __init__(self, client: Client, session_id: str) -> None:
+    def __init__(self, client: Client, session_id: str, *, last_status: Optional[SessionStatus] = None) -> None:
         self._client = client
-        self.session_id = session_id
+        self.session_id = check_session_id(session_id)
+        #: The newest status this handle read: the start's answer, then each ``status()``'s (None before any).
+        self.last_status = last_status
+
+    def __repr__(self) -> str:
+        return f"Session({self.session_id!r})"
 
     def _do(self, req: Request, model: type[M]) -> M:
         return model.model_validate(self._client._send(req))
 
-    def _control(self, name: str, model: type[M], **fields: Any) -> M:
-        return self._do(control(self.session_id, name, fields), model)
+    def _forks(self, req: Request) -> Forks[Session]:
+        result = self._do(req, ForkResult)
+        return Forks([Session(self._client, f.session_id) for f in result.forks], result)
 
-    def status(self) -> SessionStatus:
-        return self._do(read(f"/v1/sessions/{self.session_id}"), SessionStatus)
+    def status(self, *, timeout: Optional[float] = None) -> SessionStatus:
+        self.last_status = self._do(read(session_path(self.session_id), timeout), SessionStatus)
+        return self.last_status
 
     def checkpoint(
-        self, *, label: Optional[str] = None, idempotency_key: Optional[str] = None, **pre: Any
+        self,
+        *,
+        label: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
     ) -> CheckpointRef:
-        return self._control("checkpoint", CheckpointRef, label=label, idempotency_key=idempotency_key, **pre)
+        body = build(CheckpointInput, label=label, idempotency_key=idempotency_key, if_head=if_head, if_index=if_index)
+        return self._do(control(self.session_id, "checkpoint", body, timeout=timeout), CheckpointRef)
 
-    def pause(self, *, reason: Optional[str] = None, idempotency_key: Optional[str] = None) -> CheckpointRef:
-        return self._control("pause", CheckpointRef, reason=reason, idempotency_key=idempotency_key)
+    def pause(
+        self,
+        *,
+        reason: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> CheckpointRef:
+        body = build(PauseInput, reason=reason, idempotency_key=idempotency_key, if_head=if_head, if_index=if_index)
+        return self._do(control(self.session_id, "pause", body, timeout=timeout), CheckpointRef)
 
-    def resume(self, *, checkpoint_id: Optional[str] = None, idempotency_key: Optional[str] = None) -> ResumeResult:
-        return self._control("resume", ResumeResult, checkpoint_id=checkpoint_id, idempotency_key=idempotency_key)
+    def resume(
+        self,
+        *,
+        checkpoint_id: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> ResumeResult:
+        body = build(
+            ResumeInput,
+            checkpoint_id=checkpoint_id,
+            idempotency_key=idempotency_key,
+            if_head=if_head,
+            if_index=if_index,
+        )
+        return self._do(control(self.session_id, "resume", body, timeout=timeout), ResumeResult)
 
     def stop(
-        self, *, checkpoint: Optional[bool] = None, reason: Optional[str] = None, idempotency_key: Optional[str] = None
+        self,
+        *,
+        checkpoint: Optional[bool] = None,
+        reason: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
     ) -> StopResult:
-        fields = {"checkpoint": checkpoint, "reason": reason, "idempotency_key": idempotency_key}
-        return self._control("stop", StopResult, **fields)
+        body = build(
+            StopInput,
+            checkpoint=checkpoint,
+            reason=reason,
+            idempotency_key=idempotency_key,
+            if_head=if_head,
+            if_index=if_index,
+        )
+        return self._do(control(self.session_id, "stop", body, timeout=timeout), StopResult)
 
-    def verify(self, *, checkpoint_id: Optional[str] = None) -> builtins.list[VerificationResult]:
-        req = control(self.session_id, "verify", {"checkpoint_id": checkpoint_id}, keyed=False)
-        return self._do(req, VerificationResults).results
+    def verify(
+        self, *, checkpoint_id: Optional[str] = None, timeout: Optional[float] = None
+    ) -> builtins.list[VerificationResult]:
+        body = build(VerifyInput, checkpoint_id=checkpoint_id)
+        return self._do(
+            control(self.session_id, "verify", body, keyed=False, timeout=timeout), VerificationResults
+        ).results
 
-    def rewind(self, to: Optional[Selector] = None, **fields: Any) -> RewindResult:
-        return self._control("rewind", RewindResult, to=to, **fields)
+    def rewind(
+        self,
+        to: Optional[Selector] = None,
+        *,
+        message_index: Optional[int] = None,
+        reason: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> RewindResult:
+        """Back to checkpoint ``to`` (its timeline index or id), or (conversation) to ``message_index`` messages."""
+        body = build(
+            RewindInput,
+            to=to,
+            message_index=message_index,
+            reason=reason,
+            idempotency_key=idempotency_key,
+            if_head=if_head,
+            if_index=if_index,
+        )
+        return self._do(control(self.session_id, "rewind", body, timeout=timeout), RewindResult)
 
-    def fork(self, from_: Optional[Selector] = None, **fields: Any) -> ForkResult:
-        return self._control("fork", ForkResult, from_=from_, **fields)
+    def fork(
+        self,
+        from_: Optional[Selector] = None,
+        *,
+        message_index: Optional[int] = None,
+        new_session_id: Optional[str] = None,
+        count: Optional[int] = None,
+        overrides: Optional[OverridesLike] = None,
+        paused: Optional[bool] = None,
+        label: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> Forks[Session]:
+        """New sessions from checkpoint ``from_`` (its index or id; default: the head), or (conversation) from the
+        state after ``message_index`` messages. Returns the new sessions."""
+        body = build(
+            ForkInput,
+            from_=from_,
+            message_index=message_index,
+            new_session_id=new_session_id,
+            count=count,
+            overrides=overrides,
+            paused=paused,
+            label=label,
+            idempotency_key=idempotency_key,
+            if_head=if_head,
+            if_index=if_index,
+        )
+        return self._forks(control(self.session_id, "fork", body, timeout=timeout))
 
-    def branch(self, **fields: Any) -> ForkResult:
-        return self._control("branch", ForkResult, **fields)
+    def branch(
+        self,
+        *,
+        new_session_id: Optional[str] = None,
+        count: Optional[int] = None,
+        overrides: Optional[OverridesLike] = None,
+        paused: Optional[bool] = None,
+        label: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> Forks[Session]:
+        """New sessions from the current state (a running session is checkpointed first)."""
+        body = build(
+            BranchInput,
+            new_session_id=new_session_id,
+            count=count,
+            overrides=overrides,
+            paused=paused,
+            label=label,
+            idempotency_key=idempotency_key,
+            if_head=if_head,
+            if_index=if_index,
+        )
+        return self._forks(control(self.session_id, "branch", body, timeout=timeout))
 
-    def configure(self, **fields: Any) -> SessionStatus:
-        return self._control("configure", SessionStatus, **fields)
+    def regenerate(
+        self,
+        *,
+        new_session_id: Optional[str] = None,
+        count: Optional[int] = None,
+        overrides: Optional[OverridesLike] = None,
+        paused: Optional[bool] = None,
+        label: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> Forks[Session]:
+        """Conversation runtime: new sessions from just before the last assistant turn (the same user turn, to be
+        answered again); the checkpoint holding the replaced turn is marked ``regenerated`` here."""
+        body = build(
+            RegenerateInput,
+            new_session_id=new_session_id,
+            count=count,
+            overrides=overrides,
+            paused=paused,
+            label=label,
+            idempotency_key=idempotency_key,
+            if_head=if_head,
+            if_index=if_index,
+        )
+        return self._forks(control(self.session_id, "regenerate", body, timeout=timeout))
 
-    def touch(self) -> None:
-        self._client._send(control(self.session_id, "touch", {}, keyed=False))
+    def append(
+        self,
+        messages: Sequence[MessageLike],
+        *,
+        checkpoint: Optional[bool] = None,
+        label: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> AppendResult:
+        """Conversation runtime: appends ``messages``; ``checkpoint=True`` checkpoints after them (trigger ``turn``)."""
+        body = build(
+            AppendInput,
+            messages=builtins.list(messages),
+            checkpoint=checkpoint,
+            label=label,
+            idempotency_key=idempotency_key,
+            if_head=if_head,
+            if_index=if_index,
+        )
+        return self._do(control(self.session_id, "append", body, timeout=timeout), AppendResult)
+
+    def configure(
+        self,
+        *,
+        policies: Optional[PoliciesLike] = None,
+        retention: Optional[RetentionLike] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> SessionStatus:
+        """Replaces the session's policies and/or retention; returns the status with them."""
+        body = build(
+            ConfigureInput,
+            policies=policies,
+            retention=retention,
+            idempotency_key=idempotency_key,
+            if_head=if_head,
+            if_index=if_index,
+        )
+        self.last_status = self._do(control(self.session_id, "configure", body, timeout=timeout), SessionStatus)
+        return self.last_status
+
+    def touch(self, *, timeout: Optional[float] = None) -> None:
+        req = Request("POST", session_path(self.session_id, "touch"), json={}, timeout=timeout)
+        self._client._send(req)
 
     def timeline(
+        self,
+        *,
+        from_: Optional[int] = None,
+        branch: Optional[int] = None,
+        all: Optional[bool] = None,
+        page_size: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> Iterator[TimelineEntry]:
+        """Every timeline entry from index ``from_`` on, in index order, page after page as the loop goes."""
+        while True:
+            page = self.timeline_page(from_=from_, limit=page_size, branch=branch, all=all, timeout=timeout)
+            yield from page.entries
+            if page.next is None:
+                return
+            from_ = page.next
+
+    def timeline_page(
         self,
         *,
         from_: Optional[int] = None,
         limit: Optional[int] = None,
         branch: Optional[int] = None,
         all: Optional[bool] = None,
+        timeout: Optional[float] = None,
     ) -> TimelinePage:
-        req = read(f"/v1/sessions/{self.session_id}/checkpoints", from_=from_, limit=limit, branch=branch, all=all)
-        return self._do(req, TimelinePage)
+        """One page of the timeline; ``from_=page.next`` for the page after (None at the end)."""
+        return self._do(_timeline(self.session_id, from_, limit, branch, all, timeout), TimelinePage)
 
-    def entry(self, index: int) -> TimelineEntry:
-        return self._do(read(f"/v1/sessions/{self.session_id}/checkpoints/{index}"), TimelineEntry)
+    def entry(self, index: int, *, timeout: Optional[float] = None) -> TimelineEntry:
+        return self._do(read(session_path(self.session_id, "checkpoints", str(index)), timeout), TimelineEntry)
 
-    def events(self, *, last_event_id: Optional[str] = None) -> Iterator[Event]:
-        """The session's events (phase, progress, timeline) as they come; ends when the session has ended."""
-        headers = {**self._client._headers, "accept": "text/event-stream"}
-        if last_event_id is not None:
-            headers["last-event-id"] = last_event_id
-        url = f"{self._client._base}/v1/sessions/{self.session_id}/events"
-        with self._client._http.stream("GET", url, headers=headers, timeout=httpx.Timeout(None, connect=10)) as res:
-            if not res.is_success:
-                res.read()
-                raise problem_error(res.status_code, res.text)
-            parser = SseParser()
-            for line in res.iter_lines():
-                event = parser.line(line)
-                if event is not None:
-                    yield event
+    def events(
+        self, *, last_event_id: Optional[str] = None, read_timeout: float = EVENTS_READ_TIMEOUT
+    ) -> Iterator[Event]:
+        """The session's events (phase, progress, timeline) as they come; ends after the session has ended.
+
+        Entries after index ``last_event_id`` come first (default: from now on). A connection that drops or stays
+        silent ``read_timeout`` seconds is made again with ``Last-Event-ID`` (the last timeline entry's index), so no
+        entry is missed; the phase is sent again on each connection. Raises after ``retries`` attempts in a row that
+        got no event.
+        """
+        client = self._client
+        url = f"{client._base}{session_path(self.session_id, 'events')}"
+        if last_event_id is None:
+            # From now on, as a new stream starts; named, so that a reconnection before the first entry misses none.
+            last_event_id = str(self.status().timeline_length)
+        failures = 0
+        while True:
+            ended = False
+            try:
+                headers = _event_headers(client._headers, last_event_id)
+                with client._http.stream("GET", url, headers=headers, timeout=_stream_timeout(read_timeout)) as res:
+                    if not res.is_success:
+                        res.read()
+                        error = problem_error(res.status_code, res.text)
+                        if not error.retryable or failures >= client._retries:
+                            raise error
+                    else:
+                        parser = SseParser()
+                        for line in res.iter_lines():
+                            event = parser.line(line)
+                            if event is None:
+                                continue
+                            failures = 0
+                            if event.id is not None:
+                                last_event_id = event.id
+                            if event.event == "phase":
+                                ended = event.data.get("phase") in ENDED
+                            yield event
+            except httpx.TransportError as err:
+                if failures >= client._retries:
+                    raise unavailable(f"the event stream of {self.session_id} broke: {err}") from err
+            if ended:
+                return
+            time.sleep(backoff(failures, None))
+            failures += 1
 
     def wait_for(self, phase: str, timeout: float = 60.0, *, poll: float = 0.2) -> SessionStatus:
         """Waits until the session is in ``phase``; raises TimeoutError, or the session's failure if it failed."""
@@ -192,18 +638,20 @@ class Session:
             status = self.status()
             if status.phase == phase:
                 return status
-            _check_ended(status, phase)
+            error = _ended_error(status, phase)
+            if error is not None:
+                raise error
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"session {self.session_id} is {status.phase}, not {phase}, after {timeout} s")
             time.sleep(poll)
 
 
 class AsyncClient(_Base):
-    """The asyncio twin of Client: the same verbs, awaited."""
+    """The asyncio twin of Client: the same calls, awaited (``list`` and ``timeline`` are ``async for``)."""
 
     def __init__(self, base_url: str, api_key: str, *, timeout: float = 60.0, retries: int = 5) -> None:
-        super().__init__(base_url, api_key, retries)
-        self._http = httpx.AsyncClient(timeout=timeout)
+        super().__init__(base_url, api_key, retries, timeout)
+        self._http = httpx.AsyncClient()
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -215,115 +663,397 @@ class AsyncClient(_Base):
         await self.aclose()
 
     async def _send(self, req: Request) -> Any:
+        deadline = self._deadline(req)
         for attempt in range(self._retries + 1):
             try:
-                res = await self._http.request(req.method, self._url(req), **self._options(req))
+                res = await self._http.request(req.method, self._url(req), **self._options(req, deadline.left()))
             except httpx.TransportError as err:
-                done, value = settle(req, attempt, self._retries, err=err)
+                done, value = settle(req, attempt, self._retries, deadline, err=err)
             else:
-                done, value = settle(req, attempt, self._retries, res=res)
+                done, value = settle(req, attempt, self._retries, deadline, res=res)
             if done:
                 return value
             await asyncio.sleep(value)
 
-    async def start(self, session_id: str, runtime: dict[str, Any], *, wait: bool = True, **spec: Any) -> AsyncSession:
-        await self._send(_start({"session_id": session_id, "runtime": runtime, **spec}, wait))
-        return AsyncSession(self, session_id)
+    async def start(
+        self,
+        session_id: str,
+        runtime: RuntimeLike,
+        *,
+        wait: bool = True,
+        description: Optional[str] = None,
+        labels: Optional[Sequence[str]] = None,
+        liveness: Optional[LivenessLike] = None,
+        retention: Optional[RetentionLike] = None,
+        policies: Optional[PoliciesLike] = None,
+        background_verify: Optional[bool] = None,
+        timeout: Optional[float] = None,
+    ) -> AsyncSession:
+        spec = _spec(session_id, runtime, description, labels, liveness, retention, policies, background_verify)
+        answer = await self._send(_start(spec, wait, timeout))
+        status = SessionStatus.model_validate(answer) if wait else None
+        if status is not None and (error := _ended_error(status)) is not None:
+            raise error
+        return AsyncSession(self, session_id, last_status=status)
 
     def get(self, session_id: str) -> AsyncSession:
         return AsyncSession(self, session_id)
 
-    async def list(self, **filters: Any) -> builtins.list[SessionSummary]:
-        return (await self.list_page(**filters)).sessions
+    async def list(
+        self,
+        *,
+        phase: Optional[str] = None,
+        runtime: Optional[str] = None,
+        label: Optional[str] = None,
+        forked_from: Optional[str] = None,
+        page_size: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> AsyncIterator[SessionSummary]:
+        cursor: Optional[str] = None
+        while True:
+            page = await self.list_page(
+                phase=phase,
+                runtime=runtime,
+                label=label,
+                forked_from=forked_from,
+                limit=page_size,
+                cursor=cursor,
+                timeout=timeout,
+            )
+            for summary in page.sessions:
+                yield summary
+            if page.next is None:
+                return
+            cursor = page.next
 
-    async def list_page(self, **filters: Any) -> SessionPage:
-        return SessionPage.model_validate(await self._send(read("/v1/sessions", **filters)))
+    async def list_page(
+        self,
+        *,
+        phase: Optional[str] = None,
+        runtime: Optional[str] = None,
+        label: Optional[str] = None,
+        forked_from: Optional[str] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> SessionPage:
+        req = _list(phase, runtime, label, forked_from, limit, cursor, timeout)
+        return SessionPage.model_validate(await self._send(req))
 
 
 class AsyncSession:
     """The asyncio twin of Session."""
 
-    def __init__(self, client: AsyncClient, session_id: str) -> None:
+    def __init__(self, client: AsyncClient, session_id: str, *, last_status: Optional[SessionStatus] = None) -> None:
         self._client = client
-        self.session_id = session_id
+        self.session_id = check_session_id(session_id)
+        self.last_status = last_status
+
+    def __repr__(self) -> str:
+        return f"AsyncSession({self.session_id!r})"
 
     async def _do(self, req: Request, model: type[M]) -> M:
         return model.model_validate(await self._client._send(req))
 
-    async def _control(self, name: str, model: type[M], **fields: Any) -> M:
-        return await self._do(control(self.session_id, name, fields), model)
+    async def _forks(self, req: Request) -> Forks[AsyncSession]:
+        result = await self._do(req, ForkResult)
+        return Forks([AsyncSession(self._client, f.session_id) for f in result.forks], result)
 
-    async def status(self) -> SessionStatus:
-        return await self._do(read(f"/v1/sessions/{self.session_id}"), SessionStatus)
+    async def status(self, *, timeout: Optional[float] = None) -> SessionStatus:
+        self.last_status = await self._do(read(session_path(self.session_id), timeout), SessionStatus)
+        return self.last_status
 
     async def checkpoint(
-        self, *, label: Optional[str] = None, idempotency_key: Optional[str] = None, **pre: Any
+        self,
+        *,
+        label: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
     ) -> CheckpointRef:
-        return await self._control("checkpoint", CheckpointRef, label=label, idempotency_key=idempotency_key, **pre)
+        body = build(CheckpointInput, label=label, idempotency_key=idempotency_key, if_head=if_head, if_index=if_index)
+        return await self._do(control(self.session_id, "checkpoint", body, timeout=timeout), CheckpointRef)
 
-    async def pause(self, *, reason: Optional[str] = None, idempotency_key: Optional[str] = None) -> CheckpointRef:
-        return await self._control("pause", CheckpointRef, reason=reason, idempotency_key=idempotency_key)
+    async def pause(
+        self,
+        *,
+        reason: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> CheckpointRef:
+        body = build(PauseInput, reason=reason, idempotency_key=idempotency_key, if_head=if_head, if_index=if_index)
+        return await self._do(control(self.session_id, "pause", body, timeout=timeout), CheckpointRef)
 
     async def resume(
-        self, *, checkpoint_id: Optional[str] = None, idempotency_key: Optional[str] = None
+        self,
+        *,
+        checkpoint_id: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
     ) -> ResumeResult:
-        return await self._control("resume", ResumeResult, checkpoint_id=checkpoint_id, idempotency_key=idempotency_key)
+        body = build(
+            ResumeInput,
+            checkpoint_id=checkpoint_id,
+            idempotency_key=idempotency_key,
+            if_head=if_head,
+            if_index=if_index,
+        )
+        return await self._do(control(self.session_id, "resume", body, timeout=timeout), ResumeResult)
 
     async def stop(
-        self, *, checkpoint: Optional[bool] = None, reason: Optional[str] = None, idempotency_key: Optional[str] = None
+        self,
+        *,
+        checkpoint: Optional[bool] = None,
+        reason: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
     ) -> StopResult:
-        fields = {"checkpoint": checkpoint, "reason": reason, "idempotency_key": idempotency_key}
-        return await self._control("stop", StopResult, **fields)
+        body = build(
+            StopInput,
+            checkpoint=checkpoint,
+            reason=reason,
+            idempotency_key=idempotency_key,
+            if_head=if_head,
+            if_index=if_index,
+        )
+        return await self._do(control(self.session_id, "stop", body, timeout=timeout), StopResult)
 
-    async def verify(self, *, checkpoint_id: Optional[str] = None) -> builtins.list[VerificationResult]:
-        req = control(self.session_id, "verify", {"checkpoint_id": checkpoint_id}, keyed=False)
+    async def verify(
+        self, *, checkpoint_id: Optional[str] = None, timeout: Optional[float] = None
+    ) -> builtins.list[VerificationResult]:
+        body = build(VerifyInput, checkpoint_id=checkpoint_id)
+        req = control(self.session_id, "verify", body, keyed=False, timeout=timeout)
         return (await self._do(req, VerificationResults)).results
 
-    async def rewind(self, to: Optional[Selector] = None, **fields: Any) -> RewindResult:
-        return await self._control("rewind", RewindResult, to=to, **fields)
+    async def rewind(
+        self,
+        to: Optional[Selector] = None,
+        *,
+        message_index: Optional[int] = None,
+        reason: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> RewindResult:
+        body = build(
+            RewindInput,
+            to=to,
+            message_index=message_index,
+            reason=reason,
+            idempotency_key=idempotency_key,
+            if_head=if_head,
+            if_index=if_index,
+        )
+        return await self._do(control(self.session_id, "rewind", body, timeout=timeout), RewindResult)
 
-    async def fork(self, from_: Optional[Selector] = None, **fields: Any) -> ForkResult:
-        return await self._control("fork", ForkResult, from_=from_, **fields)
+    async def fork(
+        self,
+        from_: Optional[Selector] = None,
+        *,
+        message_index: Optional[int] = None,
+        new_session_id: Optional[str] = None,
+        count: Optional[int] = None,
+        overrides: Optional[OverridesLike] = None,
+        paused: Optional[bool] = None,
+        label: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> Forks[AsyncSession]:
+        body = build(
+            ForkInput,
+            from_=from_,
+            message_index=message_index,
+            new_session_id=new_session_id,
+            count=count,
+            overrides=overrides,
+            paused=paused,
+            label=label,
+            idempotency_key=idempotency_key,
+            if_head=if_head,
+            if_index=if_index,
+        )
+        return await self._forks(control(self.session_id, "fork", body, timeout=timeout))
 
-    async def branch(self, **fields: Any) -> ForkResult:
-        return await self._control("branch", ForkResult, **fields)
+    async def branch(
+        self,
+        *,
+        new_session_id: Optional[str] = None,
+        count: Optional[int] = None,
+        overrides: Optional[OverridesLike] = None,
+        paused: Optional[bool] = None,
+        label: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> Forks[AsyncSession]:
+        body = build(
+            BranchInput,
+            new_session_id=new_session_id,
+            count=count,
+            overrides=overrides,
+            paused=paused,
+            label=label,
+            idempotency_key=idempotency_key,
+            if_head=if_head,
+            if_index=if_index,
+        )
+        return await self._forks(control(self.session_id, "branch", body, timeout=timeout))
 
-    async def configure(self, **fields: Any) -> SessionStatus:
-        return await self._control("configure", SessionStatus, **fields)
+    async def regenerate(
+        self,
+        *,
+        new_session_id: Optional[str] = None,
+        count: Optional[int] = None,
+        overrides: Optional[OverridesLike] = None,
+        paused: Optional[bool] = None,
+        label: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> Forks[AsyncSession]:
+        body = build(
+            RegenerateInput,
+            new_session_id=new_session_id,
+            count=count,
+            overrides=overrides,
+            paused=paused,
+            label=label,
+            idempotency_key=idempotency_key,
+            if_head=if_head,
+            if_index=if_index,
+        )
+        return await self._forks(control(self.session_id, "regenerate", body, timeout=timeout))
 
-    async def touch(self) -> None:
-        await self._client._send(control(self.session_id, "touch", {}, keyed=False))
+    async def append(
+        self,
+        messages: Sequence[MessageLike],
+        *,
+        checkpoint: Optional[bool] = None,
+        label: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> AppendResult:
+        body = build(
+            AppendInput,
+            messages=builtins.list(messages),
+            checkpoint=checkpoint,
+            label=label,
+            idempotency_key=idempotency_key,
+            if_head=if_head,
+            if_index=if_index,
+        )
+        return await self._do(control(self.session_id, "append", body, timeout=timeout), AppendResult)
+
+    async def configure(
+        self,
+        *,
+        policies: Optional[PoliciesLike] = None,
+        retention: Optional[RetentionLike] = None,
+        idempotency_key: Optional[str] = None,
+        if_head: Optional[str] = None,
+        if_index: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> SessionStatus:
+        body = build(
+            ConfigureInput,
+            policies=policies,
+            retention=retention,
+            idempotency_key=idempotency_key,
+            if_head=if_head,
+            if_index=if_index,
+        )
+        req = control(self.session_id, "configure", body, timeout=timeout)
+        self.last_status = await self._do(req, SessionStatus)
+        return self.last_status
+
+    async def touch(self, *, timeout: Optional[float] = None) -> None:
+        req = Request("POST", session_path(self.session_id, "touch"), json={}, timeout=timeout)
+        await self._client._send(req)
 
     async def timeline(
+        self,
+        *,
+        from_: Optional[int] = None,
+        branch: Optional[int] = None,
+        all: Optional[bool] = None,
+        page_size: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> AsyncIterator[TimelineEntry]:
+        while True:
+            page = await self.timeline_page(from_=from_, limit=page_size, branch=branch, all=all, timeout=timeout)
+            for entry in page.entries:
+                yield entry
+            if page.next is None:
+                return
+            from_ = page.next
+
+    async def timeline_page(
         self,
         *,
         from_: Optional[int] = None,
         limit: Optional[int] = None,
         branch: Optional[int] = None,
         all: Optional[bool] = None,
+        timeout: Optional[float] = None,
     ) -> TimelinePage:
-        req = read(f"/v1/sessions/{self.session_id}/checkpoints", from_=from_, limit=limit, branch=branch, all=all)
-        return await self._do(req, TimelinePage)
+        return await self._do(_timeline(self.session_id, from_, limit, branch, all, timeout), TimelinePage)
 
-    async def entry(self, index: int) -> TimelineEntry:
-        return await self._do(read(f"/v1/sessions/{self.session_id}/checkpoints/{index}"), TimelineEntry)
+    async def entry(self, index: int, *, timeout: Optional[float] = None) -> TimelineEntry:
+        return await self._do(read(session_path(self.session_id, "checkpoints", str(index)), timeout), TimelineEntry)
 
-    async def events(self, *, last_event_id: Optional[str] = None) -> AsyncIterator[Event]:
-        headers = {**self._client._headers, "accept": "text/event-stream"}
-        if last_event_id is not None:
-            headers["last-event-id"] = last_event_id
-        url = f"{self._client._base}/v1/sessions/{self.session_id}/events"
-        async with self._client._http.stream(
-            "GET", url, headers=headers, timeout=httpx.Timeout(None, connect=10)
-        ) as res:
-            if not res.is_success:
-                await res.aread()
-                raise problem_error(res.status_code, res.text)
-            parser = SseParser()
-            async for line in res.aiter_lines():
-                event = parser.line(line)
-                if event is not None:
-                    yield event
+    async def events(
+        self, *, last_event_id: Optional[str] = None, read_timeout: float = EVENTS_READ_TIMEOUT
+    ) -> AsyncIterator[Event]:
+        client = self._client
+        url = f"{client._base}{session_path(self.session_id, 'events')}"
+        if last_event_id is None:
+            last_event_id = str((await self.status()).timeline_length)
+        failures = 0
+        while True:
+            ended = False
+            try:
+                headers = _event_headers(client._headers, last_event_id)
+                async with client._http.stream(
+                    "GET", url, headers=headers, timeout=_stream_timeout(read_timeout)
+                ) as res:
+                    if not res.is_success:
+                        await res.aread()
+                        error = problem_error(res.status_code, res.text)
+                        if not error.retryable or failures >= client._retries:
+                            raise error
+                    else:
+                        parser = SseParser()
+                        async for line in res.aiter_lines():
+                            event = parser.line(line)
+                            if event is None:
+                                continue
+                            failures = 0
+                            if event.id is not None:
+                                last_event_id = event.id
+                            if event.event == "phase":
+                                ended = event.data.get("phase") in ENDED
+                            yield event
+            except httpx.TransportError as err:
+                if failures >= client._retries:
+                    raise unavailable(f"the event stream of {self.session_id} broke: {err}") from err
+            if ended:
+                return
+            await asyncio.sleep(backoff(failures, None))
+            failures += 1
 
     async def wait_for(self, phase: str, timeout: float = 60.0, *, poll: float = 0.2) -> SessionStatus:
         deadline = time.monotonic() + timeout
@@ -331,17 +1061,9 @@ class AsyncSession:
             status = await self.status()
             if status.phase == phase:
                 return status
-            _check_ended(status, phase)
+            error = _ended_error(status, phase)
+            if error is not None:
+                raise error
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"session {self.session_id} is {status.phase}, not {phase}, after {timeout} s")
             await asyncio.sleep(poll)
-
-
-def _check_ended(status: SessionStatus, wanted: str) -> None:
-    """A session that ended otherwise never reaches ``wanted``: say so at once."""
-    if status.phase in ("completed", "failed") and wanted != status.phase:
-        # A failed session's failure names its error code in `type` (RestoreFailed, RuntimeFailed, …).
-        failure = status.failure or {}
-        detail = f"session {status.session_id} is {status.phase}: {failure.get('message', 'it ended')}"
-        code = str(failure.get("type") or "SessionClosed")
-        raise error_from_problem(409, Problem.make(409, code, detail, status.session_id).wire())

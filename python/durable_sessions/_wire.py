@@ -4,41 +4,24 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Optional
+from urllib.parse import quote
 
 import httpx
 from pydantic import ValidationError
 
 from .errors import DurableSessionsError, UnavailableError, error_from_problem
+from .inputs import InputModel, check_session_id
 from .models import Event, Problem
-
-#: Sub-objects whose keys are schema fields (converted); everything else under them is left as given.
-_SCHEMA_OBJECTS = {"policies", "retention", "liveness", "overrides"}
-#: Keys whose values are the caller's own data: their keys are never converted.
-_USER_DATA = {"env", "files", "messages", "initialState"}
 
 
 def camel(name: str) -> str:
     head, *rest = name.rstrip("_").split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
-def to_wire(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """Drops None, converts snake_case keys (and those of schema sub-objects) to camelCase; user data untouched."""
-    out: dict[str, Any] = {}
-    for key, value in fields.items():
-        if value is None:
-            continue
-        wire = camel(key)
-        if wire in _SCHEMA_OBJECTS and isinstance(value, Mapping):
-            value = to_wire(value)
-        elif wire == "runtime" and isinstance(value, Mapping):
-            value = {camel(k): v for k, v in value.items() if v is not None}
-        out[wire] = value
-    return out
 
 
 @dataclass
@@ -50,19 +33,31 @@ class Request:
     headers: dict[str, str] = field(default_factory=dict)
     #: Safe to send again: reads, and controls carrying an idempotency key.
     retryable: bool = True
+    #: Seconds the whole call may take, retries included; None: the client's.
+    timeout: Optional[float] = None
 
 
-def control(session_id: str, name: str, fields: Mapping[str, Any], keyed: bool = True) -> Request:
+def session_path(session_id: str, *rest: str) -> str:
+    """``/v1/sessions/<id>/…``: the id checked by the gateway's rule first (InvalidInputError, nothing sent), and every
+    segment quoted, so that no id can name another path."""
+    check_session_id(session_id)
+    return "/".join(["/v1/sessions", *(quote(segment, safe="") for segment in (session_id, *rest))])
+
+
+def control(
+    session_id: str, name: str, body: InputModel, keyed: bool = True, timeout: Optional[float] = None
+) -> Request:
     """A control, with an idempotency key (the caller's, or a new one) so that a retry is answered once."""
-    body = to_wire(fields)
+    wire = body.wire()
     headers: dict[str, str] = {}
     if keyed:
-        headers["idempotency-key"] = str(body.pop("idempotencyKey", None) or uuid.uuid4())
-    return Request("POST", f"/v1/sessions/{session_id}/{name}", json=body, headers=headers)
+        headers["idempotency-key"] = str(wire.pop("idempotencyKey", None) or uuid.uuid4())
+    return Request("POST", session_path(session_id, name), json=wire, headers=headers, timeout=timeout)
 
 
-def read(path: str, **params: Any) -> Request:
-    return Request("GET", path, params={camel(k): _param(v) for k, v in params.items() if v is not None})
+def read(path: str, timeout: Optional[float] = None, **params: Any) -> Request:
+    query = {camel(k): _param(v) for k, v in params.items() if v is not None}
+    return Request("GET", path, params=query, timeout=timeout)
 
 
 def _param(value: Any) -> Any:
@@ -86,25 +81,50 @@ def backoff(attempt: int, retry_after: Optional[str]) -> float:
     return min(0.2 * 2.0**attempt, 5.0)
 
 
+def unavailable(detail: str, err: Optional[BaseException] = None) -> UnavailableError:
+    return UnavailableError(detail, status=503, problem=Problem.make(503, "Unavailable", detail).wire())
+
+
+class Deadline:
+    """The time a call has left, retries and pauses included."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._at = time.monotonic() + seconds
+
+    def left(self) -> float:
+        """Seconds left; raises UnavailableError once there are none."""
+        left = self._at - time.monotonic()
+        if left <= 0:
+            raise unavailable(f"no answer from the gateway within {self.seconds:g} s")
+        return left
+
+
 def settle(
-    req: Request, attempt: int, retries: int, res: Optional[httpx.Response] = None, err: Optional[Exception] = None
+    req: Request,
+    attempt: int,
+    retries: int,
+    deadline: Deadline,
+    res: Optional[httpx.Response] = None,
+    err: Optional[Exception] = None,
 ) -> tuple[bool, Any]:
     """One attempt's outcome: ``(True, body)`` when answered, ``(False, seconds)`` to send again after a pause; raises
-    what the caller must see. Only a refused connection is retried (the request never arrived), and only a request
-    that is safe to send twice."""
+    what the caller must see. Only a connection that was never made is retried (the request never arrived), and only
+    a request that is safe to send twice; a request sent and not answered in time is not (the gateway may be at it)."""
     last = attempt >= retries
     if err is not None:
-        if not req.retryable or last or not isinstance(err, httpx.ConnectError):
-            detail = f"the gateway cannot be reached: {err}"
-            raise UnavailableError(detail, status=503, problem=Problem.make(503, "Unavailable", detail).wire()) from err
-        return False, backoff(attempt, None)
+        if isinstance(err, httpx.TimeoutException) and not isinstance(err, httpx.ConnectTimeout):
+            raise unavailable(f"no answer from the gateway within {deadline.seconds:g} s") from err
+        if not req.retryable or last or not isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout)):
+            raise unavailable(f"the gateway cannot be reached: {err}") from err
+        return False, min(backoff(attempt, None), deadline.left())
     assert res is not None
     if res.is_success:
         return True, (res.json() if res.content else None)
     error = problem_error(res.status_code, res.text)
     if last or not req.retryable or not error.retryable:
         raise error
-    return False, backoff(attempt, res.headers.get("retry-after"))
+    return False, min(backoff(attempt, res.headers.get("retry-after")), deadline.left())
 
 
 class SseParser:

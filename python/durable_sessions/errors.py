@@ -30,6 +30,24 @@ class InvalidInputError(DurableSessionsError):
     code = "InvalidInput"
 
 
+class SessionFailedError(DurableSessionsError):
+    """The session has failed: no control can change it. ``failure`` is what ended it (``type``, ``message``, ``at``,
+    and for a command that died its exit code and last lines of output)."""
+
+    code = "SessionFailed"
+
+    @property
+    def failure(self) -> dict[str, Any]:
+        found = self.problem.get("failure") or self.problem.get("details") or {}
+        return found if isinstance(found, dict) else {}
+
+
+class IdempotencyKeyReusedError(DurableSessionsError):
+    """The idempotency key was used before with another input: the first request's result is not this one's."""
+
+    code = "IdempotencyKeyReused"
+
+
 class InvalidTransitionError(DurableSessionsError):
     """Not legal in the session's phase."""
 
@@ -151,6 +169,12 @@ class PayloadTooLargeError(DurableSessionsError):
     code = "PayloadTooLarge"
 
 
+class UnsupportedMediaTypeError(DurableSessionsError):
+    """The request body is not JSON in UTF-8 (``Content-Type``); this client always sends that."""
+
+    code = "UnsupportedMediaType"
+
+
 class RateLimitedError(DurableSessionsError):
     """Over the key's request rate; sent again after ``Retry-After`` by the client."""
 
@@ -187,6 +211,8 @@ __all__ = [
     "ERROR_CLASSES",
     "error_from_problem",
     "InvalidInputError",
+    "SessionFailedError",
+    "IdempotencyKeyReusedError",
     "InvalidTransitionError",
     "SessionNotFoundError",
     "SessionAlreadyExistsError",
@@ -207,6 +233,7 @@ __all__ = [
     "ForbiddenError",
     "NotFoundError",
     "PayloadTooLargeError",
+    "UnsupportedMediaTypeError",
     "RateLimitedError",
     "UnavailableError",
     "InternalError",

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "AppendResult",
     "BranchTip",
     "CheckpointRef",
     "Event",
@@ -295,6 +296,17 @@ class ForkResult(WireModel):
     forks: list[ForkedSession]
 
     model_config = ConfigDict(alias_generator=_wire_name, populate_by_name=True, extra="allow", frozen=True)
+
+
+class AppendResult(WireModel):
+    """What an append answers (conversation runtime)."""
+
+    #: Messages the conversation holds now.
+    message_count: int
+    #: The index the first appended message got.
+    first_index: int
+    #: The checkpoint taken after the append (trigger ``turn``), when one was asked for.
+    checkpoint: Optional[CheckpointRef]
 
 
 class Event(BaseModel):

@@ -21,8 +21,7 @@ from typing import Any, Literal, Optional, Union
 import pytest
 from pydantic import BaseModel
 
-from durable_sessions import errors, models
-from durable_sessions._client import _start
+from durable_sessions import errors, inputs, models
 from durable_sessions._wire import control
 from durable_sessions.errors import ERROR_CLASSES, DurableSessionsError
 from durable_sessions.models import Problem
@@ -31,13 +30,11 @@ DOCUMENT_PATH = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 DOCUMENT: dict[str, Any] = json.loads(DOCUMENT_PATH.read_text(encoding="utf-8"))
 Schema = dict[str, Any]
 
-NOT_IN_CLIENT = "not in this client yet (conversation runtime)"
-
 #: What the client makes of each answer the document describes: the model it parses it into, or why it has none.
 ANSWERS: dict[str, Union[type[BaseModel], str]] = {
     "GET /healthz": "a probe for load balancers, not a client call",
     "GET /readyz": "a probe for load balancers, not a client call",
-    "POST /v1/sessions": "start() returns a Session handle; the status answered is what status() parses",
+    "POST /v1/sessions": "start() returns a Session; the status answered is its last_status, as status() parses it",
     "GET /v1/sessions": models.SessionPage,
     "GET /v1/sessions/{id}": models.SessionStatus,
     "GET /v1/sessions/{id}/checkpoints": models.TimelinePage,
@@ -53,9 +50,30 @@ ANSWERS: dict[str, Union[type[BaseModel], str]] = {
     "POST /v1/sessions/{id}/fork": models.ForkResult,
     "POST /v1/sessions/{id}/branch": models.ForkResult,
     "POST /v1/sessions/{id}/configure": models.SessionStatus,
-    "POST /v1/sessions/{id}/append": NOT_IN_CLIENT,
-    "POST /v1/sessions/{id}/regenerate": NOT_IN_CLIENT,
+    "POST /v1/sessions/{id}/append": models.AppendResult,
+    "POST /v1/sessions/{id}/regenerate": models.ForkResult,
 }
+
+#: The input model the client sends each request body as.
+REQUESTS: dict[str, type[inputs.InputModel]] = {
+    "POST /v1/sessions": inputs.StartSessionInput,
+    "POST /v1/sessions/{id}/checkpoint": inputs.CheckpointInput,
+    "POST /v1/sessions/{id}/pause": inputs.PauseInput,
+    "POST /v1/sessions/{id}/resume": inputs.ResumeInput,
+    "POST /v1/sessions/{id}/stop": inputs.StopInput,
+    "POST /v1/sessions/{id}/verify": inputs.VerifyInput,
+    "POST /v1/sessions/{id}/rewind": inputs.RewindInput,
+    "POST /v1/sessions/{id}/fork": inputs.ForkInput,
+    "POST /v1/sessions/{id}/branch": inputs.BranchInput,
+    "POST /v1/sessions/{id}/configure": inputs.ConfigureInput,
+    "POST /v1/sessions/{id}/append": inputs.AppendInput,
+    "POST /v1/sessions/{id}/regenerate": inputs.RegenerateInput,
+}
+
+#: Codes this client knows that docs/openapi.json may not list yet: a gateway of the same release answers them (a
+#: control to a failed session, an idempotency key reused with another input, a body that is not JSON). Once the
+#: document lists them all, this set can go.
+AHEAD_OF_THE_DOCUMENT = {"SessionFailed", "IdempotencyKeyReused", "UnsupportedMediaType"}
 
 #: Model fields kept a plain str where the document names the values, and why.
 OPEN_ENUMS: dict[tuple[str, str], str] = {
@@ -247,7 +265,9 @@ def test_the_error_classes_are_the_documents_codes() -> None:
     listed, _ = documented_codes()
     if listed is None:
         pytest.skip("docs/openapi.json gives Problem.code no enum: which codes exist is not in the document")
-    assert set(ERROR_CLASSES) == listed
+    assert listed <= set(ERROR_CLASSES), "a code of the document has no class"
+    ahead = set(ERROR_CLASSES) - listed
+    assert ahead <= AHEAD_OF_THE_DOCUMENT, f"classes of codes the document does not list: {ahead}"
 
 
 def test_one_class_per_code_all_exported() -> None:
@@ -262,7 +282,7 @@ def test_one_class_per_code_all_exported() -> None:
 
 
 # The other way: every field of every request body the document describes is reachable from the snake_case keyword
-# the README promises, and the caller's own data (env, files, messages) goes over the wire exactly as given.
+# the README promises, and the caller's own data (env, files, message contents) goes over the wire exactly as given.
 
 #: Keys of the caller's own maps (env, files): never converted.
 USER_KEYS = {"MY_VAR": "1", "src/my_file.txt": "x"}
@@ -292,31 +312,48 @@ def samples(schema: Schema) -> list[tuple[Any, Any]]:
     if schema.get("type") == "object":
         return [(dict(USER_KEYS), dict(USER_KEYS))]
     if schema.get("type") == "array":
-        # Lists hold the caller's data (messages), sent as given: camelCase inside is the caller's to write.
-        item = {"role": "user", "content": "hi", "toolCallId": "t-1"}
-        return [([item], [item])]
+        return [([g], [w]) for g, w in samples(schema.get("items", {}))[:1]]
     value = schema.get("enum", [{"integer": 7, "number": 7, "boolean": True}.get(schema.get("type", ""), "x")])[0]
     return [(value, value)]
 
 
+def request_body(op: str) -> Optional[Schema]:
+    body = operations()[op].get("requestBody", {}).get("content", {}).get("application/json")
+    return None if body is None else resolve(body["schema"])
+
+
+def test_every_request_body_has_its_input_model() -> None:
+    with_body = {op for op in operations() if request_body(op) is not None and op in ANSWERS}
+    assert with_body - {"POST /v1/sessions/{id}/touch"} == set(REQUESTS)
+
+
+@pytest.mark.parametrize("op", sorted(REQUESTS))
+def test_the_input_model_has_the_documents_fields(op: str) -> None:
+    body = request_body(op)
+    assert body is not None
+    names = set().union(*(set(v.get("properties", {})) for v in variants(body)))
+    model = REQUESTS[op]
+    aliases = {field.alias or name for name, field in model.model_fields.items()}
+    assert aliases == names
+
+
 def request_cases() -> list[Any]:
     cases = []
-    for op, spec in operations().items():
-        body = spec.get("requestBody", {}).get("content", {}).get("application/json")
-        if body is None or ANSWERS.get(op) == NOT_IN_CLIENT:
-            continue
-        for i, (given, wire) in enumerate(samples(body["schema"])):
+    for op in sorted(REQUESTS):
+        body = request_body(op)
+        assert body is not None
+        for i, (given, wire) in enumerate(samples(body)):
             cases.append(pytest.param(op, given, wire, id=f"{op} #{i + 1}"))
     return cases
 
 
 @pytest.mark.parametrize(("op", "given", "wire"), request_cases())
 def test_every_request_field_reaches_the_wire_by_its_snake_case_name(op: str, given: Any, wire: Any) -> None:
-    if op == "POST /v1/sessions":
-        req = _start(given, wait=True)
-    else:
-        req = control("s-1", op.rsplit("/", 1)[1], given)
+    body = REQUESTS[op].model_validate(given)
+    assert body.wire() == wire
+    if op != "POST /v1/sessions":
+        req = control("s-1", op.rsplit("/", 1)[1], body)
         # A control's key travels as the Idempotency-Key header (the body's would be the same key).
         if "idempotencyKey" in wire:
             assert req.headers == {"idempotency-key": wire.pop("idempotencyKey")}
-    assert req.json == wire
+        assert req.json == wire

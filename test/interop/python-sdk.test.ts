@@ -1,10 +1,23 @@
 import { execFile } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
+import { WorkflowNotFoundError } from '@temporalio/client';
+import { loadConfig } from '../../src/config';
+import {
+  ensureDevPayloadKey,
+  historyEncryption,
+  PayloadEncryptionCodec,
+  payloadKeyringFromConfig,
+} from '../../src/payloads';
 import { startTestSystem, type TestSystem } from '../helpers/temporal';
 
-/** The Python SDK is installed next to the Temporal CLI by scripts/install-temporal.sh (`npm run setup`). */
+/**
+ * The Python SDK is installed next to the Temporal CLI by scripts/install-temporal.sh (`npm run setup`). The workers
+ * encrypt payloads as `npm start` has them do by default: a dev payload key made under the data folder, which the
+ * program finds there (DS_DATA_DIR) as the workers do.
+ */
 const ROOT = path.join(__dirname, '..', '..');
 const PYTHON = path.join(ROOT, '.tools', 'venv', 'bin', 'python');
 const PROGRAM = path.join(ROOT, 'examples', 'python', 'sessions_raw.py');
@@ -15,18 +28,29 @@ interface Step {
 }
 
 let sys: TestSystem;
+let dataDir: string;
 let sessionId: string;
 let run: { code: number; stdout: string; stderr: string };
 let steps: Step[];
 
+/** The environment of the test process without any payload key setting of its own. */
+function environment(): NodeJS.ProcessEnv {
+  return Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('DS_PAYLOAD_')));
+}
+
 /** Runs the example as a separate process, as a Python backend would, against the run's server and worker. */
-function runPython(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+function runPython(args: string[], dataFolder = dataDir): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     execFile(
       PYTHON,
       [PROGRAM, ...args],
       {
-        env: { ...process.env, TEMPORAL_ADDRESS: process.env.DS_TEST_TEMPORAL_ADDRESS, DS_TASK_QUEUE: sys.taskQueue },
+        env: {
+          ...environment(),
+          TEMPORAL_ADDRESS: process.env.DS_TEST_TEMPORAL_ADDRESS,
+          DS_TASK_QUEUE: sys.taskQueue,
+          DS_DATA_DIR: dataFolder,
+        },
         timeout: 100_000,
       },
       (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }),
@@ -48,9 +72,13 @@ function refusal(kase: string): Step {
 
 beforeAll(async () => {
   if (!fs.existsSync(PYTHON)) throw new Error(`${PYTHON} is missing: run npm run setup`);
-  sys = await startTestSystem();
+  // As `npm start` configures the embedded default: encryption on, its dev key made under the data folder.
+  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-py-data-'));
+  await ensureDevPayloadKey(dataDir);
+  const keyring = await payloadKeyringFromConfig(loadConfig({ ...environment(), DS_DATA_DIR: dataDir }));
+  sys = await startTestSystem({ payloadCodec: new PayloadEncryptionCodec(keyring) });
   sessionId = `py-${crypto.randomUUID().slice(0, 8)}`;
-  run = await runPython(sessionId);
+  run = await runPython([sessionId]);
   steps = run.stdout
     .split('\n')
     .filter((line) => line.trim() !== '')
@@ -58,6 +86,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await sys?.close();
+  if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
 });
 
 test('the program runs to its end, exit code 0 and nothing on stderr', () => {
@@ -187,4 +216,28 @@ test('what Python left is what the TypeScript client sees', async () => {
     'checkpoint',
   ]);
   await expect(sys.sessions.get(`${sessionId}-bad`).result()).rejects.toMatchObject({ code: 'InvalidInput' });
+});
+
+test('what Python sent is encrypted in history, under the dev payload key', async () => {
+  for (const id of [sessionId, `${sessionId}-fork`]) {
+    expect(await historyEncryption(sys.client.workflowService, 'default', { workflowId: `session-${id}` })).toEqual({
+      mode: 'aes-256-gcm',
+      keyId: 'dev-1',
+    });
+  }
+});
+
+test('without the payload keys the program stops before it sends anything', async () => {
+  const empty = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-py-nokeys-'));
+  try {
+    const id = `py-${crypto.randomUUID().slice(0, 8)}`;
+    const refused = await runPython([id], empty);
+    expect(refused).toMatchObject({ code: 1, stdout: '' });
+    expect(refused.stderr).toContain('error: no payload key');
+    await expect(sys.client.workflow.getHandle(`session-${id}`).describe()).rejects.toBeInstanceOf(
+      WorkflowNotFoundError,
+    );
+  } finally {
+    fs.rmSync(empty, { recursive: true, force: true });
+  }
 });
