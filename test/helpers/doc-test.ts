@@ -234,7 +234,7 @@ export async function runShellBlock(block: DocBlock, stack: DocStack): Promise<R
     .split('\n')
     .map((line) =>
       /^\s*curl -N/.test(line)
-        ? `{ out=$(${line.replace(/\s+#.*$/, '')} --max-time 3) || [ $? = 28 ]; echo "$out"; echo "$out" | grep -q '^event:'; }`
+        ? `{ out=$(${line.replace(/\s+#.*$/, '')} --max-time 5) || [ $? = 28 ]; echo "$out"; echo "$out" | grep -q '^event:'; }`
         : line,
     )
     .join('\n');
