@@ -98,7 +98,7 @@ export function normaliseOutput(text: string, runDir?: string): string {
   if (runDir) out = out.split(runDir).join('/…');
   return out
     .replace(/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z/g, '<time>')
-    .replace(/sha256:[0-9a-f]{64}/g, 'sha256:<digest>')
+    .replace(/sha256:[0-9a-f]{64}/g, '<digest>')
     .replace(/\b\d{6}-[0-9a-f]{8}\b/g, '<checkpoint>')
     .replace(/@[A-Za-z0-9._-]+/g, '@<host>')
     .replace(/-[0-9a-f]{8}\b/g, '-<hex>')
