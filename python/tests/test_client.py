@@ -2,13 +2,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import subprocess
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -288,18 +286,3 @@ def test_events_reconnect_with_last_event_id_and_miss_no_entry(
     finally:
         gateway.kill()
         gateway.wait(timeout=20)
-
-
-README = Path(__file__).resolve().parents[1] / "README.md"
-DEV_KEY = 'Path("data/gateway-dev-key").read_text().strip()'
-DEV_URL = '"http://127.0.0.1:7280"'
-
-
-def test_the_readmes_flows_run_as_written(gateway_url: str, api_key: str) -> None:
-    """Each ```python block of README.md, against this stack: only its gateway's address and key differ."""
-    blocks = re.findall(r"^```python\n(.*?)^```", README.read_text(encoding="utf-8"), flags=re.S | re.M)
-    assert len(blocks) == 2
-    for block in blocks:
-        assert DEV_KEY in block and DEV_URL in block
-        code = block.replace(DEV_KEY, repr(api_key)).replace(DEV_URL, repr(gateway_url))
-        exec(compile(code, str(README), "exec"), {"__name__": "readme"})

@@ -17,8 +17,9 @@ import { eventually } from './temporal';
  * - `<!-- doc-test: prelude … -->` holds code run before the block, for names the reader supplies (a model call).
  *
  * The ports of the README (gateway 7280, server 7233, Web UI 8233) are replaced by the free ports this run uses.
- * Commands run in a directory whose `data` is the data directory of the `npm start` and whose `.tools` is the
- * project's, so relative paths mean what they mean in a checkout; `npx durable-sessions` runs `bin/durable-sessions.js`.
+ * Commands run in a directory whose `data` is the data directory of the `npm start` and whose `.tools`, `bin` and
+ * `examples` are the project's, so relative paths mean what they mean in a checkout; `npx durable-sessions` runs
+ * `bin/durable-sessions.js`.
  */
 
 export const repoRoot = path.resolve(__dirname, '..', '..');
@@ -110,7 +111,7 @@ export function normaliseOutput(text: string, runDir?: string): string {
 }
 
 export interface DocStack {
-  /** The directory commands run in: `data` is the data directory, `.tools` the project's. */
+  /** The directory commands run in: `data` is the data directory; `.tools`, `bin` and `examples` the project's. */
   dir: string;
   dataDir: string;
   ports: { server: number; ui: number; gateway: number };
@@ -125,7 +126,8 @@ export interface DocStack {
 export async function startDocStack(): Promise<DocStack> {
   const dir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'ds-doc-')));
   const dataDir = path.join(dir, 'data');
-  fs.symlinkSync(path.join(repoRoot, '.tools'), path.join(dir, '.tools'));
+  // What a checkout has beside `data`, so that a command written for the checkout's top runs as written.
+  for (const name of ['.tools', 'bin', 'examples']) fs.symlinkSync(path.join(repoRoot, name), path.join(dir, name));
   const ports = { server: await freePort(), ui: await freePort(), gateway: await freePort() };
   const env: NodeJS.ProcessEnv = {
     ...process.env,

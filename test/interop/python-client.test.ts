@@ -74,6 +74,7 @@ test('the pytest suite of the Python client passes against the real gateway', as
     );
   });
   if (run.code !== 0) throw new Error(`pytest failed (exit ${run.code}):\n${run.output}`);
-  // The live suite's twelve passed, whatever the offline checks beside them (test_openapi_models.py) count.
-  expect(run.output.match(/^PASSED \S*\btest_client\.py::/gm)).toHaveLength(12);
+  // The live suite's eleven passed, whatever the offline checks beside them (test_openapi_models.py) count;
+  // python/README.md's flows run in test/docs.
+  expect(run.output.match(/^PASSED \S*\btest_client\.py::/gm)).toHaveLength(11);
 }, 300_000);
