@@ -47,6 +47,10 @@ export interface HostOptions {
   leaseRestMs?: number;
   /** This host's payload codec (a worker rolled out with other payload keys); the system's when omitted. */
   payloadCodec?: PayloadEncryptionCodec;
+  /** The workspace runtime's settle window for starts (200 ms when omitted). */
+  startSettleMs?: number;
+  /** How long what a failed workspace command left stays on this host (the runtime's default when omitted). */
+  failedRetentionMs?: number;
 }
 
 export interface TestHost {
@@ -109,6 +113,9 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
     const workspace = new WorkspaceRuntime({
       rootDir: path.join(dir, `workspaces-${number}`),
       defaultStopGraceMs: 2_000,
+      // Short, so that the many starts of the suite stay quick; a test that needs a longer one sets the spec's settleMs.
+      startSettleMs: hostOptions.startSettleMs ?? 200,
+      ...(hostOptions.failedRetentionMs !== undefined ? { failedRetentionMs: hostOptions.failedRetentionMs } : {}),
     });
     const memory = new MemoryRuntime();
     const conversation = new ConversationRuntime();
