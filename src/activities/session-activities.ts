@@ -1,5 +1,6 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { ApplicationFailure, Context, log } from '@temporalio/activity';
+import { ApplicationFailureCategory } from '@temporalio/common';
 import { sessionKey, type RuntimeInstanceRef, type TimelineEntry } from '../api/messages';
 import { DEFAULT_TENANT, isDefaultTenant } from '../domain/names';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
@@ -166,6 +167,15 @@ export function createActivities(deps: ActivityDeps) {
         : host.sessions().length >= limit
           ? `worker host ${queue} runs ${limit} sessions, its limit: placing elsewhere`
           : undefined;
+      if (refusal && host.draining) {
+        // Expected while the worker goes: one line in the log, and no warning with a stack for every attempt.
+        if (host.firstRefusal()) log.info(`${refusal}: placements go to other workers`);
+        throw ApplicationFailure.create({
+          type: 'HostRefused',
+          message: refusal,
+          category: ApplicationFailureCategory.BENIGN,
+        });
+      }
       if (refusal) throw toFailure(new HostRefusedError(refusal, queue));
       return { hostTaskQueue: deps.hostTaskQueue };
     },
