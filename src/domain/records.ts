@@ -36,9 +36,9 @@ export const RuntimeInstanceRef = strictObject({
 export type RuntimeInstanceRef = z.infer<typeof RuntimeInstanceRef>;
 
 /**
- * How long a workspace start waits for its command to stay alive before it answers (DS_START_SETTLE_MS). `npm run dev`
- * in an empty directory, the slowest of the commands measured that fail at once, took 0.3–0.5 s to exit on a 2-core
- * host, and up to 2.5 s with six busy processes beside it (bench/README.md, Start).
+ * How long a workspace start waits for its command to stay alive before it answers (DS_START_SETTLE_MS): more than three
+ * times what the slowest command measured that fails at once (`npm run dev` in an empty directory) took to exit on a
+ * loaded 2-core host (bench/README.md, Start settle window).
  */
 export const DEFAULT_START_SETTLE_MS = 2_000;
 
