@@ -3,7 +3,15 @@ import * as path from 'node:path';
 import { isErrnoError } from '../../errors';
 import { fenceRecord, readInstanceRecord, type FenceOutcome, type FoundRecord } from './instance-records';
 import { groupsWorkingUnder, killGroup, waitUntilGroupGone } from './process-table';
-import { anyExists, isSafeId, removeIfEmpty, removeTree, removeWorkspace, treeBytes } from './workspace-dir';
+import {
+  anyExists,
+  FAILED_SUFFIX,
+  isSafeId,
+  removeIfEmpty,
+  removeTree,
+  removeWorkspace,
+  treeBytes,
+} from './workspace-dir';
 
 /** How long fencing waits for a killed group to be gone before it reports the group as surviving. */
 const FENCE_WAIT_MS = 10_000;
@@ -19,9 +27,6 @@ export interface HostRecovery {
   /** Directories of failed commands kept, their retention not over yet. */
   keptFailed: number;
 }
-
-/** Beside `<session>/<instance>` and its log: the instance's command failed, and what it left is kept until then. */
-const FAILED_SUFFIX = '.failed';
 
 /** Marks an instance directory as that of a failed command, kept until `keptUntil` (ISO-8601). */
 export async function markFailed(dir: string, marker: { keptUntil: string; exit?: unknown }): Promise<void> {
@@ -55,7 +60,6 @@ export class Leftovers {
   async discard(instanceId: string, dir: string): Promise<void> {
     const found = await readInstanceRecord(this.stateDir, instanceId);
     if (found) await this.fence(found);
-    await fsp.rm(`${dir}${FAILED_SUFFIX}`, { force: true });
     if (!(await anyExists(dir, `${dir}.log`))) return;
     this.log(`workspace runtime: discarding what an earlier attempt of instance ${instanceId} left in ${dir}`);
     await removeWorkspace(dir, `${dir}.log`);
@@ -67,7 +71,6 @@ export class Leftovers {
     if (found) await this.fence(found);
     for (const sessionDir of await this.sessionDirs()) {
       const dir = path.join(sessionDir, instanceId);
-      await fsp.rm(`${dir}${FAILED_SUFFIX}`, { force: true });
       if (!(await anyExists(dir, `${dir}.log`))) continue;
       await removeWorkspace(dir, `${dir}.log`);
       await removeIfEmpty(sessionDir);
