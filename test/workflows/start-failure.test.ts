@@ -46,6 +46,10 @@ test('a start whose command exits at once fails with RuntimeFailed, its exit cod
   const status = await session.status();
   expect(status.phase).toBe('failed');
   expectExitFailure(status.failure);
+  // The Web UI's details for the session say it too.
+  const { currentDetails } = await session.workflow.query<{ currentDetails?: string }>('__temporal_workflow_metadata');
+  expect(currentDetails).toContain('exit: exit code 3 · last output: boom');
+  expect(currentDetails).toContain(`kept: \`${status.failure!.location}\` on ${sys.firstHost.hostTaskQueue} until `);
   const ended = await session.result().catch((e: unknown) => e);
   expect(ended).toBeInstanceOf(SessionRuntimeError);
   expectExitFailure((ended as SessionRuntimeError).failure);
