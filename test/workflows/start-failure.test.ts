@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { SessionFailedError, SessionRuntimeError, type SessionFailure } from '../../src/client';
 import { RuntimeExitedError, WorkspaceRuntime } from '../../src/runtimes';
-import { eventually, startTestSystem, type TestSystem } from '../helpers/temporal';
+import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
 /** A command that fails at once, saying why on stderr. */
 const FAILS_AT_ONCE = ['sh', '-c', 'echo starting; echo boom >&2; exit 3'];
@@ -140,6 +140,25 @@ test('a worker restart keeps the failed session’s directory and log, and statu
   await next.recoverHost();
   expect(fs.existsSync(failure!.location!)).toBe(true);
   expect(fs.readFileSync(failure!.output!, 'utf8')).toContain('boom');
+});
+
+test('a failed session can still be forked from its checkpoints', async () => {
+  const session = await sys.sessions.start({
+    sessionId: id('fork-failed'),
+    runtime: {
+      kind: 'workspace',
+      command: ['sh', '-c', 'echo kept > state; while [ ! -f go ]; do sleep 0.1; done; exit 3'],
+      settleMs: 0,
+    },
+  });
+  const { runtime } = await runningStatus(session);
+  const checkpoint = await session.checkpoint();
+  fs.writeFileSync(path.join(runtime.location, 'go'), '');
+  await eventually(async () => (await session.status()).phase === 'failed');
+  await expect(session.pause()).rejects.toBeInstanceOf(SessionFailedError);
+  const { forks } = await session.fork({ from: checkpoint.index!, paused: true });
+  expect(forks).toHaveLength(1);
+  expect(await sys.sessions.get(forks[0]!.sessionId).status()).toMatchObject({ phase: 'paused' });
 });
 
 // Last: it stops the system's only host.
