@@ -466,7 +466,9 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     try {
       await instance.recorded;
     } catch (error) {
-      // Unrecorded, it would outlive a crash of the worker unseen: rather no instance at all.
+      // Unrecorded, it would outlive a crash of the worker unseen: rather no instance at all. (Asked for: it is no
+      // failure of the command's to keep a directory for.)
+      instance.stopRequested = true;
       signalRunning(instance, 'SIGKILL');
       await instance.exited;
       this.instances.delete(instance.instanceId);
