@@ -144,6 +144,7 @@ export class Recovery {
     const { state } = session;
     if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
     const details = exitCode !== 0 || signal !== null ? await this.exitDetails(runtime) : undefined;
+    if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
     session.record({ kind: 'runtime-exited', at: now(), exitCode, signal });
     state.runtime = null;
     // Set first, so that what apply() publishes names how the command ended.
