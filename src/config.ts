@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { closestName } from './domain/names';
+import { DEFAULT_FAILED_RETENTION_MS, DEFAULT_START_SETTLE_MS } from './domain/records';
 import { DurableSessionsError } from './errors';
 
 const bool = z
@@ -207,6 +208,16 @@ export const EnvConfig = z.object({
   DS_WORKSPACE_USER: workspaceUser.optional(),
   /** Grace period between SIGTERM and SIGKILL when a workspace process is stopped. */
   DS_STOP_GRACE_MS: duration.default(10_000),
+  /**
+   * How long a workspace start waits for its command to stay alive before it answers: one that exits with a failure
+   * within it fails the start (RuntimeFailed, with its exit code and last lines of output). A spec's `settleMs` wins.
+   */
+  DS_START_SETTLE_MS: duration.max(60_000, 'expected at most 60000 ms').default(DEFAULT_START_SETTLE_MS),
+  /**
+   * How long the directory and log of a workspace command that failed stay on its host (status shows where); a worker
+   * that starts removes those whose time is over.
+   */
+  DS_FAILED_RETENTION_MS: duration.default(DEFAULT_FAILED_RETENTION_MS),
   /** How long a worker that is asked to stop (SIGINT, SIGTERM) spends moving its sessions to other workers. */
   DS_DRAIN_TIMEOUT_MS: duration.default(30_000),
   /** Sessions one worker hosts at most; placement passes a full worker by. */
@@ -270,6 +281,8 @@ export interface Config {
   /** Who workspace commands run as; undefined: the worker's user. */
   workspaceUser?: string | { uid: number; gid: number };
   stopGraceMs: number;
+  startSettleMs: number;
+  failedRetentionMs: number;
   drainTimeoutMs: number;
   maxSessions: number;
   maxCachedWorkflows?: number;
@@ -401,6 +414,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     workspaceEnvAllow: e.DS_WORKSPACE_ENV_ALLOW,
     workspaceUser: e.DS_WORKSPACE_USER,
     stopGraceMs: e.DS_STOP_GRACE_MS,
+    startSettleMs: e.DS_START_SETTLE_MS,
+    failedRetentionMs: e.DS_FAILED_RETENTION_MS,
     drainTimeoutMs: e.DS_DRAIN_TIMEOUT_MS,
     maxSessions: e.DS_MAX_SESSIONS,
     ...(e.DS_MAX_CACHED_WORKFLOWS !== undefined ? { maxCachedWorkflows: e.DS_MAX_CACHED_WORKFLOWS } : {}),

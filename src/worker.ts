@@ -254,6 +254,8 @@ export async function runWorker(
   const workspace = new WorkspaceRuntime({
     rootDir: config.workspaceDir,
     defaultStopGraceMs: config.stopGraceMs,
+    startSettleMs: config.startSettleMs,
+    failedRetentionMs: config.failedRetentionMs,
     envAllow: config.workspaceEnvAllow,
     user: config.workspaceUser,
   });

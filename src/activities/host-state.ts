@@ -46,6 +46,10 @@ export class HostState {
   private readonly hosted = new Map<string, string>();
   private readonly watched = new Set<string>();
   private readonly stopsBySession = new Set<string>();
+  /** Instances whose command ended by itself: their sessions completed or failed, and have nothing here to drain. */
+  private readonly endedBySelf = new Set<string>();
+  /** The placements refused while draining, logged once. */
+  private refusalsLogged = false;
   private exits: HostExit[] = [];
   private nextSeq = 1;
   private readonly waiters = new Set<() => void>();
@@ -72,11 +76,26 @@ export class HostState {
   /** The instance is gone from this host (disposed, or never made). */
   released(instanceId: string): void {
     this.hosted.delete(instanceId);
+    this.endedBySelf.delete(instanceId);
   }
 
-  /** Sessions with an instance on this host, each once. */
+  /**
+   * Sessions with a running instance on this host, each once. One whose command ended by itself is not among them:
+   * its session has ended, and a drain has nothing to move.
+   */
   sessions(): string[] {
-    return [...new Set(this.hosted.values())];
+    const running = [...this.hosted].filter(([instanceId]) => !this.endedBySelf.has(instanceId));
+    return [...new Set(running.map(([, sessionId]) => sessionId))];
+  }
+
+  /**
+   * Whether this refusal of a placement while draining is the first: the draining host refuses every placement until
+   * it goes, which is expected and worth one line in the log, not one per attempt.
+   */
+  firstRefusal(): boolean {
+    const first = !this.refusalsLogged;
+    this.refusalsLogged = true;
+    return first;
   }
 
   /** Whether this incarnation runs the instance, or saw it end and has not had that acknowledged. */
@@ -135,6 +154,8 @@ export class HostState {
   private ended(instanceId: string, sessionId: string, exit: ExitInfo): void {
     this.watched.delete(instanceId);
     const bySession = this.stopsBySession.delete(instanceId);
+    // Not by the session, and not by this host's shutdown (which ends every instance and drains first).
+    if (!bySession && !exit.requested && this.hosted.has(instanceId)) this.endedBySelf.add(instanceId);
     this.exits.push({ seq: this.nextSeq++, instanceId, sessionId, exit, bySession });
     // Nobody acknowledges while no session is attached to the monitor: keep memory bounded meanwhile.
     if (this.exits.length > MAX_UNACKNOWLEDGED_EXITS)

@@ -1,11 +1,13 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { ApplicationFailure, Context, log } from '@temporalio/activity';
+import { ApplicationFailureCategory } from '@temporalio/common';
 import { sessionKey, type RuntimeInstanceRef, type TimelineEntry } from '../api/messages';
 import { DEFAULT_TENANT, isDefaultTenant } from '../domain/names';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { DurableSessionsError } from '../errors';
 import { outcomeOf, SessionMetrics, storeErrorKind } from '../metrics';
 import type { AppendResult } from '../domain/conversation';
+import type { RuntimeExitDetails } from '../domain/records';
 import {
   MAX_APPEND_BYTES,
   type CheckpointRef,
@@ -32,7 +34,7 @@ import type {
   WatchResult,
 } from './activity-inputs';
 import { HostRefusedError, HostState } from './host-state';
-import { ConversationRuntime, RuntimeNotFoundError } from '../runtimes';
+import { ConversationRuntime, RuntimeExitedError, RuntimeNotFoundError } from '../runtimes';
 import {
   type ChunkedSnapshotStore,
   type CheckpointManifest,
@@ -165,6 +167,15 @@ export function createActivities(deps: ActivityDeps) {
         : host.sessions().length >= limit
           ? `worker host ${queue} runs ${limit} sessions, its limit: placing elsewhere`
           : undefined;
+      if (refusal && host.draining) {
+        // Expected while the worker goes: one line in the log, and no warning with a stack for every attempt.
+        if (host.firstRefusal()) log.info(`${refusal}: placements go to other workers`);
+        throw ApplicationFailure.create({
+          type: 'HostRefused',
+          message: refusal,
+          category: ApplicationFailureCategory.BENIGN,
+        });
+      }
       if (refusal) throw toFailure(new HostRefusedError(refusal, queue));
       return { hostTaskQueue: deps.hostTaskQueue };
     },
@@ -175,10 +186,24 @@ export function createActivities(deps: ActivityDeps) {
       const existing = runtime.describe(input.instanceId);
       const key = sessionKey(input.sessionId, input.tenant);
       if (existing) return hosted(toRef(existing, deps.hostTaskQueue), key);
+      const ctx = Context.current();
+      // The start waits out the command's settle window: a short heartbeat timeout must not take that for a lost host.
+      const beat = setInterval(() => ctx.heartbeat({ phase: 'start' }), heartbeatEvery(ctx));
       try {
         return hosted(toRef(await runtime.start({ ...input, sessionId: key }), deps.hostTaskQueue), key);
       } catch (err) {
+        if (err instanceof RuntimeExitedError) {
+          // How the command ended goes with the failure, to the session's status and the caller of the start.
+          throw ApplicationFailure.create({
+            type: ERROR_CODES.RuntimeFailed,
+            message: err.message,
+            nonRetryable: true,
+            details: [{ ...err.details, host: deps.hostTaskQueue }],
+          });
+        }
         throw toFailure(err);
+      } finally {
+        clearInterval(beat);
       }
     },
 
@@ -311,6 +336,15 @@ export function createActivities(deps: ActivityDeps) {
       } finally {
         clearInterval(beat);
       }
+    },
+
+    /**
+     * How the instance's command ended, when it ended by itself with a failure: its exit, last lines of output, and
+     * where its directory and log are kept. Null when the runtime cannot tell (it ran fine, or is not a command).
+     */
+    async describeExit(input: InstanceInput): Promise<RuntimeExitDetails | null> {
+      const details = await runtimeFor(input.instance.kind).failureOf?.(input.instance.instanceId);
+      return details ? { ...details, host: deps.hostTaskQueue } : null;
     },
 
     /** Whether the instance still runs on this host (a question the workflow asks before declaring it lost). */

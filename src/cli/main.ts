@@ -2,7 +2,8 @@ import { commandUsage, COMMANDS, synopsis, topUsage, type CommandSpec } from './
 import { CLI_ERROR_CODES, CliError, sessionCodeOf, UsageError } from './errors';
 import { messageOf } from '../errors';
 import { jsonRequested, parseCommandLine, type Invocation } from './parse';
-import type { Output } from './render';
+import { failureRows, type Output } from './render';
+import type { SessionFailure } from '../domain/errors';
 import type * as ConfigModule from '../config';
 import type * as SessionCommands from './session-commands';
 import type * as StoreCommands from './store-commands';
@@ -72,7 +73,7 @@ async function execute(invocation: Exclude<Invocation, { command: 'help' }>): Pr
 }
 
 interface Failure {
-  error: { code: string; message: string; sessionId?: string; issues?: readonly unknown[] };
+  error: { code: string; message: string; sessionId?: string; issues?: readonly unknown[]; failure?: SessionFailure };
   text: string;
   exitCode: number;
 }
@@ -92,15 +93,22 @@ function failureOf(err: unknown): Failure {
   }
   const code = sessionCodeOf(err);
   if (code) {
-    const { sessionId, issues } = err as { sessionId?: unknown; issues?: unknown };
+    const { sessionId, issues, failure } = err as { sessionId?: unknown; issues?: unknown; failure?: SessionFailure };
+    // A command that failed: how it ended, its last lines of output and where its directory is kept.
+    const more = failure
+      ? [...failureRows(failure), ...(failure.location ? [['kept', failure.location] as const] : [])]
+          .map(([k, v]) => `  ${k.padEnd(12)}${printable(v)}`)
+          .join('\n')
+      : '';
     return {
       error: {
         code,
         message,
         sessionId: typeof sessionId === 'string' && sessionId ? sessionId : undefined,
         issues: Array.isArray(issues) ? issues : undefined,
+        ...(failure ? { failure } : {}),
       },
-      text: `error: ${code}: ${shown}`,
+      text: `error: ${code}: ${shown}${more ? `\n${more}` : ''}`,
       exitCode: 1,
     };
   }

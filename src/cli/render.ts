@@ -1,5 +1,5 @@
 import type { SessionStatus, TimelineEntry } from '../api/messages';
-import type { IoProgress, SessionSummary } from '../client';
+import type { IoProgress, SessionFailure, SessionSummary } from '../client';
 import type { HistoryEncryption } from '../payloads';
 import { table } from './text';
 
@@ -18,17 +18,23 @@ function fields(rows: readonly (readonly [string, string])[]): string[] {
 }
 
 export function statusLines(s: SessionStatus, io: IoProgress[], payloads?: HistoryEncryption): string[] {
+  const f = s.failure;
+  // A failed command's directory and log stay on its host for a while: where, and until when.
+  const kept = f?.location
+    ? ` (kept${f.host ? ` on ${f.host}` : ''}${f.keptUntil ? ` until ${f.keptUntil}` : ''})`
+    : '';
   const rows: [string, string][] = [
     ['session', s.sessionId],
     ['phase', s.phase],
     ['runtime', s.runtime ? `${s.runtimeKind} ${s.runtime.instanceId} on ${s.runtime.hostTaskQueue}` : s.runtimeKind],
-    ['location', s.runtime?.location ?? '-'],
-    ['output', s.runtime?.output ?? '-'],
+    ['location', s.runtime?.location ?? (f?.location ? `${f.location}${kept}` : '-')],
+    ['output', s.runtime?.output ?? f?.output ?? '-'],
     ['head', s.head ? `${s.head.checkpointId} (#${s.head.sequence}, ${s.head.size} bytes)` : '-'],
     ['checkpoints', String(s.checkpointCount)],
     ['pending controls', String(s.pendingControls)],
     ['last restore', s.lastRestore ? `${s.lastRestore.checkpointId} at ${s.lastRestore.at}` : '-'],
-    ['failure', s.failure ? `${s.failure.type}: ${s.failure.message}` : '-'],
+    ['failure', f ? `${f.type}: ${f.message}` : '-'],
+    ...failureRows(f),
     ['rejected signal', s.lastRejectedSignal ? `${s.lastRejectedSignal.signal}: ${s.lastRejectedSignal.reason}` : '-'],
     ['encryption', s.head?.encryption ?? '-'],
     [
@@ -53,6 +59,15 @@ export function statusLines(s: SessionStatus, io: IoProgress[], payloads?: Histo
     ]);
   }
   return fields(rows);
+}
+
+/** How a failed command ended: its exit code or signal, and its last lines of output. */
+export function failureRows(f: SessionFailure | null | undefined): [string, string][] {
+  if (!f || (f.exitCode === undefined && f.signal === undefined)) return [];
+  const rows: [string, string][] = [['exit', f.signal ? `killed by ${f.signal}` : `code ${f.exitCode}`]];
+  const tail = f.outputTail ?? [];
+  tail.forEach((line, i) => rows.push([i === 0 ? 'last output' : '', line]));
+  return rows;
 }
 
 export function listLines(list: readonly SessionSummary[]): string[] {

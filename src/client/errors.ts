@@ -6,6 +6,8 @@ import {
   SessionNotFoundError,
   SessionAlreadyExistsError,
   SessionClosedError,
+  SessionFailedError,
+  type SessionFailure,
   StoreFullError,
   SnapshotNotFoundError,
   SnapshotCorruptError,
@@ -42,6 +44,8 @@ export function sessionErrorFor(
       return new SessionAlreadyExistsError(message, sessionId, options);
     case ERROR_CODES.SessionClosed:
       return new SessionClosedError(message, sessionId, options);
+    case ERROR_CODES.SessionFailed:
+      return new SessionFailedError(message, sessionId, failureOf(details), options);
     case ERROR_CODES.StoreFull:
       return new StoreFullError(message, sessionId, '', options);
     case ERROR_CODES.SnapshotNotFound:
@@ -64,8 +68,20 @@ export function sessionErrorFor(
       return new RestoreFailedError(message, sessionId, options);
     case ERROR_CODES.RuntimeFailed:
     case ERROR_CODES.RuntimeLost:
-      return new SessionRuntimeError(code, message, sessionId, options);
+      return new SessionRuntimeError(code, message, sessionId, options, failureOf(details, code, message));
   }
+}
+
+/**
+ * The session failure a failure's details carry: the failure itself (SessionFailed, a failed run's result), or how a
+ * command ended (a start that failed within its settle window). Undefined when they carry neither.
+ */
+export function failureOf(details: unknown, type?: string, message?: string): SessionFailure | undefined {
+  if (typeof details !== 'object' || details === null || Array.isArray(details)) return undefined;
+  const d = details as Partial<SessionFailure>;
+  if (typeof d.type === 'string' && typeof d.message === 'string') return d as SessionFailure;
+  if (type === undefined || message === undefined || !('exitCode' in d || 'signal' in d)) return undefined;
+  return { type, message, ...d };
 }
 
 function nearestSafeOf(details: unknown): number | undefined {

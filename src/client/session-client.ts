@@ -83,9 +83,12 @@ import {
   SessionBusyError,
   SessionClosedError,
   SessionError,
+  SessionFailedError,
+  type SessionFailure,
   SessionNotFoundError,
   SessionRuntimeError,
   SnapshotNotFoundError,
+  failureOf,
   sessionErrorFor,
 } from './errors';
 
@@ -457,7 +460,8 @@ export class SessionHandle {
       );
     } catch (err) {
       // An ended session has no workflow to do it: its checkpoints are forked from here (DBOS's fork of a finished run).
-      if (!(err instanceof SessionClosedError) || !this.context.forkEnded) throw err;
+      const ended = err instanceof SessionClosedError || err instanceof SessionFailedError;
+      if (!ended || !this.context.forkEnded) throw err;
       return this.context.forkEnded(this, args, await this.endedCheckpoint(args));
     }
   }
@@ -611,24 +615,45 @@ export class SessionHandle {
       await send();
     } catch (err) {
       // Signalling a closed workflow reports "not found"; the session exists, it has ended.
-      if (err instanceof WorkflowNotFoundError && (await this.exists())) throw this.closed(err);
+      if (err instanceof WorkflowNotFoundError) throw await this.ended(err);
       throw toSessionError(err, this.sessionId);
     }
+  }
+
+  /**
+   * Why a control found no open workflow: the session failed (SessionFailedError with its failure), ended otherwise
+   * (SessionClosedError), or does not exist. The server says "not found" for a run that closed while an update waited
+   * on it, so the answer comes from the workflow's description, never from the error alone.
+   */
+  private async ended(cause: unknown): Promise<SessionError> {
+    let status: string | undefined;
+    let closedAt: Date | undefined;
+    try {
+      const description = await this.workflow.describe();
+      status = description.status.name;
+      closedAt = description.closeTime;
+    } catch (err) {
+      const typed = toSessionError(err, this.sessionId);
+      return typed instanceof SessionError ? typed : this.closed(cause);
+    }
+    if (status !== 'FAILED') return this.closed(cause);
+    const failure = await this.workflow.result().then(
+      () => undefined,
+      (err: unknown) => failedRunOf(err, (closedAt ?? new Date()).toISOString()),
+    );
+    const why = failure ? `${failure.type}: ${failure.message}` : 'its workflow failed';
+    return new SessionFailedError(
+      `session ${this.sessionId} has failed (${why}): no control can change it`,
+      this.sessionId,
+      failure,
+      { cause },
+    );
   }
 
   private closed(cause: unknown): SessionClosedError {
     return new SessionClosedError(`session ${this.sessionId} has ended: no control can change it`, this.sessionId, {
       cause,
     });
-  }
-
-  private async exists(): Promise<boolean> {
-    try {
-      await this.workflow.describe();
-      return true;
-    } catch {
-      return false;
-    }
   }
 
   /**
@@ -713,7 +738,7 @@ export class SessionHandle {
       try {
         return await fn();
       } catch (err) {
-        if (isClosedWorkflowError(err)) throw this.closed(err);
+        if (isClosedWorkflowError(err) || err instanceof WorkflowNotFoundError) throw await this.ended(err);
         const typed = toSessionError(err, this.sessionId);
         if (typed instanceof SessionBusyError && attempt < BUSY_ATTEMPTS) {
           await delay(Math.min(50 * attempt, 500));
@@ -780,6 +805,16 @@ export function toSessionError(err: unknown, sessionId: string): unknown {
     return new SessionRuntimeError(ERROR_CODES.RuntimeFailed, err.message, sessionId, { cause: err });
   }
   return err;
+}
+
+/** The failure a failed run ended with: the whole failure its details carry, else its type and message. */
+function failedRunOf(err: unknown, at: string): SessionFailure | undefined {
+  for (let cause: unknown = err; isError(cause); cause = cause.cause) {
+    if (cause instanceof ApplicationFailure && cause.type) {
+      return failureOf(cause.details?.[0]) ?? { type: cause.type, message: cause.message, at };
+    }
+  }
+  return undefined;
 }
 
 function isClosedWorkflowError(err: unknown): boolean {

@@ -13,6 +13,11 @@ export const ERROR_CODES = {
   SessionAlreadyExists: 'SessionAlreadyExists',
   /** The session has ended (stopped or failed for good): no control can change it. */
   SessionClosed: 'SessionClosed',
+  /**
+   * The session has failed (its command exited, its runtime was lost with no checkpoint, …): no control can change
+   * it. `details` carry the failure: its code, message and, for a command that exited, exit code and last output.
+   */
+  SessionFailed: 'SessionFailed',
   /** The checkpoint's objects are not in the snapshot store. */
   SnapshotNotFound: 'SnapshotNotFound',
   /** The checkpoint's bytes do not match its manifest (digest, size, structure). */

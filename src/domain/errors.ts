@@ -85,6 +85,21 @@ export class SessionClosedError extends SessionError {
   }
 }
 
+/**
+ * Thrown when a control reaches a session that has failed: `failure` is why it failed (its code and message and, for
+ * a command that exited, its exit code, last lines of output and where its directory and log are kept).
+ */
+export class SessionFailedError extends SessionError {
+  constructor(
+    message: string,
+    sessionId: string,
+    readonly failure: SessionFailure | undefined,
+    options?: { cause?: unknown },
+  ) {
+    super(ERROR_CODES.SessionFailed, message, sessionId, options);
+  }
+}
+
 /** Thrown when a control names a stale head (`ifHead`, `ifIndex`) or conflicts with one in flight. Nothing changed. */
 export class ConflictError extends SessionError {
   constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
@@ -119,13 +134,35 @@ export class RestoreFailedError extends SessionError {
   }
 }
 
-/** Thrown when the session's runtime failed to start, capture or stop, or was lost with its host. */
+/**
+ * Why a session failed, as status shows it and SessionFailedError and SessionRuntimeError carry it. For a command that
+ * exited: its exit code or signal, the last lines of its output, and its directory and log on its host, kept until
+ * `keptUntil` (DS_FAILED_RETENTION_MS).
+ */
+export interface SessionFailure {
+  type: string;
+  message: string;
+  at?: string;
+  exitCode?: number | null;
+  signal?: string | null;
+  outputTail?: string[];
+  location?: string;
+  output?: string;
+  host?: string;
+  keptUntil?: string;
+}
+
+/**
+ * Thrown when the session's runtime failed to start, capture or stop, or was lost with its host. A command that
+ * exited within its settle window carries `failure`: exit code, last lines of output, where its directory is kept.
+ */
 export class SessionRuntimeError extends SessionError {
   constructor(
     code: typeof ERROR_CODES.RuntimeFailed | typeof ERROR_CODES.RuntimeLost,
     message: string,
     sessionId: string,
     options?: { cause?: unknown },
+    readonly failure?: SessionFailure,
   ) {
     super(code, message, sessionId, options);
   }

@@ -80,7 +80,18 @@ export function describeSession(view: SessionView): string {
   const lines = [`**${state.phase}** · ${state.spec.runtime.kind} runtime · ${rc.checkpointCount} checkpoint(s)`];
   const why = whyLine(view);
   if (why) lines.push(`why: ${why}`);
-  if (state.failure) lines.push(`failure: ${state.failure.type}: ${oneLine(state.failure.message, 500)}`);
+  const f = state.failure;
+  if (f) lines.push(`failure: ${f.type}: ${oneLine(f.message, 500)}`);
+  // A command that failed: how it ended, its last line of output, and where what it left is kept.
+  if (f && (f.exitCode !== undefined || f.signal !== undefined)) {
+    const how = f.signal ? `killed by ${f.signal}` : `exit code ${f.exitCode}`;
+    const last = f.outputTail?.at(-1);
+    lines.push(`exit: ${how}${last !== undefined ? ` · last output: ${oneLine(last, 200)}` : ''}`);
+  }
+  if (f?.location) {
+    const until = f.keptUntil ? ` until ${f.keptUntil}` : '';
+    lines.push(`kept: \`${oneLine(f.location, 300)}\`${f.host ? ` on ${oneLine(f.host, 100)}` : ''}${until}`);
+  }
   const { head } = state;
   if (head) {
     const facts = [

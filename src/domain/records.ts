@@ -35,7 +35,37 @@ export const RuntimeInstanceRef = strictObject({
 });
 export type RuntimeInstanceRef = z.infer<typeof RuntimeInstanceRef>;
 
-export const FailureInfo = strictObject({ type: z.string().max(100), message: Text, at: Timestamp });
+/**
+ * How long a workspace start waits for its command to stay alive before it answers (DS_START_SETTLE_MS): more than three
+ * times what the slowest command measured that fails at once (`npm run dev` in an empty directory) took to exit on a
+ * loaded 2-core host (bench/README.md, Start settle window).
+ */
+export const DEFAULT_START_SETTLE_MS = 2_000;
+
+/** How long what a failed command left stays on its host (DS_FAILED_RETENTION_MS): a week, to be looked at. */
+export const DEFAULT_FAILED_RETENTION_MS = 7 * 24 * 60 * 60_000;
+
+/**
+ * How a runtime's command ended, when that is why the session failed: exit code or signal, the last lines of its
+ * output, and where its directory and log stay on its host (`host`, the host's task queue) until `keptUntil`.
+ */
+export const RuntimeExitDetails = strictObject({
+  exitCode: z.number().int().nullable().optional(),
+  signal: z.string().max(64).nullable().optional(),
+  outputTail: z.array(z.string().max(2000)).max(100).optional(),
+  location: z.string().max(4096).optional(),
+  output: z.string().max(4096).optional(),
+  host: z.string().max(400).optional(),
+  keptUntil: Timestamp.optional(),
+});
+export type RuntimeExitDetails = z.infer<typeof RuntimeExitDetails>;
+
+export const FailureInfo = strictObject({
+  type: z.string().max(100),
+  message: Text,
+  at: Timestamp,
+  ...RuntimeExitDetails.shape,
+});
 export type FailureInfo = z.infer<typeof FailureInfo>;
 
 /** A fire-and-forget control that could not be applied (signals have no caller to tell). */

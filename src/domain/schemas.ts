@@ -158,6 +158,11 @@ export const WorkspaceRuntimeSpec = strictObject({
     }),
   /** How long `stop` waits after SIGTERM before SIGKILL. */
   stopGraceMs: z.number().int().min(0).max(600_000).optional(),
+  /**
+   * How long the command must stay alive before the start answers (default DS_START_SETTLE_MS): one that exits with a
+   * failure within it fails the start with its exit code and last lines of output.
+   */
+  settleMs: z.number().int().min(0).max(60_000).optional(),
 });
 export type WorkspaceRuntimeSpec = z.infer<typeof WorkspaceRuntimeSpec>;
 

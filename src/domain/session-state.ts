@@ -85,6 +85,12 @@ const TABLE: Partial<Record<SessionEventType, Partial<Record<Phase, Phase>>>> = 
   runtimeLost: { running: 'resuming', checkpointing: 'resuming' },
 };
 
+/** What a session's failure says of a runtime process that ended by itself with a failure. */
+export function exitMessage(exitCode: number | null, signal: string | null): string {
+  const how = signal ? `was killed by ${signal}` : `exited with code ${exitCode}`;
+  return `the runtime process ${how}`;
+}
+
 export function isFinal(phase: Phase): boolean {
   return FINAL_PHASES.includes(phase);
 }
@@ -100,8 +106,7 @@ export function transition(phase: Phase, event: SessionEvent): TransitionResult 
       return { ok: false, reason: `an unrequested runtime exit is not expected while ${phase}` };
     }
     if (event.exitCode === 0) return { ok: true, phase: 'completed' };
-    const how = event.signal ? `was killed by ${event.signal}` : `exited with code ${event.exitCode}`;
-    return { ok: true, phase: 'failed', failureReason: `the runtime process ${how}` };
+    return { ok: true, phase: 'failed', failureReason: exitMessage(event.exitCode, event.signal) };
   }
   const next = TABLE[event.type]?.[phase];
   if (next === undefined)

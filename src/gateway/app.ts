@@ -33,6 +33,7 @@ import { referencePage } from './reference';
 import {
   AppendResultAnswer,
   CheckpointRefAnswer,
+  FailureInfoAnswer,
   ForkResultAnswer,
   HealthAnswer,
   ResumeResultAnswer,
@@ -104,6 +105,11 @@ const ProblemSchema = z
     issues: z
       .array(z.object({ code: z.string(), path: z.array(z.union([z.string(), z.number()])), message: z.string() }))
       .optional(),
+    /**
+     * For `SessionFailed`, and `RuntimeFailed` of a command that exited within its settle window: the failure (its
+     * code and message; exit code, last lines of output, where its directory and log are kept).
+     */
+    failure: FailureInfoAnswer.optional(),
   })
   .openapi('Problem');
 const problemResponses = {
@@ -111,7 +117,7 @@ const problemResponses = {
   401: { description: 'No valid API key' },
   403: { description: 'The key’s role may not do this' },
   404: { description: 'Unknown session or checkpoint' },
-  409: { description: 'Illegal transition, conflict, id already used, session ended' },
+  409: { description: 'Illegal transition, conflict, id already used, session ended or failed (`failure`)' },
   413: { description: 'Body over the limit' },
   429: { description: 'Over the key’s request rate (`Retry-After`)' },
   422: { description: 'The session’s data cannot serve the request (corrupt, tampered, incompatible…)' },

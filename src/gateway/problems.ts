@@ -1,5 +1,11 @@
 import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
-import { InvalidInputError, SessionError } from '../domain/errors';
+import {
+  InvalidInputError,
+  SessionError,
+  SessionFailedError,
+  SessionRuntimeError,
+  type SessionFailure,
+} from '../domain/errors';
 import { isError } from '../errors';
 
 /**
@@ -17,6 +23,8 @@ export interface Problem {
   issues?: unknown[];
   /** Which payload of a codec server request could not be decoded (its place in `payloads`). */
   index?: number;
+  /** Why the session failed (SessionFailed), or how the command of a start ended (RuntimeFailed). */
+  failure?: SessionFailure;
 }
 
 /** Codes of the gateway itself, beside the domain's. */
@@ -40,6 +48,7 @@ export const STATUS_OF: Record<ErrorCode, number> = {
   [ERROR_CODES.SessionNotFound]: 404,
   [ERROR_CODES.SessionAlreadyExists]: 409,
   [ERROR_CODES.SessionClosed]: 409,
+  [ERROR_CODES.SessionFailed]: 409,
   [ERROR_CODES.SnapshotNotFound]: 404,
   [ERROR_CODES.SnapshotCorrupt]: 422,
   [ERROR_CODES.SnapshotIncompatible]: 422,
@@ -64,6 +73,8 @@ export function problemOf(err: unknown): Problem {
     const extra: Partial<Problem> = err.sessionId ? { sessionId: err.sessionId } : {};
     if (err instanceof InvalidInputError)
       extra.issues = err.issues.map(({ code, path, message }) => ({ code, path, message }));
+    if ((err instanceof SessionFailedError || err instanceof SessionRuntimeError) && err.failure)
+      extra.failure = err.failure;
     return problem(STATUS_OF[err.code] ?? 500, err.code, err.message, extra);
   }
   if (unreachable(err)) {

@@ -68,7 +68,7 @@ function component<T extends ZodType>(name: string, schema: T): T {
 
 export const CheckpointRefAnswer = component('CheckpointRef', CheckpointRef);
 export const RuntimeInstanceAnswer = component('RuntimeInstanceRef', RuntimeInstanceRef);
-component('FailureInfo', FailureInfo);
+export const FailureInfoAnswer = component('FailureInfo', FailureInfo);
 component('VerificationResult', VerificationResult);
 component('RejectedSignal', RejectedSignal);
 component('ForkOrigin', ForkOrigin);

@@ -1,4 +1,5 @@
 import type { Readable } from 'node:stream';
+import type { RuntimeExitDetails } from '../domain/records';
 import type { RuntimeSpec } from '../domain/schemas';
 import { ERROR_CODES } from '../domain/error-codes';
 import { DurableSessionsError } from '../errors';
@@ -86,6 +87,11 @@ export interface SessionRuntime<S extends RuntimeSpec = RuntimeSpec> {
   lastActivity?(instanceId: string): Promise<string | undefined>;
   /** Removes what a stopped instance left on this host (its directory). */
   dispose(instanceId: string): Promise<void>;
+  /**
+   * Optional: how the instance's command ended, once it ended by itself with a failure (exit code, last lines of
+   * output, where what it left is kept); undefined while it runs or when it was stopped.
+   */
+  failureOf?(instanceId: string): Promise<RuntimeExitDetails | undefined>;
 }
 
 /** Thrown when an instance id is not known to this worker (it was never here, or the worker restarted). */
@@ -109,4 +115,17 @@ export class RuntimeBusyError extends DurableSessionsError {
 /** Thrown when a runtime cannot do what was asked for a reason a retry will not fix (bad command, …). */
 export class RuntimeFailedError extends DurableSessionsError {
   readonly code = ERROR_CODES.RuntimeFailed;
+}
+
+/**
+ * Thrown by `start` when the command exited with a failure before it had run for its settle window: `details` say how
+ * it ended, its last lines of output, and where its directory and log are kept for a look.
+ */
+export class RuntimeExitedError extends RuntimeFailedError {
+  constructor(
+    message: string,
+    readonly details: RuntimeExitDetails,
+  ) {
+    super(message);
+  }
 }

@@ -4,7 +4,7 @@ import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
 import type { RememberedResult } from '../domain/records';
 import type { ResumeInput } from '../domain/schemas';
 import { isFinal, isStable, planControl, type Control, type Phase, type StablePhase } from '../domain/session-state';
-import { closed, failure, failureMessage, invalidTransition, typeOf } from './failures';
+import { closed, failedSession, failure, failureMessage, invalidTransition, typeOf } from './failures';
 import { parseControl } from './inputs';
 import { now, type Session } from './session';
 
@@ -114,7 +114,7 @@ export class ControlQueue {
         `session ${this.session.id} is handing over to its next run: send ${control} again shortly`,
       );
     }
-    if (isFinal(this.projected)) throw closed();
+    if (isFinal(this.projected)) throw this.ended();
     const plan = planControl(this.projected, control);
     if (!plan.ok) throw invalidTransition(plan.reason);
     const conflict = this.conflictOf(control, input);
@@ -152,6 +152,13 @@ export class ControlQueue {
     return undefined;
   }
 
+  /** The refusal of a control to a session that has ended: failed (with its failure), or closed. */
+  private ended(): ApplicationFailure {
+    const { state } = this.session;
+    if (state.phase === 'failed') return failedSession(this.session.id, state.failure);
+    return closed();
+  }
+
   /** Accepts a validated control: dedupes by key, advances the projection, and queues the work. */
   accept<I extends { idempotencyKey?: string } & Preconditions, R>(
     control: Control,
@@ -160,7 +167,7 @@ export class ControlQueue {
   ): Promise<R> {
     const key = input.idempotencyKey;
     if (key !== undefined && this.isRepeat(key, control)) return this.outcomeOf(key) as Promise<R>;
-    if (isFinal(this.projected)) return Promise.reject(closed());
+    if (isFinal(this.projected)) return Promise.reject(this.ended());
     const plan = planControl(this.projected, control);
     if (!plan.ok) return Promise.reject(invalidTransition(plan.reason));
     // Again: another control may have been accepted since this one was validated.

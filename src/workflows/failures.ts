@@ -1,5 +1,6 @@
 import { ActivityFailure, ApplicationFailure, TimeoutFailure } from '@temporalio/workflow';
 import { ERROR_CODES, isErrorCode, type ErrorCode } from '../domain/error-codes';
+import { RuntimeExitDetails, type FailureInfo } from '../domain/records';
 
 /**
  * The typed, non-retryable failure that handlers and the run end with. A plain Error thrown from workflow code would
@@ -15,6 +16,25 @@ export function invalidTransition(reason: string): ApplicationFailure {
 
 export function closed(): ApplicationFailure {
   return failure(ERROR_CODES.SessionClosed, 'the session has ended: no control can change it');
+}
+
+/** The refusal of a control to a session that failed: the failure goes with it, so the caller learns why. */
+export function failedSession(sessionId: string, f: FailureInfo | null): ApplicationFailure {
+  const why = f ? `${f.type}: ${f.message}` : 'no reason recorded';
+  return ApplicationFailure.create({
+    type: ERROR_CODES.SessionFailed,
+    message: `session ${sessionId} has failed (${why}): no control can change it`,
+    nonRetryable: true,
+    ...(f ? { details: [f] } : {}),
+  });
+}
+
+/** How a command that ended a start ended, when the activity's failure says it (RuntimeExitedError on the host). */
+export function exitDetailsOf(err: unknown): RuntimeExitDetails | undefined {
+  const cause = err instanceof ActivityFailure ? err.cause : err;
+  if (!(cause instanceof ApplicationFailure)) return undefined;
+  const parsed = RuntimeExitDetails.safeParse(cause.details?.[0]);
+  return parsed.success ? parsed.data : undefined;
 }
 
 /** The failure type of an activity error, if it is one of ours. */

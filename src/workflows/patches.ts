@@ -47,3 +47,10 @@ export const POLICY_CLOCK_PATCH = 'policy-workflow-clock';
  * upserted whenever one changes, so operators filter by them (`FailureCode = "SnapshotCorrupt"`, `SessionHost = …`).
  */
 export const PROGRESS_ATTRIBUTES_PATCH = 'progress-search-attributes';
+
+/**
+ * A command that fails by itself is described by its host: its exit code, last lines of output and where its directory
+ * and log are kept go into the session's failure (one more activity, asked of the host after the exit), and the failed
+ * run's result carries the whole failure as its details.
+ */
+export const FAILURE_DETAILS_PATCH = 'failure-details';

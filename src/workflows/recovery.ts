@@ -9,12 +9,13 @@ import {
 import type { WatchResult } from '../activities';
 import { attachRuntimeSignal, hostWorkflowId, type RuntimeInstanceRef } from '../api/messages';
 import { ERROR_CODES } from '../domain/error-codes';
-import { RuntimeReport } from '../domain/records';
+import { RuntimeExitDetails, RuntimeReport } from '../domain/records';
+import { exitMessage } from '../domain/session-state';
 import { askHost, onHost, stopAndDispose, summarized, watcherOn } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
 import { failureMessage, typeOf } from './failures';
 import { issueSummary } from './inputs';
-import { ASK_HOST_PATCH, CONTRACTS_PATCH, HOST_MONITOR_PATCH } from './patches';
+import { ASK_HOST_PATCH, CONTRACTS_PATCH, FAILURE_DETAILS_PATCH, HOST_MONITOR_PATCH } from './patches';
 import { restoreFailed, restoreWithFallback, resumed } from './restore';
 import { now, type Session } from './session';
 
@@ -142,9 +143,32 @@ export class Recovery {
     const { session } = this;
     const { state } = session;
     if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
+    const details = exitCode !== 0 || signal !== null ? await this.exitDetails(runtime) : undefined;
+    if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
     session.record({ kind: 'runtime-exited', at: now(), exitCode, signal });
     state.runtime = null;
+    // Set first, so that what apply() publishes names how the command ended.
+    if (details)
+      state.failure = {
+        type: ERROR_CODES.RuntimeFailed,
+        message: exitMessage(exitCode, signal),
+        at: now(),
+        ...details,
+      };
     session.apply({ type: 'runtimeExited', exitCode, signal });
+  }
+
+  /** How the command ended, asked of its host: last lines of output, where its directory is kept. None if it cannot say. */
+  private async exitDetails(runtime: RuntimeInstanceRef): Promise<RuntimeExitDetails | undefined> {
+    if (!patched(FAILURE_DETAILS_PATCH)) return undefined;
+    try {
+      const host = askHost(runtime.hostTaskQueue, this.session.state.spec.liveness);
+      const summary = `ask ${runtime.hostTaskQueue} how the command ended`;
+      const found = RuntimeExitDetails.safeParse(await summarized(summary, host.describeExit, { instance: runtime }));
+      return found.success && found.data ? found.data : undefined;
+    } catch {
+      return undefined;
+    }
   }
 
   private async onRuntimeLost(runtime: RuntimeInstanceRef, reason: string): Promise<void> {

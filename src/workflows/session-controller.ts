@@ -1,6 +1,6 @@
-import { condition, log, patched, uuid4, workflowInfo } from '@temporalio/workflow';
+import { ApplicationFailure, condition, log, patched, uuid4, workflowInfo } from '@temporalio/workflow';
 import type { DrainResult, ResumeResult, SessionStatus, StopResult } from '../api/messages';
-import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
+import { ERROR_CODES } from '../domain/error-codes';
 import type { SessionWorkflowInput } from '../domain/records';
 import { checkpointsToDelete } from '../domain/retention';
 import {
@@ -17,7 +17,7 @@ import {
 import { byteSize, checkpointName, oneLine, timelineEntries } from '../domain/operator-view';
 import { local, onHost, onPlacedHost, shared, stopAndDispose, summarized, verifier } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
-import { asFailure, failure, failureMessage, typeOf } from './failures';
+import { asFailure, exitDetailsOf, failure, failureMessage, typeOf } from './failures';
 import { parseControl } from './inputs';
 import { CONTRACTS_PATCH, LEAN_PATCH } from './patches';
 
@@ -97,7 +97,9 @@ export class SessionController {
     const { state } = this.session;
     await condition(() => state.phase !== 'starting');
     if (state.phase === 'failed' && state.failure) {
-      throw failure(state.failure.type as ErrorCode, state.failure.message);
+      // With how the command ended, when it did: the caller of the start sees its exit code and last output.
+      const { type, message } = state.failure;
+      throw ApplicationFailure.create({ type, message, nonRetryable: true, details: [state.failure] });
     }
     return this.session.status(this.queue.pending);
   }
@@ -275,6 +277,7 @@ export class SessionController {
       session.fail(
         typeOf(err) ?? ERROR_CODES.RuntimeFailed,
         `the runtime could not be started: ${failureMessage(err)}`,
+        exitDetailsOf(err),
       );
     }
   }

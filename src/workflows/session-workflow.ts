@@ -65,7 +65,7 @@ import { SessionController } from './session-controller';
 import { PolicyClock } from './policies';
 import { RunControls } from './run-control';
 import { TimelineFlush } from './timeline-flush';
-import { RUN_CONTROL_PATCH } from './patches';
+import { FAILURE_DETAILS_PATCH, RUN_CONTROL_PATCH } from './patches';
 import { describeHandler, QUERY_DOCS, SIGNAL_DOCS, UPDATE_DOCS } from './handler-descriptions';
 
 /** Updates and signals a caller may send, for the "did you mean" of an unknown name. */
@@ -155,7 +155,9 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
 
   if (state.phase === 'failed') {
     const f = state.failure ?? { type: ERROR_CODES.RuntimeFailed, message: 'failed', at: now() };
-    throw ApplicationFailure.create({ type: f.type, message: f.message, nonRetryable: true });
+    // The whole failure (exit code, last output, where the directory is kept) for whoever reads the result.
+    const details = patched(FAILURE_DETAILS_PATCH) ? { details: [f] } : {};
+    throw ApplicationFailure.create({ type: f.type, message: f.message, nonRetryable: true, ...details });
   }
   if (state.phase === 'completed') {
     const last = state.checkpoints[state.checkpoints.length - 1];

@@ -18,6 +18,7 @@ import {
   type CarriedState,
   type RejectedSignal,
   type RunControlState,
+  type RuntimeExitDetails,
   type SessionWorkflowInput,
 } from '../domain/records';
 import { foldTimeline } from '../domain/timeline';
@@ -73,10 +74,10 @@ export class Session {
     this.touch();
   }
 
-  fail(type: ErrorCode, message: string): void {
+  fail(type: ErrorCode, message: string, details?: RuntimeExitDetails): void {
     if (isFinal(this.state.phase)) return;
     // Set first, so that what apply() publishes (status, Web UI details) names the real failure.
-    this.state.failure = { type, message, at: now() };
+    this.state.failure = { type, message, at: now(), ...details };
     this.apply({ type: 'failed', reason: message });
   }
 

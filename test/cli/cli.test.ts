@@ -19,6 +19,8 @@ let sys: TestSystem;
 beforeAll(async () => {
   sys = await startTestSystem({
     payloadCodec: new PayloadEncryptionCodec(new Keyring([{ id: 'cli-1', key: payloadKey }])),
+    // Longer than a failing command takes to exit under any load: its failure is the start's.
+    firstHost: { startSettleMs: 5_000 },
   });
 });
 afterAll(async () => {
@@ -300,6 +302,41 @@ test("status says where the session's output goes", async () => {
   expect(output).toMatch(/\.log$/);
   await eventually(() => fs.readFileSync(output!, 'utf8').includes('hello from the session\n'));
   expect((await cli('stop', ws, '--no-checkpoint')).code).toBe(0);
+});
+
+test('a start whose command fails at once exits 1 with the failure; status and controls say failed', async () => {
+  const id = `cli-${crypto.randomUUID().slice(0, 8)}`;
+  const started = await cli('start', id, '--', 'sh', '-c', 'echo boom >&2; exit 3');
+  expect(started.code).toBe(1);
+  expect(started.stdout).toBe('');
+  expect(started.stderr).toMatch(/^error: RuntimeFailed: .*exited with code 3.*boom/);
+  expect(started.stderr).toMatch(/^ {2}exit {8}code 3$/m);
+  expect(started.stderr).toMatch(/^ {2}last output boom$/m);
+
+  const status = await cli('status', id);
+  expect(status.code).toBe(0);
+  expect(status.stdout).toMatch(/^phase\s+failed$/m);
+  expect(status.stdout).toMatch(/^failure\s+RuntimeFailed: .*exited with code 3/m);
+  expect(status.stdout).toMatch(/^exit\s+code 3$/m);
+  expect(status.stdout).toMatch(/^last output\s+boom$/m);
+  // Where the command ran and its log, kept for a look.
+  const location = status.stdout.match(/^location\s+(\S+) \(kept on .+ until .+\)$/m)?.[1];
+  expect(fs.existsSync(location!)).toBe(true);
+  const output = status.stdout.match(/^output\s+(.+)$/m)?.[1];
+  expect(fs.readFileSync(output!, 'utf8')).toContain('boom');
+  const json = JSON.parse((await cli('status', id, '--json')).stdout) as { phase: string; failure: unknown };
+  expect(json).toMatchObject({
+    phase: 'failed',
+    failure: { type: 'RuntimeFailed', exitCode: 3, outputTail: ['boom'] },
+  });
+
+  const pause = await cli('pause', id, '--json');
+  expect(pause.code).toBe(1);
+  expect(jsonError(pause)).toMatchObject({
+    code: 'SessionFailed',
+    sessionId: id,
+    failure: { type: 'RuntimeFailed', exitCode: 3, outputTail: ['boom'] },
+  });
 });
 
 test('without TEMPORAL_ADDRESS the CLI goes where npm start runs its server (DS_DEV_SERVER_IP, _PORT)', async () => {

@@ -520,3 +520,29 @@ test('labels: the list filters by one, forks keep them or take their own, and a 
     json: { code: 'InvalidInput' },
   });
 });
+
+test('a start whose command fails at once is a RuntimeFailed problem; the session then answers SessionFailed', async () => {
+  const sessionId = id('fails');
+  const runtime = { kind: 'workspace', command: ['sh', '-c', 'echo boom >&2; exit 3'], settleMs: 10_000 };
+  const start = await call('POST', '/v1/sessions', { body: { sessionId, runtime } });
+  expect(start.status).toBe(422);
+  expect(start.type).toBe('application/problem+json');
+  expect(start.json).toMatchObject({
+    code: 'RuntimeFailed',
+    sessionId,
+    failure: { type: 'RuntimeFailed', exitCode: 3, outputTail: ['boom'] },
+  });
+  expect(start.json.detail).toContain('exited with code 3');
+
+  const status = await call<SessionStatus>('GET', `/v1/sessions/${sessionId}`);
+  expect(status.status).toBe(200);
+  expect(status.json).toMatchObject({ phase: 'failed', failure: { type: 'RuntimeFailed', exitCode: 3 } });
+
+  const pause = await call('POST', `/v1/sessions/${sessionId}/pause`, { body: {} });
+  expect(pause.status).toBe(409);
+  expect(pause.json).toMatchObject({
+    code: 'SessionFailed',
+    sessionId,
+    failure: { type: 'RuntimeFailed', exitCode: 3, outputTail: ['boom'] },
+  });
+});

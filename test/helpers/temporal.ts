@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
-import { DefaultLogger, NativeConnection, Runtime, type TelemetryOptions } from '@temporalio/worker';
+import { DefaultLogger, NativeConnection, Runtime, type LogEntry, type TelemetryOptions } from '@temporalio/worker';
 import type { ActivityDeps } from '../../src/activities';
 import type { RuntimeInstanceRef, SessionStatus } from '../../src/api';
 import { SessionClient, type SessionHandle } from '../../src/client';
@@ -47,6 +47,10 @@ export interface HostOptions {
   leaseRestMs?: number;
   /** This host's payload codec (a worker rolled out with other payload keys); the system's when omitted. */
   payloadCodec?: PayloadEncryptionCodec;
+  /** The workspace runtime's settle window for starts (200 ms when omitted). */
+  startSettleMs?: number;
+  /** How long what a failed workspace command left stays on this host (the runtime's default when omitted). */
+  failedRetentionMs?: number;
 }
 
 export interface TestHost {
@@ -58,6 +62,8 @@ export interface TestHost {
   crash(): Promise<void>;
   /** A graceful stop, as on SIGTERM: drains this host's sessions, then stops polling and its processes. */
   stop(options?: { deadlineMs?: number }): Promise<DrainReport>;
+  /** The drain of `stop` alone: the host moves its sessions away and refuses new ones, and keeps polling. */
+  drain(options?: { deadlineMs?: number }): Promise<DrainReport>;
 }
 
 export interface TestSystemOptions {
@@ -109,6 +115,9 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
     const workspace = new WorkspaceRuntime({
       rootDir: path.join(dir, `workspaces-${number}`),
       defaultStopGraceMs: 2_000,
+      // Short, so that the many starts of the suite stay quick; a test that needs a longer one sets the spec's settleMs.
+      startSettleMs: hostOptions.startSettleMs ?? 200,
+      ...(hostOptions.failedRetentionMs !== undefined ? { failedRetentionMs: hostOptions.failedRetentionMs } : {}),
     });
     const memory = new MemoryRuntime();
     const conversation = new ConversationRuntime();
@@ -145,6 +154,7 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
       workspace,
       memory,
       conversation,
+      drain: (drainOptions = {}) => workers.drain(drainOptions),
       async stop(stopOptions = {}) {
         const report = await workers.drain(stopOptions);
         workers.shutdown();
@@ -194,15 +204,17 @@ let runtimeInstalled = false;
  * Worker logs at WARN and above only, so test output shows what matters. Before anything else uses the SDK's
  * runtime (a TestWorkflowEnvironment does): it can be installed only once, and only before its first use. A test file
  * that wants the runtime's telemetry (the metrics endpoint) calls this with it before it starts a system: jest gives
- * every test file its own modules, so its own runtime.
+ * every test file its own modules, so its own runtime. One that reads the worker's log passes `logs`: it is given every
+ * entry from INFO up, and nothing is printed.
  */
-export function installQuietRuntime(telemetryOptions?: TelemetryOptions): void {
+export function installQuietRuntime(telemetryOptions?: TelemetryOptions, logs?: (entry: LogEntry) => void): void {
   if (runtimeInstalled) {
-    if (telemetryOptions) throw new Error('the runtime is installed already: ask for its telemetry first');
+    if (telemetryOptions || logs) throw new Error('the runtime is installed already: ask for its telemetry first');
     return;
   }
   runtimeInstalled = true;
-  Runtime.install({ logger: new DefaultLogger('WARN'), ...(telemetryOptions ? { telemetryOptions } : {}) });
+  const logger = logs ? new DefaultLogger('INFO', logs) : new DefaultLogger('WARN');
+  Runtime.install({ logger, ...(telemetryOptions ? { telemetryOptions } : {}) });
 }
 
 /** Polls `fn` until it returns a truthy value or the deadline passes. */

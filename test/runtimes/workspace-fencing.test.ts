@@ -209,7 +209,7 @@ describe('a worker killed with SIGKILL', () => {
     const next = newRuntime(layout, { log: (message) => logs.push(message) });
     const recovery = await next.recoverHost();
 
-    expect(recovery).toEqual({ killed: 2, removedDirs: 3, bytes: 1000 + 2345 + 500 });
+    expect(recovery).toEqual({ killed: 2, removedDirs: 3, bytes: 1000 + 2345 + 500, keptFailed: 0 });
     expect(membersOf(running.pid!)).toEqual([]);
     expect(membersOf(frozen.pid!)).toEqual([]);
     expect(await fsp.readdir(layout.rootDir)).toEqual([]);
@@ -233,7 +233,7 @@ describe('a worker killed with SIGKILL', () => {
     await host.exited;
     const next = newRuntime(layout);
     await next.recoverHost();
-    expect(await next.recoverHost()).toEqual({ killed: 0, removedDirs: 0, bytes: 0 });
+    expect(await next.recoverHost()).toEqual({ killed: 0, removedDirs: 0, bytes: 0, keptFailed: 0 });
   });
 });
 
@@ -252,13 +252,13 @@ describe('recoverHost', () => {
     };
     // The pid was given to another process since the record was written: it started at another time.
     await writeInstanceRecord(layout.stateDir, { ...record, startTime: startTimeOf(decoy.pid) - 1 });
-    expect(await runtime.recoverHost()).toEqual({ killed: 0, removedDirs: 0, bytes: 0 });
+    expect(await runtime.recoverHost()).toEqual({ killed: 0, removedDirs: 0, bytes: 0, keptFailed: 0 });
     expect(membersOf(decoy.pid)).toHaveLength(1);
     expect(await fsp.readdir(layout.stateDir)).toEqual(['lock']);
 
     // The same record with the process's own start time: that one is killed.
     await writeInstanceRecord(layout.stateDir, { ...record, startTime: startTimeOf(decoy.pid) });
-    expect(await runtime.recoverHost()).toEqual({ killed: 1, removedDirs: 0, bytes: 0 });
+    expect(await runtime.recoverHost()).toEqual({ killed: 1, removedDirs: 0, bytes: 0, keptFailed: 0 });
     expect(membersOf(decoy.pid)).toEqual([]);
   });
 
@@ -331,7 +331,7 @@ describe('recoverHost', () => {
     await fsp.writeFile(path.join(layout.rootDir, 'NOTES.txt'), 'mine');
     await fsp.writeFile(path.join(layout.rootDir, SESSION, 'README'), 'mine too');
 
-    expect(await runtime.recoverHost()).toEqual({ killed: 0, removedDirs: 1, bytes: 4096 + 11 });
+    expect(await runtime.recoverHost()).toEqual({ killed: 0, removedDirs: 1, bytes: 4096 + 11, keptFailed: 0 });
     expect((await fsp.readdir(layout.rootDir)).sort()).toEqual(['NOTES.txt', SESSION]);
     expect((await fsp.readdir(path.join(layout.rootDir, SESSION))).sort()).toEqual(
       ['README', live.instanceId, `${live.instanceId}.log`].sort(),

@@ -138,11 +138,11 @@ test('a workspace session lives through checkpoint, pause, resume, checkpoint an
 test('a workspace process that exits by itself is recorded: code 0 completes, non-zero fails', async () => {
   const ok = await sys.sessions.start({
     sessionId: `exit0-${crypto.randomUUID().slice(0, 8)}`,
-    runtime: { kind: 'workspace', command: ['sh', '-c', 'sleep 0.3; exit 0'] },
+    runtime: { kind: 'workspace', command: ['sh', '-c', 'sleep 0.3; exit 0'], settleMs: 0 },
   });
   const bad = await sys.sessions.start({
     sessionId: `exit3-${crypto.randomUUID().slice(0, 8)}`,
-    runtime: { kind: 'workspace', command: ['sh', '-c', 'sleep 0.3; exit 3'] },
+    runtime: { kind: 'workspace', command: ['sh', '-c', 'sleep 0.3; exit 3'], settleMs: 0 },
   });
   await expect(ok.result()).resolves.toEqual({ phase: 'completed', finalCheckpoint: null });
   await expect(bad.result()).rejects.toMatchObject({

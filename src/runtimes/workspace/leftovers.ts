@@ -3,7 +3,15 @@ import * as path from 'node:path';
 import { isErrnoError } from '../../errors';
 import { fenceRecord, readInstanceRecord, type FenceOutcome, type FoundRecord } from './instance-records';
 import { groupsWorkingUnder, killGroup, waitUntilGroupGone } from './process-table';
-import { anyExists, isSafeId, removeIfEmpty, removeTree, removeWorkspace, treeBytes } from './workspace-dir';
+import {
+  anyExists,
+  FAILED_SUFFIX,
+  isSafeId,
+  removeIfEmpty,
+  removeTree,
+  removeWorkspace,
+  treeBytes,
+} from './workspace-dir';
 
 /** How long fencing waits for a killed group to be gone before it reports the group as surviving. */
 const FENCE_WAIT_MS = 10_000;
@@ -16,6 +24,24 @@ export interface HostRecovery {
   removedDirs: number;
   /** The size of the regular files removed with them and of their logs. */
   bytes: number;
+  /** Directories of failed commands kept, their retention not over yet. */
+  keptFailed: number;
+}
+
+/** Marks an instance directory as that of a failed command, kept until `keptUntil` (ISO-8601). */
+export async function markFailed(dir: string, marker: { keptUntil: string; exit?: unknown }): Promise<void> {
+  await fsp.writeFile(`${dir}${FAILED_SUFFIX}`, `${JSON.stringify(marker)}\n`, { mode: 0o600 });
+}
+
+/** When the retention of a failed command's directory ends (ms since the epoch); 0 when the marker is unreadable. */
+async function keptUntilOf(marker: string): Promise<number> {
+  try {
+    const { keptUntil } = JSON.parse(await fsp.readFile(marker, 'utf8')) as { keptUntil?: unknown };
+    const at = typeof keptUntil === 'string' ? Date.parse(keptUntil) : NaN;
+    return Number.isFinite(at) ? at : 0;
+  } catch {
+    return 0;
+  }
 }
 
 /**
@@ -101,12 +127,31 @@ export class Leftovers {
   /**
    * Removes every instance directory and log under the root that no instance of this runtime owns (live, or being
    * created), the temp files of clock readings, and session directories left empty. Only what has the layout the
-   * runtime makes is touched: `<session>/<instance>` directories and `<session>/<instance>.log` files.
+   * runtime makes is touched: `<session>/<instance>` directories and `<session>/<instance>.log` files. What a failed
+   * command left (marked `<session>/<instance>.failed`) stays until its retention ends, then goes with its marker.
    */
-  async removeUnowned(owned: ReadonlySet<string>): Promise<{ removedDirs: number; bytes: number }> {
+  async removeUnowned(
+    owned: ReadonlySet<string>,
+    now = Date.now(),
+  ): Promise<{ removedDirs: number; bytes: number; keptFailed: number }> {
     let removedDirs = 0;
     let bytes = 0;
+    let keptFailed = 0;
     for (const sessionDir of await this.sessionDirs()) {
+      const kept = new Set<string>();
+      for (const entry of await fsp.readdir(sessionDir, { withFileTypes: true })) {
+        if (!entry.isFile() || !entry.name.endsWith(FAILED_SUFFIX)) continue;
+        const marker = path.join(sessionDir, entry.name);
+        const instanceDir = marker.slice(0, -FAILED_SUFFIX.length);
+        if (owned.has(instanceDir)) continue;
+        if ((await keptUntilOf(marker)) > now) {
+          kept.add(instanceDir);
+          keptFailed++;
+        } else {
+          this.log(`workspace runtime: the retention of failed ${instanceDir} is over: removing it`);
+          await fsp.rm(marker, { force: true });
+        }
+      }
       for (const entry of await fsp.readdir(sessionDir, { withFileTypes: true })) {
         const file = path.join(sessionDir, entry.name);
         // A capture's clock reading, left by a worker that died while it took one.
@@ -115,6 +160,7 @@ export class Leftovers {
         const instanceDir = isLog ? file.slice(0, -'.log'.length) : file;
         if (!(isLog || entry.isDirectory()) || !isSafeId(path.basename(instanceDir)) || owned.has(instanceDir))
           continue;
+        if (kept.has(instanceDir)) continue;
         if (isLog) {
           bytes += (await fsp.lstat(file)).size;
           await fsp.rm(file, { force: true });
@@ -126,7 +172,7 @@ export class Leftovers {
       }
       await removeIfEmpty(sessionDir);
     }
-    return { removedDirs, bytes };
+    return { removedDirs, bytes, keptFailed };
   }
 
   /** The session directories under the root (what a start would have made: a safe name, a real directory). */

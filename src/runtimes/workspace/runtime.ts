@@ -12,12 +12,13 @@ import type {
   StartRequest,
 } from '../session-runtime';
 import { raceAbort } from '../race-abort';
-import { RuntimeBusyError, RuntimeFailedError, RuntimeNotFoundError } from '../session-runtime';
+import { RuntimeBusyError, RuntimeExitedError, RuntimeFailedError, RuntimeNotFoundError } from '../session-runtime';
+import { DEFAULT_FAILED_RETENTION_MS, type RuntimeExitDetails } from '../../domain/records';
 import { TarLayoutReader } from '../tar';
 import { openCapture } from './capture';
 import { checkEnvAllow, checkSpecEnv, DEFAULT_WORKSPACE_ENV_ALLOW } from './env';
 import { listInstanceRecords } from './instance-records';
-import { Leftovers, type HostRecovery } from './leftovers';
+import { Leftovers, markFailed, type HostRecovery } from './leftovers';
 import { freeze, signalRunning, spawnInstance, terminate, type WorkspaceInstance } from './process-group';
 import { killGroup } from './process-table';
 import { extractArchive, indexRestoredTree, type RestoredPath } from './restore';
@@ -59,7 +60,21 @@ export interface WorkspaceRuntimeOptions {
    * reach each other's processes and, by path, workspaces (docs/design.md §7). Unset: the worker's user.
    */
   user?: WorkspaceUser;
+  /**
+   * How long `start` waits for the command to stay alive before it answers, when the spec does not say (default 0: it
+   * answers once the command runs; the worker passes DS_START_SETTLE_MS).
+   * A command that exits with a failure within it fails the start.
+   */
+  startSettleMs?: number;
+  /**
+   * How long the directory and log of an instance whose command failed stay on the host (default
+   * {@link DEFAULT_FAILED_RETENTION_MS}); `recoverHost` removes them after that.
+   */
+  failedRetentionMs?: number;
 }
+
+/** Lines of a failed command's output its failure carries. */
+const OUTPUT_TAIL_LINES = 20;
 
 const VERSION = '1';
 
@@ -77,6 +92,10 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   private readonly defaultStopGraceMs: number;
   private readonly envAllow: readonly string[];
   private readonly user: WorkspaceUser | undefined;
+  private readonly startSettleMs: number;
+  private readonly failedRetentionMs: number;
+  /** The retention of each instance whose command failed, once its directory is marked as kept. */
+  private readonly kept = new WeakMap<WorkspaceInstance, Promise<string>>();
   /** The user's ids, looked up once; a failed look-up is tried again by the next start. */
   private userIdentity?: Promise<UserIdentity>;
   private readonly instances = new Map<string, WorkspaceInstance>();
@@ -93,6 +112,8 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     this.envAllow = options.envAllow ?? DEFAULT_WORKSPACE_ENV_ALLOW;
     checkEnvAllow(this.envAllow);
     this.user = options.user;
+    this.startSettleMs = options.startSettleMs ?? 0;
+    this.failedRetentionMs = options.failedRetentionMs ?? DEFAULT_FAILED_RETENTION_MS;
     this.leftovers = new Leftovers(this.rootDir, this.stateDir, this.log);
     lockStateDir(this.stateDir, this.rootDir);
   }
@@ -111,12 +132,13 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
       if ((await this.leftovers.fence(found)) === 'killed') killed++;
     }
     killed += await this.leftovers.fenceUnrecorded(this.ownedDirs());
-    const { removedDirs, bytes } = await this.leftovers.removeUnowned(this.ownedDirs());
+    const { removedDirs, bytes, keptFailed } = await this.leftovers.removeUnowned(this.ownedDirs());
     this.log(
       `workspace recovery: killed ${killed} process group(s) left running, ` +
-        `removed ${removedDirs} abandoned workspace(s) (${bytes} bytes) under ${this.rootDir}`,
+        `removed ${removedDirs} abandoned workspace(s) (${bytes} bytes) under ${this.rootDir}` +
+        (keptFailed > 0 ? `, kept ${keptFailed} of failed commands (until their retention ends)` : ''),
     );
-    return { killed, removedDirs, bytes };
+    return { killed, removedDirs, bytes, keptFailed };
   }
 
   canRestore(version: string): boolean {
@@ -124,21 +146,87 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   }
 
   /**
-   * Starts the command in a fresh directory. An instance id that is not live here but has a directory on disk (an
-   * attempt that crashed, in this process or before it restarted) is started afresh: what that attempt left goes.
+   * Starts the command in a fresh directory and answers once it has stayed alive through its settle window
+   * (`spec.settleMs`, else the runtime's `startSettleMs`). A command that exits with a failure within it fails the start
+   * with {@link RuntimeExitedError}: its exit code, last lines of output, and its directory and log, which are kept
+   * for the failed retention. One that exits with 0 has simply done its work: the start answers, not running.
+   * An instance id that is not live here but has a directory on disk (an attempt that crashed, in this process or
+   * before it restarted) is started afresh: what that attempt left goes.
    */
   async start(request: StartRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
     const { dir, logPath, user } = await this.createWorkspace(request);
+    let instance: WorkspaceInstance;
     try {
       const seeded = await writeSeedFiles(dir, request.spec.files ?? {});
       if (user) await handOver(dir, seeded, user);
-      return this.info(await this.launch(request, dir, logPath, user));
+      instance = await this.launch(request, dir, logPath, user);
     } catch (error) {
       await discardWorkspace(dir, logPath);
       throw error;
     } finally {
       this.creating.delete(request.instanceId);
     }
+    await this.settle(instance, request.spec.settleMs ?? this.startSettleMs);
+    return this.info(instance);
+  }
+
+  /** Waits out the settle window; a failure within it is the start's, and the instance is no longer live here. */
+  private async settle(instance: WorkspaceInstance, settleMs: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const window = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), settleMs)));
+    const exit = await Promise.race([instance.exited, window]).finally(() => clearTimeout(timer));
+    if (!exit || exit.requested || !failedExit(exit)) return;
+    const keptUntil = await this.keepFailed(instance);
+    this.instances.delete(instance.instanceId);
+    const outputTail = await tailOf(instance.logPath, OUTPUT_TAIL_LINES);
+    const how = exit.signal ? `was killed by ${exit.signal}` : `exited with code ${exit.exitCode}`;
+    const last = outputTail.length > 0 ? `; its last output: ${outputTail[outputTail.length - 1]}` : '';
+    throw new RuntimeExitedError(`the command ${how} within ${settleMs} ms of its start${last}`, {
+      exitCode: exit.exitCode,
+      signal: exit.signal,
+      outputTail,
+      location: instance.dir,
+      output: instance.logPath,
+      keptUntil,
+    });
+  }
+
+  /**
+   * Marks the instance's directory and log as those of a failed command, so that `recoverHost` keeps them until the
+   * failed retention ends; resolves with that time. Once per instance.
+   */
+  private keepFailed(instance: WorkspaceInstance): Promise<string> {
+    let kept = this.kept.get(instance);
+    if (!kept) {
+      const keptUntil = new Date(Date.now() + this.failedRetentionMs).toISOString();
+      kept = markFailed(instance.dir, { keptUntil, exit: instance.exit }).then(
+        () => keptUntil,
+        (error: unknown) => {
+          this.log(`workspace runtime: could not mark ${instance.dir} as kept: ${String(error)}`);
+          return keptUntil;
+        },
+      );
+      this.kept.set(instance, kept);
+    }
+    return kept;
+  }
+
+  /**
+   * How the command of a live instance ended, once it ended by itself with a failure: the exit, its last lines of
+   * output and where its directory and log are kept (until when). Undefined while it runs, or for an exit asked for.
+   */
+  async failureOf(instanceId: string): Promise<RuntimeExitDetails | undefined> {
+    const instance = this.instances.get(instanceId);
+    const exit = instance?.exit;
+    if (!instance || !exit || exit.requested || !failedExit(exit)) return undefined;
+    return {
+      exitCode: exit.exitCode,
+      signal: exit.signal,
+      outputTail: await tailOf(instance.logPath, OUTPUT_TAIL_LINES),
+      location: instance.dir,
+      output: instance.logPath,
+      keptUntil: await this.keepFailed(instance),
+    };
   }
 
   /**
@@ -369,16 +457,55 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
       register: (spawned: WorkspaceInstance) => this.instances.set(spawned.instanceId, spawned),
     };
     const instance = await spawnInstance(context, request, dir, logPath, user, committed);
+    // What a command that fails by itself leaves is kept for a look, not removed as abandoned by the next worker.
+    void instance.exited.then((exit) => {
+      if (!exit.requested && failedExit(exit) && this.instances.get(instance.instanceId) === instance) {
+        void this.keepFailed(instance);
+      }
+    });
     try {
       await instance.recorded;
     } catch (error) {
-      // Unrecorded, it would outlive a crash of the worker unseen: rather no instance at all.
+      // Unrecorded, it would outlive a crash of the worker unseen: rather no instance at all. (Asked for: it is no
+      // failure of the command's to keep a directory for.)
+      instance.stopRequested = true;
       signalRunning(instance, 'SIGKILL');
       await instance.exited;
       this.instances.delete(instance.instanceId);
       throw error;
     }
     return instance;
+  }
+}
+
+/** An exit that is a failure: a non-zero code or a signal. */
+function failedExit(exit: ExitInfo): boolean {
+  return exit.exitCode !== 0 || exit.signal !== null;
+}
+
+/** Bytes of a log read for its last lines: the end of a long line is enough. */
+const TAIL_BYTES = 16 * 1024;
+
+/** The last `lines` non-empty lines of a file, each at most 500 characters; none when it cannot be read. */
+async function tailOf(file: string, lines: number): Promise<string[]> {
+  let handle: fs.promises.FileHandle | undefined;
+  try {
+    handle = await fs.promises.open(file, 'r');
+    const { size } = await handle.stat();
+    const length = Math.min(size, TAIL_BYTES);
+    const buffer = Buffer.alloc(length);
+    await handle.read(buffer, 0, length, size - length);
+    const text = buffer.toString('utf8');
+    // A read that starts inside a line drops it: it is the end of a line, not a line.
+    const all = text.split(/\r?\n/).slice(size > length ? 1 : 0);
+    return all
+      .filter((line) => line.trim() !== '')
+      .slice(-lines)
+      .map((line) => (line.length > 500 ? `${line.slice(0, 499)}…` : line));
+  } catch {
+    return [];
+  } finally {
+    await handle?.close();
   }
 }
 

@@ -123,9 +123,13 @@ export async function anyExists(...files: string[]): Promise<boolean> {
   return found.includes(true);
 }
 
+/** Beside `<session>/<instance>` and its log: the instance's command failed, and what it left is kept until then. */
+export const FAILED_SUFFIX = '.failed';
+
 export async function removeWorkspace(dir: string, logPath: string): Promise<void> {
   await removeTree(dir);
   await fsp.rm(logPath, { force: true });
+  await fsp.rm(`${dir}${FAILED_SUFFIX}`, { force: true });
 }
 
 export async function removeTree(dir: string): Promise<void> {
