@@ -130,6 +130,9 @@ class WorkspaceRuntime(InputModel):
     files: Optional[dict[str, str]] = None
     #: How long ``stop`` waits after SIGTERM before SIGKILL (0–600000).
     stop_grace_ms: Optional[int] = None
+    #: How long the command must stay alive before ``start`` answers (0–60000; default the worker's
+    #: ``DS_START_SETTLE_MS``): one that exits within it fails the start with its exit code and last output.
+    settle_ms: Optional[int] = None
 
 
 class MemoryRuntime(InputModel):

@@ -331,6 +331,9 @@ class Problem(WireModel):
     session_id: Optional[str] = None
     #: zod's issues (``code``, ``path``, ``message``) for InvalidInput.
     issues: Optional[list[dict[str, Any]]] = None
+    #: What ended the session (``type``, ``message``, ``exit_code``, ``output_tail``, …) for SessionFailed, and for a
+    #: RuntimeFailed start whose command exited within its settle window.
+    failure: Optional[dict[str, Any]] = None
 
     @classmethod
     def make(cls, status: int, code: str, detail: str, session_id: Optional[str] = None) -> Problem:
