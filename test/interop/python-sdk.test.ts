@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { startTestSystem, type TestSystem } from '../helpers/temporal';
 
-/** The Python SDK is installed next to the Temporal CLI by scripts/install-temporal.sh (`npm run setup`). */
+/** The Python SDK is installed next to the Temporal CLI by scripts/install-test-tools.sh (`npm run setup`, `npm test`). */
 const ROOT = path.join(__dirname, '..', '..');
 const PYTHON = path.join(ROOT, '.tools', 'venv', 'bin', 'python');
 const PROGRAM = path.join(ROOT, 'examples', 'python', 'sessions_raw.py');
