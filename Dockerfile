@@ -17,6 +17,7 @@ RUN apt-get update \
 ENV npm_config_nodedir=/usr/local
 
 # Dependencies first, so source edits reuse this layer. The lockfile pins every package, native ones included.
+# (The package's prepare script finds no sources here and builds nothing: the build is the step after them.)
 COPY package.json package-lock.json ./
 RUN npm ci
 

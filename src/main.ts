@@ -55,7 +55,9 @@ async function main(): Promise<void> {
     if (!keysFile && config.gateway.keysJson === undefined) {
       const dev = ensureDevKey(config.dataDir);
       keysFile = dev.keysFile;
-      console.log(`Gateway dev key  ${dev.key} (in ${dev.keysFile}; configure DS_API_KEYS_FILE in production)`);
+      console.log(
+        `Gateway dev key  ${dev.key} (in ${dev.keyFile}, its hash in ${dev.keysFile}; configure DS_API_KEYS_FILE in production)`,
+      );
     }
     gateway = await runGateway(config, address, keysFile, server.uiUrl ? [server.uiUrl] : []);
     console.log(`HTTP gateway     ${gateway.url} (OpenAPI: ${gateway.url}/v1/openapi.json)`);

@@ -29,3 +29,8 @@ export async function connectionOptions(config: Config, address: string): Promis
       : undefined,
   };
 }
+
+/** Where clients find Temporal: TEMPORAL_ADDRESS, or else the embedded server `npm start` runs. */
+export function temporalAddress(config: Config): string {
+  return config.temporal.address ?? `${config.devServer.ip}:${config.devServer.port}`;
+}

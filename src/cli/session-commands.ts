@@ -1,10 +1,10 @@
 import { Client, Connection, isGrpcServiceError } from '@temporalio/client';
 import { SessionClient } from '../client';
 import type { Config } from '../config';
-import { connectionOptions } from '../temporal-connection';
+import { connectionOptions, temporalAddress } from '../temporal-connection';
 import { TemporalUnavailableError, UsageError } from './errors';
 import { dataConverterFromConfig, historyEncryption } from '../payloads';
-import { openSnapshotStore, type TimelineLog } from '../snapshots';
+import type * as Snapshots from '../snapshots';
 import { isError } from '../errors';
 import type { Invocation } from './parse';
 import { withProgressBar } from './progress-bar';
@@ -32,11 +32,6 @@ export type SessionInvocation = Of<
 
 /** gRPC's UNAVAILABLE: the frontend went away after the connection was made. */
 const GRPC_UNAVAILABLE = 14;
-
-/** Where the CLI finds Temporal: TEMPORAL_ADDRESS, or else the embedded server `npm start` runs. */
-export function temporalAddress(config: Config): string {
-  return config.temporal.address ?? `${config.devServer.ip}:${config.devServer.port}`;
-}
 
 export async function runSessionCommand(invocation: SessionInvocation, config: Config): Promise<Output> {
   const address = temporalAddress(config);
@@ -222,8 +217,11 @@ function selector(value: string): number | string {
 }
 
 /** The store's timeline, when this machine can open the store (its configuration and keys); else none. */
-async function openTimeline(config: Config): Promise<TimelineLog | undefined> {
+async function openTimeline(config: Config): Promise<Snapshots.TimelineLog | undefined> {
   try {
+    // Loaded here: the snapshot engine is most of the CLI's start-up, and only `timeline` reads the store.
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { openSnapshotStore } = require('../snapshots') as typeof Snapshots;
     return await openSnapshotStore(config);
   } catch {
     return undefined;

@@ -1,2 +1,3 @@
 export * from './errors';
 export * from './session-client';
+export { connectTemporalClient } from './connect';

@@ -77,6 +77,8 @@ import {
   type VerificationResult,
 } from '../domain/schemas';
 import { PHASES, type Phase } from '../domain/session-state';
+import { loadConfig, type Config } from '../config';
+import { connectTemporalClient } from './connect';
 import {
   InvalidInputError,
   SessionAlreadyExistsError,
@@ -106,7 +108,12 @@ export interface SessionClientOptions {
    * through it, whatever its id: ids are unique within a tenant only.
    */
   tenant?: string;
+  /** Whether `close()` closes the client's connection: set by `SessionClient.connect`, which opened it. */
+  ownsConnection?: boolean;
 }
+
+/** What `SessionClient.connect` takes beside the configuration. */
+export type ConnectOptions = Pick<SessionClientOptions, 'tenant' | 'timeline'>;
 
 /** A page of a session's timeline: entries in index order, and the `from` of the next page (null at the end). */
 export interface TimelinePage {
@@ -165,7 +172,7 @@ export interface SessionSummary {
  * refused before anything is sent; failures come back as typed SessionErrors.
  *
  * @example
- * const sessions = new SessionClient({ client });
+ * const sessions = await SessionClient.connect(); // as the worker's environment says: TEMPORAL_ADDRESS, DS_PAYLOAD_KEYS…
  * const session = await sessions.start({ sessionId: 'build-42', runtime: { kind: 'workspace', command: ['npm', 'run', 'dev'] } });
  * const checkpoint = await session.pause({ reason: 'nightly' });
  * await session.resume();
@@ -183,6 +190,28 @@ export class SessionClient {
       timeline: tenantTimeline(options.timeline, this.tenant),
       forkEnded: (source, input, from) => this.forkEnded(source, input, from),
     };
+  }
+
+  /**
+   * Connects as the worker's configuration says (`loadConfig()`, the environment, by default): Temporal's address,
+   * TLS or API key, namespace, task queue and the payload codec with its keys. `close()` closes the connection.
+   * @throws MissingPayloadKeyError when payloads are encrypted and no payload key is configured.
+   * @example
+   * const sessions = await SessionClient.connect(loadConfig());
+   * try {
+   *   await sessions.start({ sessionId: 'build-42', runtime: { kind: 'memory' } });
+   * } finally {
+   *   await sessions.close();
+   * }
+   */
+  static async connect(config: Config = loadConfig(), options: ConnectOptions = {}): Promise<SessionClient> {
+    const client = await connectTemporalClient(config);
+    return new SessionClient({ ...options, client, taskQueue: config.taskQueue, ownsConnection: true });
+  }
+
+  /** Closes the connection `connect` opened; a client given its Temporal client leaves that one open. */
+  async close(): Promise<void> {
+    if (this.options.ownsConnection) await this.options.client.connection.close();
   }
 
   /** A client for the sessions of `tenant`, on the same connection, task queue and store. */

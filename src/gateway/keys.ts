@@ -144,7 +144,7 @@ function parseKeys(text: string, source: string): ParsedKeys {
  * The embedded default's key: made once under `dataDir` (the key in `gateway-dev-key`, mode 0600; its hash in
  * `gateway-keys.json`), then reused, so a restart keeps the key a developer copied.
  */
-export function ensureDevKey(dataDir: string): { key: string; keysFile: string } {
+export function ensureDevKey(dataDir: string): { key: string; keyFile: string; keysFile: string } {
   const keyFile = path.join(dataDir, 'gateway-dev-key');
   const keysFile = path.join(dataDir, 'gateway-keys.json');
   let key: string;
@@ -159,5 +159,5 @@ export function ensureDevKey(dataDir: string): { key: string; keysFile: string }
     const record: ApiKeyRecord = { id: 'dev', sha256: hashKey(key), tenant: 'default', role: 'admin' };
     fs.writeFileSync(keysFile, `${JSON.stringify({ keys: [record] }, null, 2)}\n`, { mode: 0o600 });
   }
-  return { key, keysFile };
+  return { key, keyFile, keysFile };
 }

@@ -2,7 +2,7 @@ import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import type { WorkflowService } from '@temporalio/client';
 import type { Payload, PayloadCodec } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
-import type { Keyring } from '../snapshots';
+import type { Keyring } from '../snapshots/keys';
 import { PayloadKeyUnavailableError, PayloadTamperedError } from './errors';
 
 /** The metadata of an encrypted payload; the names Temporal's samples use, so its tools recognise one. */

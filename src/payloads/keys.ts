@@ -1,6 +1,6 @@
 import path from 'node:path';
 import type { Config } from '../config';
-import { Keyring, type KeyVariables } from '../snapshots';
+import { Keyring, type KeyVariables } from '../snapshots/keys';
 import { MissingPayloadKeyError } from './errors';
 
 /** Payload keys are their own keyring, apart from the snapshot master keys: one can rotate or leak without the other. */

