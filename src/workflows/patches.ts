@@ -47,3 +47,9 @@ export const POLICY_CLOCK_PATCH = 'policy-workflow-clock';
  * upserted whenever one changes, so operators filter by them (`FailureCode = "SnapshotCorrupt"`, `SessionHost = …`).
  */
 export const PROGRESS_ATTRIBUTES_PATCH = 'progress-search-attributes';
+
+/**
+ * A signalled control the session's runtime kind cannot serve (`requestAppend` to a memory session) is refused as the
+ * signal arrives, instead of being run and failing at the runtime.
+ */
+export const CONTROL_RUNTIMES_PATCH = 'control-runtime-kinds';

@@ -153,6 +153,26 @@ describe('illegal transitions are rejected by the validator and change nothing',
   });
 });
 
+describe('a control the runtime kind cannot serve', () => {
+  test('append and regenerate to a memory session are refused at validation: no history, no timeline entry', async () => {
+    const session = await runningSession('wrong-kind');
+    const before = await session.timeline();
+    const appended = await session.append({ messages: [{ role: 'user', content: 'hi' }] }).catch((e: unknown) => e);
+    expect(appended).toBeInstanceOf(InvalidInputError);
+    expect(appended).toMatchObject({
+      message: `append applies to conversation sessions; session ${session.sessionId} is a memory session`,
+    });
+    await expect(session.regenerate()).rejects.toThrow('regenerate applies to conversation sessions');
+
+    expect(await session.timeline()).toEqual(before);
+    expect(await session.status()).toMatchObject({ phase: 'running', pendingControls: 0 });
+    const events = await historyEvents(session.sessionId);
+    expect(acceptedControls(events)).toHaveLength(0);
+    // The session still takes the controls it serves.
+    await expect(session.checkpoint()).resolves.toMatchObject({ trigger: 'manual' });
+  });
+});
+
 describe('idempotency keys', () => {
   test('the same checkpoint sent twice with one key has one effect and one answer', async () => {
     const session = await runningSession('idem');
