@@ -91,6 +91,10 @@ const FORK_FIELDS = {
 const SELECTOR = 'a checkpoint’s timeline index (3) or its id ("000003-1a2b3c4d")';
 
 /** An entry, typed by its update: the input schema and signal must carry the update's input. */
+function control<I, R>(
+  spec: ControlSpec<I, R> & { signal: SignalDefinition<[I]> },
+): ControlSpec<I, R> & { signal: SignalDefinition<[I]> };
+function control<I, R>(spec: ControlSpec<I, R>): ControlSpec<I, R>;
 function control<I, R>(spec: ControlSpec<I, R>): ControlSpec<I, R> {
   return spec;
 }
@@ -298,7 +302,7 @@ export type ControlResult<N extends ControlName> =
 
 /** The controls with a fire-and-forget twin. */
 export type SignalledControl = {
-  [N in ControlName]: (typeof CONTROLS)[N] extends { signal: SignalDefinition } ? N : never;
+  [N in ControlName]: (typeof CONTROLS)[N] extends { signal: SignalDefinition<unknown[]> } ? N : never;
 }[ControlName];
 
 export function isControlName(name: string): name is ControlName {
