@@ -542,7 +542,7 @@ export class SessionHandle {
    * The one path of every control: its input checked with the registry's schema, an idempotency key added where the
    * control takes one, sent as its update, and sent again while the session hands over to its next run (Busy).
    */
-  private control<N extends ControlName>(name: N, input: unknown): Promise<ControlResult<N>> {
+  private async control<N extends ControlName>(name: N, input: unknown): Promise<ControlResult<N>> {
     const spec = CONTROLS[name] as ControlSpec;
     const parsed = parseInput(spec.input, input, this.sessionId);
     const args = takesKey(spec) ? withKey(parsed as { idempotencyKey?: string }) : parsed;

@@ -1,5 +1,6 @@
 import { appliesTo, CONTROL_NAMES, CONTROLS, phasesFrom, type ControlSpec } from '../../src/api/controls';
 import { planControl, STABLE_PHASES, type Control } from '../../src/domain/session-state';
+import { describeEntry, nearestIndex } from '../../src/domain/timeline';
 
 const specs = CONTROL_NAMES.map((name) => [name, CONTROLS[name] as ControlSpec] as const);
 
@@ -64,4 +65,34 @@ test.each(specs)('every example of %s parses with its input schema, and names on
     expect({ example, issues: spec.input.safeParse(example).error?.issues }).toEqual({ example, issues: undefined });
     for (const field of Object.keys(example as object)) expect(Object.keys(spec.doc.fields)).toContain(field);
   }
+});
+
+describe('naming what is at a timeline index', () => {
+  const at = '2026-12-01T00:00:00.000Z';
+  const indexOf = (id: string) => ({ '000002-aaaaaaaa': 2 })[id];
+
+  test('a restore, a rewind and a fork name the checkpoint they concern by its index', () => {
+    expect(
+      describeEntry(
+        { kind: 'restored', at, index: 3, checkpointId: '000002-aaaaaaaa', instanceId: 'x', cause: 'resume' },
+        indexOf,
+      ),
+    ).toBe('a restore of the checkpoint at index 2');
+    expect(
+      describeEntry(
+        { kind: 'rewound', at, index: 5, to: '000009-bbbbbbbb', toIndex: 4, fromBranch: 0, fromHead: null },
+        indexOf,
+      ),
+    ).toBe('a rewind to the checkpoint at index 4');
+    expect(describeEntry({ kind: 'runtime-lost', at, index: 6, instanceId: 'x', reason: 'gone' }, indexOf)).toBe(
+      'a runtime-lost entry',
+    );
+  });
+
+  test('the nearest checkpoint index: the closest, the earlier of two as close', () => {
+    expect(nearestIndex([1, 2, 6], 3)).toBe(2);
+    expect(nearestIndex([2, 4], 3)).toBe(2);
+    expect(nearestIndex([2, 4], 9)).toBe(4);
+    expect(nearestIndex([], 3)).toBeUndefined();
+  });
 });

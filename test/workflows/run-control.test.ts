@@ -116,6 +116,31 @@ describe('rewind', () => {
     expect(await session.status()).toMatchObject({ phase: 'running', branch: 0 });
     await session.stop({ checkpoint: false });
   });
+  test('rewind or fork to an index that is not a checkpoint says what is there and the nearest checkpoint', async () => {
+    const { session, sessionId } = await memorySession('rewind-restore');
+    const paused = await session.pause();
+    await session.resume();
+    const restore = (await session.timeline()).find((e) => e.kind === 'restored')!;
+    expect(restore.index).toBe(paused.index! + 1);
+
+    for (const refused of [
+      await session.rewind({ to: restore.index! }).catch((e: unknown) => e),
+      await session.fork({ from: restore.index! }).catch((e: unknown) => e),
+    ]) {
+      expect(refused).toBeInstanceOf(InvalidInputError);
+      expect(refused).toMatchObject({
+        message:
+          `index ${restore.index} of session ${sessionId} is a restore of the checkpoint at index ${paused.index}, ` +
+          `not a checkpoint; the nearest checkpoint is at index ${paused.index}`,
+        issues: [expect.objectContaining({ params: { nearest: paused.index, kind: 'restored' } })],
+      });
+    }
+    await expect(session.rewind({ to: 999 })).rejects.toThrow(
+      `session ${sessionId} has no checkpoint at index 999; the nearest checkpoint is at index ${paused.index}`,
+    );
+    expect(await session.status()).toMatchObject({ phase: 'running', branch: 0, head: paused });
+    await session.stop({ checkpoint: false });
+  });
 });
 
 describe('fork and branch', () => {
