@@ -24,7 +24,12 @@ export function statusLines(s: SessionStatus, io: IoProgress[], payloads?: Histo
     ['runtime', s.runtime ? `${s.runtimeKind} ${s.runtime.instanceId} on ${s.runtime.hostTaskQueue}` : s.runtimeKind],
     ['location', s.runtime?.location ?? '-'],
     ['output', s.runtime?.output ?? '-'],
-    ['head', s.head ? `${s.head.checkpointId} (#${s.head.sequence}, ${s.head.size} bytes)` : '-'],
+    [
+      'head',
+      s.head
+        ? `${s.head.index !== undefined ? `index ${s.head.index} (${s.head.checkpointId})` : s.head.checkpointId}, ${s.head.size} bytes`
+        : '-',
+    ],
     ['checkpoints', String(s.checkpointCount)],
     ['pending controls', String(s.pendingControls)],
     ['last restore', s.lastRestore ? `${s.lastRestore.checkpointId} at ${s.lastRestore.at}` : '-'],
@@ -63,29 +68,52 @@ export function listLines(list: readonly SessionSummary[]): string[] {
   );
 }
 
+/**
+ * One line per entry, each led by its timeline index (the number to pass back to rewind and fork); a checkpoint an
+ * entry concerns is named by its index where the page shows it.
+ */
 export function timelineLines(entries: readonly TimelineEntry[]): string[] {
-  return entries.length ? entries.map(renderEntry) : ['(empty)'];
+  if (!entries.length) return ['(empty)'];
+  const indices = new Map<string, number>();
+  for (const e of entries) {
+    if (e.kind === 'checkpoint' && e.index !== undefined) indices.set(e.checkpoint.checkpointId, e.index);
+  }
+  const ref = (id: string | null) => {
+    if (id === null) return '(none)';
+    const index = indices.get(id);
+    return index === undefined ? id : `${index} (${id})`;
+  };
+  const width = Math.max(...entries.map((e) => String(e.index ?? '-').length));
+  return entries.map((e) => `${String(e.index ?? '-').padStart(width)}  ${renderEntry(e, ref)}`);
 }
 
-function renderEntry(e: TimelineEntry): string {
+function renderEntry(e: TimelineEntry, ref: (checkpointId: string | null) => string): string {
   switch (e.kind) {
     case 'checkpoint': {
       const c = e.checkpoint;
       const label = c.label ? ` "${c.label}"` : '';
-      return `${e.at}  checkpoint #${c.sequence} ${c.checkpointId} ← ${c.parentId ?? '(root)'}  ${c.trigger}${label}  ${c.size} B`;
+      return `${e.at}  checkpoint ${c.checkpointId} ← ${c.parentId ? ref(c.parentId) : '(root)'}  ${c.trigger}${label}  ${c.size} B`;
     }
     case 'restored':
-      return `${e.at}  restored   ${e.checkpointId} as ${e.instanceId} (${e.cause})`;
+      return `${e.at}  restored   ${ref(e.checkpointId)} as ${e.instanceId} (${e.cause})`;
     case 'fallback':
-      return `${e.at}  fallback   ${e.fromCheckpointId} → ${e.toCheckpointId ?? '(none)'}: ${e.reason}`;
+      return `${e.at}  fallback   ${ref(e.fromCheckpointId)} → ${ref(e.toCheckpointId)}: ${e.reason}`;
     case 'runtime-exited':
       return `${e.at}  exited     code ${e.exitCode ?? '-'} signal ${e.signal ?? '-'}`;
     case 'runtime-lost':
       return `${e.at}  lost       ${e.instanceId}: ${e.reason}`;
     case 'checkpoint-deleted':
-      return `${e.at}  deleted    ${e.checkpointId} (${e.reason})`;
+      return `${e.at}  deleted    ${ref(e.checkpointId)} (${e.reason})`;
     case 'verified':
-      return `${e.at}  verified   ${e.checkpointId}: ${e.status}${e.detail ? ` (${e.detail})` : ''} [${e.cause}]`;
+      return `${e.at}  verified   ${ref(e.checkpointId)}: ${e.status}${e.detail ? ` (${e.detail})` : ''} [${e.cause}]`;
+    case 'rewound': {
+      const to = e.toIndex !== undefined ? `${e.toIndex} (${e.to})` : ref(e.to);
+      return `${e.at}  rewound    to ${to}, branch ${e.branch ?? '-'} (left branch ${e.fromBranch})${e.reason ? `: ${e.reason}` : ''}`;
+    }
+    case 'forked': {
+      const from = e.checkpointIndex !== undefined ? `${e.checkpointIndex} (${e.checkpointId})` : ref(e.checkpointId);
+      return `${e.at}  forked     ${from} → ${e.forks.map((f) => f.sessionId).join(', ')}${e.regenerate ? ' (regenerate)' : ''}`;
+    }
     default:
       return genericEntry(e);
   }

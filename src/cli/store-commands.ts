@@ -1,6 +1,12 @@
 import type { Config } from '../config';
 import { DEFAULT_TENANT } from '../domain/names';
-import { KeyringConfigError, MissingMasterKeyError, openSnapshotStore, type SnapshotMaintenance } from '../snapshots';
+import {
+  KeyringConfigError,
+  MissingMasterKeyError,
+  openSnapshotStore,
+  type SnapshotMaintenance,
+  type TimelineLog,
+} from '../snapshots';
 import { CLI_ERROR_CODES, CliError } from './errors';
 import type { Invocation } from './parse';
 import { verificationReport, type Output } from './render';
@@ -18,10 +24,15 @@ export async function runStoreCommand(invocation: StoreInvocation, config: Confi
   const store: SnapshotMaintenance = root.forTenant(invocation.values.tenant ?? DEFAULT_TENANT);
   switch (invocation.command) {
     case 'verify': {
-      const results = await store.verifyLineage(invocation.sessionId);
+      const [results, indices] = await Promise.all([
+        store.verifyLineage(invocation.sessionId),
+        checkpointIndices(store as Partial<TimelineLog>, invocation.sessionId),
+      ]);
+      // Led by the timeline index, the number every other command shows and takes; the sequence is in the JSON.
       return verificationReport(
         results,
-        (r) => `${String(r.sequence ?? '?').padStart(5)}  ${r.checkpointId.padEnd(24)}v${r.formatVersion ?? '?'}  `,
+        (r) =>
+          `${String(indices.get(r.checkpointId) ?? '-').padStart(5)}  ${r.checkpointId.padEnd(24)}v${r.formatVersion ?? '?'}  `,
       );
     }
     case 'gc': {
@@ -47,4 +58,23 @@ export async function runStoreCommand(invocation: StoreInvocation, config: Confi
       return { json: { shredded: sessionId, lineage }, text: [`data key of ${scope} destroyed`] };
     }
   }
+}
+
+/** Each checkpoint's timeline index, from the store's timeline; none where it cannot be read (verify says why). */
+async function checkpointIndices(log: Partial<TimelineLog>, sessionId: string): Promise<Map<string, number>> {
+  const indices = new Map<string, number>();
+  if (typeof log.readTimeline !== 'function') return indices;
+  try {
+    for (let from: number | null = 1; from !== null;) {
+      const page = await log.readTimeline(sessionId, { from, limit: 1000 });
+      for (const e of page.entries as { kind: string; index?: number; checkpoint?: { checkpointId: string } }[]) {
+        if (e.kind === 'checkpoint' && e.index !== undefined && e.checkpoint)
+          indices.set(e.checkpoint.checkpointId, e.index);
+      }
+      from = page.entries.length ? page.next : null;
+    }
+  } catch {
+    // A timeline record that does not verify is not this command's finding: the checkpoints' own results are.
+  }
+  return indices;
 }
