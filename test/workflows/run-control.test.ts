@@ -395,21 +395,27 @@ test('a session that has ended can still be forked: from its head or an index, t
 }, 60_000);
 
 test('a tampered timeline record is a typed refusal: the rewind that needs it changes nothing', async () => {
-  const { session, sessionId } = await memorySession('tampered-log');
-  const first = await session.checkpoint({ label: 'long ago' });
-  // Enough checkpoints that the first one has left the session's window: only the store's log knows it.
-  for (let i = 0; i < 135; i++) await session.signal('checkpoint');
-  await eventually(async () => (await session.status()).checkpointCount >= 136, 60_000);
-  await session.checkpoint(); // takes what waited to the store
+  const sessionId = newId('tampered-log');
+  const session = await sys.sessions.start({ sessionId, runtime: { kind: 'conversation' } });
+  await runningStatus(session);
+  await session.append({ messages: [{ role: 'user', content: 'long ago' }], checkpoint: true });
+  // Enough entries after that turn that it has left the session's recent window: only the store's log knows which
+  // checkpoint holds the first message. Refused signals are entries that cost no activity, so this takes a moment
+  // however loaded the machine (135 checkpoints, the state's window, took ~12 s alone and over a minute in full runs).
+  const { timelineLength } = await session.status();
+  for (let i = 0; i < 70; i++) await session.signal('resume');
+  await eventually(async () => (await session.status()).timelineLength >= timelineLength + 70);
+  // The next turn's checkpoint takes what waited to the store.
+  await session.append({ messages: [{ role: 'assistant', content: 'later' }], checkpoint: true });
   const segment = path.join(sys.dir, 'snapshots', sessionId, 'timeline', `${'1'.padStart(16, '0')}.log`);
   const bytes = fs.readFileSync(segment);
   bytes[40] = bytes[40]! ^ 0xff; // inside the first record's sealed body
   fs.writeFileSync(segment, bytes);
 
   const before = await session.status();
-  await expect(session.rewind({ to: first.index! })).rejects.toMatchObject({ code: 'SnapshotTampered' });
+  await expect(session.rewind({ messageIndex: 1 })).rejects.toMatchObject({ code: 'SnapshotTampered' });
   const after = await session.status();
-  expect(after).toMatchObject({ phase: 'running', branch: 0, head: before.head });
+  expect(after).toMatchObject({ phase: 'running', branch: 0, head: before.head, messageCount: 2 });
   await expect(session.timeline({ from: 1, limit: 5 })).rejects.toMatchObject({ code: 'SnapshotTampered' });
   await session.stop({ checkpoint: false });
-}, 120_000);
+});
