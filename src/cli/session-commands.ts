@@ -185,10 +185,8 @@ async function dispatch(invocation: SessionInvocation, sessions: SessionClient):
   if (invocation.command === 'verify') {
     // Its report leads with each checkpoint's timeline index, read beside the results.
     const handle = sessions.get(invocation.sessionId);
-    const [results, indices] = await Promise.all([
-      withProgressBar(handle, handle.verify(CONTROL_COMMANDS.verify.input(invocation))),
-      checkpointIndices(handle),
-    ]);
+    const results = await withProgressBar(handle, handle.verify(CONTROL_COMMANDS.verify.input(invocation)));
+    const indices = await checkpointIndices(handle, new Set(results.map((r) => r.checkpointId)));
     return verificationReport(
       results,
       (r) => `${String(indices.get(r.checkpointId) ?? '-').padStart(5)}  ${r.checkpointId.padEnd(24)}`,
@@ -296,13 +294,15 @@ function message(text: string): { role: Message['role']; content: string } {
 }
 
 /** Each checkpoint's timeline index, from the timeline this client can read (the store's, else the session's window). */
-async function checkpointIndices(handle: SessionHandle): Promise<Map<string, number>> {
+async function checkpointIndices(handle: SessionHandle, wanted: ReadonlySet<string>): Promise<Map<string, number>> {
   const indices = new Map<string, number>();
   try {
-    for (let from: number | null = 1; from !== null;) {
+    // Read until every verified checkpoint has its index (a long session's timeline is not read to its end).
+    for (let from: number | null = 1; from !== null && indices.size < wanted.size;) {
       const page: TimelinePage = await handle.timelinePage({ from, limit: 1000, all: true });
       for (const e of page.entries) {
-        if (e.kind === 'checkpoint' && e.index !== undefined) indices.set(e.checkpoint.checkpointId, e.index);
+        const id = e.kind === 'checkpoint' ? e.checkpoint.checkpointId : undefined;
+        if (id !== undefined && wanted.has(id) && e.index !== undefined) indices.set(id, e.index);
       }
       from = page.next;
     }

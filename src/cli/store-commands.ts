@@ -24,10 +24,9 @@ export async function runStoreCommand(invocation: StoreInvocation, config: Confi
   const store: SnapshotMaintenance = root.forTenant(invocation.values.tenant ?? DEFAULT_TENANT);
   switch (invocation.command) {
     case 'verify': {
-      const [results, indices] = await Promise.all([
-        store.verifyLineage(invocation.sessionId),
-        checkpointIndices(store as Partial<TimelineLog>, invocation.sessionId),
-      ]);
+      const results = await store.verifyLineage(invocation.sessionId);
+      const wanted = new Set(results.map((r) => r.checkpointId));
+      const indices = await checkpointIndices(store as Partial<TimelineLog>, invocation.sessionId, wanted);
       // Led by the timeline index, the number every other command shows and takes; the sequence is in the JSON.
       return verificationReport(
         results,
@@ -61,15 +60,20 @@ export async function runStoreCommand(invocation: StoreInvocation, config: Confi
 }
 
 /** Each checkpoint's timeline index, from the store's timeline; none where it cannot be read (verify says why). */
-async function checkpointIndices(log: Partial<TimelineLog>, sessionId: string): Promise<Map<string, number>> {
+async function checkpointIndices(
+  log: Partial<TimelineLog>,
+  sessionId: string,
+  wanted: ReadonlySet<string>,
+): Promise<Map<string, number>> {
   const indices = new Map<string, number>();
   if (typeof log.readTimeline !== 'function') return indices;
   try {
-    for (let from: number | null = 1; from !== null;) {
+    // Read until every verified checkpoint has its index (a long session's timeline is not read to its end).
+    for (let from: number | null = 1; from !== null && indices.size < wanted.size;) {
       const page = await log.readTimeline(sessionId, { from, limit: 1000 });
       for (const e of page.entries as { kind: string; index?: number; checkpoint?: { checkpointId: string } }[]) {
-        if (e.kind === 'checkpoint' && e.index !== undefined && e.checkpoint)
-          indices.set(e.checkpoint.checkpointId, e.index);
+        const id = e.kind === 'checkpoint' ? e.checkpoint?.checkpointId : undefined;
+        if (id !== undefined && wanted.has(id) && e.index !== undefined) indices.set(id, e.index);
       }
       from = page.entries.length ? page.next : null;
     }

@@ -171,6 +171,19 @@ describe('a control the runtime kind cannot serve', () => {
     // The session still takes the controls it serves.
     await expect(session.checkpoint()).resolves.toMatchObject({ trigger: 'manual' });
   });
+  test('its signal twin is a refused signal, recorded once, never run', async () => {
+    const session = await runningSession('wrong-kind-signal');
+    await session.signal('append', { messages: [{ role: 'user', content: 'hi' }] });
+    const status = await eventually(async () => {
+      const s = await session.status();
+      return s.lastRejectedSignal ? s : undefined;
+    });
+    expect(status.lastRejectedSignal).toMatchObject({
+      signal: 'requestAppend',
+      reason: `append applies to conversation sessions; session ${session.sessionId} is a memory session`,
+    });
+    expect((await session.timeline()).map((e) => e.kind)).toEqual(['signal-rejected']);
+  });
 });
 
 describe('idempotency keys', () => {
