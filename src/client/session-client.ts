@@ -44,7 +44,7 @@ import { isError } from '../errors';
 import { createHash, randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { DEFAULT_TENANT, forkSessionIds } from '../domain/names';
-import { foldTimeline, inView, mergeByIndex } from '../domain/timeline';
+import { describeEntry, foldTimeline, inView, mergeByIndex, nearestIndex } from '../domain/timeline';
 import type { SnapshotStore, TimelineLog } from '../snapshots';
 import {
   type AppendInput,
@@ -462,13 +462,32 @@ export class SessionHandle {
       if (!head) throw new SnapshotNotFoundError(`session ${this.sessionId} has no checkpoint`, this.sessionId, '');
       return head;
     }
+    const indices = new Map<string, number>();
+    let there: TimelineEntry | undefined;
     for (let page: TimelinePage | null = await this.timelinePage({ from: 1, limit: 1000, all: true }); page;) {
       for (const e of page.entries) {
         if (e.kind === 'checkpoint' && (e.index === from || e.checkpoint.checkpointId === from)) return e.checkpoint;
+        if (e.kind === 'checkpoint' && e.index !== undefined) indices.set(e.checkpoint.checkpointId, e.index);
+        if (e.index === from) there = e;
       }
       page = page.next === null ? null : await this.timelinePage({ from: page.next, limit: 1000, all: true });
     }
-    throw new SnapshotNotFoundError(`session ${this.sessionId} has no checkpoint ${String(from)}`, this.sessionId, '');
+    const near = typeof from === 'number' ? nearestIndex([...indices.values()], from) : undefined;
+    const hint = near === undefined ? '' : `; the nearest checkpoint is at index ${near}`;
+    if (there && typeof from === 'number') {
+      // The same refusal the workflow gives a session that still runs.
+      const message = `index ${from} of session ${this.sessionId} is ${describeEntry(there, (id) => indices.get(id))}, not a checkpoint${hint}`;
+      const issue = {
+        code: 'custom' as const,
+        path: [],
+        message,
+        input: from,
+        params: { nearest: near ?? null, kind: there.kind },
+      };
+      throw new InvalidInputError(message, this.sessionId, [issue]);
+    }
+    const what = typeof from === 'number' ? `at index ${from}` : from;
+    throw new SnapshotNotFoundError(`session ${this.sessionId} has no checkpoint ${what}${hint}`, this.sessionId, '');
   }
 
   /** The spec the session was started with, from its workflow's history (a continued run carries it too). */

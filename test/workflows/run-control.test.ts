@@ -370,6 +370,7 @@ test('a session that has ended can still be forked: from its head or an index, t
   const { session, sessionId, runtime } = await memorySession('ended-src');
   sys.memory.write(runtime.instanceId, 'kept at index');
   const c = await session.checkpoint();
+  await session.verify({ checkpointId: c.checkpointId }); // an entry that is not a checkpoint, right after it
   sys.memory.write(runtime.instanceId, 'final');
   await session.stop(); // takes a final checkpoint: the head
   const fromHead = await session.fork({ newSessionId: newId('ended-head') });
@@ -391,6 +392,16 @@ test('a session that has ended can still be forked: from its head or an index, t
     code: 'SessionAlreadyExists',
   });
   await expect(session.fork({ from: 999 })).rejects.toBeInstanceOf(SnapshotNotFoundError);
+  // An index that is not a checkpoint says what is there, as it does while the session runs.
+  const verification = c.index! + 1;
+  const refused = await session.fork({ from: verification }).catch((e: unknown) => e);
+  expect(refused).toBeInstanceOf(InvalidInputError);
+  expect(refused).toMatchObject({
+    message:
+      `index ${verification} of session ${sessionId} is a verification of the checkpoint at index ${c.index}, ` +
+      `not a checkpoint; the nearest checkpoint is at index ${c.index}`,
+    issues: [expect.objectContaining({ params: { nearest: c.index, kind: 'verified' } })],
+  });
   for (const h of [head, indexed]) await h.stop({ checkpoint: false });
 }, 60_000);
 
