@@ -328,3 +328,6 @@ export function notForRuntime(name: ControlName, kind: RuntimeKind, sessionId: s
   const kinds = CONTROLS[name].runtimes.join(', ');
   return `${name} applies to ${kinds} sessions; session ${sessionId} is a ${kind} session`;
 }
+
+/** A method per control, named as the control (`SessionHandle` implements it, so none can be missing). */
+export type ControlMethods = { [N in ControlName]: (input: ControlInput<N>) => Promise<unknown> };

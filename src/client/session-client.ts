@@ -15,6 +15,7 @@ import {
 import { z } from 'zod';
 import {
   CONTROLS,
+  type ControlMethods,
   type ControlName,
   type ControlResult,
   type ControlSpec,
@@ -412,7 +413,7 @@ interface HandleContext {
  * Controls and views of one session. Every control takes an optional idempotency key; one is generated when absent,
  * so a retry of the same call by the SDK is still answered once.
  */
-export class SessionHandle {
+export class SessionHandle implements ControlMethods {
   constructor(
     readonly sessionId: string,
     readonly workflow: WorkflowHandle,
