@@ -126,15 +126,23 @@ function genericEntry(e: unknown): string {
   return [String(at), String(kind).padEnd(10), ...detail].join('  ');
 }
 
-/** One line per checkpoint (`lead` then status and detail), a summary, and exit code 1 if one does not verify. */
+/**
+ * One line per checkpoint, led by its timeline index and id (then `more`, status and detail), a summary, and exit
+ * code 1 if one does not verify. The JSON gives each result its `index` too (null where the timeline could not say).
+ */
 export function verificationReport<R extends { checkpointId: string; status: string; detail?: string }>(
   results: R[],
-  lead: (r: R) => string,
+  indexOf: (checkpointId: string) => number | undefined,
+  more: (r: R) => string = () => '',
 ): Output {
-  const lines = results.map((r) => `${lead(r)}${r.status}${r.detail ? `  ${r.detail}` : ''}`);
+  const lines = results.map(
+    (r) =>
+      `${String(indexOf(r.checkpointId) ?? '-').padStart(5)}  ${r.checkpointId.padEnd(24)}${more(r)}${r.status}${r.detail ? `  ${r.detail}` : ''}`,
+  );
   const bad = results.filter((r) => r.status !== 'ok').length;
   lines.push(`${results.length - bad} of ${results.length} checkpoint(s) verify`);
-  return { json: results, text: lines, exitCode: bad ? 1 : 0 };
+  const json = results.map((r) => ({ index: indexOf(r.checkpointId) ?? null, ...r }));
+  return { json, text: lines, exitCode: bad ? 1 : 0 };
 }
 
 export function describeProgress(a: IoProgress): string {

@@ -126,7 +126,7 @@ const CONTROL_COMMANDS: ControlCommands = {
   verify: {
     input: ({ values: v }) => ({ checkpointId: v.checkpoint }),
     // The indices are filled in by the verify command, which reads the timeline beside it.
-    output: (results) => verificationReport(results, (r) => `${'-'.padStart(5)}  ${r.checkpointId.padEnd(24)}`),
+    output: (results) => verificationReport(results, () => undefined),
     progress: true,
   },
   rewind: {
@@ -187,10 +187,7 @@ async function dispatch(invocation: SessionInvocation, sessions: SessionClient):
     const handle = sessions.get(invocation.sessionId);
     const results = await withProgressBar(handle, handle.verify(CONTROL_COMMANDS.verify.input(invocation)));
     const indices = await checkpointIndices(handle, new Set(results.map((r) => r.checkpointId)));
-    return verificationReport(
-      results,
-      (r) => `${String(indices.get(r.checkpointId) ?? '-').padStart(5)}  ${r.checkpointId.padEnd(24)}`,
-    );
+    return verificationReport(results, (id) => indices.get(id));
   }
   if (isControlName(invocation.command)) {
     return runControl(invocation.command, invocation as Of<typeof invocation.command>, sessions);

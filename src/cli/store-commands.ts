@@ -30,8 +30,8 @@ export async function runStoreCommand(invocation: StoreInvocation, config: Confi
       // Led by the timeline index, the number every other command shows and takes; the sequence is in the JSON.
       return verificationReport(
         results,
-        (r) =>
-          `${String(indices.get(r.checkpointId) ?? '-').padStart(5)}  ${r.checkpointId.padEnd(24)}v${r.formatVersion ?? '?'}  `,
+        (id) => indices.get(id),
+        (r) => `v${r.formatVersion ?? '?'}  `,
       );
     }
     case 'gc': {

@@ -134,7 +134,9 @@ test('start, checkpoint, pause, resume, status, timeline, list and stop from the
   expect(throughSession.stdout).toMatch(new RegExp(`^\\s+1  ${cp.checkpointId}\\s+ok$`, 'm'));
   expect(throughSession.stdout.trim().split('\n').at(-1)).toBe('2 of 2 checkpoint(s) verify');
   const one = await cli('verify', id, '--through-session', '--checkpoint', cp.checkpointId, '--json');
-  expect(JSON.parse(one.stdout)).toEqual([expect.objectContaining({ checkpointId: cp.checkpointId, status: 'ok' })]);
+  expect(JSON.parse(one.stdout)).toEqual([
+    expect.objectContaining({ index: 1, checkpointId: cp.checkpointId, status: 'ok' }),
+  ]);
 
   const list = await cli('list', '--json');
   expect(JSON.parse(list.stdout)).toEqual(expect.arrayContaining([expect.objectContaining({ sessionId: id })]));
