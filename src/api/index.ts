@@ -1,2 +1,3 @@
+export * from './controls';
 export * from './messages';
 export * from './search-attributes';

@@ -44,6 +44,15 @@ const FORK_OPTIONS = {
   key: KEY,
 } as const;
 
+/** The policies of a session, as `start` sets them and `configure` replaces them (durations in ms). */
+const POLICY_OPTIONS = {
+  'checkpoint-every': { type: 'string', value: 'MS', help: 'automatic checkpoint after MS of running' },
+  'only-if-active': { type: 'boolean', help: 'skip an automatic checkpoint when nothing happened' },
+  'idle-pause-after': { type: 'string', value: 'MS', help: 'pause after MS without activity' },
+  'stop-paused-after': { type: 'string', value: 'MS', help: 'stop after MS paused' },
+  'no-checkpoint-before-stop': { type: 'boolean', help: 'stop without a final checkpoint by default' },
+} as const;
+
 /** Options every command takes. */
 export const COMMON_OPTIONS = {
   tenant: {
@@ -65,6 +74,10 @@ export const COMMANDS = {
         type: 'boolean',
         help: 'run in the in-process memory runtime instead; the words after -- are its initial state',
       },
+      conversation: {
+        type: 'boolean',
+        help: 'a conversation instead (messages, with append and regenerate); the words after -- its system message',
+      },
       file: {
         type: 'string',
         multiple: true,
@@ -80,8 +93,18 @@ export const COMMANDS = {
         help: 'an environment variable (repeatable)',
       },
       description: { type: 'string', value: 'TEXT', help: 'shown next to the session in the Temporal Web UI' },
+      label: {
+        type: 'string',
+        multiple: true,
+        value: 'LABEL',
+        help: 'a label of the session, searchable as SessionLabels (repeatable)',
+      },
+      ...POLICY_OPTIONS,
     },
-    notes: ['The command goes after --: durable-sessions start build-42 -- npm run dev'],
+    notes: [
+      'The command goes after --: durable-sessions start build-42 -- npm run dev',
+      'Policies are off unless given; "configure" replaces them later.',
+    ],
   },
   checkpoint: {
     args: ['<session-id>'],
@@ -132,7 +155,11 @@ export const COMMANDS = {
     args: ['<session-id>'],
     summary: 'go back to a checkpoint (--to a timeline index or a checkpoint id) in place; a new branch starts there',
     options: {
-      to: { type: 'string', value: 'INDEX|CHECKPOINT-ID', help: 'the checkpoint to go back to (required)' },
+      to: {
+        type: 'string',
+        value: 'INDEX|CHECKPOINT-ID',
+        help: 'the checkpoint to go back to: its timeline index or id (required)',
+      },
       reason: { type: 'string', value: 'TEXT', help: 'why, kept in the timeline' },
       'if-head': { type: 'string', value: 'CHECKPOINT-ID', help: 'refuse (Conflict) unless this is the head' },
       key: KEY,
@@ -143,7 +170,11 @@ export const COMMANDS = {
     args: ['<session-id>'],
     summary: 'start new sessions from a checkpoint of this one (chunks shared, nothing copied)',
     options: {
-      from: { type: 'string', value: 'INDEX|CHECKPOINT-ID', help: 'fork this checkpoint (default: the current state)' },
+      from: {
+        type: 'string',
+        value: 'INDEX|CHECKPOINT-ID',
+        help: 'fork this checkpoint, by its timeline index or id (default: the current state)',
+      },
       ...FORK_OPTIONS,
     },
   },
@@ -155,16 +186,30 @@ export const COMMANDS = {
   configure: {
     args: ['<session-id>'],
     summary: "replace the live session's policies (durations in ms; a policy not given is off)",
-    options: {
-      'checkpoint-every': { type: 'string', value: 'MS', help: 'automatic checkpoint after MS of running' },
-      'only-if-active': { type: 'boolean', help: 'skip an automatic checkpoint when nothing happened' },
-      'idle-pause-after': { type: 'string', value: 'MS', help: 'pause after MS without activity' },
-      'stop-paused-after': { type: 'string', value: 'MS', help: 'stop after MS paused' },
-      'no-checkpoint-before-stop': { type: 'boolean', help: 'stop without a final checkpoint by default' },
-      key: KEY,
-    },
+    options: { ...POLICY_OPTIONS, key: KEY },
   },
   touch: { args: ['<session-id>'], summary: 'say the session is in use: its idle timer starts again', options: {} },
+  append: {
+    args: ['<session-id>'],
+    summary: 'conversation runtime: append messages, with a checkpoint after them when asked (trigger turn)',
+    options: {
+      message: {
+        type: 'string',
+        multiple: true,
+        value: 'ROLE=TEXT',
+        help: 'a message, in order (repeatable; ROLE is system, user, assistant or tool)',
+      },
+      checkpoint: { type: 'boolean', help: 'checkpoint once the messages are stored' },
+      label: { type: 'string', value: 'TEXT', help: 'a name for that checkpoint', requires: 'checkpoint' },
+      key: KEY,
+    },
+    notes: ['durable-sessions append chat-7 --message user="What is 2+2?" --checkpoint'],
+  },
+  regenerate: {
+    args: ['<session-id>'],
+    summary: 'conversation runtime: fork from just before the last assistant turn, to answer it again',
+    options: FORK_OPTIONS,
+  },
   list: {
     args: [],
     summary: 'sessions on this task queue, newest first',

@@ -29,7 +29,12 @@ export function statusLines(s: SessionStatus, io: IoProgress[], payloads?: Histo
     ['runtime', s.runtime ? `${s.runtimeKind} ${s.runtime.instanceId} on ${s.runtime.hostTaskQueue}` : s.runtimeKind],
     ['location', s.runtime?.location ?? (f?.location ? `${f.location}${kept}` : '-')],
     ['output', s.runtime?.output ?? f?.output ?? '-'],
-    ['head', s.head ? `${s.head.checkpointId} (#${s.head.sequence}, ${s.head.size} bytes)` : '-'],
+    [
+      'head',
+      s.head
+        ? `${s.head.index !== undefined ? `index ${s.head.index} (${s.head.checkpointId})` : s.head.checkpointId}, ${s.head.size} bytes`
+        : '-',
+    ],
     ['checkpoints', String(s.checkpointCount)],
     ['pending controls', String(s.pendingControls)],
     ['last restore', s.lastRestore ? `${s.lastRestore.checkpointId} at ${s.lastRestore.at}` : '-'],
@@ -78,29 +83,52 @@ export function listLines(list: readonly SessionSummary[]): string[] {
   );
 }
 
+/**
+ * One line per entry, each led by its timeline index (the number to pass back to rewind and fork); a checkpoint an
+ * entry concerns is named by its index where the page shows it.
+ */
 export function timelineLines(entries: readonly TimelineEntry[]): string[] {
-  return entries.length ? entries.map(renderEntry) : ['(empty)'];
+  if (!entries.length) return ['(empty)'];
+  const indices = new Map<string, number>();
+  for (const e of entries) {
+    if (e.kind === 'checkpoint' && e.index !== undefined) indices.set(e.checkpoint.checkpointId, e.index);
+  }
+  const ref = (id: string | null) => {
+    if (id === null) return '(none)';
+    const index = indices.get(id);
+    return index === undefined ? id : `${index} (${id})`;
+  };
+  const width = Math.max(...entries.map((e) => String(e.index ?? '-').length));
+  return entries.map((e) => `${String(e.index ?? '-').padStart(width)}  ${renderEntry(e, ref)}`);
 }
 
-function renderEntry(e: TimelineEntry): string {
+function renderEntry(e: TimelineEntry, ref: (checkpointId: string | null) => string): string {
   switch (e.kind) {
     case 'checkpoint': {
       const c = e.checkpoint;
       const label = c.label ? ` "${c.label}"` : '';
-      return `${e.at}  checkpoint #${c.sequence} ${c.checkpointId} ← ${c.parentId ?? '(root)'}  ${c.trigger}${label}  ${c.size} B`;
+      return `${e.at}  checkpoint ${c.checkpointId} ← ${c.parentId ? ref(c.parentId) : '(root)'}  ${c.trigger}${label}  ${c.size} B`;
     }
     case 'restored':
-      return `${e.at}  restored   ${e.checkpointId} as ${e.instanceId} (${e.cause})`;
+      return `${e.at}  restored   ${ref(e.checkpointId)} as ${e.instanceId} (${e.cause})`;
     case 'fallback':
-      return `${e.at}  fallback   ${e.fromCheckpointId} → ${e.toCheckpointId ?? '(none)'}: ${e.reason}`;
+      return `${e.at}  fallback   ${ref(e.fromCheckpointId)} → ${ref(e.toCheckpointId)}: ${e.reason}`;
     case 'runtime-exited':
       return `${e.at}  exited     code ${e.exitCode ?? '-'} signal ${e.signal ?? '-'}`;
     case 'runtime-lost':
       return `${e.at}  lost       ${e.instanceId}: ${e.reason}`;
     case 'checkpoint-deleted':
-      return `${e.at}  deleted    ${e.checkpointId} (${e.reason})`;
+      return `${e.at}  deleted    ${ref(e.checkpointId)} (${e.reason})`;
     case 'verified':
-      return `${e.at}  verified   ${e.checkpointId}: ${e.status}${e.detail ? ` (${e.detail})` : ''} [${e.cause}]`;
+      return `${e.at}  verified   ${ref(e.checkpointId)}: ${e.status}${e.detail ? ` (${e.detail})` : ''} [${e.cause}]`;
+    case 'rewound': {
+      const to = e.toIndex !== undefined ? `${e.toIndex} (${e.to})` : ref(e.to);
+      return `${e.at}  rewound    to ${to}, branch ${e.branch ?? '-'} (left branch ${e.fromBranch})${e.reason ? `: ${e.reason}` : ''}`;
+    }
+    case 'forked': {
+      const from = e.checkpointIndex !== undefined ? `${e.checkpointIndex} (${e.checkpointId})` : ref(e.checkpointId);
+      return `${e.at}  forked     ${from} → ${e.forks.map((f) => f.sessionId).join(', ')}${e.regenerate ? ' (regenerate)' : ''}`;
+    }
     default:
       return genericEntry(e);
   }
@@ -113,15 +141,23 @@ function genericEntry(e: unknown): string {
   return [String(at), String(kind).padEnd(10), ...detail].join('  ');
 }
 
-/** One line per checkpoint (`lead` then status and detail), a summary, and exit code 1 if one does not verify. */
+/**
+ * One line per checkpoint, led by its timeline index and id (then `more`, status and detail), a summary, and exit
+ * code 1 if one does not verify. The JSON gives each result its `index` too (null where the timeline could not say).
+ */
 export function verificationReport<R extends { checkpointId: string; status: string; detail?: string }>(
   results: R[],
-  lead: (r: R) => string,
+  indexOf: (checkpointId: string) => number | undefined,
+  more: (r: R) => string = () => '',
 ): Output {
-  const lines = results.map((r) => `${lead(r)}${r.status}${r.detail ? `  ${r.detail}` : ''}`);
+  const lines = results.map(
+    (r) =>
+      `${String(indexOf(r.checkpointId) ?? '-').padStart(5)}  ${r.checkpointId.padEnd(24)}${more(r)}${r.status}${r.detail ? `  ${r.detail}` : ''}`,
+  );
   const bad = results.filter((r) => r.status !== 'ok').length;
   lines.push(`${results.length - bad} of ${results.length} checkpoint(s) verify`);
-  return { json: results, text: lines, exitCode: bad ? 1 : 0 };
+  const json = results.map((r) => ({ index: indexOf(r.checkpointId) ?? null, ...r }));
+  return { json, text: lines, exitCode: bad ? 1 : 0 };
 }
 
 export function describeProgress(a: IoProgress): string {

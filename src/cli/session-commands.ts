@@ -1,5 +1,8 @@
 import { Client, Connection, isGrpcServiceError } from '@temporalio/client';
-import { SessionClient } from '../client';
+import { isControlName, type ControlInput, type ControlName, type ControlResult, type ForkResult } from '../api';
+import { SessionClient, type SessionHandle, type TimelinePage } from '../client';
+import type { Message } from '../domain/conversation';
+import type { CheckpointRef, SessionPolicies } from '../domain/schemas';
 import type { Config } from '../config';
 import { connectionOptions, temporalAddress } from '../temporal-connection';
 import { TemporalUnavailableError, UsageError } from './errors';
@@ -28,6 +31,8 @@ export type SessionInvocation = Of<
   | 'branch'
   | 'configure'
   | 'touch'
+  | 'append'
+  | 'regenerate'
 >;
 
 /** gRPC's UNAVAILABLE: the frontend went away after the connection was made. */
@@ -42,7 +47,8 @@ export async function runSessionCommand(invocation: SessionInvocation, config: C
   });
   try {
     // The timeline outlives the session in the store: read it there when this machine can open the store.
-    const timeline = invocation.command === 'timeline' ? await openTimeline(config) : undefined;
+    const timeline =
+      invocation.command === 'timeline' || invocation.command === 'verify' ? await openTimeline(config) : undefined;
     const sessions = new SessionClient({
       client: new Client({ connection, namespace: config.temporal.namespace, dataConverter }),
       taskQueue: config.taskQueue,
@@ -65,57 +71,142 @@ function isUnavailable(err: unknown): boolean {
   return false;
 }
 
+/**
+ * How each control's command makes its input from the command line and prints its answer: one per control of the
+ * registry (src/api/controls.ts), and the compiler checks there is a command of that name for each.
+ */
+type ControlCommands = {
+  [N in ControlName]: {
+    input: (invocation: Of<N>) => ControlInput<N>;
+    output: (result: ControlResult<N>) => Output;
+    /** Snapshot I/O: a progress bar on a terminal while it runs. */
+    progress?: true;
+  };
+};
+
+/** Every control is a command of the same name (a control without one does not compile). */
+const everyControlIsACommand: [Exclude<ControlName, SessionInvocation['command']>] extends [never] ? true : never =
+  true;
+void everyControlIsACommand;
+
+const CONTROL_COMMANDS: ControlCommands = {
+  checkpoint: {
+    input: ({ values: v }) => ({ label: v.label, idempotencyKey: v.key }),
+    output: (c) => ({ json: c, text: [`checkpoint at ${checkpointAt(c)}, ${c.size} bytes, ${c.digest}`] }),
+    progress: true,
+  },
+  pause: {
+    input: ({ values: v }) => ({ reason: v.reason, idempotencyKey: v.key }),
+    output: (c) => ({ json: c, text: [`paused; checkpoint at ${checkpointAt(c)}, ${c.size} bytes, ${c.digest}`] }),
+    progress: true,
+  },
+  resume: {
+    input: ({ values: v }) => ({ checkpointId: v.checkpoint, idempotencyKey: v.key }),
+    output: (r) => ({
+      json: r,
+      text: [
+        `resumed from the checkpoint at ${checkpointAt(r.restoredFrom)} as ${r.runtime.instanceId} (${r.runtime.location})`,
+        ...(r.fallbackFrom ?? []).map((f) => `  skipped ${f.checkpointId}: ${f.reason}`),
+      ],
+    }),
+    progress: true,
+  },
+  stop: {
+    input: ({ values: v }) => ({ checkpoint: !v['no-checkpoint'], reason: v.reason, idempotencyKey: v.key }),
+    output: (r) => ({
+      json: r,
+      text: [`stopped${r.finalCheckpoint ? `; final checkpoint at ${checkpointAt(r.finalCheckpoint)}` : ''}`],
+    }),
+  },
+  verify: {
+    input: ({ values: v }) => ({ checkpointId: v.checkpoint }),
+    // The indices are filled in by the verify command, which reads the timeline beside it.
+    output: (results) => verificationReport(results, () => undefined),
+    progress: true,
+  },
+  rewind: {
+    input: ({ values: v }) => {
+      if (v.to === undefined) throw new UsageError('rewind needs --to INDEX|CHECKPOINT-ID', 'rewind');
+      return { to: selector(v.to), reason: v.reason, idempotencyKey: v.key, ifHead: v['if-head'] };
+    },
+    output: (r) => {
+      const safety = r.safetyCheckpoint ? `; safety checkpoint at ${checkpointAt(r.safetyCheckpoint)}` : '';
+      const where = r.runtime ? `running as ${r.runtime.instanceId}` : 'restores on resume';
+      return {
+        json: r,
+        text: [`rewound to the checkpoint at ${checkpointAt(r.restoredFrom)} (branch ${r.branch}), ${where}${safety}`],
+      };
+    },
+    progress: true,
+  },
+  fork: {
+    input: ({ values: v }) => ({ ...forkOptions(v), from: v.from !== undefined ? selector(v.from) : undefined }),
+    output: forked,
+  },
+  branch: { input: ({ values: v }) => forkOptions(v), output: forked },
+  regenerate: { input: ({ values: v }) => forkOptions(v), output: forked },
+  configure: {
+    input: ({ values: v }) => ({ policies: policiesOf(v), idempotencyKey: v.key }),
+    output: (s) => ({ json: s, text: [`policies: ${JSON.stringify(s.policies)}`] }),
+  },
+  touch: { input: () => ({}), output: () => ({ json: { touched: true }, text: ['touched'] }) },
+  append: {
+    input: ({ values: v }) => ({
+      messages: (v.message ?? []).map(message),
+      ...(v.checkpoint ? { checkpoint: true } : {}),
+      label: v.label,
+      idempotencyKey: v.key,
+    }),
+    output: (r) => ({
+      json: r,
+      text: [
+        `appended; ${r.messageCount} message(s), the first new one at message index ${r.firstIndex}`,
+        ...(r.checkpoint ? [`checkpoint at ${checkpointAt(r.checkpoint)}, ${r.checkpoint.size} bytes`] : []),
+      ],
+    }),
+  },
+};
+
+/** Runs a control's command: its input from the command line, the handle's method of its name, its answer printed. */
+async function runControl<N extends ControlName>(name: N, invocation: Of<N>, sessions: SessionClient): Promise<Output> {
+  const command = CONTROL_COMMANDS[name];
+  const handle = sessions.get((invocation as { sessionId: string }).sessionId);
+  const method = handle[name] as (input: ControlInput<N>) => Promise<ControlResult<N>>;
+  const call = method.call(handle, command.input(invocation));
+  return command.output(await (command.progress ? withProgressBar(handle, call) : call));
+}
+
 async function dispatch(invocation: SessionInvocation, sessions: SessionClient): Promise<Output> {
+  if (invocation.command === 'verify') {
+    // Its report leads with each checkpoint's timeline index, read beside the results.
+    const handle = sessions.get(invocation.sessionId);
+    const results = await withProgressBar(handle, handle.verify(CONTROL_COMMANDS.verify.input(invocation)));
+    const indices = await checkpointIndices(handle, new Set(results.map((r) => r.checkpointId)));
+    return verificationReport(results, (id) => indices.get(id));
+  }
+  if (isControlName(invocation.command)) {
+    return runControl(invocation.command, invocation as Of<typeof invocation.command>, sessions);
+  }
   switch (invocation.command) {
     case 'start': {
       const { values, rest } = invocation;
+      if (values.memory && values.conversation) throw new UsageError('start takes --memory or --conversation', 'start');
+      const system = rest.join(' ');
       const runtime = values.memory
-        ? { kind: 'memory' as const, initialState: rest.join(' ') || undefined }
-        : { kind: 'workspace' as const, command: rest, env: values.env, files: values.file };
+        ? { kind: 'memory' as const, initialState: system || undefined }
+        : values.conversation
+          ? { kind: 'conversation' as const, messages: system ? [{ role: 'system' as const, content: system }] : [] }
+          : { kind: 'workspace' as const, command: rest, env: values.env, files: values.file };
+      const policies = policiesOf(values);
       const session = await sessions.start({
         sessionId: invocation.sessionId,
         runtime,
         description: values.description,
+        ...(values.label ? { labels: values.label } : {}),
+        ...(Object.values(policies).some((p) => p !== undefined) ? { policies } : {}),
       });
       const json = { sessionId: session.sessionId, workflowId: session.workflow.workflowId };
       return { json, text: [`started session ${json.sessionId} (workflow ${json.workflowId})`] };
-    }
-    case 'checkpoint': {
-      const h = sessions.get(invocation.sessionId);
-      const { label, key } = invocation.values;
-      const c = await withProgressBar(h, h.checkpoint({ label, idempotencyKey: key }));
-      return { json: c, text: [`checkpoint ${c.checkpointId} (#${c.sequence}, ${c.size} bytes, ${c.digest})`] };
-    }
-    case 'pause': {
-      const h = sessions.get(invocation.sessionId);
-      const { reason, key } = invocation.values;
-      const c = await withProgressBar(h, h.pause({ reason, idempotencyKey: key }));
-      return {
-        json: c,
-        text: [`paused; checkpoint ${c.checkpointId} (#${c.sequence}, ${c.size} bytes, ${c.digest})`],
-      };
-    }
-    case 'resume': {
-      const h = sessions.get(invocation.sessionId);
-      const { checkpoint, key } = invocation.values;
-      const r = await withProgressBar(h, h.resume({ checkpointId: checkpoint, idempotencyKey: key }));
-      const text = [
-        `resumed from checkpoint ${r.restoredFrom.checkpointId} as ${r.runtime.instanceId} (${r.runtime.location})`,
-        ...(r.fallbackFrom ?? []).map((f) => `  skipped ${f.checkpointId}: ${f.reason}`),
-      ];
-      return { json: r, text };
-    }
-    case 'stop': {
-      const { reason, key } = invocation.values;
-      const r = await sessions.get(invocation.sessionId).stop({
-        checkpoint: !invocation.values['no-checkpoint'],
-        reason,
-        idempotencyKey: key,
-      });
-      return {
-        json: r,
-        text: [`stopped${r.finalCheckpoint ? `; final checkpoint ${r.finalCheckpoint.checkpointId}` : ''}`],
-      };
     }
     case 'status': {
       const h = sessions.get(invocation.sessionId);
@@ -126,11 +217,6 @@ async function dispatch(invocation: SessionInvocation, sessions: SessionClient):
         workflowId: h.workflow.workflowId,
       });
       return { json: { ...s, progress: io, payloads }, text: statusLines(s, io, payloads) };
-    }
-    case 'verify': {
-      const h = sessions.get(invocation.sessionId);
-      const results = await withProgressBar(h, h.verify({ checkpointId: invocation.values.checkpoint }));
-      return verificationReport(results, (r) => r.checkpointId.padEnd(24));
     }
     case 'timeline': {
       const { from, limit, branch, all } = invocation.values;
@@ -143,62 +229,79 @@ async function dispatch(invocation: SessionInvocation, sessions: SessionClient):
       const more = page.next !== null ? [`(more: --from ${page.next})`] : [];
       return { json: page, text: [...timelineLines(page.entries), ...more] };
     }
-    case 'rewind': {
-      const h = sessions.get(invocation.sessionId);
-      const { reason, key, to } = invocation.values;
-      if (to === undefined) throw new UsageError('rewind needs --to INDEX|CHECKPOINT-ID', 'rewind');
-      const r = await withProgressBar(
-        h,
-        h.rewind({ to: selector(to), reason, idempotencyKey: key, ifHead: invocation.values['if-head'] }),
-      );
-      const safety = r.safetyCheckpoint ? `; safety checkpoint ${r.safetyCheckpoint.checkpointId}` : '';
-      const where = r.runtime ? `running as ${r.runtime.instanceId}` : 'restores on resume';
-      return { json: r, text: [`rewound to ${r.restoredFrom.checkpointId} (branch ${r.branch}), ${where}${safety}`] };
-    }
-    case 'fork':
-    case 'branch': {
-      const h = sessions.get(invocation.sessionId);
-      const v = invocation.values;
-      const common = {
-        newSessionId: v.as,
-        count: integer('count', v.count),
-        ...(v.paused ? { paused: true } : {}),
-        idempotencyKey: v.key,
-      };
-      const r =
-        invocation.command === 'fork'
-          ? await h.fork({ ...common, from: 'from' in v && v.from !== undefined ? selector(v.from) : undefined })
-          : await h.branch(common);
-      return {
-        json: r,
-        text: r.forks.map(
-          (f) => `forked ${f.sessionId} from ${r.from.checkpointId} (its checkpoint ${f.checkpoint.checkpointId})`,
-        ),
-      };
-    }
-    case 'configure': {
-      const v = invocation.values;
-      const s = await sessions.get(invocation.sessionId).configure({
-        policies: {
-          checkpointEveryMs: integer('checkpoint-every', v['checkpoint-every']),
-          ...(v['only-if-active'] ? { checkpointOnlyIfActive: true } : {}),
-          idlePauseAfterMs: integer('idle-pause-after', v['idle-pause-after']),
-          stopPausedAfterMs: integer('stop-paused-after', v['stop-paused-after']),
-          ...(v['no-checkpoint-before-stop'] ? { checkpointBeforeStop: false } : {}),
-        },
-        idempotencyKey: v.key,
-      });
-      return { json: s, text: [`policies: ${JSON.stringify(s.policies)}`] };
-    }
-    case 'touch': {
-      await sessions.get(invocation.sessionId).touch();
-      return { json: { touched: true }, text: ['touched'] };
-    }
     case 'list': {
       const list = await sessions.list({ phase: invocation.values.phase });
       return { json: list, text: listLines(list) };
     }
   }
+}
+
+/** `index 4 (000003-1a2b3c4d)`: the timeline index a user passes back, with the id (alone for a checkpoint from before indices). */
+function checkpointAt(c: CheckpointRef): string {
+  return c.index !== undefined ? `index ${c.index} (${c.checkpointId})` : c.checkpointId;
+}
+
+function forked(r: ForkResult): Output {
+  return {
+    json: r,
+    text: r.forks.map(
+      (f) =>
+        `forked ${f.sessionId} from the checkpoint at ${checkpointAt(r.from)} (its own first checkpoint at ${checkpointAt(f.checkpoint)})`,
+    ),
+  };
+}
+
+/** What fork, branch and regenerate share. */
+function forkOptions(v: { as?: string; count?: string; paused?: boolean; key?: string }) {
+  return {
+    newSessionId: v.as,
+    count: integer('count', v.count),
+    ...(v.paused ? { paused: true } : {}),
+    idempotencyKey: v.key,
+  };
+}
+
+/** The policy options of start and configure (a policy not given is off). */
+function policiesOf(v: {
+  'checkpoint-every'?: string;
+  'only-if-active'?: boolean;
+  'idle-pause-after'?: string;
+  'stop-paused-after'?: string;
+  'no-checkpoint-before-stop'?: boolean;
+}): SessionPolicies {
+  return {
+    checkpointEveryMs: integer('checkpoint-every', v['checkpoint-every']),
+    ...(v['only-if-active'] ? { checkpointOnlyIfActive: true } : {}),
+    idlePauseAfterMs: integer('idle-pause-after', v['idle-pause-after']),
+    stopPausedAfterMs: integer('stop-paused-after', v['stop-paused-after']),
+    ...(v['no-checkpoint-before-stop'] ? { checkpointBeforeStop: false } : {}),
+  };
+}
+
+/** `user=hello` → a message; the role is checked with the rest of the input by the schema. */
+function message(text: string): { role: Message['role']; content: string } {
+  const eq = text.indexOf('=');
+  if (eq <= 0) throw new UsageError(`--message expects ROLE=TEXT, got ${text}`, 'append');
+  return { role: text.slice(0, eq) as Message['role'], content: text.slice(eq + 1) };
+}
+
+/** Each checkpoint's timeline index, from the timeline this client can read (the store's, else the session's window). */
+async function checkpointIndices(handle: SessionHandle, wanted: ReadonlySet<string>): Promise<Map<string, number>> {
+  const indices = new Map<string, number>();
+  try {
+    // Read until every verified checkpoint has its index (a long session's timeline is not read to its end).
+    for (let from: number | null = 1; from !== null && indices.size < wanted.size;) {
+      const page: TimelinePage = await handle.timelinePage({ from, limit: 1000, all: true });
+      for (const e of page.entries) {
+        const id = e.kind === 'checkpoint' ? e.checkpoint.checkpointId : undefined;
+        if (id !== undefined && wanted.has(id) && e.index !== undefined) indices.set(id, e.index);
+      }
+      from = page.next;
+    }
+  } catch {
+    // A timeline that cannot be read leaves the indices out ("-"); the verification itself says what is wrong.
+  }
+  return indices;
 }
 
 /** A whole number option, or undefined; anything else is left to the schema to refuse with its message. */

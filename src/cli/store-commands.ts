@@ -1,6 +1,12 @@
 import type { Config } from '../config';
 import { DEFAULT_TENANT } from '../domain/names';
-import { KeyringConfigError, MissingMasterKeyError, openSnapshotStore, type SnapshotMaintenance } from '../snapshots';
+import {
+  KeyringConfigError,
+  MissingMasterKeyError,
+  openSnapshotStore,
+  type SnapshotMaintenance,
+  type TimelineLog,
+} from '../snapshots';
 import { CLI_ERROR_CODES, CliError } from './errors';
 import type { Invocation } from './parse';
 import { verificationReport, type Output } from './render';
@@ -19,9 +25,13 @@ export async function runStoreCommand(invocation: StoreInvocation, config: Confi
   switch (invocation.command) {
     case 'verify': {
       const results = await store.verifyLineage(invocation.sessionId);
+      const wanted = new Set(results.map((r) => r.checkpointId));
+      const indices = await checkpointIndices(store as Partial<TimelineLog>, invocation.sessionId, wanted);
+      // Led by the timeline index, the number every other command shows and takes; the sequence is in the JSON.
       return verificationReport(
         results,
-        (r) => `${String(r.sequence ?? '?').padStart(5)}  ${r.checkpointId.padEnd(24)}v${r.formatVersion ?? '?'}  `,
+        (id) => indices.get(id),
+        (r) => `v${r.formatVersion ?? '?'}  `,
       );
     }
     case 'gc': {
@@ -47,4 +57,28 @@ export async function runStoreCommand(invocation: StoreInvocation, config: Confi
       return { json: { shredded: sessionId, lineage }, text: [`data key of ${scope} destroyed`] };
     }
   }
+}
+
+/** Each checkpoint's timeline index, from the store's timeline; none where it cannot be read (verify says why). */
+async function checkpointIndices(
+  log: Partial<TimelineLog>,
+  sessionId: string,
+  wanted: ReadonlySet<string>,
+): Promise<Map<string, number>> {
+  const indices = new Map<string, number>();
+  if (typeof log.readTimeline !== 'function') return indices;
+  try {
+    // Read until every verified checkpoint has its index (a long session's timeline is not read to its end).
+    for (let from: number | null = 1; from !== null && indices.size < wanted.size;) {
+      const page = await log.readTimeline(sessionId, { from, limit: 1000 });
+      for (const e of page.entries as { kind: string; index?: number; checkpoint?: { checkpointId: string } }[]) {
+        const id = e.kind === 'checkpoint' ? e.checkpoint?.checkpointId : undefined;
+        if (id !== undefined && wanted.has(id) && e.index !== undefined) indices.set(id, e.index);
+      }
+      from = page.entries.length ? page.next : null;
+    }
+  } catch {
+    // A timeline record that does not verify is not this command's finding: the checkpoints' own results are.
+  }
+  return indices;
 }

@@ -14,33 +14,24 @@ import {
 } from '@temporalio/client';
 import { z } from 'zod';
 import {
-  appendUpdate,
-  regenerateUpdate,
+  CONTROLS,
+  type ControlMethods,
+  type ControlName,
+  type ControlResult,
+  type ControlSpec,
+  type SignalledControl,
+} from '../api/controls';
+import {
   type AppendResult,
-  branchUpdate,
-  configureUpdate,
-  forkUpdate,
-  rewindUpdate,
-  touchSignal,
-  touchUpdate,
   type ForkResult,
   type RewindResult,
-  checkpointSignal,
-  checkpointUpdate,
   DEFAULT_TASK_QUEUE,
-  pauseSignal,
-  pauseUpdate,
-  resumeSignal,
-  resumeUpdate,
   parseSessionKey,
   sessionDetails,
   sessionSummary,
   sessionWorkflowId,
   startUpdate,
   statusQuery,
-  stopSignal,
-  stopUpdate,
-  verifyUpdate,
   timelineQuery,
   type ResumeResult,
   type SessionStatus,
@@ -54,25 +45,25 @@ import { isError } from '../errors';
 import { createHash, randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { DEFAULT_TENANT, forkSessionIds } from '../domain/names';
-import { foldTimeline, inView, mergeByIndex } from '../domain/timeline';
+import { describeEntry, foldTimeline, inView, mergeByIndex, nearestIndex } from '../domain/timeline';
 import type { SnapshotStore, TimelineLog } from '../snapshots';
 import {
-  AppendInput,
-  RegenerateInput,
-  BranchInput,
-  ConfigureInput,
+  type AppendInput,
+  type RegenerateInput,
+  type BranchInput,
+  type ConfigureInput,
   ForkInput,
-  RewindInput,
+  type RewindInput,
   TimelinePageInput,
-  CheckpointInput,
-  PauseInput,
-  ResumeInput,
+  type CheckpointInput,
+  type PauseInput,
+  type ResumeInput,
   SessionId,
   SessionLabels,
   StartSessionInput,
-  StopInput,
+  type StopInput,
   TenantId,
-  VerifyInput,
+  type VerifyInput,
   type CheckpointRef,
   type VerificationResult,
 } from '../domain/schemas';
@@ -454,7 +445,7 @@ interface HandleContext {
  * Controls and views of one session. Every control takes an optional idempotency key; one is generated when absent,
  * so a retry of the same call by the SDK is still answered once.
  */
-export class SessionHandle {
+export class SessionHandle implements ControlMethods {
   constructor(
     readonly sessionId: string,
     readonly workflow: WorkflowHandle,
@@ -470,11 +461,8 @@ export class SessionHandle {
    * (trigger `rewind-safety`) and restored from the target; a paused one restores it on resume. Later checkpoints are
    * kept; a new branch starts at the target.
    */
-  async rewind(input: RewindInput): Promise<RewindResult> {
-    const args = withKey(parseInput(RewindInput, input, this.sessionId));
-    return this.update(() =>
-      this.workflow.executeUpdate(rewindUpdate, { args: [args], updateId: updateIdFor('rewind', args.idempotencyKey) }),
-    );
+  rewind(input: RewindInput): Promise<RewindResult> {
+    return this.control('rewind', input);
   }
 
   /**
@@ -484,9 +472,7 @@ export class SessionHandle {
   async fork(input: ForkInput = {}): Promise<ForkResult> {
     const args = withKey(parseInput(ForkInput, input, this.sessionId));
     try {
-      return await this.update(() =>
-        this.workflow.executeUpdate(forkUpdate, { args: [args], updateId: updateIdFor('fork', args.idempotencyKey) }),
-      );
+      return await this.control('fork', args);
     } catch (err) {
       // An ended session has no workflow to do it: its checkpoints are forked from here (DBOS's fork of a finished run).
       const ended = err instanceof SessionClosedError || err instanceof SessionFailedError;
@@ -510,13 +496,32 @@ export class SessionHandle {
       if (!head) throw new SnapshotNotFoundError(`session ${this.sessionId} has no checkpoint`, this.sessionId, '');
       return head;
     }
+    const indices = new Map<string, number>();
+    let there: TimelineEntry | undefined;
     for (let page: TimelinePage | null = await this.timelinePage({ from: 1, limit: 1000, all: true }); page;) {
       for (const e of page.entries) {
         if (e.kind === 'checkpoint' && (e.index === from || e.checkpoint.checkpointId === from)) return e.checkpoint;
+        if (e.kind === 'checkpoint' && e.index !== undefined) indices.set(e.checkpoint.checkpointId, e.index);
+        if (e.index === from) there = e;
       }
       page = page.next === null ? null : await this.timelinePage({ from: page.next, limit: 1000, all: true });
     }
-    throw new SnapshotNotFoundError(`session ${this.sessionId} has no checkpoint ${String(from)}`, this.sessionId, '');
+    const near = typeof from === 'number' ? nearestIndex([...indices.values()], from) : undefined;
+    const hint = near === undefined ? '' : `; the nearest checkpoint is at index ${near}`;
+    if (there && typeof from === 'number') {
+      // The same refusal the workflow gives a session that still runs.
+      const message = `index ${from} of session ${this.sessionId} is ${describeEntry(there, (id) => indices.get(id))}, not a checkpoint${hint}`;
+      const issue = {
+        code: 'custom' as const,
+        path: [],
+        message,
+        input: from,
+        params: { nearest: near ?? null, kind: there.kind },
+      };
+      throw new InvalidInputError(message, this.sessionId, [issue]);
+    }
+    const what = typeof from === 'number' ? `at index ${from}` : from;
+    throw new SnapshotNotFoundError(`session ${this.sessionId} has no checkpoint ${what}${hint}`, this.sessionId, '');
   }
 
   /** The spec the session was started with, from its workflow's history (a continued run carries it too). */
@@ -529,88 +534,52 @@ export class SessionHandle {
   }
 
   /** A fork of the current state: `branch({ count: 3 })` makes three sessions like this one. */
-  async branch(input: BranchInput = {}): Promise<ForkResult> {
-    const args = withKey(parseInput(BranchInput, input, this.sessionId));
-    return this.update(() =>
-      this.workflow.executeUpdate(branchUpdate, { args: [args], updateId: updateIdFor('branch', args.idempotencyKey) }),
-    );
+  branch(input: BranchInput = {}): Promise<ForkResult> {
+    return this.control('branch', input);
   }
 
   /**
    * Conversation runtime: appends messages (checked against the tool-call pair rules where they are stored), with a
    * checkpoint after them when `checkpoint` is true (trigger `turn`).
    */
-  async append(input: AppendInput): Promise<AppendResult> {
-    const args = withKey(parseInput(AppendInput, input, this.sessionId));
-    return this.update(() =>
-      this.workflow.executeUpdate(appendUpdate, { args: [args], updateId: updateIdFor('append', args.idempotencyKey) }),
-    );
+  append(input: AppendInput): Promise<AppendResult> {
+    return this.control('append', input);
   }
 
   /** Conversation runtime: a fork from just before the last assistant turn, to answer it again. */
-  async regenerate(input: RegenerateInput = {}): Promise<ForkResult> {
-    const args = withKey(parseInput(RegenerateInput, input, this.sessionId));
-    return this.update(() =>
-      this.workflow.executeUpdate(regenerateUpdate, {
-        args: [args],
-        updateId: updateIdFor('regenerate', args.idempotencyKey),
-      }),
-    );
+  regenerate(input: RegenerateInput = {}): Promise<ForkResult> {
+    return this.control('regenerate', input);
   }
 
   /** Replaces the live session's policies and/or retention. */
-  async configure(input: ConfigureInput): Promise<SessionStatus> {
-    const args = withKey(parseInput(ConfigureInput, input, this.sessionId));
-    return this.update(() =>
-      this.workflow.executeUpdate(configureUpdate, {
-        args: [args],
-        updateId: updateIdFor('configure', args.idempotencyKey),
-      }),
-    );
+  configure(input: ConfigureInput): Promise<SessionStatus> {
+    return this.control('configure', input);
   }
 
   /** Says the session is in use: its idle-pause timer starts again. Fire-and-forget with `{ wait: false }`. */
   async touch(options: { wait?: boolean } = {}): Promise<void> {
-    if (options.wait === false) {
-      await this.update(() => this.workflow.signal(touchSignal, {}));
-      return;
-    }
-    await this.update(() => this.workflow.executeUpdate(touchUpdate, { args: [{}] }));
+    if (options.wait === false) return this.signal('touch');
+    await this.control('touch', {});
   }
 
   /** Captures the running session; returns the new checkpoint's reference. */
-  async checkpoint(input: CheckpointInput = {}): Promise<CheckpointRef> {
-    const args = withKey(parseInput(CheckpointInput, input, this.sessionId));
-    return this.update(() =>
-      this.workflow.executeUpdate(checkpointUpdate, {
-        args: [args],
-        updateId: updateIdFor('checkpoint', args.idempotencyKey),
-      }),
-    );
+  checkpoint(input: CheckpointInput = {}): Promise<CheckpointRef> {
+    return this.control('checkpoint', input);
   }
 
   /** Checkpoints, then stops the runtime to free its compute; returns the checkpoint. */
-  async pause(input: PauseInput = {}): Promise<CheckpointRef> {
-    const args = withKey(parseInput(PauseInput, input, this.sessionId));
-    return this.update(() =>
-      this.workflow.executeUpdate(pauseUpdate, { args: [args], updateId: updateIdFor('pause', args.idempotencyKey) }),
-    );
+  pause(input: PauseInput = {}): Promise<CheckpointRef> {
+    return this.control('pause', input);
   }
 
   /** Restores the newest (or the given) checkpoint that verifies, possibly on another machine. */
-  async resume(input: ResumeInput = {}): Promise<ResumeResult> {
-    const args = withKey(parseInput(ResumeInput, input, this.sessionId));
-    return this.update(() =>
-      this.workflow.executeUpdate(resumeUpdate, { args: [args], updateId: updateIdFor('resume', args.idempotencyKey) }),
-    );
+  resume(input: ResumeInput = {}): Promise<ResumeResult> {
+    return this.control('resume', input);
   }
 
   /** Ends the session, with a final checkpoint of a running session unless `checkpoint: false`. */
-  async stop(input: StopInput = {}): Promise<StopResult> {
-    const args = withKey(parseInput(StopInput, input, this.sessionId));
-    return this.update(() =>
-      this.workflow.executeUpdate(stopUpdate, { args: [args], updateId: updateIdFor('stop', args.idempotencyKey) }),
-    );
+  stop(input: StopInput = {}): Promise<StopResult> {
+    return this.control('stop', input);
   }
 
   /**
@@ -618,30 +587,32 @@ export class SessionHandle {
    * session recorded, every chunk authenticated — and returns what each one is: `ok`, `missing`, `corrupt`,
    * `tampered`, `incompatible` or `key-unavailable`. Changes nothing; the results also go to the timeline.
    */
-  async verify(input: VerifyInput = {}): Promise<VerificationResult[]> {
-    const args = parseInput(VerifyInput, input, this.sessionId);
-    return this.update(() => this.workflow.executeUpdate(verifyUpdate, { args: [args] }));
+  verify(input: VerifyInput = {}): Promise<VerificationResult[]> {
+    return this.control('verify', input);
   }
 
-  /** Fire-and-forget controls: no result; a control that cannot run shows in `status().lastRejectedSignal`. */
-  async signal(
-    control: 'checkpoint' | 'pause' | 'resume' | 'stop',
-    input: Record<string, unknown> = {},
-  ): Promise<void> {
-    const send = async () => {
-      switch (control) {
-        case 'checkpoint':
-          return this.workflow.signal(checkpointSignal, parseInput(CheckpointInput, input, this.sessionId));
-        case 'pause':
-          return this.workflow.signal(pauseSignal, parseInput(PauseInput, input, this.sessionId));
-        case 'resume':
-          return this.workflow.signal(resumeSignal, parseInput(ResumeInput, input, this.sessionId));
-        case 'stop':
-          return this.workflow.signal(stopSignal, parseInput(StopInput, input, this.sessionId));
-      }
-    };
+  /**
+   * The one path of every control: its input checked with the registry's schema, an idempotency key added where the
+   * control takes one, sent as its update, and sent again while the session hands over to its next run (Busy).
+   */
+  private async control<N extends ControlName>(name: N, input: unknown): Promise<ControlResult<N>> {
+    const spec = CONTROLS[name] as ControlSpec;
+    const parsed = parseInput(spec.input, input, this.sessionId);
+    const args = takesKey(spec) ? withKey(parsed as { idempotencyKey?: string }) : parsed;
+    const key = (args as { idempotencyKey?: string }).idempotencyKey;
+    return this.update(() =>
+      this.workflow.executeUpdate(spec.update, { args: [args], updateId: updateIdFor(name, key) }),
+    ) as Promise<ControlResult<N>>;
+  }
+
+  /**
+   * Fire-and-forget controls (those with a signal twin): no result; a control that cannot run shows in
+   * `status().lastRejectedSignal` and the timeline.
+   */
+  async signal(control: SignalledControl, input: Record<string, unknown> = {}): Promise<void> {
+    const spec = CONTROLS[control] as ControlSpec;
     try {
-      await send();
+      await this.workflow.signal(spec.signal!, parseInput(spec.input, input, this.sessionId));
     } catch (err) {
       // Signalling a closed workflow reports "not found"; the session exists, it has ended.
       if (err instanceof WorkflowNotFoundError) throw await this.ended(err);
@@ -795,6 +766,11 @@ function alreadyExists(err: unknown, sessionId: string): unknown {
   return err instanceof WorkflowExecutionAlreadyStartedError
     ? new SessionAlreadyExistsError(`session ${sessionId} already exists`, sessionId, { cause: err })
     : err;
+}
+
+/** Whether the control's input has an idempotency key field. */
+function takesKey(spec: ControlSpec): boolean {
+  return spec.input instanceof z.ZodObject && 'idempotencyKey' in spec.input.shape;
 }
 
 /** Every control carries an idempotency key: the caller's, or one made here (a retried call then runs once). */

@@ -109,14 +109,23 @@ export function describeSession(view: SessionView): string {
     const output = runtime.output ? `, output in \`${runtime.output}\`` : '';
     lines.push(`runtime: \`${runtime.instanceId}\` on \`${runtime.hostTaskQueue}\`${output}`);
   }
-  const restore = restoreLine(state);
+  const indexOf = checkpointIndices(state);
+  const ref = (id: string) => {
+    const index = indexOf(id);
+    return index !== undefined ? `#${index}` : checkpointName(id);
+  };
+  const restore = restoreLine(state, ref);
   if (restore) lines.push(`last restore: ${restore}`);
   const verified = view.lastVerification;
-  if (verified) lines.push(`last verification: \`${verified.checkpointId}\` ${verified.status} (${verified.at})`);
+  if (verified) {
+    const index = indexOf(verified.checkpointId);
+    const which = `${index !== undefined ? `#${index} ` : ''}\`${verified.checkpointId}\``;
+    lines.push(`last verification: ${which} ${verified.status} (${verified.at})`);
+  }
   const pending = pendingLine(view.pending);
   if (pending) lines.push(`pending: ${pending}`);
   const recent = state.timeline.slice(-RECENT_ENTRIES);
-  if (recent.length) lines.push(['recent:', ...recent.map((e) => `- ${entryLine(e)}`)].join('\n'));
+  if (recent.length) lines.push(['recent:', ...recent.map((e) => `- ${entryLine(e, indexOf)}`)].join('\n'));
   return lines.join('\n\n');
 }
 
@@ -141,7 +150,7 @@ function whyLine({ state, stopReason }: SessionView): string | undefined {
       case 'restore-failed':
         return `no checkpoint could be restored (${e.cause}); a resume tries again`;
       case 'forked-from':
-        return `fork of ${e.from.sessionId} at ${checkpointName(e.from.checkpointId)}, not resumed yet`;
+        return `fork of ${e.from.sessionId} at ${e.from.index !== undefined ? `#${e.from.index}` : checkpointName(e.from.checkpointId)}, not resumed yet`;
       case 'runtime-exited':
         return `the runtime exited (${e.signal ? `signal ${e.signal}` : `code ${e.exitCode ?? '?'}`})`;
       case 'runtime-lost':
@@ -158,7 +167,7 @@ function whyLine({ state, stopReason }: SessionView): string | undefined {
  * The newest restore and how it went, from the recent window (with the reasons of the checkpoints it fell back from),
  * else from what the state keeps of it.
  */
-function restoreLine(state: CarriedState): string | undefined {
+function restoreLine(state: CarriedState, ref: (checkpointId: string) => string): string | undefined {
   const window = state.timeline;
   const at = window.findLastIndex((e) => e.kind === 'restored' || e.kind === 'restore-failed');
   const outcome = window[at];
@@ -166,20 +175,20 @@ function restoreLine(state: CarriedState): string | undefined {
     const last = state.lastRestore;
     if (!last) return undefined;
     const after = last.fallbackFrom.length ? ` after ${last.fallbackFrom.map(checkpointName).join(', ')} failed` : '';
-    return `restored ${checkpointName(last.checkpointId)}${after} (${last.at})`;
+    return `restored ${ref(last.checkpointId)}${after} (${last.at})`;
   }
   const failed: string[] = [];
   for (let i = at - 1; i >= 0; i--) {
     const e = window[i]!;
     if (e.kind === 'restored' || e.kind === 'restore-failed') break;
-    if (e.kind === 'fallback') failed.unshift(`${checkpointName(e.fromCheckpointId)} failed: ${failureCode(e.reason)}`);
+    if (e.kind === 'fallback') failed.unshift(`${ref(e.fromCheckpointId)} failed: ${failureCode(e.reason)}`);
   }
   if (outcome.kind === 'restore-failed') {
     return `failed (${outcome.cause})${failed.length ? `: ${failed.join(', ')}` : `: ${oneLine(outcome.reason)}`}`;
   }
   if (outcome.kind !== 'restored') return undefined;
   const after = failed.length ? ` after ${failed.join(', ')}` : '';
-  return `restored ${checkpointName(outcome.checkpointId)}${after} (${outcome.cause}, ${outcome.at})`;
+  return `restored ${ref(outcome.checkpointId)}${after} (${outcome.cause}, ${outcome.at})`;
 }
 
 function pendingLine({ operations, waitingSignals }: PendingWork): string | undefined {
@@ -196,24 +205,47 @@ function pendingLine({ operations, waitingSignals }: PendingWork): string | unde
   return parts.length ? parts.join(' · ') : undefined;
 }
 
-/** One timeline entry on one line: `#7 10:31:02 checkpoint 000003 (pause): maintenance`. */
-export function entryLine(e: TimelineEntry): string {
-  const lead = `${e.index !== undefined ? `#${e.index} ` : ''}${e.at.slice(11, 19)}`;
-  return `${lead} ${entryText(e)}`;
+/** The timeline index of each checkpoint the state knows of (kept checkpoints and the recent window). */
+function checkpointIndices(state: CarriedState): (checkpointId: string) => number | undefined {
+  const indices = new Map<string, number>();
+  for (const c of state.checkpoints) if (c.index !== undefined) indices.set(c.checkpointId, c.index);
+  for (const e of state.timeline) {
+    if (e.kind === 'checkpoint' && e.index !== undefined) indices.set(e.checkpoint.checkpointId, e.index);
+  }
+  return (id) => indices.get(id);
 }
 
-function entryText(e: TimelineEntry): string {
+/**
+ * One timeline entry on one line, led by its index: `#7 10:31:02 checkpoint (pause, 2.0 KiB): maintenance`. A
+ * checkpoint an entry concerns is named by its index too (`restored #5`), where `indexOf` knows it; else by its
+ * sequence (`000003`).
+ */
+export function entryLine(
+  e: TimelineEntry,
+  indexOf: (checkpointId: string) => number | undefined = () => undefined,
+): string {
+  const lead = `${e.index !== undefined ? `#${e.index} ` : ''}${e.at.slice(11, 19)}`;
+  const ref = (id: string) => {
+    const index = indexOf(id);
+    return index !== undefined ? `#${index}` : checkpointName(id);
+  };
+  return `${lead} ${entryText(e, ref)}`;
+}
+
+function entryText(e: TimelineEntry, ref: (checkpointId: string) => string): string {
   const why = (reason: string | undefined) => (reason ? `: ${oneLine(reason, 120)}` : '');
   switch (e.kind) {
     case 'checkpoint': {
       const c = e.checkpoint;
       const label = c.label ? ` ${JSON.stringify(oneLine(c.label, 60))}` : '';
-      return `checkpoint ${checkpointName(c.checkpointId)} (${c.trigger}, ${byteSize(c.size)})${label}${why(e.reason)}`;
+      // The lead is its index; an entry from before indices names it by its sequence.
+      const name = e.index === undefined ? ` ${checkpointName(c.checkpointId)}` : '';
+      return `checkpoint${name} (${c.trigger}, ${byteSize(c.size)})${label}${why(e.reason)}`;
     }
     case 'restored':
-      return `restored ${checkpointName(e.checkpointId)} (${e.cause})`;
+      return `restored ${ref(e.checkpointId)} (${e.cause})`;
     case 'fallback':
-      return `fell back from ${checkpointName(e.fromCheckpointId)}: ${failureCode(e.reason)}`;
+      return `fell back from ${ref(e.fromCheckpointId)}: ${failureCode(e.reason)}`;
     case 'restore-failed':
       return `restore failed (${e.cause})`;
     case 'control-failed':
@@ -223,17 +255,17 @@ function entryText(e: TimelineEntry): string {
     case 'runtime-lost':
       return `runtime lost${why(e.reason)}`;
     case 'checkpoint-deleted':
-      return `deleted ${checkpointName(e.checkpointId)} (${e.reason})`;
+      return `deleted ${ref(e.checkpointId)} (${e.reason})`;
     case 'verified':
-      return `verified ${checkpointName(e.checkpointId)}: ${e.status} (${e.cause})`;
+      return `verified ${ref(e.checkpointId)}: ${e.status} (${e.cause})`;
     case 'signal-rejected':
       return `signal ${oneLine(e.signal, 60)} rejected${why(e.reason)}`;
     case 'rewound':
-      return `rewound to ${checkpointName(e.to)}${why(e.reason)}`;
+      return `rewound to ${e.toIndex !== undefined ? `#${e.toIndex}` : ref(e.to)}${why(e.reason)}`;
     case 'forked':
-      return `forked ${checkpointName(e.checkpointId)} into ${e.forks.map((f) => f.sessionId).join(', ')}`;
+      return `forked ${e.checkpointIndex !== undefined ? `#${e.checkpointIndex}` : ref(e.checkpointId)} into ${e.forks.map((f) => f.sessionId).join(', ')}`;
     case 'forked-from':
-      return `forked from ${e.from.sessionId} at ${checkpointName(e.from.checkpointId)}`;
+      return `forked from ${e.from.sessionId} at ${e.from.index !== undefined ? `#${e.from.index}` : checkpointName(e.from.checkpointId)}`;
     case 'configured':
       return `configured ${[e.policies ? 'policies' : '', e.retention ? 'retention' : ''].filter(Boolean).join(' and ')}`;
     case 'policy':

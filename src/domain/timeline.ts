@@ -45,3 +45,43 @@ export function mergeByIndex(...sources: readonly (readonly TimelineEntry[])[]):
   }
   return [...unindexed, ...[...byIndex.values()].sort((a, b) => a.index! - b.index!)];
 }
+
+/**
+ * What an entry is, in words, for a refusal that names it: "a restore of the checkpoint at index 2". Checkpoints are
+ * named by their timeline index where it is known, by id otherwise.
+ */
+export function describeEntry(entry: TimelineEntry, indexOf: (checkpointId: string) => number | undefined): string {
+  const at = (id: string | null | undefined, known?: number) => {
+    const index = known ?? (id ? indexOf(id) : undefined);
+    return index !== undefined ? `the checkpoint at index ${index}` : `checkpoint ${id ?? '(none)'}`;
+  };
+  switch (entry.kind) {
+    case 'checkpoint':
+      return `a checkpoint`;
+    case 'restored':
+      return `a restore of ${at(entry.checkpointId)}`;
+    case 'rewound':
+      return `a rewind to ${at(entry.to, entry.toIndex)}`;
+    case 'forked':
+      return `a fork of ${at(entry.checkpointId, entry.checkpointIndex)}`;
+    case 'verified':
+      return `a verification of ${at(entry.checkpointId)}`;
+    case 'checkpoint-deleted':
+      return `the deletion of ${at(entry.checkpointId)}`;
+    case 'fallback':
+      return `a fallback from ${at(entry.fromCheckpointId)}`;
+    default:
+      return `a ${entry.kind} entry`;
+  }
+}
+
+/** The checkpoint index closest to `index` (the earlier one of two as close), or undefined without checkpoints. */
+export function nearestIndex(checkpointIndices: readonly number[], index: number): number | undefined {
+  let best: number | undefined;
+  for (const i of checkpointIndices) {
+    const d = Math.abs(i - index);
+    const bestD = best === undefined ? Infinity : Math.abs(best - index);
+    if (d < bestD || (d === bestD && best !== undefined && i < best)) best = i;
+  }
+  return best;
+}

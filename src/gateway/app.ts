@@ -6,23 +6,8 @@ import type { SessionStatus } from '../api';
 import { SessionListFilter, type SessionClient, type SessionHandle } from '../client';
 import { ERROR_CODES } from '../domain/error-codes';
 import { InvalidInputError } from '../domain/errors';
-import {
-  AppendInput,
-  BranchInput,
-  CheckpointInput,
-  ConfigureInput,
-  ForkInput,
-  IdempotencyKey,
-  PauseInput,
-  RegenerateInput,
-  ResumeInput,
-  RewindInput,
-  SessionId,
-  StartSessionInput,
-  StopInput,
-  TimelinePageInput,
-  VerifyInput,
-} from '../domain/schemas';
+import { CONTROL_NAMES, CONTROLS as REGISTRY, type ControlName, type ControlSpec } from '../api/controls';
+import { IdempotencyKey, SessionId, StartSessionInput, TimelinePageInput, type VerifyInput } from '../domain/schemas';
 import { CoalescedReads } from './coalesce';
 import { CODEC_BASE_PATH, codecServer, type CodecServerOptions } from './codec-server';
 import { SessionEvent, sessionEvents, type EventStreamOptions } from './events';
@@ -67,29 +52,36 @@ export interface GatewayOptions {
 
 type Env = { Variables: { principal: Principal } };
 
-/** A control: its input schema, its answer's, and the handle method that runs it (the compiler holds it to both). */
-function control<I extends ZodType, O extends ZodType>(
-  input: I,
-  output: O,
-  run: (h: SessionHandle, input: z.infer<I>) => Promise<z.infer<O>>,
-) {
-  return { input, output, run };
-}
+/**
+ * What each control's route answers (`POST /v1/sessions/{id}/<control>`): its schema, and how the handle's result
+ * becomes it when it is not the result as it is. One per control of the registry (the compiler holds it to that);
+ * the input schema, summary and operation id come from the registry.
+ */
+const ANSWERS: { [N in ControlName]: { schema: ZodType; run?: (h: SessionHandle, input: never) => Promise<unknown> } } =
+  {
+    checkpoint: { schema: CheckpointRefAnswer },
+    pause: { schema: CheckpointRefAnswer },
+    resume: { schema: ResumeResultAnswer },
+    stop: { schema: StopResultAnswer },
+    verify: { schema: VerifyResultAnswer, run: async (h, x: VerifyInput) => ({ results: await h.verify(x) }) },
+    rewind: { schema: RewindResultAnswer },
+    fork: { schema: ForkResultAnswer },
+    branch: { schema: ForkResultAnswer },
+    configure: { schema: SessionStatusAnswer },
+    touch: { schema: TouchAnswer, run: (h) => h.touch().then(() => ({})) },
+    append: { schema: AppendResultAnswer },
+    regenerate: { schema: ForkResultAnswer },
+  };
 
-/** The controls the gateway serves. */
-const CONTROLS = {
-  checkpoint: control(CheckpointInput, CheckpointRefAnswer, (h, x) => h.checkpoint(x)),
-  pause: control(PauseInput, CheckpointRefAnswer, (h, x) => h.pause(x)),
-  resume: control(ResumeInput, ResumeResultAnswer, (h, x) => h.resume(x)),
-  stop: control(StopInput, StopResultAnswer, (h, x) => h.stop(x)),
-  verify: control(VerifyInput, VerifyResultAnswer, async (h, x) => ({ results: await h.verify(x) })),
-  rewind: control(RewindInput, RewindResultAnswer, (h, x) => h.rewind(x)),
-  fork: control(ForkInput, ForkResultAnswer, (h, x) => h.fork(x)),
-  branch: control(BranchInput, ForkResultAnswer, (h, x) => h.branch(x)),
-  configure: control(ConfigureInput, SessionStatusAnswer, (h, x) => h.configure(x)),
-  append: control(AppendInput, AppendResultAnswer, (h, x) => h.append(x)),
-  regenerate: control(RegenerateInput, ForkResultAnswer, (h, x) => h.regenerate(x)),
-};
+/** The controls the gateway serves: every control of the registry, each run by the handle's method of its name. */
+const CONTROLS = CONTROL_NAMES.map((name) => {
+  const { input, summary, operationId } = REGISTRY[name] as ControlSpec;
+  const answer = ANSWERS[name];
+  const run =
+    (answer.run as ((h: SessionHandle, x: unknown) => Promise<unknown>) | undefined) ??
+    ((h: SessionHandle, x: unknown) => (h[name] as (x: unknown) => Promise<unknown>).call(h, x));
+  return { name, input, output: answer.schema, summary, operationId, run };
+});
 
 const RANK: Record<Role, number> = { viewer: 0, operator: 1, admin: 2 };
 
@@ -306,24 +298,16 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     sessionEvents(c, sessionsOf(c).get(c.req.param('id')), options.events, statusOf),
   );
 
-  document(app, 'post', '/v1/sessions/{id}/touch', 'Record activity (idle policies)', {
-    answers: { 200: TouchAnswer },
-  });
-  app.post('/v1/sessions/:id/touch', async (c) => {
-    await sessionsOf(c).get(c.req.param('id')).touch();
-    return c.json({});
-  });
-
-  for (const [name, control] of Object.entries(CONTROLS)) {
-    document(app, 'post', `/v1/sessions/{id}/${name}`, `${name} (the session control)`, {
+  for (const control of CONTROLS) {
+    document(app, 'post', `/v1/sessions/{id}/${control.name}`, control.summary, {
       body: control.input,
       answers: { 200: control.output },
+      operationId: control.operationId,
     });
-    app.post(`/v1/sessions/:id/${name}`, async (c) => {
+    app.post(`/v1/sessions/:id/${control.name}`, async (c) => {
       const handle = sessionsOf(c).get(c.req.param('id'));
       const input = withIdempotencyKey(c, await jsonBody(c, handle.sessionId), handle.sessionId);
-      const run = control.run as (h: SessionHandle, x: unknown) => Promise<unknown>;
-      return c.json(await run(handle, input));
+      return c.json(await control.run(handle, input));
     });
   }
   return app;
@@ -376,6 +360,7 @@ const PATH_PARAMS: Record<string, ZodType> = {
 type Answer = ZodType | { schema: ZodType; description?: string; type?: string };
 
 interface RouteDoc {
+  operationId?: string;
   body?: ZodType;
   /** The query parameters, by the schema the route checks them with (their values are strings on the wire). */
   query?: z.ZodObject;
@@ -391,7 +376,7 @@ function document(
   method: 'get' | 'post',
   path: string,
   summary: string,
-  { body, query, answers, probe }: RouteDoc,
+  { operationId, body, query, answers, probe }: RouteDoc,
 ): void {
   const params = [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
   // Only a control whose input has a key takes the header (withIdempotencyKey puts it in the input).
@@ -400,6 +385,7 @@ function document(
     method,
     path,
     summary,
+    ...(operationId ? { operationId } : {}),
     ...(probe ? { security: [] } : {}),
     request: {
       ...(params.length ? { params: z.object(Object.fromEntries(params.map((p) => [p, PATH_PARAMS[p]!]))) } : {}),

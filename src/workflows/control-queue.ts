@@ -203,10 +203,13 @@ export class ControlQueue {
     control: Control,
     schema: z.ZodType<I>,
     run: (i: I) => Promise<unknown>,
+    /** A further check the signal must pass before it is accepted (it throws the refusal). */
+    check: () => void = () => {},
   ) {
     const apply = (raw: I): void => {
       try {
         this.validate(control, schema, raw);
+        check();
         this.accept(control, parseControl(schema, raw), run).catch((err: unknown) =>
           this.session.rejectSignal(signal, err),
         );

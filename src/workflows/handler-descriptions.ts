@@ -1,21 +1,7 @@
 import { z } from 'zod';
 import { RuntimeReport } from '../domain/records';
-import {
-  AppendInput,
-  BranchInput,
-  CheckpointInput,
-  ConfigureInput,
-  DrainInput,
-  ForkInput,
-  PauseInput,
-  RegenerateInput,
-  ResumeInput,
-  RewindInput,
-  StartSessionInput,
-  StopInput,
-  TouchInput,
-  VerifyInput,
-} from '../domain/schemas';
+import { CONTROL_NAMES, CONTROLS, type ControlName, type ControlSpec } from '../api/controls';
+import { DrainInput, StartSessionInput } from '../domain/schemas';
 
 /**
  * What the Web UI lists for each update, signal and query of the session workflow (and its "Send an Update" form
@@ -35,86 +21,16 @@ export interface HandlerDoc {
   };
 }
 
-const ifHead = 'apply only while this checkpoint id is the head, else Conflict';
-const ifIndex = 'apply only while the head is at this timeline index, else Conflict';
-const idempotencyKey = 'a repeat with the same key gets the first outcome, across runs too';
-const CONTROL_FIELDS = { idempotencyKey, ifHead, ifIndex };
-const FORK_FIELDS = {
-  newSessionId: 'the new session id (with count > 1, `<id>-<n>`); generated when absent',
-  count: 'how many forks, 1 to 32 (default 1)',
-  overrides: 'description, labels, retention, policies, backgroundVerify, liveness the forks set differently',
-  paused: 'leave the forks paused at their first checkpoint',
-  label: 'label of the forks’ first checkpoint',
-  ...CONTROL_FIELDS,
-};
-const SELECTOR = 'a timeline index (3) or a checkpoint id ("000003-1a2b3c4d")';
+/** A control of the registry as the Web UI describes it: its doc with its input schema. */
+function controlDoc(name: ControlName): HandlerDoc {
+  const { doc, input } = CONTROLS[name] as ControlSpec;
+  return { does: doc.does, input: { schema: input, fields: doc.fields, examples: doc.examples } };
+}
 
-const checkpoint: HandlerDoc = {
-  does: 'Capture the running session into a new checkpoint; returns its reference.',
-  input: {
-    schema: CheckpointInput,
-    fields: { label: 'a name shown in the timeline; labelled checkpoints survive retention', ...CONTROL_FIELDS },
-    examples: [{ label: 'before upgrade', idempotencyKey: 'checkpoint-1' }],
-  },
-};
-const pause: HandlerDoc = {
-  does: 'Checkpoint the session, then stop its runtime to free compute; returns the checkpoint.',
-  input: {
-    schema: PauseInput,
-    fields: { reason: 'why, kept in the timeline and shown in the current details', ...CONTROL_FIELDS },
-    examples: [{ reason: 'maintenance' }, {}],
-  },
-};
-const resume: HandlerDoc = {
-  does: 'Restore a paused session from its newest (or the given) checkpoint that verifies, falling back to older ones.',
-  input: {
-    schema: ResumeInput,
-    fields: { checkpointId: 'restore this checkpoint instead of the head', ...CONTROL_FIELDS },
-    examples: [{}, { checkpointId: '000002-1a2b3c4d' }],
-  },
-};
-const stop: HandlerDoc = {
-  does: 'Stop the session for good, with a final checkpoint of a running session by default.',
-  input: {
-    schema: StopInput,
-    fields: {
-      checkpoint: 'take the final checkpoint (default: the checkpointBeforeStop policy, true)',
-      reason: 'why, shown in the current details',
-      ...CONTROL_FIELDS,
-    },
-    examples: [{ reason: 'done' }, { checkpoint: false }],
-  },
-};
-const configure: HandlerDoc = {
-  does: 'Replace the policies and/or retention of the live session.',
-  input: {
-    schema: ConfigureInput,
-    fields: {
-      policies:
-        'checkpointEveryMs, checkpointOnlyIfActive, checkpointBeforeStop, idlePauseAfterMs, stopPausedAfterMs; {} turns them off',
-      retention: 'keepLast, maxAgeMs, keepLabelled',
-      ...CONTROL_FIELDS,
-    },
-    examples: [{ policies: { checkpointEveryMs: 600000, idlePauseAfterMs: 7200000 } }, { retention: { keepLast: 20 } }],
-  },
-};
-const touch: HandlerDoc = {
-  does: 'The session is in use: its idle timer starts again.',
-  input: { schema: TouchInput, fields: {}, examples: [{}] },
-};
-const append: HandlerDoc = {
-  does: 'Conversation runtime: append messages, with a checkpoint after them when "checkpoint" is true (trigger turn).',
-  input: {
-    schema: AppendInput,
-    fields: {
-      messages: 'the messages: role (system, user, assistant, tool), content, toolCalls, toolCallId',
-      checkpoint: 'checkpoint once they are stored',
-      label: 'label of that checkpoint',
-      ...CONTROL_FIELDS,
-    },
-    examples: [{ messages: [{ role: 'user', content: 'hi' }], checkpoint: true }],
-  },
-};
+const CONTROL_DOCS = Object.fromEntries(CONTROL_NAMES.map((n) => [n, controlDoc(n)])) as Record<
+  ControlName,
+  HandlerDoc
+>;
 
 /** Updates, by wire name. */
 export const UPDATE_DOCS = {
@@ -138,58 +54,7 @@ export const UPDATE_DOCS = {
       examples: [{ sessionId: 'build-42', runtime: { kind: 'memory' } }],
     },
   },
-  checkpoint,
-  pause,
-  resume,
-  stop,
-  verify: {
-    does: 'Read checkpoints back from the store (every chunk authenticated); returns what each one is.',
-    input: {
-      schema: VerifyInput,
-      fields: { checkpointId: 'verify this one only (default: every checkpoint the session keeps)' },
-      examples: [{}, { checkpointId: '000002-1a2b3c4d' }],
-    },
-  },
-  rewind: {
-    does:
-      'Go back to a checkpoint in place: a running session is checkpointed first (trigger rewind-safety), later ' +
-      'checkpoints are kept and a new branch starts there.',
-    input: {
-      schema: RewindInput,
-      fields: {
-        to: `where to go: ${SELECTOR}; exactly one of to and messageIndex`,
-        messageIndex: 'conversation runtime: the state after this many messages',
-        reason: 'why, kept in the timeline',
-        ...CONTROL_FIELDS,
-      },
-      examples: [{ to: 3 }, { to: '000003-1a2b3c4d', reason: 'bad upgrade' }],
-    },
-  },
-  fork: {
-    does: 'Start new, independent sessions from a checkpoint (chunks shared, nothing copied); this one is unchanged.',
-    input: {
-      schema: ForkInput,
-      fields: {
-        from: `the checkpoint: ${SELECTOR} (default: the head)`,
-        messageIndex: 'conversation runtime: fork from the state after this many messages',
-        ...FORK_FIELDS,
-      },
-      examples: [{ from: 3, newSessionId: 'build-42-try', count: 1 }],
-    },
-  },
-  branch: {
-    does: 'Fork the current state (a running session is checkpointed first).',
-    input: { schema: BranchInput, fields: FORK_FIELDS, examples: [{ count: 3 }, { newSessionId: 'build-42-b' }] },
-  },
-  configure,
-  touch,
-  append,
-  regenerate: {
-    does:
-      'Conversation runtime: fork from just before the last assistant turn, to answer it again; the replaced turn is ' +
-      'marked regenerated.',
-    input: { schema: RegenerateInput, fields: FORK_FIELDS, examples: [{}, { newSessionId: 'chat-7-retry' }] },
-  },
+  ...CONTROL_DOCS,
   drain: {
     does:
       'Sent by a worker that shuts down: checkpoint (trigger drain), stop the runtime there, answer, then restore on ' +
@@ -209,13 +74,12 @@ function fireAndForget(update: string, doc: HandlerDoc): HandlerDoc {
 
 /** Signals, by wire name. */
 export const SIGNAL_DOCS = {
-  requestCheckpoint: fireAndForget('checkpoint', checkpoint),
-  requestPause: fireAndForget('pause', pause),
-  requestResume: fireAndForget('resume', resume),
-  requestStop: fireAndForget('stop', stop),
-  requestConfigure: fireAndForget('configure', configure),
-  touch: fireAndForget('touch', touch),
-  requestAppend: fireAndForget('append', append),
+  ...(Object.fromEntries(
+    CONTROL_NAMES.flatMap((n) => {
+      const { signal } = CONTROLS[n] as ControlSpec;
+      return signal ? [[signal.name, fireAndForget(n, CONTROL_DOCS[n])]] : [];
+    }),
+  ) as Record<string, HandlerDoc>),
   runtimeReport: {
     does: "Sent by the host's monitor workflow: the session's runtime instance ended, or its host is lost.",
     input: {

@@ -54,3 +54,9 @@ export const PROGRESS_ATTRIBUTES_PATCH = 'progress-search-attributes';
  * run's result carries the whole failure as its details.
  */
 export const FAILURE_DETAILS_PATCH = 'failure-details';
+
+/**
+ * A signalled control the session's runtime kind cannot serve (`requestAppend` to a memory session) is refused as the
+ * signal arrives, instead of being run and failing at the runtime.
+ */
+export const CONTROL_RUNTIMES_PATCH = 'control-runtime-kinds';

@@ -12,7 +12,8 @@ import {
 } from '../api/messages';
 import { startSearchAttributes } from '../api/search-attributes';
 import { ERROR_CODES } from '../domain/error-codes';
-import { WINDOW, type SessionWorkflowInput } from '../domain/records';
+import { WINDOW, type SessionWorkflowInput, type TimelineEntry } from '../domain/records';
+import { describeEntry, nearestIndex } from '../domain/timeline';
 import {
   SessionId,
   StartSessionInput,
@@ -226,20 +227,53 @@ export class RunControls {
     const kept = state.checkpoints.find(matches);
     if (kept) return kept;
     const what = typeof selector === 'number' ? `index ${selector}` : `checkpoint ${selector}`;
-    const recent = session.recentTimeline().find((e) => e.index === selector);
-    if (recent && recent.kind !== 'checkpoint') {
-      throw failure(
-        ERROR_CODES.InvalidInput,
-        `timeline entry ${what} of session ${session.id} is a ${recent.kind}, not a checkpoint`,
-      );
-    }
+    const recentTimeline = session.recentTimeline();
+    const recent = recentTimeline.find((e) => e.index === selector);
+    if (recent && recent.kind !== 'checkpoint') throw this.notACheckpoint(selector as number, recent, recentTimeline);
     const found = await summarized(`find ${what} in the store's timeline`, local.findCheckpoint, {
       sessionId: session.id,
       ...session.tenancy,
       ...(typeof selector === 'number' ? { index: selector } : { checkpointId: selector }),
     });
-    if (!found) throw failure(ERROR_CODES.SnapshotNotFound, `session ${session.id} has no ${what}`);
+    if (!found) {
+      const near = typeof selector === 'number' ? this.nearestCheckpoint(selector) : undefined;
+      const hint = near === undefined ? '' : `; the nearest checkpoint is at index ${near}`;
+      throw ApplicationFailure.create({
+        type: ERROR_CODES.SnapshotNotFound,
+        message: `session ${session.id} has no checkpoint at ${what}${hint}`,
+        details: near === undefined ? [] : [{ nearest: near }],
+        nonRetryable: true,
+      });
+    }
     return found;
+  }
+
+  /** The checkpoint index nearest `index` among the checkpoints the session keeps. */
+  private nearestCheckpoint(index: number): number | undefined {
+    return nearestIndex(
+      this.session.state.checkpoints.flatMap((c) => (c.index === undefined ? [] : [c.index])),
+      index,
+    );
+  }
+
+  /**
+   * A selector that names an entry which is not a checkpoint (a restore, a rewind…): InvalidInput saying what is there
+   * and which checkpoint index is nearest (also in the issue's `params.nearest`, for programs).
+   */
+  private notACheckpoint(index: number, entry: TimelineEntry, recent: readonly TimelineEntry[]): ApplicationFailure {
+    const { session } = this;
+    const indexOf = (id: string) =>
+      session.state.checkpoints.find((c) => c.checkpointId === id)?.index ??
+      recent.find((e) => e.kind === 'checkpoint' && e.checkpoint.checkpointId === id)?.index;
+    const near = this.nearestCheckpoint(index);
+    const hint = near === undefined ? '' : `; the nearest checkpoint is at index ${near}`;
+    const message = `index ${index} of session ${session.id} is ${describeEntry(entry, indexOf)}, not a checkpoint${hint}`;
+    return ApplicationFailure.create({
+      type: ERROR_CODES.InvalidInput,
+      message,
+      details: [[{ code: 'custom', path: [], message, params: { nearest: near ?? null, kind: entry.kind } }]],
+      nonRetryable: true,
+    });
   }
 
   /**

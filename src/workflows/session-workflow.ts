@@ -11,51 +11,28 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import {
-  appendSignal,
-  appendUpdate,
-  regenerateUpdate,
-  branchUpdate,
-  configureSignal,
-  configureUpdate,
-  forkUpdate,
-  rewindUpdate,
-  touchSignal,
-  touchUpdate,
-  checkpointSignal,
-  checkpointUpdate,
+  appliesTo,
+  CONTROL_NAMES,
+  CONTROLS,
+  notForRuntime,
+  type ControlInput,
+  type ControlName,
+  type ControlResult,
+  type ControlSpec,
+} from '../api/controls';
+import {
   drainUpdate,
-  pauseSignal,
-  pauseUpdate,
-  resumeSignal,
-  resumeUpdate,
   runtimeReportSignal,
   startUpdate,
   statusQuery,
-  stopSignal,
-  stopUpdate,
   timelineQuery,
-  verifyUpdate,
   type StopResult,
 } from '../api/messages';
 import { ERROR_CODES } from '../domain/error-codes';
 import { closestName } from '../domain/names';
 import { SessionWorkflowInput } from '../domain/records';
-import {
-  AppendInput,
-  RegenerateInput,
-  BranchInput,
-  CheckpointInput,
-  ConfigureInput,
-  DrainInput,
-  ForkInput,
-  PauseInput,
-  ResumeInput,
-  RewindInput,
-  StopInput,
-  TouchInput,
-  VerifyInput,
-} from '../domain/schemas';
-import { isFinal } from '../domain/session-state';
+import { DrainInput, type VerifyInput } from '../domain/schemas';
+import { isFinal, type Control } from '../domain/session-state';
 import { ControlQueue } from './control-queue';
 import { failure } from './failures';
 import { parse, parseControl } from './inputs';
@@ -65,35 +42,16 @@ import { SessionController } from './session-controller';
 import { PolicyClock } from './policies';
 import { RunControls } from './run-control';
 import { TimelineFlush } from './timeline-flush';
-import { FAILURE_DETAILS_PATCH, RUN_CONTROL_PATCH } from './patches';
+import { CONTROL_RUNTIMES_PATCH, FAILURE_DETAILS_PATCH, RUN_CONTROL_PATCH } from './patches';
 import { describeHandler, QUERY_DOCS, SIGNAL_DOCS, UPDATE_DOCS } from './handler-descriptions';
 
 /** Updates and signals a caller may send, for the "did you mean" of an unknown name. */
-const CONTROL_NAMES = [
-  'start',
-  'checkpoint',
-  'pause',
-  'resume',
-  'stop',
-  'verify',
-  'rewind',
-  'fork',
-  'branch',
-  'configure',
-  'touch',
-  'append',
-  'regenerate',
-];
-const SIGNAL_NAMES = [
-  'requestCheckpoint',
-  'requestPause',
-  'requestResume',
-  'requestStop',
-  'requestConfigure',
-  'touch',
-  'requestAppend',
-];
-const QUERY_NAMES = ['status', 'timeline'];
+const CONTROL_NAMES_SENT = ['start', ...CONTROL_NAMES];
+const SIGNAL_NAMES = CONTROL_NAMES.flatMap((n) => {
+  const { signal } = CONTROLS[n] as ControlSpec;
+  return signal ? [signal.name] : [];
+});
+const QUERY_NAMES = [statusQuery.name, timelineQuery.name];
 
 /**
  * One workflow per session: it owns the session's lifecycle. Handlers only validate and enqueue; controls
@@ -113,13 +71,13 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   const policies = new PolicyClock(session, queue, controller);
 
   // Registered in this order before anything runs: messages buffered for this run are dispatched as handlers appear.
-  setControlHandlers(session, queue, recovery, controller);
-  setRunControlHandlers(session, queue, runControls, policies);
+  setSessionHandlers(session, recovery, controller);
+  setControlHandlers(session, queue, controller, runControls, policies);
   // What the previous run kept for this one goes first, then whatever was buffered meanwhile.
   queue.replayDeferred();
   // A name nobody defined is a typed refusal naming the closest real one, not the SDK's untyped "no handler".
   setDefaultUpdateHandler((name) => {
-    throw failure(ERROR_CODES.InvalidInput, unknownName('update', name, CONTROL_NAMES));
+    throw failure(ERROR_CODES.InvalidInput, unknownName('update', name, CONTROL_NAMES_SENT));
   });
   setDefaultSignalHandler((name) => session.rejectSignal(name, new Error(unknownName('signal', name, SIGNAL_NAMES))));
   setDefaultQueryHandler((name) => {
@@ -172,132 +130,104 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   })({ spec: state.spec, carried: state });
 }
 
-/** Rewind, fork, branch, configure and touch. */
-function setRunControlHandlers(session: Session, queue: ControlQueue, run: RunControls, policies: PolicyClock): void {
-  setHandler(rewindUpdate, (i) => queue.accept('rewind', parseControl(RewindInput, i), (x) => run.rewind(x)), {
-    validator: (i) => queue.validate('rewind', RewindInput, i),
-    description: describeHandler(UPDATE_DOCS.rewind),
-  });
-  setHandler(forkUpdate, (i) => queue.accept('fork', parseControl(ForkInput, i), (x) => run.fork(x)), {
-    validator: (i) => queue.validate('fork', ForkInput, i),
-    description: describeHandler(UPDATE_DOCS.fork),
-  });
-  setHandler(branchUpdate, (i) => queue.accept('branch', parseControl(BranchInput, i), (x) => run.branch(x)), {
-    validator: (i) => queue.validate('branch', BranchInput, i),
-    description: describeHandler(UPDATE_DOCS.branch),
-  });
-  setHandler(
-    configureUpdate,
-    (i) => queue.accept('configure', parseControl(ConfigureInput, i), (x) => run.configure(x)),
-    {
-      validator: (i) => queue.validate('configure', ConfigureInput, i),
-      description: describeHandler(UPDATE_DOCS.configure),
-    },
-  );
-  setHandler(appendUpdate, (i) => queue.accept('append', parse(AppendInput, i), (x) => run.append(x)), {
-    validator: (i) => queue.validate('append', AppendInput, i),
-    description: describeHandler(UPDATE_DOCS.append),
-  });
-  setHandler(
-    appendSignal,
-    queue.fromSignal('requestAppend', 'append', AppendInput, (x) => run.append(x)),
-    {
-      description: describeHandler(SIGNAL_DOCS.requestAppend),
-    },
-  );
-  setHandler(
-    regenerateUpdate,
-    (i) => queue.accept('regenerate', parseControl(RegenerateInput, i), (x) => run.regenerate(x)),
-    {
-      validator: (i) => queue.validate('regenerate', RegenerateInput, i),
-      description: describeHandler(UPDATE_DOCS.regenerate),
-    },
-  );
-  setHandler(
-    configureSignal,
-    queue.fromSignal('requestConfigure', 'configure', ConfigureInput, (x) => run.configure(x)),
-    { description: describeHandler(SIGNAL_DOCS.requestConfigure) },
-  );
-  const touch = () => {
+/** What each control does once accepted (the registry says how it is accepted). */
+type Behaviours = { [N in ControlName]: (input: ControlInput<N>) => Promise<ControlResult<N>> };
+
+/**
+ * The handlers of every control in the registry: its update (validated synchronously, then queued) and its signal
+ * twin. Controls the registry marks as not queued (verify, touch) are answered beside the queue.
+ */
+function setControlHandlers(
+  session: Session,
+  queue: ControlQueue,
+  controller: SessionController,
+  run: RunControls,
+  policies: PolicyClock,
+): void {
+  const touch = async () => {
     session.runControl.lastActivityAt = now();
     policies.replan();
     return { lastActivityAt: session.runControl.lastActivityAt };
   };
-  setHandler(touchUpdate, () => touch(), {
-    validator: (i) => void parseControl(TouchInput, i),
-    description: describeHandler(UPDATE_DOCS.touch),
-  });
-  setHandler(
-    touchSignal,
-    (i) => {
-      try {
-        parseControl(TouchInput, i);
-        touch();
-      } catch (err) {
-        session.rejectSignal('touch', err);
+  const behaviours: Behaviours = {
+    checkpoint: (x) => controller.checkpoint(x),
+    pause: (x) => controller.pause(x),
+    resume: (x) => controller.resume(x),
+    stop: (x) => controller.stop(x),
+    verify: (x) => controller.verifyAll(x),
+    rewind: (x) => run.rewind(x),
+    fork: (x) => run.fork(x),
+    branch: (x) => run.branch(x),
+    configure: (x) => run.configure(x),
+    touch,
+    append: (x) => run.append(x),
+    regenerate: (x) => run.regenerate(x),
+  };
+  // A control its runtime kind cannot serve is refused before it is accepted: no history, no timeline entry.
+  const kind = session.state.spec.runtime.kind;
+  const servable = (name: ControlName) => {
+    if (!appliesTo(name, kind)) throw failure(ERROR_CODES.InvalidInput, notForRuntime(name, kind, session.id));
+  };
+  for (const name of CONTROL_NAMES) {
+    const spec = CONTROLS[name] as ControlSpec;
+    const does = behaviours[name] as (input: unknown) => Promise<unknown>;
+    const description = describeHandler(UPDATE_DOCS[name]);
+    if (spec.queued) {
+      const control = name as Control;
+      setHandler(spec.update, (i: unknown) => queue.accept(control, parseControl(spec.input, i) as object, does), {
+        validator: (i: unknown) => {
+          queue.validate(control, spec.input as never, i);
+          servable(name);
+        },
+        description,
+      });
+      if (spec.signal) {
+        // Refusing here is new for signals (their handlers run again on replay): behind a patch, asked only then.
+        const check = () => {
+          if (!appliesTo(name, kind) && patched(CONTROL_RUNTIMES_PATCH)) servable(name);
+        };
+        setHandler(
+          spec.signal,
+          queue.fromSignal(spec.signal.name, control, spec.input as never, does, check) as (i: unknown) => void,
+          {
+            description: describeHandler(SIGNAL_DOCS[spec.signal.name as keyof typeof SIGNAL_DOCS]),
+          },
+        );
       }
-    },
-    { description: describeHandler(SIGNAL_DOCS.touch) },
-  );
+      continue;
+    }
+    // Beside the queue: the validator checks the input (and what the control names), the handler answers.
+    const check = name === 'verify' ? (i: VerifyInput) => session.checkKnownCheckpoint(i.checkpointId) : () => {};
+    setHandler(spec.update, (i: unknown) => does(parseControl(spec.input, i)), {
+      validator: (i: unknown) => {
+        check(parseControl(spec.input, i) as VerifyInput);
+        servable(name);
+      },
+      description,
+    });
+    if (spec.signal) {
+      const signal = spec.signal.name;
+      setHandler(
+        spec.signal,
+        (i) => {
+          try {
+            does(parseControl(spec.input, i)).catch((err: unknown) => session.rejectSignal(signal, err));
+          } catch (err) {
+            session.rejectSignal(signal, err);
+          }
+        },
+        { description: describeHandler(SIGNAL_DOCS[signal as keyof typeof SIGNAL_DOCS]) },
+      );
+    }
+  }
 }
 
-/** Updates validate synchronously and queue their work; signals are their fire-and-forget twins. */
-function setControlHandlers(
-  session: Session,
-  queue: ControlQueue,
-  recovery: Recovery,
-  controller: SessionController,
-): void {
+/** The messages of the session itself: its start, a worker's drain, and its host's reports. */
+function setSessionHandlers(session: Session, recovery: Recovery, controller: SessionController): void {
   setHandler(startUpdate, () => controller.awaitStarted(), {
     validator: (spec) => session.checkSameSpec(spec),
     description: describeHandler(UPDATE_DOCS.start),
   });
-  setHandler(
-    checkpointUpdate,
-    (i) => queue.accept('checkpoint', parseControl(CheckpointInput, i), (x) => controller.checkpoint(x)),
-    {
-      validator: (i) => queue.validate('checkpoint', CheckpointInput, i),
-      description: describeHandler(UPDATE_DOCS.checkpoint),
-    },
-  );
-  setHandler(pauseUpdate, (i) => queue.accept('pause', parseControl(PauseInput, i), (x) => controller.pause(x)), {
-    validator: (i) => queue.validate('pause', PauseInput, i),
-    description: describeHandler(UPDATE_DOCS.pause),
-  });
-  setHandler(resumeUpdate, (i) => queue.accept('resume', parseControl(ResumeInput, i), (x) => controller.resume(x)), {
-    validator: (i) => queue.validate('resume', ResumeInput, i),
-    description: describeHandler(UPDATE_DOCS.resume),
-  });
-  setHandler(stopUpdate, (i) => queue.accept('stop', parseControl(StopInput, i), (x) => controller.stop(x)), {
-    validator: (i) => queue.validate('stop', StopInput, i),
-    description: describeHandler(UPDATE_DOCS.stop),
-  });
-  setHandler(verifyUpdate, (i) => controller.verifyAll(i), {
-    validator: (i) => {
-      session.checkKnownCheckpoint(parseControl(VerifyInput, i).checkpointId);
-    },
-    description: describeHandler(UPDATE_DOCS.verify),
-  });
-  setHandler(
-    checkpointSignal,
-    queue.fromSignal('requestCheckpoint', 'checkpoint', CheckpointInput, (x) => controller.checkpoint(x)),
-    { description: describeHandler(SIGNAL_DOCS.requestCheckpoint) },
-  );
-  setHandler(
-    pauseSignal,
-    queue.fromSignal('requestPause', 'pause', PauseInput, (x) => controller.pause(x)),
-    { description: describeHandler(SIGNAL_DOCS.requestPause) },
-  );
-  setHandler(
-    resumeSignal,
-    queue.fromSignal('requestResume', 'resume', ResumeInput, (x) => controller.resume(x)),
-    { description: describeHandler(SIGNAL_DOCS.requestResume) },
-  );
-  setHandler(
-    stopSignal,
-    queue.fromSignal('requestStop', 'stop', StopInput, (x) => controller.stop(x)),
-    { description: describeHandler(SIGNAL_DOCS.requestStop) },
-  );
   setHandler(drainUpdate, (i) => controller.drain(parse(DrainInput, i)), {
     validator: (i) => void parse(DrainInput, i),
     description: describeHandler(UPDATE_DOCS.drain),

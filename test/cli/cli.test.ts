@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { sessionRuntimeKey, sessionStateKey } from '../../src/api/search-attributes';
+import { sessionLabelsKey, sessionRuntimeKey, sessionStateKey } from '../../src/api/search-attributes';
 import { COMMAND_NAMES } from '../../src/cli/commands';
 import { freePort } from '../../src/dev-server';
 import { PayloadEncryptionCodec } from '../../src/payloads';
@@ -92,7 +92,10 @@ test('start, checkpoint, pause, resume, status, timeline, list and stop from the
 
   const paused = await cli('pause', id, '--reason', 'lunch');
   expect(paused.code).toBe(0);
-  expect(paused.stdout).toMatch(/^paused; checkpoint 000002-[0-9a-f]{8} \(#2, 11 bytes, sha256:[0-9a-f]{64}\)\n$/);
+  // The number shown is the timeline index, the one rewind and fork take back.
+  expect(paused.stdout).toMatch(
+    /^paused; checkpoint at index 2 \(000002-[0-9a-f]{8}\), 11 bytes, sha256:[0-9a-f]{64}\n$/,
+  );
 
   const again = await cli('pause', id);
   expect(again).toMatchObject({
@@ -102,7 +105,7 @@ test('start, checkpoint, pause, resume, status, timeline, list and stop from the
 
   const resumed = await cli('resume', id, '--checkpoint', cp.checkpointId);
   expect(resumed.code).toBe(0);
-  expect(resumed.stdout).toContain(`resumed from checkpoint ${cp.checkpointId}`);
+  expect(resumed.stdout).toContain(`resumed from the checkpoint at index 1 (${cp.checkpointId})`);
 
   const human = await cli('status', id);
   expect(human.stdout).toMatch(/^session\s+cli-/m);
@@ -114,27 +117,40 @@ test('start, checkpoint, pause, resume, status, timeline, list and stop from the
   const timeline = await cli('timeline', id);
   const lines = timeline.stdout.trim().split('\n');
   expect(lines).toHaveLength(3);
-  expect(lines[0]).toMatch(/checkpoint #1 000001-\w+ ← \(root\)\s+manual "first"\s+11 B$/);
-  expect(lines[1]).toMatch(/checkpoint #2 000002-\w+ ← 000001-\w+\s+pause\s+11 B$/);
-  expect(lines[2]).toContain(`restored   ${cp.checkpointId}`);
+  // Every entry leads with its index; a checkpoint an entry concerns is named by its index too.
+  expect(lines[0]).toMatch(/^1 {2}\S+ {2}checkpoint 000001-\w+ ← \(root\)\s+manual "first"\s+11 B$/);
+  expect(lines[1]).toMatch(/^2 {2}\S+ {2}checkpoint 000002-\w+ ← 1 \(000001-\w+\)\s+pause\s+11 B$/);
+  expect(lines[2]).toMatch(new RegExp(`^3 {2}\\S+ {2}restored {3}1 \\(${cp.checkpointId}\\) as `));
+
+  // Index 3 is that restore: a rewind there says so, and where the nearest checkpoint is.
+  expect(await cli('rewind', id, '--to', '3')).toMatchObject({
+    code: 1,
+    stderr:
+      `error: InvalidInput: index 3 of session ${id} is a restore of the checkpoint at index 1, not a checkpoint; ` +
+      'the nearest checkpoint is at index 2\n',
+  });
 
   // The same check through the session: a worker reads the checkpoints back; this process needs no keys.
   const throughSession = await cli('verify', id, '--through-session');
   expect(throughSession.code).toBe(0);
-  expect(throughSession.stdout).toMatch(new RegExp(`^${cp.checkpointId}\\s+ok$`, 'm'));
+  expect(throughSession.stdout).toMatch(new RegExp(`^\\s+1  ${cp.checkpointId}\\s+ok$`, 'm'));
   expect(throughSession.stdout.trim().split('\n').at(-1)).toBe('2 of 2 checkpoint(s) verify');
   const one = await cli('verify', id, '--through-session', '--checkpoint', cp.checkpointId, '--json');
-  expect(JSON.parse(one.stdout)).toEqual([expect.objectContaining({ checkpointId: cp.checkpointId, status: 'ok' })]);
+  expect(JSON.parse(one.stdout)).toEqual([
+    expect.objectContaining({ index: 1, checkpointId: cp.checkpointId, status: 'ok' }),
+  ]);
 
   const list = await cli('list', '--json');
   expect(JSON.parse(list.stdout)).toEqual(expect.arrayContaining([expect.objectContaining({ sessionId: id })]));
 
   const stopped = await cli('stop', id);
-  expect(stopped.stdout).toMatch(/^stopped; final checkpoint 000003-\w+\n$/);
+  expect(stopped.stdout).toMatch(/^stopped; final checkpoint at index 7 \(000003-\w+\)\n$/);
 
   const verified = await cli('verify', id);
   expect(verified.code).toBe(0);
+  // The first column is the timeline index (the third is entry 7, after a restore and three verifications).
   expect(verified.stdout).toMatch(/^\s+1  000001-\w+\s+v3  ok$/m);
+  expect(verified.stdout).toMatch(/^\s+7  000003-\w+\s+v3  ok$/m);
   expect(verified.stdout.trim().split('\n').at(-1)).toBe('3 of 3 checkpoint(s) verify');
 
   // Tampering shows up in verify as the checkpoint it touched, with a failing exit code.
@@ -428,4 +444,60 @@ test('rewind, fork, branch, configure, touch and a paged timeline from the comma
   expect(noTarget.stderr).toContain('rewind needs --to');
   expect((await cli('fork', id, '--count', 'three')).code).toBe(2);
   for (const s of [id, forkId, ...branched.forks.map((f) => f.sessionId)]) await cli('stop', s, '--no-checkpoint');
+}, 120_000);
+
+test('a conversation from the command line: start with labels and policies, append, regenerate', async () => {
+  const id = `cli-chat-${crypto.randomUUID().slice(0, 8)}`;
+  const started = await cli(
+    'start',
+    id,
+    '--conversation',
+    '--label',
+    'team=a',
+    '--label',
+    'nightly',
+    '--idle-pause-after',
+    '3600000',
+    '--no-checkpoint-before-stop',
+    '--',
+    'be',
+    'brief',
+  );
+  expect(started).toMatchObject({ code: 0, stderr: '' });
+  const status = await eventually(async () => {
+    const s = JSON.parse((await cli('status', id, '--json')).stdout) as { phase: string };
+    return s.phase === 'running' ? s : undefined;
+  });
+  expect(status).toMatchObject({
+    runtimeKind: 'conversation',
+    messageCount: 1,
+    policies: { idlePauseAfterMs: 3_600_000, checkpointBeforeStop: false },
+  });
+  const described = await sys.client.workflow.getHandle(`session-${id}`).describe();
+  expect(described.typedSearchAttributes.get(sessionLabelsKey)).toEqual(['team=a', 'nightly']);
+
+  const asked = await cli('append', id, '--message', 'user=What is 2+2?', '--checkpoint', '--label', 'asked');
+  expect(asked).toMatchObject({ code: 0, stderr: '' });
+  expect(asked.stdout).toMatch(
+    /^appended; 2 message\(s\), the first new one at message index 1\ncheckpoint at index \d+ \(\S+\), \d+ bytes\n$/,
+  );
+  const answered = JSON.parse((await cli('append', id, '--message', 'assistant=4', '--checkpoint', '--json')).stdout);
+  expect(answered).toMatchObject({ messageCount: 3, firstIndex: 2, checkpoint: { trigger: 'turn' } });
+
+  const again = await cli('regenerate', id, '--as', `${id}-again`, '--json');
+  expect(again.code).toBe(0);
+  expect(JSON.parse(again.stdout)).toMatchObject({ forks: [{ sessionId: `${id}-again` }] });
+  expect(await sys.sessions.get(`${id}-again`).status()).toMatchObject({ messageCount: 2 });
+
+  expect((await cli('append', id, '--message', 'hello')).stderr).toContain('--message expects ROLE=TEXT');
+
+  // A memory session cannot take messages: refused before anything runs, nothing in its timeline.
+  const memory = await runningSession();
+  const before = (await cli('timeline', memory)).stdout;
+  expect(jsonError(await cli('append', memory, '--message', 'user=hi', '--json'))).toMatchObject({
+    code: 'InvalidInput',
+    message: `append applies to conversation sessions; session ${memory} is a memory session`,
+  });
+  expect((await cli('timeline', memory)).stdout).toBe(before);
+  for (const s of [id, `${id}-again`, memory]) await cli('stop', s, '--no-checkpoint');
 }, 120_000);

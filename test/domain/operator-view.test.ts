@@ -93,7 +93,7 @@ test('a running session with work queued shows what runs, what waits and the new
       'head: `000001-1a2b3c41` (#1, 1.2 MiB, manual, "before upgrade", 2026-01-02T10:00:00.000Z)',
       'runtime: `build-42-aa` on `q@host-1`',
       'pending: pause (running), resume · 1 signal(s) waiting (requestStop)',
-      'recent:\n- #1 10:00:01 checkpoint 000001 (manual, 1.2 MiB) "before upgrade"',
+      'recent:\n- #1 10:00:01 checkpoint (manual, 1.2 MiB) "before upgrade"',
     ].join('\n\n'),
   );
 });
@@ -110,4 +110,26 @@ test('only the newest five entries are shown, and text from callers stays on one
   expect(details.split('\n').filter((l) => l.startsWith('- '))).toEqual(
     [3, 4, 5, 6, 7].map((n) => `- #${n} 10:00:00 signal requestPause rejected: line one line two ${n - 1}`),
   );
+});
+
+test('entries name the checkpoints they concern by timeline index, the number every surface takes back', () => {
+  const at = '2026-01-02T10:00:01.000Z';
+  const paused = ref(2, { index: 4 });
+  const markdown = describeSession(
+    view({
+      phase: 'running',
+      head: paused,
+      checkpoints: [paused],
+      timeline: [
+        { kind: 'checkpoint', at, index: 4, checkpoint: paused },
+        { kind: 'restored', at, index: 5, checkpointId: paused.checkpointId, instanceId: 'i-1', cause: 'resume' },
+        { kind: 'verified', at, index: 6, cause: 'request', checkpointId: paused.checkpointId, status: 'ok' },
+      ],
+    }),
+  );
+  expect(markdown).toContain('head: `000002-1a2b3c42` (#4, ');
+  expect(markdown).toContain('last restore: restored #4 (resume, ');
+  expect(markdown).toContain('- #5 10:00:01 restored #4 (resume)');
+  expect(markdown).toContain('- #6 10:00:01 verified #4: ok (request)');
+  expect(markdown).not.toMatch(/000002 /);
 });

@@ -246,6 +246,27 @@ test('bad input is a problem document with zod issues, and changes nothing', asy
   expect(await call('GET', '/v1/nothing-here')).toMatchObject({ status: 404, json: { code: 'NotFound' } });
 }, 60_000);
 
+test('a control the runtime kind cannot serve is 400 InvalidInput and leaves no timeline entry', async () => {
+  const sessionId = id('wrong-kind');
+  await call('POST', '/v1/sessions', { body: { sessionId, runtime: { kind: 'memory' } } });
+  const before = await call<TimelinePage>('GET', `/v1/sessions/${sessionId}/checkpoints`);
+  for (const [control, body] of [
+    ['append', { messages: [{ role: 'user', content: 'hi' }] }],
+    ['regenerate', {}],
+  ] as const) {
+    const refused = await call('POST', `/v1/sessions/${sessionId}/${control}`, { body });
+    expect(refused).toMatchObject({
+      status: 400,
+      json: {
+        code: 'InvalidInput',
+        detail: `${control} applies to conversation sessions; session ${sessionId} is a memory session`,
+      },
+    });
+  }
+  expect((await call<TimelinePage>('GET', `/v1/sessions/${sessionId}/checkpoints`)).json).toEqual(before.json);
+  expect((await call('POST', `/v1/sessions/${sessionId}/stop`)).status).toBe(200);
+});
+
 test('keys: none or a wrong one is 401, a viewer may only read, and a rotated file applies without a restart', async () => {
   const none = await call('GET', '/v1/sessions', { key: null });
   expect(none).toMatchObject({ status: 401, json: { code: 'Unauthorized' } });

@@ -153,6 +153,39 @@ describe('illegal transitions are rejected by the validator and change nothing',
   });
 });
 
+describe('a control the runtime kind cannot serve', () => {
+  test('append and regenerate to a memory session are refused at validation: no history, no timeline entry', async () => {
+    const session = await runningSession('wrong-kind');
+    const before = await session.timeline();
+    const appended = await session.append({ messages: [{ role: 'user', content: 'hi' }] }).catch((e: unknown) => e);
+    expect(appended).toBeInstanceOf(InvalidInputError);
+    expect(appended).toMatchObject({
+      message: `append applies to conversation sessions; session ${session.sessionId} is a memory session`,
+    });
+    await expect(session.regenerate()).rejects.toThrow('regenerate applies to conversation sessions');
+
+    expect(await session.timeline()).toEqual(before);
+    expect(await session.status()).toMatchObject({ phase: 'running', pendingControls: 0 });
+    const events = await historyEvents(session.sessionId);
+    expect(acceptedControls(events)).toHaveLength(0);
+    // The session still takes the controls it serves.
+    await expect(session.checkpoint()).resolves.toMatchObject({ trigger: 'manual' });
+  });
+  test('its signal twin is a refused signal, recorded once, never run', async () => {
+    const session = await runningSession('wrong-kind-signal');
+    await session.signal('append', { messages: [{ role: 'user', content: 'hi' }] });
+    const status = await eventually(async () => {
+      const s = await session.status();
+      return s.lastRejectedSignal ? s : undefined;
+    });
+    expect(status.lastRejectedSignal).toMatchObject({
+      signal: 'requestAppend',
+      reason: `append applies to conversation sessions; session ${session.sessionId} is a memory session`,
+    });
+    expect((await session.timeline()).map((e) => e.kind)).toEqual(['signal-rejected']);
+  });
+});
+
 describe('idempotency keys', () => {
   test('the same checkpoint sent twice with one key has one effect and one answer', async () => {
     const session = await runningSession('idem');

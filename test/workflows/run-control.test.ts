@@ -116,6 +116,31 @@ describe('rewind', () => {
     expect(await session.status()).toMatchObject({ phase: 'running', branch: 0 });
     await session.stop({ checkpoint: false });
   });
+  test('rewind or fork to an index that is not a checkpoint says what is there and the nearest checkpoint', async () => {
+    const { session, sessionId } = await memorySession('rewind-restore');
+    const paused = await session.pause();
+    await session.resume();
+    const restore = (await session.timeline()).find((e) => e.kind === 'restored')!;
+    expect(restore.index).toBe(paused.index! + 1);
+
+    for (const refused of [
+      await session.rewind({ to: restore.index! }).catch((e: unknown) => e),
+      await session.fork({ from: restore.index! }).catch((e: unknown) => e),
+    ]) {
+      expect(refused).toBeInstanceOf(InvalidInputError);
+      expect(refused).toMatchObject({
+        message:
+          `index ${restore.index} of session ${sessionId} is a restore of the checkpoint at index ${paused.index}, ` +
+          `not a checkpoint; the nearest checkpoint is at index ${paused.index}`,
+        issues: [expect.objectContaining({ params: { nearest: paused.index, kind: 'restored' } })],
+      });
+    }
+    await expect(session.rewind({ to: 999 })).rejects.toThrow(
+      `session ${sessionId} has no checkpoint at index 999; the nearest checkpoint is at index ${paused.index}`,
+    );
+    expect(await session.status()).toMatchObject({ phase: 'running', branch: 0, head: paused });
+    await session.stop({ checkpoint: false });
+  });
 });
 
 describe('fork and branch', () => {
@@ -345,6 +370,7 @@ test('a session that has ended can still be forked: from its head or an index, t
   const { session, sessionId, runtime } = await memorySession('ended-src');
   sys.memory.write(runtime.instanceId, 'kept at index');
   const c = await session.checkpoint();
+  await session.verify({ checkpointId: c.checkpointId }); // an entry that is not a checkpoint, right after it
   sys.memory.write(runtime.instanceId, 'final');
   await session.stop(); // takes a final checkpoint: the head
   const fromHead = await session.fork({ newSessionId: newId('ended-head') });
@@ -366,25 +392,41 @@ test('a session that has ended can still be forked: from its head or an index, t
     code: 'SessionAlreadyExists',
   });
   await expect(session.fork({ from: 999 })).rejects.toBeInstanceOf(SnapshotNotFoundError);
+  // An index that is not a checkpoint says what is there, as it does while the session runs.
+  const verification = c.index! + 1;
+  const refused = await session.fork({ from: verification }).catch((e: unknown) => e);
+  expect(refused).toBeInstanceOf(InvalidInputError);
+  expect(refused).toMatchObject({
+    message:
+      `index ${verification} of session ${sessionId} is a verification of the checkpoint at index ${c.index}, ` +
+      `not a checkpoint; the nearest checkpoint is at index ${c.index}`,
+    issues: [expect.objectContaining({ params: { nearest: c.index, kind: 'verified' } })],
+  });
   for (const h of [head, indexed]) await h.stop({ checkpoint: false });
 }, 60_000);
 
 test('a tampered timeline record is a typed refusal: the rewind that needs it changes nothing', async () => {
-  const { session, sessionId } = await memorySession('tampered-log');
-  const first = await session.checkpoint({ label: 'long ago' });
-  // Enough checkpoints that the first one has left the session's window: only the store's log knows it.
-  for (let i = 0; i < 135; i++) await session.signal('checkpoint');
-  await eventually(async () => (await session.status()).checkpointCount >= 136, 60_000);
-  await session.checkpoint(); // takes what waited to the store
+  const sessionId = newId('tampered-log');
+  const session = await sys.sessions.start({ sessionId, runtime: { kind: 'conversation' } });
+  await runningStatus(session);
+  await session.append({ messages: [{ role: 'user', content: 'long ago' }], checkpoint: true });
+  // Enough entries after that turn that it has left the session's recent window: only the store's log knows which
+  // checkpoint holds the first message. Refused signals are entries that cost no activity, so this takes a moment
+  // however loaded the machine (135 checkpoints, the state's window, took ~12 s alone and over a minute in full runs).
+  const { timelineLength } = await session.status();
+  for (let i = 0; i < 70; i++) await session.signal('resume');
+  await eventually(async () => (await session.status()).timelineLength >= timelineLength + 70);
+  // The next turn's checkpoint takes what waited to the store.
+  await session.append({ messages: [{ role: 'assistant', content: 'later' }], checkpoint: true });
   const segment = path.join(sys.dir, 'snapshots', sessionId, 'timeline', `${'1'.padStart(16, '0')}.log`);
   const bytes = fs.readFileSync(segment);
   bytes[40] = bytes[40]! ^ 0xff; // inside the first record's sealed body
   fs.writeFileSync(segment, bytes);
 
   const before = await session.status();
-  await expect(session.rewind({ to: first.index! })).rejects.toMatchObject({ code: 'SnapshotTampered' });
+  await expect(session.rewind({ messageIndex: 1 })).rejects.toMatchObject({ code: 'SnapshotTampered' });
   const after = await session.status();
-  expect(after).toMatchObject({ phase: 'running', branch: 0, head: before.head });
+  expect(after).toMatchObject({ phase: 'running', branch: 0, head: before.head, messageCount: 2 });
   await expect(session.timeline({ from: 1, limit: 5 })).rejects.toMatchObject({ code: 'SnapshotTampered' });
   await session.stop({ checkpoint: false });
-}, 120_000);
+});

@@ -1,0 +1,57 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { CONTROL_NAMES, CONTROLS, type ControlName, type ControlSpec } from '../../src/api/controls';
+import { COMMANDS } from '../../src/cli/commands';
+import { SessionHandle } from '../../src/client';
+import { openApiDocument } from '../../src/gateway/app';
+
+/**
+ * Every control of the registry (src/api/controls.ts) on every surface that sends controls: a control added to the
+ * registry and missing from one of them fails here, naming the surface.
+ */
+
+const PYTHON_CLIENT = path.join(__dirname, '..', '..', 'python', 'durable_sessions', '_client.py');
+
+/** The method names a Python class defines (`def x` or `async def x`), read from the source. */
+function pythonMethods(source: string, className: string): string[] {
+  const start = source.indexOf(`\nclass ${className}`);
+  if (start < 0) throw new Error(`no class ${className} in ${PYTHON_CLIENT}`);
+  const rest = source.slice(start + 1);
+  const end = rest.slice(1).search(/\n(class |\S)/);
+  const body = end < 0 ? rest : rest.slice(0, end + 1);
+  return [...body.matchAll(/^ {4}(?:async )?def (\w+)\(/gm)].map((m) => m[1]!);
+}
+
+/** A control's method name in Python: the same word (snake_case, were it ever two). */
+function pythonName(name: ControlName): string {
+  return name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+}
+
+function missing(have: readonly string[], want: readonly string[] = CONTROL_NAMES): string[] {
+  return want.filter((name) => !have.includes(name));
+}
+
+test('SessionHandle has a method for every control', () => {
+  const methods = Object.getOwnPropertyNames(SessionHandle.prototype);
+  expect(missing(methods)).toEqual([]);
+});
+
+test('the gateway routes every control, with the operationId the registry gives it', () => {
+  const doc = openApiDocument() as { paths: Record<string, { post?: { operationId?: string } }> };
+  const routes = Object.fromEntries(
+    CONTROL_NAMES.map((name) => [name, doc.paths[`/v1/sessions/{id}/${name}`]?.post?.operationId ?? null]),
+  );
+  expect(routes).toEqual(
+    Object.fromEntries(CONTROL_NAMES.map((name) => [name, (CONTROLS[name] as ControlSpec).operationId])),
+  );
+});
+
+test('the CLI has a command for every control', () => {
+  expect(missing(Object.keys(COMMANDS))).toEqual([]);
+});
+
+test.each(['Session', 'AsyncSession'])('the Python client’s %s has a method for every control', (className) => {
+  const methods = pythonMethods(fs.readFileSync(PYTHON_CLIENT, 'utf8'), className);
+  expect(methods.length).toBeGreaterThan(0);
+  expect(missing(methods, CONTROL_NAMES.map(pythonName))).toEqual([]);
+});
