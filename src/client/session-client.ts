@@ -1,4 +1,4 @@
-import { defaultPayloadConverter } from '@temporalio/common';
+import { decodeFromPayloadsAtIndex } from '@temporalio/common/lib/internal-non-workflow';
 import { decodeTypedSearchAttributes } from '@temporalio/common/lib/converter/payload-search-attributes';
 import { requiredTsToDate } from '@temporalio/common/lib/time';
 import {
@@ -528,7 +528,9 @@ export class SessionHandle implements ControlMethods {
   async startSpec(): Promise<StartSessionInput> {
     const history = await this.call(() => this.workflow.fetchHistory());
     const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
-    const input = payload ? defaultPayloadConverter.fromPayload<SessionWorkflowInput>(payload) : undefined;
+    // Through the client's own converter: with payload encryption on, the start input is sealed like every payload.
+    const converter = this.workflow.client.options.loadedDataConverter;
+    const input = payload ? await decodeFromPayloadsAtIndex<SessionWorkflowInput>(converter, 0, [payload]) : undefined;
     if (!input?.spec) throw new SessionNotFoundError(`session ${this.sessionId} has no start spec`, this.sessionId);
     return input.spec;
   }
@@ -662,22 +664,25 @@ export class SessionHandle implements ControlMethods {
    */
   async progress(): Promise<IoProgress[]> {
     const description = await this.call(() => this.workflow.describe());
-    return (description.raw.pendingActivities ?? []).flatMap((a): IoProgress[] => {
-      const activity = a.activityType?.name ?? '';
-      if (activity === 'watchRuntime') return [];
-      const payload = a.heartbeatDetails?.payloads?.[0];
-      const details = payload ? defaultPayloadConverter.fromPayload<Partial<IoProgress>>(payload) : {};
-      return [
-        {
-          activity,
+    const converter = this.workflow.client.options.loadedDataConverter;
+    const pending = (description.raw.pendingActivities ?? []).filter((a) => a.activityType?.name !== 'watchRuntime');
+    return Promise.all(
+      pending.map(async (a): Promise<IoProgress> => {
+        // Heartbeat details are sealed like every payload when encryption is on: decoded through the client's codec.
+        const payloads = a.heartbeatDetails?.payloads;
+        const details = payloads?.length
+          ? await decodeFromPayloadsAtIndex<Partial<IoProgress>>(converter, 0, payloads)
+          : {};
+        return {
+          activity: a.activityType?.name ?? '',
           phase: details.phase,
           bytesDone: details.bytesDone ?? 0,
           bytesTotal: details.bytesTotal,
           attempt: a.attempt ?? 1,
           lastFailure: a.lastFailure?.message ?? undefined,
-        },
-      ];
-    });
+        };
+      }),
+    );
   }
 
   status(): Promise<SessionStatus> {

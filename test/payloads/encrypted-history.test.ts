@@ -168,6 +168,20 @@ test("a failure's message reaches the client, and is ciphertext in the history",
   expect(all.includes('RuntimeFailed')).toBe(true); // the code is the search attribute FailureCode
 });
 
+test('an ended session forks from its start spec, read back through the codec', async () => {
+  const source = await sys.sessions.start({
+    sessionId: marker('enc-ended'),
+    runtime: { kind: 'memory', initialState: 'kept' },
+  });
+  await runningStatus(source);
+  const { finalCheckpoint } = await source.stop();
+  // The workflow has ended: the fork is made from here, with the spec read back from the encrypted history.
+  const { forks } = await source.fork({ from: finalCheckpoint!.index! });
+  const fork = sys.sessions.get(forks[0]!.sessionId);
+  expect((await runningStatus(fork)).runtimeKind).toBe('memory');
+  await fork.stop({ checkpoint: false });
+});
+
 test('rotation: after a new primary key rolls out, old sessions are still read and steered', async () => {
   const before = await sys.sessions.start({
     sessionId: marker('rot-old'),
