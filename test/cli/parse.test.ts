@@ -107,6 +107,14 @@ function givenOption(name: string, spec: CommandSpec['options'][string]): fc.Arb
       );
   }
   const value = spec.choices ? fc.constantFrom(...spec.choices) : text;
+  if (spec.multiple) {
+    // A repeatable option (`--label a --label b`): every value, in the order given.
+    return fc
+      .array(value, { minLength: 1, maxLength: 3 })
+      .chain((values) =>
+        fc.tuple(...values.map((v) => valueWords(name, v))).map((words) => ({ words: words.flat(), value: values })),
+      );
+  }
   return value.chain((v) => valueWords(name, v).map((words) => ({ words, value: v })));
 }
 

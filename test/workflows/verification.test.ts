@@ -45,7 +45,7 @@ test('with backgroundVerify, every checkpoint is read back after it is taken and
   const metadata = await sys.client.workflow
     .getHandle(sessionWorkflowId(sessionId))
     .query<{ currentDetails?: string }>('__temporal_workflow_metadata');
-  expect(metadata.currentDetails).toContain(`last verification: \`${paused.checkpointId}\` ok`);
+  expect(metadata.currentDetails).toContain(`last verification: #${paused.index} \`${paused.checkpointId}\` ok`);
   await session.stop();
 });
 
