@@ -27,6 +27,7 @@ import { CoalescedReads } from './coalesce';
 import { CODEC_BASE_PATH, codecServer, type CodecServerOptions } from './codec-server';
 import { SessionEvent, sessionEvents, type EventStreamOptions } from './events';
 import { bearerKey, type ApiKeys, type Principal, type Role } from './keys';
+import { strictJsonBody, UnsupportedBodyError } from './json-body';
 import { GATEWAY_CODES, problem, problemOf, type Problem } from './problems';
 import { RateLimiter } from './rate-limit';
 import { referencePage } from './reference';
@@ -113,6 +114,7 @@ const problemResponses = {
   404: { description: 'Unknown session or checkpoint' },
   409: { description: 'Illegal transition, conflict, id already used, session ended' },
   413: { description: 'Body over the limit' },
+  415: { description: 'A body that is not `application/json` in UTF-8' },
   429: { description: 'Over the key’s request rate (`Retry-After`)' },
   422: { description: 'The session’s data cannot serve the request (corrupt, tampered, incompatible…)' },
   503: { description: 'Temporal unreachable, or the session busy handing over (`Retry-After`)' },
@@ -176,7 +178,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   };
 
   app.onError((err, c) => {
-    const p = problemOf(err);
+    const p = err instanceof UnsupportedBodyError ? err.problem : problemOf(err);
     if (p.status >= 500 && p.code !== 'Busy') logError(err);
     return send(c, p);
   });
@@ -239,7 +241,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     },
   });
   app.post('/v1/sessions', async (c) => {
-    const spec = await jsonBody(c, '');
+    const spec = await strictJsonBody(c, '');
     const wait = c.req.query('wait') !== 'false';
     const handle = await sessionsOf(c).start(spec as StartSessionInput, { wait });
     if (!wait) return c.json({ sessionId: handle.sessionId }, 202);
@@ -315,23 +317,12 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     });
     app.post(`/v1/sessions/:id/${name}`, async (c) => {
       const handle = sessionsOf(c).get(c.req.param('id'));
-      const input = withIdempotencyKey(c, await jsonBody(c, handle.sessionId), handle.sessionId);
+      const input = withIdempotencyKey(c, await strictJsonBody(c, handle.sessionId), handle.sessionId);
       const run = control.run as (h: SessionHandle, x: unknown) => Promise<unknown>;
       return c.json(await run(handle, input));
     });
   }
   return app;
-}
-
-/** The body as JSON; an empty body is `{}`. */
-async function jsonBody(c: Context, sessionId: string): Promise<unknown> {
-  const text = await c.req.text();
-  if (text.trim() === '') return {};
-  try {
-    return JSON.parse(text) as unknown;
-  } catch {
-    throw new InvalidInputError('the request body is not JSON', sessionId, []);
-  }
 }
 
 /** The `Idempotency-Key` header is the control's key; a body that names another one is refused. */

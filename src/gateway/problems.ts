@@ -4,7 +4,8 @@ import { isError } from '../errors';
 
 /**
  * An RFC 9457 problem document. `code` is the closed error code of the domain (or a gateway one: Unauthorized,
- * Forbidden, NotFound, PayloadTooLarge, RateLimited, Unavailable, Internal); never a stack trace or a worker's path.
+ * Forbidden, NotFound, PayloadTooLarge,
+ * UnsupportedMediaType, RateLimited, Unavailable, Internal); never a stack trace or a worker's path.
  */
 export interface Problem {
   type: string;
@@ -25,6 +26,7 @@ export const GATEWAY_CODES = {
   Forbidden: 'Forbidden',
   NotFound: 'NotFound',
   PayloadTooLarge: 'PayloadTooLarge',
+  UnsupportedMediaType: 'UnsupportedMediaType',
   RateLimited: 'RateLimited',
   Unavailable: 'Unavailable',
   Internal: 'Internal',

@@ -1,0 +1,154 @@
+import crypto from 'node:crypto';
+import type { SessionStatus } from '../../src/api';
+import type { Problem, RunningGateway } from '../../src/gateway';
+import { startTestGateway } from '../helpers/gateway';
+import { startTestSystem, type TestSystem } from '../helpers/temporal';
+
+/** The HTTP edge: what the gateway refuses before anything reaches a session, against a real gateway and Temporal. */
+let sys: TestSystem;
+let gateway: RunningGateway;
+let keys: Record<string, string>;
+
+beforeAll(async () => {
+  sys = await startTestSystem();
+  ({ gateway, keys } = await startTestGateway(sys, [
+    { id: 'admin' },
+    { id: 'viewer', role: 'viewer' },
+    { id: 'operator', role: 'operator' },
+  ]));
+}, 60_000);
+afterAll(async () => {
+  await gateway?.close();
+  await sys?.close();
+});
+
+const id = (name: string) => `${name}-${crypto.randomUUID().slice(0, 8)}`;
+
+/** A raw request: the body as given (string or bytes), the headers as given. */
+async function raw(
+  method: string,
+  route: string,
+  {
+    key = keys.admin,
+    body,
+    headers = {},
+  }: { key?: string | null; body?: string | Uint8Array; headers?: Record<string, string> } = {},
+): Promise<{ status: number; json: Partial<Problem> & Record<string, unknown>; headers: Headers }> {
+  const res = await fetch(`${gateway.url}${route}`, {
+    method,
+    headers: { ...(key ? { authorization: `Bearer ${key}` } : {}), ...headers },
+    body,
+  });
+  const text = await res.text();
+  return { status: res.status, json: (text ? JSON.parse(text) : {}) as Record<string, unknown>, headers: res.headers };
+}
+
+const json = (body: string, headers: Record<string, string> = {}) => ({
+  body,
+  headers: { 'content-type': 'application/json', ...headers },
+});
+
+async function startMemory(sessionId = id('edge')): Promise<string> {
+  const res = await raw('POST', '/v1/sessions', json(JSON.stringify({ sessionId, runtime: { kind: 'memory' } })));
+  expect(res.status).toBe(201);
+  return sessionId;
+}
+
+async function statusOf(sessionId: string): Promise<SessionStatus> {
+  return (await raw('GET', `/v1/sessions/${sessionId}`)).json as unknown as SessionStatus;
+}
+
+describe('bodies are application/json in UTF-8', () => {
+  test('another content type, or none, is 415 and changes nothing', async () => {
+    const sessionId = await startMemory();
+    const body = JSON.stringify({ label: 'x' });
+    for (const headers of <Record<string, string>[]>[
+      { 'content-type': 'text/plain' },
+      {},
+      { 'content-type': 'application/x-www-form-urlencoded' },
+      { 'content-type': 'multipart/form-data; boundary=x' },
+    ]) {
+      const res = await raw('POST', `/v1/sessions/${sessionId}/checkpoint`, { body, headers });
+      expect(res).toMatchObject({ status: 415, json: { code: 'UnsupportedMediaType' } });
+    }
+    expect((await statusOf(sessionId)).checkpointCount).toBe(0);
+  });
+
+  test('a charset other than UTF-8 is 415; UTF-8 said or unsaid is read as UTF-8', async () => {
+    const sessionId = await startMemory();
+    const latin1 = Buffer.from('{"label":"café"}', 'latin1');
+    const refused = await raw('POST', `/v1/sessions/${sessionId}/checkpoint`, {
+      body: latin1,
+      headers: { 'content-type': 'application/json; charset=latin1' },
+    });
+    expect(refused).toMatchObject({ status: 415, json: { code: 'UnsupportedMediaType' } });
+    const said = await raw(
+      'POST',
+      `/v1/sessions/${sessionId}/checkpoint`,
+      json('{"label":"café"}', { 'content-type': 'application/json; charset=UTF-8' }),
+    );
+    expect(said).toMatchObject({ status: 200, json: { label: 'café' } });
+  });
+
+  test('bytes that are not UTF-8, and an escaped lone surrogate, are 400 and change nothing', async () => {
+    const sessionId = await startMemory();
+    const latin1 = Buffer.from('{"label":"café"}', 'latin1');
+    const bad = await raw('POST', `/v1/sessions/${sessionId}/checkpoint`, {
+      body: latin1,
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(bad).toMatchObject({ status: 400, json: { code: 'InvalidInput' } });
+    const surrogate = await raw('POST', `/v1/sessions/${sessionId}/checkpoint`, json('{"label":"a\\ud800b"}'));
+    expect(surrogate).toMatchObject({ status: 400, json: { code: 'InvalidInput', issues: [{ path: ['label'] }] } });
+    // A pair written as two escapes is one character, and welcome.
+    const pair = await raw('POST', `/v1/sessions/${sessionId}/checkpoint`, json('{"label":"\\ud83d\\ude00"}'));
+    expect(pair).toMatchObject({ status: 200, json: { label: '😀' } });
+    expect((await statusOf(sessionId)).checkpointCount).toBe(1);
+  });
+
+  test('an empty body is still a control without input', async () => {
+    const sessionId = await startMemory();
+    expect((await raw('POST', `/v1/sessions/${sessionId}/checkpoint`)).status).toBe(200);
+  });
+});
+
+describe('keys that JSON.parse would drop or let win', () => {
+  test('a repeated key anywhere is 400 InvalidInput naming it; nothing is started', async () => {
+    const [first, second] = [id('one'), id('two')];
+    const res = await raw(
+      'POST',
+      '/v1/sessions',
+      json(`{"sessionId":"${first}","sessionId":"${second}","runtime":{"kind":"memory"}}`),
+    );
+    expect(res).toMatchObject({ status: 400, json: { code: 'InvalidInput', issues: [{ path: ['sessionId'] }] } });
+    // The same key spelt with an escape is the same key.
+    const escaped = await raw(
+      'POST',
+      '/v1/sessions',
+      json(`{"sessionId":"${first}","runtime":{"kind":"memory","k\\u0069nd":"memory"}}`),
+    );
+    expect(escaped).toMatchObject({ status: 400, json: { issues: [{ path: ['runtime', 'kind'] }] } });
+    for (const sessionId of [first, second]) {
+      expect((await raw('GET', `/v1/sessions/${sessionId}`)).status).toBe(404);
+    }
+  });
+
+  test('__proto__, constructor and prototype keys are 400 InvalidInput wherever they are', async () => {
+    const sessionId = id('proto');
+    for (const [body, path] of [
+      [
+        `{"sessionId":"${sessionId}","runtime":{"kind":"workspace","command":["sleep","60"],"env":{"__proto__":{"X":"1"}}}}`,
+        ['runtime', 'env', '__proto__'],
+      ],
+      [
+        `{"sessionId":"${sessionId}","runtime":{"kind":"workspace","command":["sleep","60"],"files":[{"constructor":1}]}}`,
+        ['runtime', 'files', 0, 'constructor'],
+      ],
+      [`{"sessionId":"${sessionId}","runtime":{"kind":"memory"},"prototype":{}}`, ['prototype']],
+    ] as const) {
+      const res = await raw('POST', '/v1/sessions', json(body));
+      expect(res).toMatchObject({ status: 400, json: { code: 'InvalidInput', issues: [{ path }] } });
+    }
+    expect((await raw('GET', `/v1/sessions/${sessionId}`)).status).toBe(404);
+  });
+});
