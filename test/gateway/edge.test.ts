@@ -1,17 +1,20 @@
 import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
 import type { SessionStatus } from '../../src/api';
-import type { Problem, RunningGateway } from '../../src/gateway';
+import { ApiKeys, generateKey, hashKey, type Problem, type RunningGateway } from '../../src/gateway';
 import { startTestGateway } from '../helpers/gateway';
-import { startTestSystem, type TestSystem } from '../helpers/temporal';
+import { eventually, startTestSystem, type TestSystem } from '../helpers/temporal';
 
 /** The HTTP edge: what the gateway refuses before anything reaches a session, against a real gateway and Temporal. */
 let sys: TestSystem;
 let gateway: RunningGateway;
 let keys: Record<string, string>;
+let keysFile: string;
 
 beforeAll(async () => {
   sys = await startTestSystem();
-  ({ gateway, keys } = await startTestGateway(sys, [
+  ({ gateway, keys, keysFile } = await startTestGateway(sys, [
     { id: 'admin' },
     { id: 'viewer', role: 'viewer' },
     { id: 'operator', role: 'operator' },
@@ -150,5 +153,55 @@ describe('keys that JSON.parse would drop or let win', () => {
       expect(res).toMatchObject({ status: 400, json: { code: 'InvalidInput', issues: [{ path }] } });
     }
     expect((await raw('GET', `/v1/sessions/${sessionId}`)).status).toBe(404);
+  });
+});
+
+describe('a keys file that lists one hash twice', () => {
+  const record = (id: string, key: string, role: string, tenant = 'default') => ({
+    id,
+    sha256: hashKey(key),
+    tenant,
+    role,
+  });
+  const write = (file: string, records: unknown[]) => {
+    fs.writeFileSync(`${file}.tmp`, JSON.stringify({ keys: records }));
+    fs.renameSync(`${file}.tmp`, file);
+  };
+
+  test('is refused: the keys loaded before stay, and the log says why', async () => {
+    const file = path.join(sys.dir, `keys-${crypto.randomUUID()}.json`);
+    const [a, b] = [generateKey(), generateKey()];
+    write(file, [record('ops', a, 'operator'), record('other', b, 'viewer')]);
+    const logged: string[] = [];
+    const apiKeys = new ApiKeys(file, (m) => logged.push(m));
+    // The operator's key listed again as another tenant's admin: the last record would have won.
+    write(file, [record('ops', a, 'operator'), record('other', b, 'viewer'), record('root', a, 'admin', 'acme')]);
+    await eventually(() => apiKeys.authenticate(a) && logged.length > 0, 5_000);
+    expect(logged[0]).toMatch(/keys "ops" and "root" have the same sha256.*keeping the keys loaded before/);
+    expect(apiKeys.authenticate(a)).toEqual({ keyId: 'ops', tenant: 'default', role: 'operator' });
+    // At start, such a file stops the gateway, as any other bad file does.
+    expect(() => new ApiKeys(file)).toThrow(/same sha256/);
+  });
+
+  test('through the gateway: the viewer stays a viewer', async () => {
+    write(keysFile, [
+      record('admin', keys.admin!, 'admin'),
+      record('viewer', keys.viewer!, 'viewer'),
+      record('operator', keys.operator!, 'operator'),
+      record('viewer-too', keys.viewer!, 'admin'),
+    ]);
+    // A request looks at the file when the last look is 500 ms old or more: the next one reads it.
+    await new Promise((r) => setTimeout(r, 600));
+    const sessionId = id('dupkey');
+    const start = await raw('POST', '/v1/sessions', {
+      key: keys.viewer,
+      ...json(JSON.stringify({ sessionId, runtime: { kind: 'memory' } })),
+    });
+    expect(start).toMatchObject({ status: 403, json: { code: 'Forbidden' } });
+    write(keysFile, [
+      record('admin', keys.admin!, 'admin'),
+      record('viewer', keys.viewer!, 'viewer'),
+      record('operator', keys.operator!, 'operator'),
+    ]);
   });
 });
