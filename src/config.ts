@@ -27,6 +27,7 @@ export const SECRET_VARIABLES = [
   'TEMPORAL_API_KEY',
   'TEMPORAL_TLS_KEY_PATH',
   'DS_GATEWAY_TLS_KEY',
+  'DS_GATEWAY_CURSOR_KEY',
 ] as const;
 
 /** The prefixes of the worker's own variables: a session's environment holds none of them. */
@@ -241,6 +242,16 @@ export const EnvConfig = z.object({
   /** Requests a second one API key may send the gateway (bursts of twice that); over it: 429 with Retry-After. */
   DS_GATEWAY_RATE_PER_KEY: z.coerce.number({ message: 'expected a number' }).positive().max(1_000_000).default(100),
   /**
+   * The secret list cursors are sealed with (HMAC-SHA256), base64 of at least 32 bytes. Gateways that hand each
+   * other's cursors on (behind one load balancer) need the same one; unset: random per process.
+   */
+  DS_GATEWAY_CURSOR_KEY: z
+    .string()
+    .refine((v) => /^[A-Za-z0-9+/]+=*$/.test(v) && Buffer.from(v, 'base64').length >= 32, {
+      message: 'expected base64 of at least 32 bytes (openssl rand -base64 32)',
+    })
+    .optional(),
+  /**
    * Where the worker serves Prometheus metrics (`/metrics`): Temporal's own and the worker's. Unset: no endpoint
    * (`npm start`'s embedded default serves them on 9464).
    */
@@ -303,6 +314,8 @@ export interface Config {
     /** The keys as JSON, from DS_API_KEYS. */
     keysJson?: string;
     ratePerKey: number;
+    /** The secret list cursors are sealed with; undefined: random per process. */
+    cursorKey?: Buffer;
     /** Absolute paths of the PEM certificate and key; undefined: plain HTTP. */
     tls?: { certFile: string; keyFile: string };
   };
@@ -433,6 +446,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       keysFile: e.DS_API_KEYS_FILE ? path.resolve(e.DS_API_KEYS_FILE) : undefined,
       ...(e.DS_API_KEYS !== undefined ? { keysJson: e.DS_API_KEYS } : {}),
       ratePerKey: e.DS_GATEWAY_RATE_PER_KEY,
+      ...(e.DS_GATEWAY_CURSOR_KEY !== undefined ? { cursorKey: Buffer.from(e.DS_GATEWAY_CURSOR_KEY, 'base64') } : {}),
       ...(e.DS_GATEWAY_TLS_CERT !== undefined && e.DS_GATEWAY_TLS_KEY !== undefined
         ? { tls: { certFile: path.resolve(e.DS_GATEWAY_TLS_CERT), keyFile: path.resolve(e.DS_GATEWAY_TLS_KEY) } }
         : {}),

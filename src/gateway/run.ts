@@ -29,7 +29,12 @@ export async function runGateway(
   const connection = await Connection.connect(await connectionOptions(config, address));
   const client = new Client({ connection, namespace: config.temporal.namespace, dataConverter });
   const store = await openSnapshotStore(config);
-  const sessions = new SessionClient({ client, taskQueue: config.taskQueue, timeline: store });
+  const sessions = new SessionClient({
+    client,
+    taskQueue: config.taskQueue,
+    timeline: store,
+    ...(config.gateway.cursorKey ? { cursorKey: config.gateway.cursorKey } : {}),
+  });
   const gateway = await startGateway({
     port: config.gateway.port,
     hostname: config.gateway.host,

@@ -205,3 +205,34 @@ describe('a keys file that lists one hash twice', () => {
     ]);
   });
 });
+
+describe('list cursors are sealed with the gateway’s secret', () => {
+  test('a cursor forged over the predictable query, or altered, is 400 InvalidInput, never a retry and a 500', async () => {
+    await startMemory();
+    await startMemory();
+    const first = await raw('GET', '/v1/sessions?limit=1');
+    expect(first.status).toBe(200);
+    const next = first.json.next as string;
+    expect(typeof next).toBe('string');
+    const bytes = Buffer.from(next, 'base64url');
+    // One bit of the token flipped.
+    bytes[0] = bytes[0]! ^ 1;
+    const altered = await raw('GET', `/v1/sessions?limit=1&cursor=${bytes.toString('base64url')}`);
+    expect(altered).toMatchObject({ status: 400, json: { code: 'InvalidInput', issues: [{ path: ['cursor'] }] } });
+    // A made-up token with a checksum anyone can compute from the query the list runs.
+    const query = [
+      `WorkflowType = 'sessionWorkflow'`,
+      `TaskQueue = '${sys.taskQueue}'`,
+      'SessionState IS NOT NULL',
+      `ExecutionStatus != 'ContinuedAsNew'`,
+      `(SessionTenant = 'default' OR SessionTenant IS NULL)`,
+    ].join(' AND ');
+    const token = crypto.randomBytes(48);
+    const check = crypto.createHash('sha256').update(query).update('\0').update(token).digest().subarray(0, 8);
+    const forged = Buffer.concat([token, check]).toString('base64url');
+    const res = await raw('GET', `/v1/sessions?cursor=${forged}`);
+    expect(res).toMatchObject({ status: 400, json: { code: 'InvalidInput', issues: [{ path: ['cursor'] }] } });
+    // The real cursor still pages.
+    expect((await raw('GET', `/v1/sessions?limit=1&cursor=${next}`)).status).toBe(200);
+  }, 60_000);
+});
