@@ -213,7 +213,8 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     const key = bearerKey(c.req.header('authorization'));
     const principal = key === undefined ? undefined : keys.authenticate(key);
     if (!principal) return send(c, problem(401, GATEWAY_CODES.Unauthorized, 'a valid API key is required (Bearer)'));
-    const needed: Role = c.req.method === 'GET' ? 'viewer' : 'operator';
+    // HEAD is a GET without the body: it reads, so it needs what GET needs.
+    const needed: Role = c.req.method === 'GET' || c.req.method === 'HEAD' ? 'viewer' : 'operator';
     if (RANK[principal.role] < RANK[needed]) {
       return send(c, problem(403, GATEWAY_CODES.Forbidden, `the key's role (${principal.role}) may not do this`));
     }

@@ -236,3 +236,16 @@ describe('list cursors are sealed with the gateway’s secret', () => {
     expect((await raw('GET', `/v1/sessions?limit=1&cursor=${next}`)).status).toBe(200);
   }, 60_000);
 });
+
+test('HEAD needs what GET needs: a viewer’s HEAD of a readable route is 200', async () => {
+  const sessionId = await startMemory();
+  for (const route of ['/v1/sessions', `/v1/sessions/${sessionId}`, `/v1/sessions/${sessionId}/checkpoints`]) {
+    const res = await fetch(`${gateway.url}${route}`, {
+      method: 'HEAD',
+      headers: { authorization: `Bearer ${keys.viewer}` },
+    });
+    expect([route, res.status]).toEqual([route, 200]);
+  }
+  const none = await fetch(`${gateway.url}/v1/sessions`, { method: 'HEAD' });
+  expect(none.status).toBe(401);
+});
