@@ -299,9 +299,15 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   document(app, 'get', '/v1/sessions/{id}/events', 'Phase, progress and timeline entries as Server-Sent Events', {
     answers: { 200: { schema: SessionEvent, type: 'text/event-stream' } },
   });
-  app.get('/v1/sessions/:id/events', (c) =>
-    sessionEvents(c, sessionsOf(c).get(c.req.param('id')), options.events, statusOf),
-  );
+  app.get('/v1/sessions/:id/events', (c) => {
+    const opened = c.get('principal');
+    const key = bearerKey(c.req.header('authorization'))!;
+    const authorized = () => {
+      const now = keys.authenticate(key);
+      return now?.keyId === opened.keyId && now.tenant === opened.tenant && now.role === opened.role;
+    };
+    return sessionEvents(c, sessionsOf(c).get(c.req.param('id')), options.events, statusOf, authorized);
+  });
 
   document(app, 'post', '/v1/sessions/{id}/touch', 'Record activity (idle policies)', {
     answers: { 200: TouchAnswer },

@@ -37,20 +37,22 @@ export const SessionEvent = z
  *
  * A new stream starts at the newest entry; one that reconnects with `Last-Event-ID` (or asks `?after=`) gets every
  * timeline entry after that index first, so it misses none. Phase and progress are current state, sent again on
- * connecting. The stream ends after an ended session's last entries.
+ * connecting. The stream ends after an ended session's last entries, and as soon as `authorized` says the key that
+ * opened it no longer holds what it held then (checked at every poll).
  */
 export async function sessionEvents(
   c: Context,
   handle: SessionHandle,
   options: EventStreamOptions = {},
   readStatus: StatusReader = (h) => h.status(),
+  authorized: () => boolean = () => true,
 ) {
   const asked = lastEventId(c, handle.sessionId);
   // Unknown session or no access: a problem document, before any stream starts.
   const first = await readStatus(handle);
   // A first connection follows from now on; `?after=0` replays the whole timeline.
   const after = asked ?? first.timelineLength;
-  return streamSSE(c, (stream) => follow(stream, handle, first, after, options, readStatus));
+  return streamSSE(c, (stream) => follow(stream, handle, first, after, options, readStatus, authorized));
 }
 
 async function follow(
@@ -60,6 +62,7 @@ async function follow(
   after: number,
   { pollMs = 250, keepAliveMs = 15_000 }: EventStreamOptions,
   readStatus: StatusReader,
+  authorized: () => boolean,
 ): Promise<void> {
   let status = first;
   let sentPhase: string | undefined;
@@ -101,7 +104,8 @@ async function follow(
       lastWrite = Date.now();
     }
     await stream.sleep(pollMs);
-    if (stream.aborted) break;
+    // A key revoked, or moved to another role or tenant, while its stream is open: the stream ends with it.
+    if (stream.aborted || !authorized()) break;
     status = await readStatus(handle);
   }
 }

@@ -18,12 +18,34 @@ beforeAll(async () => {
     { id: 'admin' },
     { id: 'viewer', role: 'viewer' },
     { id: 'operator', role: 'operator' },
+    ...WATCHERS.map((id) => ({ id, role: 'viewer' as const })),
   ]));
 }, 60_000);
 afterAll(async () => {
   await gateway?.close();
   await sys?.close();
 });
+
+/** Keys that each watch a stream while their record is changed. */
+const WATCHERS = ['watch-revoked', 'watch-role', 'watch-tenant'] as const;
+
+const record = (id: string, key: string, role: string, tenant = 'default') => ({
+  id,
+  sha256: hashKey(key),
+  tenant,
+  role,
+});
+const baseRecords = () => [
+  record('admin', keys.admin!, 'admin'),
+  record('viewer', keys.viewer!, 'viewer'),
+  record('operator', keys.operator!, 'operator'),
+  ...WATCHERS.map((w) => record(w, keys[w]!, 'viewer')),
+];
+/** A new file renamed over the old: a reader never sees half of it. */
+function write(file: string, records: unknown[]): void {
+  fs.writeFileSync(`${file}.tmp`, JSON.stringify({ keys: records }));
+  fs.renameSync(`${file}.tmp`, file);
+}
 
 const id = (name: string) => `${name}-${crypto.randomUUID().slice(0, 8)}`;
 
@@ -157,17 +179,6 @@ describe('keys that JSON.parse would drop or let win', () => {
 });
 
 describe('a keys file that lists one hash twice', () => {
-  const record = (id: string, key: string, role: string, tenant = 'default') => ({
-    id,
-    sha256: hashKey(key),
-    tenant,
-    role,
-  });
-  const write = (file: string, records: unknown[]) => {
-    fs.writeFileSync(`${file}.tmp`, JSON.stringify({ keys: records }));
-    fs.renameSync(`${file}.tmp`, file);
-  };
-
   test('is refused: the keys loaded before stay, and the log says why', async () => {
     const file = path.join(sys.dir, `keys-${crypto.randomUUID()}.json`);
     const [a, b] = [generateKey(), generateKey()];
@@ -184,12 +195,7 @@ describe('a keys file that lists one hash twice', () => {
   });
 
   test('through the gateway: the viewer stays a viewer', async () => {
-    write(keysFile, [
-      record('admin', keys.admin!, 'admin'),
-      record('viewer', keys.viewer!, 'viewer'),
-      record('operator', keys.operator!, 'operator'),
-      record('viewer-too', keys.viewer!, 'admin'),
-    ]);
+    write(keysFile, [...baseRecords(), record('viewer-too', keys.viewer!, 'admin')]);
     // A request looks at the file when the last look is 500 ms old or more: the next one reads it.
     await new Promise((r) => setTimeout(r, 600));
     const sessionId = id('dupkey');
@@ -198,11 +204,7 @@ describe('a keys file that lists one hash twice', () => {
       ...json(JSON.stringify({ sessionId, runtime: { kind: 'memory' } })),
     });
     expect(start).toMatchObject({ status: 403, json: { code: 'Forbidden' } });
-    write(keysFile, [
-      record('admin', keys.admin!, 'admin'),
-      record('viewer', keys.viewer!, 'viewer'),
-      record('operator', keys.operator!, 'operator'),
-    ]);
+    write(keysFile, baseRecords());
   });
 });
 
@@ -248,4 +250,63 @@ test('HEAD needs what GET needs: a viewer’s HEAD of a readable route is 200', 
   }
   const none = await fetch(`${gateway.url}/v1/sessions`, { method: 'HEAD' });
   expect(none.status).toBe(401);
+});
+
+/** Reads an event stream until it ends (resolves true) or `timeoutMs` passes with it still open (false). */
+async function streamEnds(route: string, key: string, timeoutMs: number, opened: () => void): Promise<boolean> {
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), timeoutMs);
+  try {
+    const res = await fetch(`${gateway.url}${route}`, {
+      headers: { authorization: `Bearer ${key}` },
+      signal: abort.signal,
+    });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    let seen = '';
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return true;
+      seen += Buffer.from(value).toString();
+      // Once the first phase is in, the record is changed.
+      if (seen.includes('event: phase')) opened();
+    }
+  } catch (err) {
+    if (abort.signal.aborted) return false;
+    throw err;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+describe('an open event stream ends with its key', () => {
+  test.each([
+    ['revoked', 'watch-revoked', () => baseRecords().filter((r) => r.id !== 'watch-revoked')],
+    [
+      'moved to another role',
+      'watch-role',
+      () => baseRecords().map((r) => (r.id === 'watch-role' ? { ...r, role: 'operator' } : r)),
+    ],
+    [
+      'moved to another tenant',
+      'watch-tenant',
+      () => baseRecords().map((r) => (r.id === 'watch-tenant' ? { ...r, tenant: 'acme' } : r)),
+    ],
+  ])(
+    'a key %s: its stream closes',
+    async (_, watcher, changed) => {
+      const sessionId = await startMemory();
+      let written = false;
+      const ended = await streamEnds(`/v1/sessions/${sessionId}/events`, keys[watcher]!, 15_000, () => {
+        if (written) return;
+        written = true;
+        write(keysFile, changed());
+      });
+      write(keysFile, baseRecords());
+      expect(ended).toBe(true);
+      // The session goes on: only the stream ended.
+      expect((await statusOf(sessionId)).phase).toBe('running');
+    },
+    30_000,
+  );
 });
