@@ -53,6 +53,7 @@ import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { isError } from '../errors';
 import { createHmac, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
+import { inputFingerprint } from '../domain/fingerprint';
 import { DEFAULT_TENANT, forkSessionIds } from '../domain/names';
 import { foldTimeline, inView, mergeByIndex } from '../domain/timeline';
 import type { SnapshotStore, TimelineLog } from '../snapshots';
@@ -450,7 +451,7 @@ export class SessionHandle {
   async rewind(input: RewindInput): Promise<RewindResult> {
     const args = withKey(parseInput(RewindInput, input, this.sessionId));
     return this.update(() =>
-      this.workflow.executeUpdate(rewindUpdate, { args: [args], updateId: updateIdFor('rewind', args.idempotencyKey) }),
+      this.workflow.executeUpdate(rewindUpdate, { args: [args], updateId: updateIdFor('rewind', args) }),
     );
   }
 
@@ -462,7 +463,7 @@ export class SessionHandle {
     const args = withKey(parseInput(ForkInput, input, this.sessionId));
     try {
       return await this.update(() =>
-        this.workflow.executeUpdate(forkUpdate, { args: [args], updateId: updateIdFor('fork', args.idempotencyKey) }),
+        this.workflow.executeUpdate(forkUpdate, { args: [args], updateId: updateIdFor('fork', args) }),
       );
     } catch (err) {
       // An ended session has no workflow to do it: its checkpoints are forked from here (DBOS's fork of a finished run).
@@ -508,7 +509,7 @@ export class SessionHandle {
   async branch(input: BranchInput = {}): Promise<ForkResult> {
     const args = withKey(parseInput(BranchInput, input, this.sessionId));
     return this.update(() =>
-      this.workflow.executeUpdate(branchUpdate, { args: [args], updateId: updateIdFor('branch', args.idempotencyKey) }),
+      this.workflow.executeUpdate(branchUpdate, { args: [args], updateId: updateIdFor('branch', args) }),
     );
   }
 
@@ -519,7 +520,7 @@ export class SessionHandle {
   async append(input: AppendInput): Promise<AppendResult> {
     const args = withKey(parseInput(AppendInput, input, this.sessionId));
     return this.update(() =>
-      this.workflow.executeUpdate(appendUpdate, { args: [args], updateId: updateIdFor('append', args.idempotencyKey) }),
+      this.workflow.executeUpdate(appendUpdate, { args: [args], updateId: updateIdFor('append', args) }),
     );
   }
 
@@ -529,7 +530,7 @@ export class SessionHandle {
     return this.update(() =>
       this.workflow.executeUpdate(regenerateUpdate, {
         args: [args],
-        updateId: updateIdFor('regenerate', args.idempotencyKey),
+        updateId: updateIdFor('regenerate', args),
       }),
     );
   }
@@ -540,7 +541,7 @@ export class SessionHandle {
     return this.update(() =>
       this.workflow.executeUpdate(configureUpdate, {
         args: [args],
-        updateId: updateIdFor('configure', args.idempotencyKey),
+        updateId: updateIdFor('configure', args),
       }),
     );
   }
@@ -560,7 +561,7 @@ export class SessionHandle {
     return this.update(() =>
       this.workflow.executeUpdate(checkpointUpdate, {
         args: [args],
-        updateId: updateIdFor('checkpoint', args.idempotencyKey),
+        updateId: updateIdFor('checkpoint', args),
       }),
     );
   }
@@ -569,7 +570,7 @@ export class SessionHandle {
   async pause(input: PauseInput = {}): Promise<CheckpointRef> {
     const args = withKey(parseInput(PauseInput, input, this.sessionId));
     return this.update(() =>
-      this.workflow.executeUpdate(pauseUpdate, { args: [args], updateId: updateIdFor('pause', args.idempotencyKey) }),
+      this.workflow.executeUpdate(pauseUpdate, { args: [args], updateId: updateIdFor('pause', args) }),
     );
   }
 
@@ -577,7 +578,7 @@ export class SessionHandle {
   async resume(input: ResumeInput = {}): Promise<ResumeResult> {
     const args = withKey(parseInput(ResumeInput, input, this.sessionId));
     return this.update(() =>
-      this.workflow.executeUpdate(resumeUpdate, { args: [args], updateId: updateIdFor('resume', args.idempotencyKey) }),
+      this.workflow.executeUpdate(resumeUpdate, { args: [args], updateId: updateIdFor('resume', args) }),
     );
   }
 
@@ -585,7 +586,7 @@ export class SessionHandle {
   async stop(input: StopInput = {}): Promise<StopResult> {
     const args = withKey(parseInput(StopInput, input, this.sessionId));
     return this.update(() =>
-      this.workflow.executeUpdate(stopUpdate, { args: [args], updateId: updateIdFor('stop', args.idempotencyKey) }),
+      this.workflow.executeUpdate(stopUpdate, { args: [args], updateId: updateIdFor('stop', args) }),
     );
   }
 
@@ -758,11 +759,13 @@ function withKey<T extends { idempotencyKey?: string }>(input: T): T {
 }
 
 /**
- * The server deduplicates updates by id within a run whatever their name, so the control is part of the id:
- * a key reused for another control then reaches the workflow, which refuses it.
+ * The server deduplicates updates by id within a run whatever their name and input, so the control and the input's
+ * digest are part of the id: a key reused for another control, or with other input, then reaches the workflow, which
+ * refuses it; a retry of the same control and input is still answered by the server with the first outcome.
  */
-function updateIdFor(control: string, key: string | undefined): string | undefined {
-  return key === undefined ? undefined : `${control}:${key}`;
+function updateIdFor(control: string, args: { idempotencyKey?: string }): string | undefined {
+  const key = args.idempotencyKey;
+  return key === undefined ? undefined : `${control}:${key}:${inputFingerprint(args)}`;
 }
 
 function parseInput<T>(schema: z.ZodType<T>, raw: unknown, sessionId: string): T {

@@ -47,3 +47,9 @@ export const POLICY_CLOCK_PATCH = 'policy-workflow-clock';
  * upserted whenever one changes, so operators filter by them (`FailureCode = "SnapshotCorrupt"`, `SessionHost = …`).
  */
 export const PROGRESS_ATTRIBUTES_PATCH = 'progress-search-attributes';
+
+/**
+ * A control's idempotency key is remembered with a digest of its input: the key sent again with other input is
+ * refused (`IdempotencyKeyReused`) instead of answered with the first outcome.
+ */
+export const IDEMPOTENCY_DIGEST_PATCH = 'idempotency-input-digest';

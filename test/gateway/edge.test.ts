@@ -2,6 +2,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { SessionStatus } from '../../src/api';
+import { IdempotencyKeyReusedError } from '../../src/client';
 import { ApiKeys, generateKey, hashKey, type Problem, type RunningGateway } from '../../src/gateway';
 import { startTestGateway } from '../helpers/gateway';
 import { eventually, startTestSystem, type TestSystem } from '../helpers/temporal';
@@ -309,4 +310,34 @@ describe('an open event stream ends with its key', () => {
     },
     30_000,
   );
+});
+
+describe('an idempotency key sent again with other input', () => {
+  test('over HTTP: 422 IdempotencyKeyReused, and nothing is done; the same input again gets the first answer', async () => {
+    const sessionId = await startMemory();
+    const route = `/v1/sessions/${sessionId}/checkpoint`;
+    const key = { 'idempotency-key': crypto.randomUUID() };
+    const first = await raw('POST', route, json('{"label":"a"}', key));
+    expect(first).toMatchObject({ status: 200, json: { label: 'a' } });
+    const other = await raw('POST', route, json('{"label":"b"}', key));
+    expect(other).toMatchObject({ status: 422, json: { code: 'IdempotencyKeyReused', sessionId } });
+    // Field order and spacing are not input.
+    const again = await raw('POST', route, json('{ "label": "a" }', key));
+    expect(again).toMatchObject({ status: 200, json: { checkpointId: first.json.checkpointId } });
+    expect((await statusOf(sessionId)).checkpointCount).toBe(1);
+  });
+
+  test('in SessionClient: IdempotencyKeyReusedError', async () => {
+    const sessionId = await startMemory();
+    const handle = sys.sessions.get(sessionId);
+    const idempotencyKey = crypto.randomUUID();
+    const first = await handle.checkpoint({ label: 'a', idempotencyKey });
+    const err = await handle.checkpoint({ label: 'b', idempotencyKey }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(IdempotencyKeyReusedError);
+    expect(err).toMatchObject({ code: 'IdempotencyKeyReused', sessionId });
+    expect(await handle.checkpoint({ idempotencyKey, label: 'a' })).toEqual(first);
+    // A pause under the same key is another control: InvalidInput, as before.
+    await expect(handle.pause({ idempotencyKey })).rejects.toMatchObject({ code: 'InvalidInput' });
+    expect((await handle.status()).checkpointCount).toBe(1);
+  });
 });
