@@ -242,6 +242,20 @@ export const EnvConfig = z.object({
   /** Requests a second one API key may send the gateway (bursts of twice that); over it: 429 with Retry-After. */
   DS_GATEWAY_RATE_PER_KEY: z.coerce.number({ message: 'expected a number' }).positive().max(1_000_000).default(100),
   /**
+   * How long a client may take to send a request's headers, and the whole request with its body; and how long a
+   * connection may sit with nothing sent either way (an event stream's keep-alive comments count). Past them the
+   * gateway answers 408 or closes the connection: a slow or endless request holds nothing for long.
+   */
+  DS_GATEWAY_HEADERS_TIMEOUT_MS: z.coerce.number({ message: 'expected a number' }).int().min(100).default(10_000),
+  DS_GATEWAY_BODY_TIMEOUT_MS: z.coerce.number({ message: 'expected a number' }).int().min(100).default(30_000),
+  DS_GATEWAY_IDLE_TIMEOUT_MS: z.coerce.number({ message: 'expected a number' }).int().min(100).default(60_000),
+  /** Requests with a missing or wrong API key one client address may send a second (bursts of twice that). */
+  DS_GATEWAY_AUTH_FAILURES_PER_SECOND: z.coerce
+    .number({ message: 'expected a number' })
+    .positive()
+    .max(1_000_000)
+    .default(5),
+  /**
    * The secret list cursors are sealed with (HMAC-SHA256), base64 of at least 32 bytes. Gateways that hand each
    * other's cursors on (behind one load balancer) need the same one; unset: random per process.
    */
@@ -314,6 +328,9 @@ export interface Config {
     /** The keys as JSON, from DS_API_KEYS. */
     keysJson?: string;
     ratePerKey: number;
+    /** Failed authentications a second per client address (bursts of twice that); over it: 429. */
+    authFailuresPerSecond: number;
+    timeouts: GatewayTimeouts;
     /** The secret list cursors are sealed with; undefined: random per process. */
     cursorKey?: Buffer;
     /** Absolute paths of the PEM certificate and key; undefined: plain HTTP. */
@@ -322,6 +339,13 @@ export interface Config {
   /** The Prometheus endpoint; no port: none (unless `npm start`'s embedded default turns it on). */
   metrics: { host: string; port?: number };
   logLevel: EnvConfig['LOG_LEVEL'];
+}
+
+/** How long the gateway waits for a request's headers, for the whole request, and on a silent connection. */
+export interface GatewayTimeouts {
+  headersMs: number;
+  bodyMs: number;
+  idleMs: number;
 }
 
 /**
@@ -446,6 +470,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       keysFile: e.DS_API_KEYS_FILE ? path.resolve(e.DS_API_KEYS_FILE) : undefined,
       ...(e.DS_API_KEYS !== undefined ? { keysJson: e.DS_API_KEYS } : {}),
       ratePerKey: e.DS_GATEWAY_RATE_PER_KEY,
+      authFailuresPerSecond: e.DS_GATEWAY_AUTH_FAILURES_PER_SECOND,
+      timeouts: {
+        headersMs: e.DS_GATEWAY_HEADERS_TIMEOUT_MS,
+        bodyMs: e.DS_GATEWAY_BODY_TIMEOUT_MS,
+        idleMs: e.DS_GATEWAY_IDLE_TIMEOUT_MS,
+      },
       ...(e.DS_GATEWAY_CURSOR_KEY !== undefined ? { cursorKey: Buffer.from(e.DS_GATEWAY_CURSOR_KEY, 'base64') } : {}),
       ...(e.DS_GATEWAY_TLS_CERT !== undefined && e.DS_GATEWAY_TLS_KEY !== undefined
         ? { tls: { certFile: path.resolve(e.DS_GATEWAY_TLS_CERT), keyFile: path.resolve(e.DS_GATEWAY_TLS_KEY) } }

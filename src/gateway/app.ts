@@ -6,6 +6,7 @@ import type { SessionStatus } from '../api';
 import { SessionListFilter, type SessionClient, type SessionHandle } from '../client';
 import { ERROR_CODES } from '../domain/error-codes';
 import { InvalidInputError } from '../domain/errors';
+import { messageOf } from '../errors';
 import {
   AppendInput,
   BranchInput,
@@ -27,7 +28,7 @@ import { CoalescedReads } from './coalesce';
 import { CODEC_BASE_PATH, codecServer, type CodecServerOptions } from './codec-server';
 import { SessionEvent, sessionEvents, type EventStreamOptions } from './events';
 import { bearerKey, type ApiKeys, type Principal, type Role } from './keys';
-import { strictJsonBody, UnsupportedBodyError } from './json-body';
+import { ClientClosedError, strictJsonBody, UnsupportedBodyError } from './json-body';
 import { GATEWAY_CODES, problem, problemOf, type Problem } from './problems';
 import { RateLimiter } from './rate-limit';
 import { referencePage } from './reference';
@@ -57,10 +58,17 @@ export interface GatewayOptions {
   maxBodyBytes?: number;
   /** Requests a second per API key (bursts of twice that); over it, 429 with `Retry-After`. Default 100. */
   ratePerKey?: number;
+  /**
+   * Requests with a missing or wrong key a second per client address (bursts of twice that). Over it, every request
+   * of that address that is not yet authenticated is 429 with `Retry-After`, its key unchecked. Default 5.
+   */
+  authFailuresPerSecond?: number;
   /** How the event streams read sessions. */
   events?: EventStreamOptions;
   /** Where unexpected errors go (default console.error); callers only see a problem without details. */
   logError?: (err: unknown) => void;
+  /** Where expected events go, one line each with no stack: a client that went away mid-request (default console.warn). */
+  logNote?: (line: string) => void;
   /** Serve Temporal's remote codec protocol under `/v1/codec` (for the Web UI and `temporal` CLI); else 404 there. */
   codec?: CodecServerOptions;
 }
@@ -155,6 +163,7 @@ export function openApiDocument(): unknown {
 export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   const { sessions, keys } = options;
   const logError = options.logError ?? ((err: unknown) => console.error('gateway:', err));
+  const logNote = options.logNote ?? ((line: string) => console.warn(`gateway: ${line}`));
   const app = new OpenAPIHono<Env>();
   // One client per tenant: a key reaches its own tenant's sessions only, so another's look like none at all (404).
   const tenants = new Map<string, SessionClient>();
@@ -178,6 +187,11 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   };
 
   app.onError((err, c) => {
+    // A client that went away mid-request is no fault of the gateway: one line, and an answer nobody reads.
+    if (err instanceof ClientClosedError || c.req.raw.signal.aborted) {
+      logNote(`client closed ${c.req.method} ${c.req.path} before its answer (${messageOf(err)})`);
+      return send(c, problem(400, GATEWAY_CODES.ClientClosedRequest, 'the client closed the request'));
+    }
     const p = err instanceof UnsupportedBodyError ? err.problem : problemOf(err);
     if (p.status >= 500 && p.code !== 'Busy') logError(err);
     return send(c, p);
@@ -209,10 +223,24 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   // Not in the OpenAPI document (see codecServer): plain routes, not registered with the document's registry.
   if (options.codec) app.route(CODEC_BASE_PATH, codecServer(options.codec, { keys, ratePerKey, send }));
   const limiter = new RateLimiter(ratePerKey);
+  const failuresPerSecond = options.authFailuresPerSecond ?? 5;
+  const failures = new RateLimiter(failuresPerSecond);
+  const throttled = problem(
+    429,
+    GATEWAY_CODES.RateLimited,
+    `over ${failuresPerSecond} failed authentications a second from this address`,
+  );
   const authenticate: MiddlewareHandler<Env> = async (c, next) => {
+    // Guessing keys is throttled per address: over the rate, no key is even looked at until the address waits.
+    const address = clientAddress(c);
+    const blocked = failures.waitOf(address);
+    if (blocked > 0) return send(c, throttled, { 'retry-after': String(blocked) });
     const key = bearerKey(c.req.header('authorization'));
     const principal = key === undefined ? undefined : keys.authenticate(key);
-    if (!principal) return send(c, problem(401, GATEWAY_CODES.Unauthorized, 'a valid API key is required (Bearer)'));
+    if (!principal) {
+      failures.take(address);
+      return send(c, problem(401, GATEWAY_CODES.Unauthorized, 'a valid API key is required (Bearer)'));
+    }
     // HEAD is a GET without the body: it reads, so it needs what GET needs.
     const needed: Role = c.req.method === 'GET' || c.req.method === 'HEAD' ? 'viewer' : 'operator';
     if (RANK[principal.role] < RANK[needed]) {
@@ -330,6 +358,13 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     });
   }
   return app;
+}
+
+/** The peer's address (behind a proxy, the proxy's: the proxy is the client to throttle). */
+function clientAddress(c: Context): string {
+  return (
+    (c.env as { incoming?: { socket?: { remoteAddress?: string } } } | undefined)?.incoming?.socket?.remoteAddress ?? ''
+  );
 }
 
 /** The `Idempotency-Key` header is the control's key; a body that names another one is refused. */

@@ -1,6 +1,7 @@
 import type { Context } from 'hono';
 import type { z } from 'zod';
 import { InvalidInputError } from '../domain/errors';
+import { messageOf } from '../errors';
 import { GATEWAY_CODES, problem, type Problem } from './problems';
 
 /** Thrown when a request body is not `application/json` in UTF-8: the answer is this problem (415). */
@@ -9,6 +10,9 @@ export class UnsupportedBodyError extends Error {
     super(problem.detail);
   }
 }
+
+/** Thrown when the client went away before its body was read whole: nobody is left to answer. */
+export class ClientClosedError extends Error {}
 
 /** Keys that would reach an object's prototype in code that copies a body naively: refused wherever they appear. */
 const FORBIDDEN_KEYS = new Set(['__proto__', 'constructor', 'prototype']);
@@ -23,7 +27,13 @@ type Issue = z.core.$ZodIssue;
  * An empty body is `{}` (controls without input), whatever its type.
  */
 export async function strictJsonBody(c: Context, sessionId: string): Promise<unknown> {
-  const bytes = new Uint8Array(await c.req.arrayBuffer());
+  let bytes: Uint8Array;
+  try {
+    bytes = new Uint8Array(await c.req.arrayBuffer());
+  } catch (err) {
+    // The only way a body read fails once the headers are in: the client went away (or took too long) mid-body.
+    throw new ClientClosedError(messageOf(err), { cause: err });
+  }
   if (bytes.every((b) => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09)) return {};
   checkContentType(c.req.header('content-type'));
   let text: string;

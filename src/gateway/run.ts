@@ -42,6 +42,8 @@ export async function runGateway(
     sessions,
     keys,
     ratePerKey: config.gateway.ratePerKey,
+    authFailuresPerSecond: config.gateway.authFailuresPerSecond,
+    timeouts: config.gateway.timeouts,
     codec: {
       codec: dataConverter.payloadCodecs[0],
       corsOrigins: [...new Set([...config.codecCorsOrigins, ...extraCorsOrigins])],

@@ -1,5 +1,6 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import type { SessionStatus } from '../../src/api';
 import { IdempotencyKeyReusedError } from '../../src/client';
@@ -340,4 +341,100 @@ describe('an idempotency key sent again with other input', () => {
     await expect(handle.pause({ idempotencyKey })).rejects.toMatchObject({ code: 'InvalidInput' });
     expect((await handle.status()).checkpointCount).toBe(1);
   });
+});
+
+describe('slow, endless and abandoned requests; guessed keys', () => {
+  let edge: RunningGateway;
+  let edgeKey: string;
+  const errors: unknown[] = [];
+  const notes: string[] = [];
+  beforeAll(async () => {
+    const started = await startTestGateway(sys, [{ id: 'admin' }], {
+      timeouts: { headersMs: 500, bodyMs: 1_000, idleMs: 2_000 },
+      authFailuresPerSecond: 2,
+      logError: (err) => errors.push(err),
+      logNote: (line) => notes.push(line),
+    });
+    edge = started.gateway;
+    edgeKey = started.keys.admin!;
+  });
+  afterAll(() => edge?.close());
+
+  /** A raw connection that sends `text` and then nothing; resolves with what came back once the gateway closes it. */
+  function hold(text: string, giveUpMs = 15_000): Promise<{ closed: boolean; answer: string }> {
+    const { port } = new URL(edge.url);
+    return new Promise((resolve) => {
+      const socket = net.connect(Number(port), '127.0.0.1', () => socket.write(text));
+      let answer = '';
+      socket.on('data', (d) => (answer += d.toString()));
+      const timer = setTimeout(() => {
+        socket.destroy();
+        resolve({ closed: false, answer });
+      }, giveUpMs);
+      socket.on('close', () => {
+        clearTimeout(timer);
+        resolve({ closed: true, answer });
+      });
+      socket.on('error', () => undefined);
+    });
+  }
+
+  test('headers that never end (slow-loris) are cut off', async () => {
+    const held = await Promise.all(
+      Array.from({ length: 5 }, () =>
+        hold(`GET /v1/sessions HTTP/1.1\r\nHost: x\r\nauthorization: Bearer ${edgeKey}\r\n`),
+      ),
+    );
+    for (const h of held) expect(h.closed).toBe(true);
+  }, 30_000);
+
+  test('a chunked body that never ends, with a valid key, is answered 408 and closed', async () => {
+    const sessionId = await startMemory();
+    const held = await hold(
+      `POST /v1/sessions/${sessionId}/checkpoint HTTP/1.1\r\nHost: x\r\nauthorization: Bearer ${edgeKey}\r\n` +
+        'content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{"\r\n',
+    );
+    expect(held.closed).toBe(true);
+    expect(held.answer).toMatch(/^HTTP\/1\.1 408/);
+    expect((await statusOf(sessionId)).checkpointCount).toBe(0);
+  }, 30_000);
+
+  test('a client that goes away mid-body is one quiet line, not an error with a stack', async () => {
+    const sessionId = await startMemory();
+    const { port } = new URL(edge.url);
+    const socket = net.connect(Number(port), '127.0.0.1');
+    await new Promise((r) => socket.once('connect', r));
+    socket.write(
+      `POST /v1/sessions/${sessionId}/checkpoint HTTP/1.1\r\nHost: x\r\nauthorization: Bearer ${edgeKey}\r\n` +
+        'content-type: application/json\r\ncontent-length: 1000\r\n\r\n{"label":',
+    );
+    // Once the gateway has the headers (its answer to a second request on another connection shows it is reading).
+    await eventually(async () => (await fetch(`${edge.url}/healthz`)).ok);
+    socket.destroy();
+    await eventually(() => notes.length > 0, 10_000);
+    expect(notes[0]).toMatch(new RegExp(`^client closed POST /v1/sessions/${sessionId}/checkpoint`));
+    expect(notes[0]).not.toContain('\n');
+    expect(errors).toEqual([]);
+  }, 30_000);
+
+  test('wrong keys from one address are throttled: 429 with Retry-After, then even a right key waits', async () => {
+    const statuses: number[] = [];
+    let retryAfter: string | null = null;
+    for (let i = 0; i < 20; i++) {
+      const res = await fetch(`${edge.url}/v1/sessions`, { headers: { authorization: `Bearer dsk_guess-${i}` } });
+      statuses.push(res.status);
+      if (res.status === 429) retryAfter = res.headers.get('retry-after');
+    }
+    expect(statuses.slice(0, 4)).toEqual([401, 401, 401, 401]);
+    expect(statuses).toContain(429);
+    expect(Number(retryAfter)).toBeGreaterThanOrEqual(1);
+    const right = await fetch(`${edge.url}/v1/sessions`, { headers: { authorization: `Bearer ${edgeKey}` } });
+    expect(right.status).toBe(429);
+    // Once the address has waited, the right key works.
+    await eventually(
+      async () =>
+        (await fetch(`${edge.url}/v1/sessions`, { headers: { authorization: `Bearer ${edgeKey}` } })).status === 200,
+      15_000,
+    );
+  }, 30_000);
 });
