@@ -190,7 +190,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     // A client that went away mid-request is no fault of the gateway: one line, and an answer nobody reads.
     if (err instanceof ClientClosedError || c.req.raw.signal.aborted) {
       logNote(`client closed ${c.req.method} ${c.req.path} before its answer (${messageOf(err)})`);
-      return send(c, problem(400, GATEWAY_CODES.ClientClosedRequest, 'the client closed the request'));
+      return c.body(null, 400);
     }
     const p = err instanceof UnsupportedBodyError ? err.problem : problemOf(err);
     if (p.status >= 500 && p.code !== 'Busy') logError(err);
@@ -198,9 +198,14 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   });
   app.notFound((c) => send(c, problem(404, GATEWAY_CODES.NotFound, `no route ${c.req.method} ${c.req.path}`)));
 
-  document(app, 'get', '/healthz', 'Whether the gateway answers', { answers: { 200: HealthAnswer }, probe: [] });
+  document(app, 'get', '/healthz', 'Whether the gateway answers', {
+    operationId: 'health',
+    answers: { 200: HealthAnswer },
+    probe: [],
+  });
   app.get('/healthz', (c) => c.json({ ok: true }));
   document(app, 'get', '/readyz', 'Whether the gateway reaches Temporal', {
+    operationId: 'readiness',
     answers: { 200: HealthAnswer },
     probe: [503],
   });
@@ -262,6 +267,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   app.use('/v1/sessions/*', authenticate, limit);
 
   document(app, 'post', '/v1/sessions', 'Start a session (`wait=false`: 202 at once, not yet running)', {
+    operationId: 'startSession',
     body: StartSessionInput,
     query: z.object({ wait: z.enum(['true', 'false']).optional() }),
     answers: {
@@ -278,6 +284,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   });
 
   document(app, 'get', '/v1/sessions', 'Sessions, newest first', {
+    operationId: 'listSessions',
     query: SessionListFilter,
     answers: { 200: SessionPageAnswer },
   });
@@ -292,10 +299,14 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     });
   });
 
-  document(app, 'get', '/v1/sessions/{id}', 'A session’s status', { answers: { 200: SessionStatusAnswer } });
+  document(app, 'get', '/v1/sessions/{id}', 'A session’s status', {
+    operationId: 'getSession',
+    answers: { 200: SessionStatusAnswer },
+  });
   app.get('/v1/sessions/:id', async (c) => c.json(await statusOf(sessionsOf(c).get(c.req.param('id')))));
 
   document(app, 'get', '/v1/sessions/{id}/checkpoints', 'The timeline, in index order', {
+    operationId: 'getTimeline',
     query: TimelinePageInput,
     answers: { 200: TimelinePageAnswer },
   });
@@ -305,6 +316,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   });
 
   document(app, 'get', '/v1/sessions/{id}/checkpoints/{index}', 'One timeline entry, with its verification state', {
+    operationId: 'getTimelineEntry',
     answers: { 200: TimelineEntryAnswer },
   });
   app.get('/v1/sessions/:id/checkpoints/:index', async (c) => {
@@ -325,6 +337,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   });
 
   document(app, 'get', '/v1/sessions/{id}/events', 'Phase, progress and timeline entries as Server-Sent Events', {
+    operationId: 'sessionEvents',
     answers: { 200: { schema: SessionEvent, type: 'text/event-stream' } },
   });
   app.get('/v1/sessions/:id/events', (c) => {
@@ -338,6 +351,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   });
 
   document(app, 'post', '/v1/sessions/{id}/touch', 'Record activity (idle policies)', {
+    operationId: 'touch',
     answers: { 200: TouchAnswer },
   });
   app.post('/v1/sessions/:id/touch', async (c) => {
@@ -347,6 +361,8 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
 
   for (const [name, control] of Object.entries(CONTROLS)) {
     document(app, 'post', `/v1/sessions/{id}/${name}`, `${name} (the session control)`, {
+      // The control's wire name: one name for it in the document, the client and the workflow.
+      operationId: name,
       body: control.input,
       answers: { 200: control.output },
     });
@@ -403,6 +419,8 @@ const PATH_PARAMS: Record<string, ZodType> = {
 type Answer = ZodType | { schema: ZodType; description?: string; type?: string };
 
 interface RouteDoc {
+  /** The operation's name in the document (generated clients name their methods by it): stable, never renamed. */
+  operationId: string;
   body?: ZodType;
   /** The query parameters, by the schema the route checks them with (their values are strings on the wire). */
   query?: z.ZodObject;
@@ -418,7 +436,7 @@ function document(
   method: 'get' | 'post',
   path: string,
   summary: string,
-  { body, query, answers, probe }: RouteDoc,
+  { operationId, body, query, answers, probe }: RouteDoc,
 ): void {
   const params = [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
   // Only a control whose input has a key takes the header (withIdempotencyKey puts it in the input).
@@ -426,6 +444,7 @@ function document(
   app.openAPIRegistry.registerPath({
     method,
     path,
+    operationId,
     summary,
     ...(probe ? { security: [] } : {}),
     request: {

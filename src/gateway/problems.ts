@@ -28,7 +28,6 @@ export const GATEWAY_CODES = {
   PayloadTooLarge: 'PayloadTooLarge',
   UnsupportedMediaType: 'UnsupportedMediaType',
   RateLimited: 'RateLimited',
-  ClientClosedRequest: 'ClientClosedRequest',
   Unavailable: 'Unavailable',
   Internal: 'Internal',
 } as const;
