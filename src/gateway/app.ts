@@ -3,7 +3,7 @@ import type { Context, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { ZodType } from 'zod';
 import type { SessionStatus } from '../api';
-import { SessionListFilter, type SessionClient, type SessionHandle } from '../client';
+import { SessionListFilter, type SessionClient, type SessionHandle, type TimelinePage } from '../client';
 import { ERROR_CODES } from '../domain/error-codes';
 import { InvalidInputError } from '../domain/errors';
 import { messageOf } from '../errors';
@@ -178,6 +178,12 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   // tenant's session key, so two tenants' reads never share.
   const statusReads = new CoalescedReads<SessionStatus>();
   const statusOf = (handle: SessionHandle) => statusReads.read(handle.workflow.workflowId, () => handle.status());
+  // And the event streams of one session read its timeline together: streams at the same index share one read.
+  const timelineReads = new CoalescedReads<TimelinePage>();
+  const timelineOf = (handle: SessionHandle, from: number) =>
+    timelineReads.read(`${handle.workflow.workflowId}#${from}`, () =>
+      handle.timelinePage({ from, limit: 100, all: true }),
+    );
 
   const send = (c: Context, p: Problem, extra: Record<string, string> = {}) => {
     const headers: Record<string, string> = { 'content-type': 'application/problem+json', ...extra };
@@ -347,7 +353,11 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
       const now = keys.authenticate(key);
       return now?.keyId === opened.keyId && now.tenant === opened.tenant && now.role === opened.role;
     };
-    return sessionEvents(c, sessionsOf(c).get(c.req.param('id')), options.events, statusOf, authorized);
+    return sessionEvents(c, sessionsOf(c).get(c.req.param('id')), options.events, {
+      status: statusOf,
+      timeline: timelineOf,
+      authorized,
+    });
   });
 
   document(app, 'post', '/v1/sessions/{id}/touch', 'Record activity (idle policies)', {

@@ -125,6 +125,10 @@ export const SessionStatusAnswer = component(
       updatedAt: true,
     }).shape,
     runtimeKind: RuntimeInstanceRef.shape.kind,
+    recentPhases: z
+      .array(z.object({ n: z.number().int().min(0), phase: CarriedState.shape.phase, at: z.string() }))
+      .optional()
+      .describe('the phases this run went through, newest last (at most 16), numbered from its start'),
     checkpointCount: RunControlState.shape.checkpointCount,
     pendingControls: z.number().int().min(0).describe('controls accepted and not yet finished'),
     lastVerification: VerificationResult.nullable(),

@@ -438,3 +438,111 @@ describe('slow, endless and abandoned requests; guessed keys', () => {
     );
   }, 30_000);
 });
+
+/** The events of a stream as they come, until `done` says so (or the stream ends). */
+async function collectEvents(
+  url: string,
+  key: string,
+  done: (events: { event: string; data: Record<string, unknown> }[]) => boolean,
+  opened?: () => void,
+): Promise<{ event: string; data: Record<string, unknown> }[]> {
+  const abort = new AbortController();
+  const res = await fetch(url, { headers: { authorization: `Bearer ${key}` }, signal: abort.signal });
+  expect(res.status).toBe(200);
+  const reader = res.body!.getReader();
+  const events: { event: string; data: Record<string, unknown> }[] = [];
+  let buffer = '';
+  try {
+    for (;;) {
+      const { done: ended, value } = await reader.read();
+      if (ended) return events;
+      buffer += Buffer.from(value).toString();
+      let cut: number;
+      while ((cut = buffer.indexOf('\n\n')) >= 0) {
+        const block = buffer.slice(0, cut);
+        buffer = buffer.slice(cut + 2);
+        const event = /^event: (.*)$/m.exec(block)?.[1];
+        const data = /^data: (.*)$/m.exec(block)?.[1];
+        if (event && data) events.push({ event, data: JSON.parse(data) as Record<string, unknown> });
+        if (events.length === 1) opened?.();
+      }
+      if (done(events)) return events;
+    }
+  } finally {
+    abort.abort();
+  }
+}
+
+describe('event streams', () => {
+  test('a pause then a resume at once: the stream sends every phase, paused included', async () => {
+    const sessionId = await startMemory();
+    const phases = (es: { event: string; data: Record<string, unknown> }[]) =>
+      es.filter((e) => e.event === 'phase').map((e) => e.data.phase);
+    let controls: Promise<unknown> | undefined;
+    const events = await collectEvents(
+      `${gateway.url}/v1/sessions/${sessionId}/events`,
+      keys.admin!,
+      (es) => phases(es).filter((p) => p === 'running').length >= 2,
+      () => {
+        controls = (async () => {
+          await raw('POST', `/v1/sessions/${sessionId}/pause`);
+          await raw('POST', `/v1/sessions/${sessionId}/resume`);
+        })();
+      },
+    );
+    await controls;
+    expect(phases(events)).toEqual(['running', 'pausing', 'paused', 'resuming', 'running']);
+  }, 60_000);
+
+  test('the streams of one session share its timeline reads', async () => {
+    let reads = 0;
+    const counting = new Proxy(sys.sessions, {
+      get(target, prop) {
+        if (prop === 'get') {
+          return (sessionId: string) => {
+            const handle = target.get(sessionId);
+            const read = handle.timelinePage.bind(handle);
+            handle.timelinePage = (input) => {
+              reads++;
+              return read(input);
+            };
+            return handle;
+          };
+        }
+        const value = Reflect.get(target, prop) as unknown;
+        return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+      },
+    });
+    const { gateway: shared, keys: sharedKeys } = await startTestGateway({ ...sys, sessions: counting });
+    try {
+      const sessionId = id('shared');
+      const start = await fetch(`${shared.url}/v1/sessions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${sharedKeys.admin}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ sessionId, runtime: { kind: 'memory' } }),
+      });
+      expect(start.status).toBe(201);
+      const STREAMS = 30;
+      let open = 0;
+      let allOpen: () => void = () => undefined;
+      const opened = new Promise<void>((r) => (allOpen = r));
+      const streams = Array.from({ length: STREAMS }, () =>
+        collectEvents(
+          `${shared.url}/v1/sessions/${sessionId}/events`,
+          sharedKeys.admin!,
+          (es) => es.filter((e) => e.event === 'timeline').length >= 3,
+          () => ++open === STREAMS && allOpen(),
+        ),
+      );
+      await opened;
+      const before = reads;
+      for (let i = 0; i < 3; i++) await sys.sessions.get(sessionId).checkpoint({ label: `c${i}` });
+      const seen = await Promise.all(streams);
+      for (const events of seen) expect(events.filter((e) => e.event === 'timeline')).toHaveLength(3);
+      // Each stream reading on its own would be 30 reads at least; together they are a few.
+      expect(reads - before).toBeLessThan(STREAMS / 2);
+    } finally {
+      await shared.close();
+    }
+  }, 120_000);
+});
