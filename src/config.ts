@@ -243,8 +243,8 @@ export const EnvConfig = z.object({
   DS_GATEWAY_RATE_PER_KEY: z.coerce.number({ message: 'expected a number' }).positive().max(1_000_000).default(100),
   /**
    * How long a client may take to send a request's headers, and the whole request with its body; and how long a
-   * connection may sit with nothing sent either way (an event stream's keep-alive comments count). Past them the
-   * gateway answers 408 or closes the connection: a slow or endless request holds nothing for long.
+   * kept-alive connection may wait for its next request. Past them the gateway answers 408 or closes the connection:
+   * a slow or endless request holds nothing for long (an answer that takes long, such as a large pause, is not idle).
    */
   DS_GATEWAY_HEADERS_TIMEOUT_MS: z.coerce.number({ message: 'expected a number' }).int().min(100).default(10_000),
   DS_GATEWAY_BODY_TIMEOUT_MS: z.coerce.number({ message: 'expected a number' }).int().min(100).default(30_000),

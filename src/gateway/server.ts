@@ -1,7 +1,6 @@
 import fs from 'node:fs';
-import type http from 'node:http';
 import https from 'node:https';
-import type { AddressInfo, Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import tls from 'node:tls';
 import { serve } from '@hono/node-server';
 import type { GatewayTimeouts } from '../config';
@@ -82,13 +81,14 @@ function signature(files: GatewayTls): string {
 export async function startGateway(
   options: GatewayOptions & { port: number; hostname?: string; tls?: GatewayTls; timeouts?: Partial<GatewayTimeouts> },
 ): Promise<RunningGateway> {
+  // Idle is between requests only (keep-alive): a control that takes minutes to answer is not idle.
   const { headersMs = 10_000, bodyMs = 30_000, idleMs = 60_000 } = options.timeouts ?? {};
   // Node checks the header and request deadlines only every `connectionsCheckingInterval` (30 s by default): as
   // often as the shorter deadline needs, so a slow-loris client is cut off near its deadline, not half a minute on.
   const limits = {
     headersTimeout: headersMs,
     requestTimeout: Math.max(bodyMs, headersMs),
-    keepAliveTimeout: Math.min(idleMs, 5_000),
+    keepAliveTimeout: idleMs,
     connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(headersMs / 4))),
   };
   const files = options.tls;
@@ -111,8 +111,6 @@ export async function startGateway(
     );
     s.once('error', reject);
   });
-  // A connection with nothing sent either way for this long is closed (an event stream writes a comment every 15 s).
-  (server as http.Server).setTimeout(idleMs, (socket: Socket) => socket.destroy());
   const logError = options.logError ?? ((err: unknown) => console.error('gateway:', err));
   const poll =
     files &&
