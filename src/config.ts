@@ -28,6 +28,7 @@ export const SECRET_VARIABLES = [
   'TEMPORAL_API_KEY',
   'TEMPORAL_TLS_KEY_PATH',
   'DS_GATEWAY_TLS_KEY',
+  'DS_GATEWAY_CURSOR_KEY',
 ] as const;
 
 /** The prefixes of the worker's own variables: a session's environment holds none of them. */
@@ -252,6 +253,30 @@ export const EnvConfig = z.object({
   /** Requests a second one API key may send the gateway (bursts of twice that); over it: 429 with Retry-After. */
   DS_GATEWAY_RATE_PER_KEY: z.coerce.number({ message: 'expected a number' }).positive().max(1_000_000).default(100),
   /**
+   * How long a client may take to send a request's headers, and the whole request with its body; and how long a
+   * kept-alive connection may wait for its next request. Past them the gateway answers 408 or closes the connection:
+   * a slow or endless request holds nothing for long (an answer that takes long, such as a large pause, is not idle).
+   */
+  DS_GATEWAY_HEADERS_TIMEOUT_MS: z.coerce.number({ message: 'expected a number' }).int().min(100).default(10_000),
+  DS_GATEWAY_BODY_TIMEOUT_MS: z.coerce.number({ message: 'expected a number' }).int().min(100).default(30_000),
+  DS_GATEWAY_IDLE_TIMEOUT_MS: z.coerce.number({ message: 'expected a number' }).int().min(100).default(60_000),
+  /** Requests with a missing or wrong API key one client address may send a second (bursts of twice that). */
+  DS_GATEWAY_AUTH_FAILURES_PER_SECOND: z.coerce
+    .number({ message: 'expected a number' })
+    .positive()
+    .max(1_000_000)
+    .default(5),
+  /**
+   * The secret list cursors are sealed with (HMAC-SHA256), base64 of at least 32 bytes. Gateways that hand each
+   * other's cursors on (behind one load balancer) need the same one; unset: random per process.
+   */
+  DS_GATEWAY_CURSOR_KEY: z
+    .string()
+    .refine((v) => /^[A-Za-z0-9+/]+=*$/.test(v) && Buffer.from(v, 'base64').length >= 32, {
+      message: 'expected base64 of at least 32 bytes (openssl rand -base64 32)',
+    })
+    .optional(),
+  /**
    * Where the worker serves Prometheus metrics (`/metrics`): Temporal's own and the worker's. Unset: no endpoint
    * (`npm start`'s embedded default serves them on 9464).
    */
@@ -316,12 +341,24 @@ export interface Config {
     /** The keys as JSON, from DS_API_KEYS. */
     keysJson?: string;
     ratePerKey: number;
+    /** Failed authentications a second per client address (bursts of twice that); over it: 429. */
+    authFailuresPerSecond: number;
+    timeouts: GatewayTimeouts;
+    /** The secret list cursors are sealed with; undefined: random per process. */
+    cursorKey?: Buffer;
     /** Absolute paths of the PEM certificate and key; undefined: plain HTTP. */
     tls?: { certFile: string; keyFile: string };
   };
   /** The Prometheus endpoint; no port: none (unless `npm start`'s embedded default turns it on). */
   metrics: { host: string; port?: number };
   logLevel: EnvConfig['LOG_LEVEL'];
+}
+
+/** How long the gateway waits for a request's headers, for the whole request, and on a silent connection. */
+export interface GatewayTimeouts {
+  headersMs: number;
+  bodyMs: number;
+  idleMs: number;
 }
 
 /**
@@ -448,6 +485,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       keysFile: e.DS_API_KEYS_FILE ? path.resolve(e.DS_API_KEYS_FILE) : undefined,
       ...(e.DS_API_KEYS !== undefined ? { keysJson: e.DS_API_KEYS } : {}),
       ratePerKey: e.DS_GATEWAY_RATE_PER_KEY,
+      authFailuresPerSecond: e.DS_GATEWAY_AUTH_FAILURES_PER_SECOND,
+      timeouts: {
+        headersMs: e.DS_GATEWAY_HEADERS_TIMEOUT_MS,
+        bodyMs: e.DS_GATEWAY_BODY_TIMEOUT_MS,
+        idleMs: e.DS_GATEWAY_IDLE_TIMEOUT_MS,
+      },
+      ...(e.DS_GATEWAY_CURSOR_KEY !== undefined ? { cursorKey: Buffer.from(e.DS_GATEWAY_CURSOR_KEY, 'base64') } : {}),
       ...(e.DS_GATEWAY_TLS_CERT !== undefined && e.DS_GATEWAY_TLS_KEY !== undefined
         ? { tls: { certFile: path.resolve(e.DS_GATEWAY_TLS_CERT), keyFile: path.resolve(e.DS_GATEWAY_TLS_KEY) } }
         : {}),

@@ -148,6 +148,13 @@ export interface StopResult {
 export type { FailureInfo, RejectedSignal, RuntimeInstanceRef, TimelineEntry, VerificationResult };
 export type { SessionWorkflowInput } from '../domain/records';
 
+/** One phase a session went through: its number within the run, the phase and when it began. */
+export interface PhaseChange {
+  n: number;
+  phase: Phase;
+  at: string;
+}
+
 export interface SessionStatus {
   sessionId: string;
   /** Set for a session of another tenant than `default`. */
@@ -171,6 +178,11 @@ export interface SessionStatus {
   rejectedSignals: RejectedSignal[];
   startedAt: string;
   updatedAt: string;
+  /**
+   * The phases this run went through, newest last (at most 16), numbered from the run's start: the gateway's event
+   * stream sends each of them, not only those it happened to read. Absent from workers that predate it.
+   */
+  recentPhases?: PhaseChange[];
   /** The head's timeline index (null without a head, or for a head from before indices). */
   headIndex: number | null;
   /** Entries in the timeline so far: the newest index. */

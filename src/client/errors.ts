@@ -19,6 +19,7 @@ import {
   ConflictError,
   UnsafeMessageIndexError,
   SessionBusyError,
+  IdempotencyKeyReusedError,
 } from '../domain/errors';
 
 /** The client throws the session model's error classes; they are exported from here for callers. */
@@ -62,6 +63,8 @@ export function sessionErrorFor(
       return new SessionBusyError(message, sessionId, options);
     case ERROR_CODES.Conflict:
       return new ConflictError(message, sessionId, options);
+    case ERROR_CODES.IdempotencyKeyReused:
+      return new IdempotencyKeyReusedError(message, sessionId, options);
     case ERROR_CODES.UnsafeMessageIndex:
       return new UnsafeMessageIndexError(message, sessionId, nearestSafeOf(details), options);
     case ERROR_CODES.RestoreFailed:

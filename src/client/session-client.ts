@@ -42,8 +42,9 @@ import {
 import { sessionRuntimeKey, sessionStateKey, startSearchAttributes } from '../api/search-attributes';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { isError } from '../errors';
-import { createHash, randomUUID } from 'node:crypto';
+import { createHmac, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
+import { inputFingerprint } from '../domain/fingerprint';
 import { DEFAULT_TENANT, forkSessionIds } from '../domain/names';
 import { describeEntry, foldTimeline, inView, mergeByIndex, nearestIndex } from '../domain/timeline';
 import type { SnapshotStore, TimelineLog } from '../snapshots';
@@ -89,6 +90,12 @@ export interface SessionClientOptions {
   /** A connected Temporal client (its data converter, namespace and connection are used as they are). */
   client: Client;
   taskQueue?: string;
+  /**
+   * The secret list cursors are sealed with (HMAC-SHA256): a cursor altered or made elsewhere is refused at once.
+   * Clients that take each other's cursors (gateways behind one load balancer) need the same one; default: random
+   * per client (its `forTenant` clients share it).
+   */
+  cursorKey?: Uint8Array;
   /**
    * The snapshot store's timeline (`openSnapshotStore(config)` gives one): `timeline()` pages through a session's
    * whole timeline, also after the session ended. Without it, only the recent window the session holds is readable.
@@ -171,10 +178,12 @@ export interface SessionSummary {
 export class SessionClient {
   readonly taskQueue: string;
   readonly tenant: string;
+  private readonly cursorKey: Uint8Array;
 
   private readonly context: HandleContext;
 
   constructor(private readonly options: SessionClientOptions) {
+    this.cursorKey = options.cursorKey ?? randomBytes(32);
     this.taskQueue = options.taskQueue ?? DEFAULT_TASK_QUEUE;
     this.tenant = parseInput(TenantId, options.tenant ?? DEFAULT_TENANT, '');
     this.context = {
@@ -207,7 +216,7 @@ export class SessionClient {
 
   /** A client for the sessions of `tenant`, on the same connection, task queue and store. */
   forTenant(tenant: string): SessionClient {
-    return new SessionClient({ ...this.options, tenant });
+    return new SessionClient({ ...this.options, tenant, cursorKey: this.cursorKey });
   }
 
   /**
@@ -363,7 +372,7 @@ export class SessionClient {
       namespace: this.options.client.options.namespace,
       query,
       pageSize: f.limit ?? 100,
-      nextPageToken: f.cursor ? openCursor(f.cursor, query) : undefined,
+      nextPageToken: f.cursor ? openCursor(this.cursorKey, f.cursor, query) : undefined,
     });
     const sessions = (res.executions ?? []).map((wf): SessionSummary => {
       const attributes = decodeTypedSearchAttributes(wf.searchAttributes?.indexedFields);
@@ -376,7 +385,7 @@ export class SessionClient {
       };
     });
     const token = res.nextPageToken;
-    return { sessions, next: token && token.length > 0 ? sealCursor(Buffer.from(token), query) : null };
+    return { sessions, next: token && token.length > 0 ? sealCursor(this.cursorKey, Buffer.from(token), query) : null };
   }
 
   /**
@@ -397,25 +406,26 @@ export class SessionClient {
 }
 
 /**
- * A list cursor: Temporal's page token followed by a checksum of it and of the query it pages (tenant and filters).
- * Temporal answers a token it cannot read with UNKNOWN, which the Temporal client retries until its deadline; a cursor
- * this client did not hand out for this query is refused at once instead. A checksum, not a signature: it tells a
- * mistyped, made-up or misplaced cursor, not a forged one (which reaches Temporal and pages what the query allows).
+ * A list cursor: Temporal's page token followed by an HMAC of it and of the query it pages (tenant and filters), under
+ * the client's cursor key. Temporal answers a token it cannot read with UNKNOWN, which the Temporal client retries
+ * until its deadline; a cursor this client (or one with the same key) did not hand out for this query — mistyped,
+ * made up, altered or forged — is refused at once instead, and never reaches Temporal.
  */
-const CURSOR_CHECK_BYTES = 8;
+const CURSOR_MAC_BYTES = 16;
 
-function cursorCheck(token: Buffer, query: string): Buffer {
-  return createHash('sha256').update(query).update('\0').update(token).digest().subarray(0, CURSOR_CHECK_BYTES);
+function cursorMac(key: Uint8Array, token: Buffer, query: string): Buffer {
+  return createHmac('sha256', key).update(query).update('\0').update(token).digest().subarray(0, CURSOR_MAC_BYTES);
 }
 
-function sealCursor(token: Buffer, query: string): string {
-  return Buffer.concat([token, cursorCheck(token, query)]).toString('base64url');
+function sealCursor(key: Uint8Array, token: Buffer, query: string): string {
+  return Buffer.concat([token, cursorMac(key, token, query)]).toString('base64url');
 }
 
-function openCursor(cursor: string, query: string): Buffer {
+function openCursor(key: Uint8Array, cursor: string, query: string): Buffer {
   const bytes = Buffer.from(cursor, 'base64url');
-  const token = bytes.subarray(0, -CURSOR_CHECK_BYTES);
-  if (bytes.length <= CURSOR_CHECK_BYTES || !cursorCheck(token, query).equals(bytes.subarray(-CURSOR_CHECK_BYTES))) {
+  const token = bytes.subarray(0, -CURSOR_MAC_BYTES);
+  const mac = bytes.subarray(-CURSOR_MAC_BYTES);
+  if (bytes.length <= CURSOR_MAC_BYTES || !timingSafeEqual(cursorMac(key, token, query), mac)) {
     const message = 'cursor must be a cursor this API returned for the same filters';
     throw new InvalidInputError(`invalid input: cursor: ${message}`, '', [
       { code: 'custom', path: ['cursor'], message },
@@ -601,9 +611,11 @@ export class SessionHandle implements ControlMethods {
     const spec = CONTROLS[name] as ControlSpec;
     const parsed = parseInput(spec.input, input, this.sessionId);
     const args = takesKey(spec) ? withKey(parsed as { idempotencyKey?: string }) : parsed;
-    const key = (args as { idempotencyKey?: string }).idempotencyKey;
     return this.update(() =>
-      this.workflow.executeUpdate(spec.update, { args: [args], updateId: updateIdFor(name, key) }),
+      this.workflow.executeUpdate(spec.update, {
+        args: [args],
+        updateId: updateIdFor(name, args as { idempotencyKey?: string }),
+      }),
     ) as Promise<ControlResult<N>>;
   }
 
@@ -784,11 +796,13 @@ function withKey<T extends { idempotencyKey?: string }>(input: T): T {
 }
 
 /**
- * The server deduplicates updates by id within a run whatever their name, so the control is part of the id:
- * a key reused for another control then reaches the workflow, which refuses it.
+ * The server deduplicates updates by id within a run whatever their name and input, so the control and the input's
+ * digest are part of the id: a key reused for another control, or with other input, then reaches the workflow, which
+ * refuses it; a retry of the same control and input is still answered by the server with the first outcome.
  */
-function updateIdFor(control: string, key: string | undefined): string | undefined {
-  return key === undefined ? undefined : `${control}:${key}`;
+function updateIdFor(control: string, args: { idempotencyKey?: string }): string | undefined {
+  const key = args.idempotencyKey;
+  return key === undefined ? undefined : `${control}:${key}:${inputFingerprint(args)}`;
 }
 
 function parseInput<T>(schema: z.ZodType<T>, raw: unknown, sessionId: string): T {

@@ -48,6 +48,8 @@ export const ERROR_CODES = {
   Busy: 'Busy',
   /** A message index would split a tool call from its result; the failure names the nearest safe index. */
   UnsafeMessageIndex: 'UnsafeMessageIndex',
+  /** The idempotency key was used before with other input: nothing was done (a retry must send the same input). */
+  IdempotencyKeyReused: 'IdempotencyKeyReused',
 } as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES];

@@ -107,6 +107,13 @@ export class ConflictError extends SessionError {
   }
 }
 
+/** Thrown when an idempotency key is sent again with other input than it was first used with; nothing was done. */
+export class IdempotencyKeyReusedError extends SessionError {
+  constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.IdempotencyKeyReused, message, sessionId, options);
+  }
+}
+
 /** Thrown when the session is handing over to its next run; nothing changed, and a retry soon succeeds. */
 export class SessionBusyError extends SessionError {
   override readonly retryable = true;

@@ -216,6 +216,11 @@ export const RememberedResult = strictObject({
     'append',
     'regenerate',
   ]),
+  /** The input's digest (`inputFingerprint`), absent for keys remembered before digests were kept. */
+  input: z
+    .string()
+    .regex(/^[0-9a-f]{32}$/)
+    .optional(),
   outcome: z.union([
     strictObject({ ok: z.literal(true), value: z.unknown() }),
     strictObject({ ok: z.literal(false), type: z.string().max(100), message: Text }),

@@ -3,15 +3,17 @@ import type { Context, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { ZodType } from 'zod';
 import type { SessionStatus } from '../api';
-import { SessionListFilter, type SessionClient, type SessionHandle } from '../client';
+import { SessionListFilter, type SessionClient, type SessionHandle, type TimelinePage } from '../client';
 import { ERROR_CODES } from '../domain/error-codes';
 import { InvalidInputError } from '../domain/errors';
 import { CONTROL_NAMES, CONTROLS as REGISTRY, type ControlName, type ControlSpec } from '../api/controls';
 import { IdempotencyKey, SessionId, StartSessionInput, TimelinePageInput, type VerifyInput } from '../domain/schemas';
+import { messageOf } from '../errors';
 import { CoalescedReads } from './coalesce';
 import { CODEC_BASE_PATH, codecServer, type CodecServerOptions } from './codec-server';
 import { SessionEvent, sessionEvents, type EventStreamOptions } from './events';
 import { bearerKey, type ApiKeys, type Principal, type Role } from './keys';
+import { ClientClosedError, strictJsonBody, UnsupportedBodyError } from './json-body';
 import { GATEWAY_CODES, problem, problemOf, type Problem } from './problems';
 import { RateLimiter } from './rate-limit';
 import { referencePage } from './reference';
@@ -42,10 +44,17 @@ export interface GatewayOptions {
   maxBodyBytes?: number;
   /** Requests a second per API key (bursts of twice that); over it, 429 with `Retry-After`. Default 100. */
   ratePerKey?: number;
+  /**
+   * Requests with a missing or wrong key a second per client address (bursts of twice that). Over it, every request
+   * of that address that is not yet authenticated is 429 with `Retry-After`, its key unchecked. Default 5.
+   */
+  authFailuresPerSecond?: number;
   /** How the event streams read sessions. */
   events?: EventStreamOptions;
   /** Where unexpected errors go (default console.error); callers only see a problem without details. */
   logError?: (err: unknown) => void;
+  /** Where expected events go, one line each with no stack: a client that went away mid-request (default console.warn). */
+  logNote?: (line: string) => void;
   /** Serve Temporal's remote codec protocol under `/v1/codec` (for the Web UI and `temporal` CLI); else 404 there. */
   codec?: CodecServerOptions;
 }
@@ -111,6 +120,7 @@ const problemResponses = {
   404: { description: 'Unknown session or checkpoint' },
   409: { description: 'Illegal transition, conflict, id already used, session ended or failed (`failure`)' },
   413: { description: 'Body over the limit' },
+  415: { description: 'A body that is not `application/json` in UTF-8' },
   429: { description: 'Over the key’s request rate (`Retry-After`)' },
   422: { description: 'The session’s data cannot serve the request (corrupt, tampered, incompatible…)' },
   503: { description: 'Temporal unreachable, or the session busy handing over (`Retry-After`)' },
@@ -151,6 +161,7 @@ export function openApiDocument(): unknown {
 export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   const { sessions, keys } = options;
   const logError = options.logError ?? ((err: unknown) => console.error('gateway:', err));
+  const logNote = options.logNote ?? ((line: string) => console.warn(`gateway: ${line}`));
   const app = new OpenAPIHono<Env>();
   // One client per tenant: a key reaches its own tenant's sessions only, so another's look like none at all (404).
   const tenants = new Map<string, SessionClient>();
@@ -165,6 +176,12 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   // tenant's session key, so two tenants' reads never share.
   const statusReads = new CoalescedReads<SessionStatus>();
   const statusOf = (handle: SessionHandle) => statusReads.read(handle.workflow.workflowId, () => handle.status());
+  // And the event streams of one session read its timeline together: streams at the same index share one read.
+  const timelineReads = new CoalescedReads<TimelinePage>();
+  const timelineOf = (handle: SessionHandle, from: number) =>
+    timelineReads.read(`${handle.workflow.workflowId}#${from}`, () =>
+      handle.timelinePage({ from, limit: 100, all: true }),
+    );
 
   const send = (c: Context, p: Problem, extra: Record<string, string> = {}) => {
     const headers: Record<string, string> = { 'content-type': 'application/problem+json', ...extra };
@@ -174,15 +191,25 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   };
 
   app.onError((err, c) => {
-    const p = problemOf(err);
+    // A client that went away mid-request is no fault of the gateway: one line, and an answer nobody reads.
+    if (err instanceof ClientClosedError || c.req.raw.signal.aborted) {
+      logNote(`client closed ${c.req.method} ${c.req.path} before its answer (${messageOf(err)})`);
+      return c.body(null, 400);
+    }
+    const p = err instanceof UnsupportedBodyError ? err.problem : problemOf(err);
     if (p.status >= 500 && p.code !== 'Busy') logError(err);
     return send(c, p);
   });
   app.notFound((c) => send(c, problem(404, GATEWAY_CODES.NotFound, `no route ${c.req.method} ${c.req.path}`)));
 
-  document(app, 'get', '/healthz', 'Whether the gateway answers', { answers: { 200: HealthAnswer }, probe: [] });
+  document(app, 'get', '/healthz', 'Whether the gateway answers', {
+    operationId: 'health',
+    answers: { 200: HealthAnswer },
+    probe: [],
+  });
   app.get('/healthz', (c) => c.json({ ok: true }));
   document(app, 'get', '/readyz', 'Whether the gateway reaches Temporal', {
+    operationId: 'readiness',
     answers: { 200: HealthAnswer },
     probe: [503],
   });
@@ -205,11 +232,26 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   // Not in the OpenAPI document (see codecServer): plain routes, not registered with the document's registry.
   if (options.codec) app.route(CODEC_BASE_PATH, codecServer(options.codec, { keys, ratePerKey, send }));
   const limiter = new RateLimiter(ratePerKey);
+  const failuresPerSecond = options.authFailuresPerSecond ?? 5;
+  const failures = new RateLimiter(failuresPerSecond);
+  const throttled = problem(
+    429,
+    GATEWAY_CODES.RateLimited,
+    `over ${failuresPerSecond} failed authentications a second from this address`,
+  );
   const authenticate: MiddlewareHandler<Env> = async (c, next) => {
+    // Guessing keys is throttled per address: over the rate, no key is even looked at until the address waits.
+    const address = clientAddress(c);
+    const blocked = failures.waitOf(address);
+    if (blocked > 0) return send(c, throttled, { 'retry-after': String(blocked) });
     const key = bearerKey(c.req.header('authorization'));
     const principal = key === undefined ? undefined : keys.authenticate(key);
-    if (!principal) return send(c, problem(401, GATEWAY_CODES.Unauthorized, 'a valid API key is required (Bearer)'));
-    const needed: Role = c.req.method === 'GET' ? 'viewer' : 'operator';
+    if (!principal) {
+      failures.take(address);
+      return send(c, problem(401, GATEWAY_CODES.Unauthorized, 'a valid API key is required (Bearer)'));
+    }
+    // HEAD is a GET without the body: it reads, so it needs what GET needs.
+    const needed: Role = c.req.method === 'GET' || c.req.method === 'HEAD' ? 'viewer' : 'operator';
     if (RANK[principal.role] < RANK[needed]) {
       return send(c, problem(403, GATEWAY_CODES.Forbidden, `the key's role (${principal.role}) may not do this`));
     }
@@ -229,6 +271,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   app.use('/v1/sessions/*', authenticate, limit);
 
   document(app, 'post', '/v1/sessions', 'Start a session (`wait=false`: 202 at once, not yet running)', {
+    operationId: 'startSession',
     body: StartSessionInput,
     query: z.object({ wait: z.enum(['true', 'false']).optional() }),
     answers: {
@@ -237,7 +280,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     },
   });
   app.post('/v1/sessions', async (c) => {
-    const spec = await jsonBody(c, '');
+    const spec = await strictJsonBody(c, '');
     const wait = c.req.query('wait') !== 'false';
     const handle = await sessionsOf(c).start(spec as StartSessionInput, { wait });
     if (!wait) return c.json({ sessionId: handle.sessionId }, 202);
@@ -245,6 +288,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   });
 
   document(app, 'get', '/v1/sessions', 'Sessions, newest first', {
+    operationId: 'listSessions',
     query: SessionListFilter,
     answers: { 200: SessionPageAnswer },
   });
@@ -259,10 +303,14 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     });
   });
 
-  document(app, 'get', '/v1/sessions/{id}', 'A session’s status', { answers: { 200: SessionStatusAnswer } });
+  document(app, 'get', '/v1/sessions/{id}', 'A session’s status', {
+    operationId: 'getSession',
+    answers: { 200: SessionStatusAnswer },
+  });
   app.get('/v1/sessions/:id', async (c) => c.json(await statusOf(sessionsOf(c).get(c.req.param('id')))));
 
   document(app, 'get', '/v1/sessions/{id}/checkpoints', 'The timeline, in index order', {
+    operationId: 'getTimeline',
     query: TimelinePageInput,
     answers: { 200: TimelinePageAnswer },
   });
@@ -272,6 +320,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   });
 
   document(app, 'get', '/v1/sessions/{id}/checkpoints/{index}', 'One timeline entry, with its verification state', {
+    operationId: 'getTimelineEntry',
     answers: { 200: TimelineEntryAnswer },
   });
   app.get('/v1/sessions/:id/checkpoints/:index', async (c) => {
@@ -292,11 +341,22 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
   });
 
   document(app, 'get', '/v1/sessions/{id}/events', 'Phase, progress and timeline entries as Server-Sent Events', {
+    operationId: 'sessionEvents',
     answers: { 200: { schema: SessionEvent, type: 'text/event-stream' } },
   });
-  app.get('/v1/sessions/:id/events', (c) =>
-    sessionEvents(c, sessionsOf(c).get(c.req.param('id')), options.events, statusOf),
-  );
+  app.get('/v1/sessions/:id/events', (c) => {
+    const opened = c.get('principal');
+    const key = bearerKey(c.req.header('authorization'))!;
+    const authorized = () => {
+      const now = keys.authenticate(key);
+      return now?.keyId === opened.keyId && now.tenant === opened.tenant && now.role === opened.role;
+    };
+    return sessionEvents(c, sessionsOf(c).get(c.req.param('id')), options.events, {
+      status: statusOf,
+      timeline: timelineOf,
+      authorized,
+    });
+  });
 
   for (const control of CONTROLS) {
     document(app, 'post', `/v1/sessions/{id}/${control.name}`, control.summary, {
@@ -306,22 +366,18 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     });
     app.post(`/v1/sessions/:id/${control.name}`, async (c) => {
       const handle = sessionsOf(c).get(c.req.param('id'));
-      const input = withIdempotencyKey(c, await jsonBody(c, handle.sessionId), handle.sessionId);
+      const input = withIdempotencyKey(c, await strictJsonBody(c, handle.sessionId), handle.sessionId);
       return c.json(await control.run(handle, input));
     });
   }
   return app;
 }
 
-/** The body as JSON; an empty body is `{}`. */
-async function jsonBody(c: Context, sessionId: string): Promise<unknown> {
-  const text = await c.req.text();
-  if (text.trim() === '') return {};
-  try {
-    return JSON.parse(text) as unknown;
-  } catch {
-    throw new InvalidInputError('the request body is not JSON', sessionId, []);
-  }
+/** The peer's address (behind a proxy, the proxy's: the proxy is the client to throttle). */
+function clientAddress(c: Context): string {
+  return (
+    (c.env as { incoming?: { socket?: { remoteAddress?: string } } } | undefined)?.incoming?.socket?.remoteAddress ?? ''
+  );
 }
 
 /** The `Idempotency-Key` header is the control's key; a body that names another one is refused. */
@@ -360,7 +416,8 @@ const PATH_PARAMS: Record<string, ZodType> = {
 type Answer = ZodType | { schema: ZodType; description?: string; type?: string };
 
 interface RouteDoc {
-  operationId?: string;
+  /** The operation's name in the document (generated clients name their methods by it): stable, never renamed. */
+  operationId: string;
   body?: ZodType;
   /** The query parameters, by the schema the route checks them with (their values are strings on the wire). */
   query?: z.ZodObject;
@@ -384,6 +441,7 @@ function document(
   app.openAPIRegistry.registerPath({
     method,
     path,
+    operationId,
     summary,
     ...(operationId ? { operationId } : {}),
     ...(probe ? { security: [] } : {}),

@@ -2,12 +2,23 @@ import { z } from '@hono/zod-openapi';
 import type { Context } from 'hono';
 import { streamSSE, type SSEStreamingApi } from 'hono/streaming';
 import type { SessionStatus, TimelineEntry } from '../api';
-import type { IoProgress, SessionHandle } from '../client';
+import type { IoProgress, SessionHandle, TimelinePage } from '../client';
 import { InvalidInputError } from '../domain/errors';
 import { FINAL_PHASES, STABLE_PHASES } from '../domain/session-state';
 
 /** How a stream reads the session's status (the gateway's, shared with its other readers of the session). */
 export type StatusReader = (handle: SessionHandle) => Promise<SessionStatus>;
+
+/** How a stream reads the timeline after an index (the gateway's, shared by the streams of one session). */
+export type TimelineReader = (handle: SessionHandle, from: number) => Promise<TimelinePage>;
+
+/** What a stream reads with, and whether the key that opened it still may. */
+export interface StreamReaders {
+  status?: StatusReader;
+  timeline?: TimelineReader;
+  /** Checked at every poll: false ends the stream (the key was revoked, or its role or tenant changed). */
+  authorized?: () => boolean;
+}
 
 export interface EventStreamOptions {
   /** How often the session is read (default 250 ms). */
@@ -37,20 +48,27 @@ export const SessionEvent = z
  *
  * A new stream starts at the newest entry; one that reconnects with `Last-Event-ID` (or asks `?after=`) gets every
  * timeline entry after that index first, so it misses none. Phase and progress are current state, sent again on
- * connecting. The stream ends after an ended session's last entries.
+ * connecting. The stream ends after an ended session's last entries, and as soon as `authorized` says the key that
+ * opened it no longer holds what it held then (checked at every poll).
  */
 export async function sessionEvents(
   c: Context,
   handle: SessionHandle,
   options: EventStreamOptions = {},
-  readStatus: StatusReader = (h) => h.status(),
+  {
+    status: readStatus = (h) => h.status(),
+    timeline: readTimeline = (h, from) => h.timelinePage({ from, limit: 100, all: true }),
+    authorized = () => true,
+  }: StreamReaders = {},
 ) {
   const asked = lastEventId(c, handle.sessionId);
   // Unknown session or no access: a problem document, before any stream starts.
   const first = await readStatus(handle);
   // A first connection follows from now on; `?after=0` replays the whole timeline.
   const after = asked ?? first.timelineLength;
-  return streamSSE(c, (stream) => follow(stream, handle, first, after, options, readStatus));
+  return streamSSE(c, (stream) =>
+    follow(stream, handle, first, after, options, { status: readStatus, timeline: readTimeline, authorized }),
+  );
 }
 
 async function follow(
@@ -59,10 +77,13 @@ async function follow(
   first: SessionStatus,
   after: number,
   { pollMs = 250, keepAliveMs = 15_000 }: EventStreamOptions,
-  readStatus: StatusReader,
+  readers: Required<StreamReaders>,
 ): Promise<void> {
   let status = first;
   let sentPhase: string | undefined;
+  // The newest phase change sent (by its number within the run): the first status's history is not replayed.
+  let sentRun = first.runs;
+  let sentChange = first.recentPhases?.at(-1)?.n ?? 0;
   let lastIndex = after;
   let lastProgress = '';
   let lastWrite = Date.now();
@@ -73,7 +94,7 @@ async function follow(
   while (!stream.aborted) {
     // Entries first: a client that sees a phase has seen the entries that led to it.
     while (status.timelineLength > lastIndex && !stream.aborted) {
-      const page = await handle.timelinePage({ from: lastIndex + 1, limit: 100, all: true });
+      const page = await readers.timeline(handle, lastIndex + 1);
       const entries = page.entries.filter((e): e is TimelineEntry & { index: number } => (e.index ?? 0) > lastIndex);
       if (entries.length === 0) break;
       for (const entry of entries) {
@@ -81,10 +102,20 @@ async function follow(
         lastIndex = entry.index;
       }
     }
+    // Every phase the session went through since the last read, then where it is now.
+    const { headIndex, failure } = status;
+    const changes = status.recentPhases ?? [];
+    const missed = status.runs === sentRun ? changes.filter((p) => p.n > sentChange) : changes;
+    for (const change of missed) {
+      if (change.phase === sentPhase) continue;
+      sentPhase = change.phase;
+      await write('phase', { phase: change.phase, headIndex, failure, updatedAt: change.at });
+    }
+    sentRun = status.runs;
+    sentChange = changes.at(-1)?.n ?? sentChange;
     if (status.phase !== sentPhase) {
       sentPhase = status.phase;
-      const { phase, headIndex, failure, updatedAt } = status;
-      await write('phase', { phase, headIndex, failure, updatedAt });
+      await write('phase', { phase: status.phase, headIndex, failure, updatedAt: status.updatedAt });
     }
     if (FINAL_PHASES.includes(status.phase)) break;
     // Progress exists only while a control runs: a paused or running session is not asked for it every poll.
@@ -101,8 +132,9 @@ async function follow(
       lastWrite = Date.now();
     }
     await stream.sleep(pollMs);
-    if (stream.aborted) break;
-    status = await readStatus(handle);
+    // A key revoked, or moved to another role or tenant, while its stream is open: the stream ends with it.
+    if (stream.aborted || !readers.authorized()) break;
+    status = await readers.status(handle);
   }
 }
 

@@ -47,7 +47,8 @@ export function generateKey(): string {
 /**
  * API keys from a JSON file (`{ keys: [{ id, sha256, tenant, role }] }`), read again when the file changes: a key is
  * added, rotated or revoked by editing the file, without a restart. A file that does not parse keeps the keys that
- * were loaded before it (and says why in the log): a typo never locks everyone out or lets anyone in.
+ * were loaded before it (and says why in the log): a typo never locks everyone out or lets anyone in. Neither does a
+ * file that lists one key's hash twice: it is refused the same way.
  */
 export class ApiKeys {
   private byHash = new Map<string, ApiKeyRecord>();
@@ -136,6 +137,19 @@ function parseKeys(text: string, source: string): ParsedKeys {
   if (!parsed.success) {
     const issues = parsed.error.issues.map((i) => `${i.path.join('.') || '(keys)'}: ${i.message}`).join('; ');
     return { ok: false, error: `${source}: ${issues}` };
+  }
+  // A hash listed twice would give one key two records, the last winning without a word: which one was meant is not
+  // for the gateway to guess.
+  const ids = new Map<string, string>();
+  for (const key of parsed.data.keys) {
+    const first = ids.get(key.sha256);
+    if (first !== undefined) {
+      return {
+        ok: false,
+        error: `${source}: keys "${first}" and "${key.id}" have the same sha256 (one key, two records)`,
+      };
+    }
+    ids.set(key.sha256, key.id);
   }
   return { ok: true, keys: parsed.data.keys };
 }

@@ -10,7 +10,8 @@ import { isError } from '../errors';
 
 /**
  * An RFC 9457 problem document. `code` is the closed error code of the domain (or a gateway one: Unauthorized,
- * Forbidden, NotFound, PayloadTooLarge, RateLimited, Unavailable, Internal); never a stack trace or a worker's path.
+ * Forbidden, NotFound, PayloadTooLarge,
+ * UnsupportedMediaType, RateLimited, Unavailable, Internal); never a stack trace or a worker's path.
  */
 export interface Problem {
   type: string;
@@ -33,6 +34,7 @@ export const GATEWAY_CODES = {
   Forbidden: 'Forbidden',
   NotFound: 'NotFound',
   PayloadTooLarge: 'PayloadTooLarge',
+  UnsupportedMediaType: 'UnsupportedMediaType',
   RateLimited: 'RateLimited',
   Unavailable: 'Unavailable',
   Internal: 'Internal',
@@ -61,6 +63,7 @@ export const STATUS_OF: Record<ErrorCode, number> = {
   [ERROR_CODES.Conflict]: 409,
   [ERROR_CODES.Busy]: 503,
   [ERROR_CODES.UnsafeMessageIndex]: 422,
+  [ERROR_CODES.IdempotencyKeyReused]: 422,
 };
 
 export function problem(status: number, code: string, detail: string, extra: Partial<Problem> = {}): Problem {

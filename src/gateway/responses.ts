@@ -38,7 +38,9 @@ function open<T extends ZodType>(schema: T): T {
     case 'object': {
       const shape = (schema as unknown as z.ZodObject).shape;
       return clone({
-        shape: Object.fromEntries(Object.entries(shape).map(([k, v]) => [k, open(v)])),
+        shape: Object.fromEntries(
+          Object.entries(shape).map(([k, v]) => [k, TIMESTAMP_FIELD.test(k) ? dateTime(open(v)) : open(v)]),
+        ),
         catchall: undefined,
       });
     }
@@ -59,6 +61,25 @@ function open<T extends ZodType>(schema: T): T {
   }
 }
 
+/** Fields that hold a moment (`at`, `startedAt`, `createdAt`…): ISO 8601 strings, documented as `date-time`. */
+const TIMESTAMP_FIELD = /^at$|[a-z]At$/;
+
+/** `schema` (a string, maybe optional or nullable) documented as `format: date-time`. */
+function dateTime<T extends ZodType>(schema: T): T {
+  const def = schema._zod.def as z.core.$ZodTypeDef & Record<string, unknown>;
+  const clone = (changes: Record<string, unknown>) => schema.clone({ ...def, ...changes }, { parent: true });
+  switch (def.type) {
+    case 'string':
+      // A clone: a schema made before @hono/zod-openapi was loaded has no `openapi` of its own.
+      return (clone({}) as unknown as z.ZodString).openapi({ format: 'date-time' }) as unknown as T;
+    case 'optional':
+    case 'nullable':
+      return clone({ innerType: dateTime(def.innerType as ZodType) });
+    default:
+      return schema;
+  }
+}
+
 /** The open version of a domain schema, as the component `name`; the same schema inside others refers to it. */
 function component<T extends ZodType>(name: string, schema: T): T {
   const out = (open(schema) as unknown as { openapi: (name: string) => T }).openapi(name);
@@ -73,7 +94,19 @@ component('VerificationResult', VerificationResult);
 component('RejectedSignal', RejectedSignal);
 component('ForkOrigin', ForkOrigin);
 component('BranchTip', BranchTip);
-export const TimelineEntryAnswer = component('TimelineEntry', TimelineEntry);
+/**
+ * Each kind of timeline entry is a component of its own (`TimelineEntryCheckpoint`, `TimelineEntryForked`…), and the
+ * entry is one of them by `kind` (a discriminator with its mapping): generators then make one model per kind, named
+ * after it, instead of numbered ones whose nested models collide.
+ */
+const entryKinds = (TimelineEntry as unknown as z.ZodDiscriminatedUnion<z.ZodObject[]>).options.map((option) => {
+  const kind = (option.shape.kind as z.ZodLiteral<string>).value;
+  return component(`TimelineEntry${kind.replace(/(^|-)(\w)/g, (_, __, c: string) => c.toUpperCase())}`, option);
+});
+export const TimelineEntryAnswer = z
+  .discriminatedUnion('kind', entryKinds as unknown as [z.ZodObject, ...z.ZodObject[]])
+  .openapi('TimelineEntry') as unknown as typeof TimelineEntry;
+components.set(TimelineEntry, TimelineEntryAnswer);
 
 /** A session's status (`GET /v1/sessions/{id}`, the answer of a start and of `configure`). */
 export const SessionStatusAnswer = component(
@@ -92,6 +125,10 @@ export const SessionStatusAnswer = component(
       updatedAt: true,
     }).shape,
     runtimeKind: RuntimeInstanceRef.shape.kind,
+    recentPhases: z
+      .array(z.object({ n: z.number().int().min(0), phase: CarriedState.shape.phase, at: z.string() }))
+      .optional()
+      .describe('the phases this run went through, newest last (at most 16), numbered from its start'),
     checkpointCount: RunControlState.shape.checkpointCount,
     pendingControls: z.number().int().min(0).describe('controls accepted and not yet finished'),
     lastVerification: VerificationResult.nullable(),
@@ -124,7 +161,7 @@ export const SessionSummaryAnswer = z
     runtimeKind: z.string().optional(),
     /** Temporal's status of the session's workflow (RUNNING, COMPLETED, …). */
     workflowStatus: z.string(),
-    startedAt: z.string(),
+    startedAt: z.string().openapi({ format: 'date-time' }),
   })
   .openapi('SessionSummary');
 

@@ -29,7 +29,12 @@ export async function runGateway(
   const connection = await Connection.connect(await connectionOptions(config, address));
   const client = new Client({ connection, namespace: config.temporal.namespace, dataConverter });
   const store = await openSnapshotStore(config);
-  const sessions = new SessionClient({ client, taskQueue: config.taskQueue, timeline: store });
+  const sessions = new SessionClient({
+    client,
+    taskQueue: config.taskQueue,
+    timeline: store,
+    ...(config.gateway.cursorKey ? { cursorKey: config.gateway.cursorKey } : {}),
+  });
   const gateway = await startGateway({
     port: config.gateway.port,
     hostname: config.gateway.host,
@@ -37,6 +42,8 @@ export async function runGateway(
     sessions,
     keys,
     ratePerKey: config.gateway.ratePerKey,
+    authFailuresPerSecond: config.gateway.authFailuresPerSecond,
+    timeouts: config.gateway.timeouts,
     codec: {
       codec: dataConverter.payloadCodecs[0],
       corsOrigins: [...new Set([...config.codecCorsOrigins, ...extraCorsOrigins])],

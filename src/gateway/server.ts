@@ -3,6 +3,7 @@ import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import tls from 'node:tls';
 import { serve } from '@hono/node-server';
+import type { GatewayTimeouts } from '../config';
 import { DurableSessionsError, messageOf } from '../errors';
 import { createGateway, type GatewayOptions } from './app';
 
@@ -78,8 +79,18 @@ function signature(files: GatewayTls): string {
  * before, logged, until the next change.
  */
 export async function startGateway(
-  options: GatewayOptions & { port: number; hostname?: string; tls?: GatewayTls },
+  options: GatewayOptions & { port: number; hostname?: string; tls?: GatewayTls; timeouts?: Partial<GatewayTimeouts> },
 ): Promise<RunningGateway> {
+  // Idle is between requests only (keep-alive): a control that takes minutes to answer is not idle.
+  const { headersMs = 10_000, bodyMs = 30_000, idleMs = 60_000 } = options.timeouts ?? {};
+  // Node checks the header and request deadlines only every `connectionsCheckingInterval` (30 s by default): as
+  // often as the shorter deadline needs, so a slow-loris client is cut off near its deadline, not half a minute on.
+  const limits = {
+    headersTimeout: headersMs,
+    requestTimeout: Math.max(bodyMs, headersMs),
+    keepAliveTimeout: idleMs,
+    connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(headersMs / 4))),
+  };
   const files = options.tls;
   let served = files ? signature(files) : '';
   const credentials = files ? readTls(files) : undefined;
@@ -93,9 +104,9 @@ export async function startGateway(
             port: options.port,
             hostname,
             createServer: https.createServer,
-            serverOptions: credentials,
+            serverOptions: { ...credentials, ...limits },
           }
-        : { fetch: app.fetch, port: options.port, hostname },
+        : { fetch: app.fetch, port: options.port, hostname, serverOptions: limits },
       () => resolve(s),
     );
     s.once('error', reject);

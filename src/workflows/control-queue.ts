@@ -1,11 +1,13 @@
-import type { ApplicationFailure } from '@temporalio/workflow';
+import { patched, type ApplicationFailure } from '@temporalio/workflow';
 import type { z } from 'zod';
 import { ERROR_CODES, type ErrorCode } from '../domain/error-codes';
+import { inputFingerprint } from '../domain/fingerprint';
 import type { RememberedResult } from '../domain/records';
 import type { ResumeInput } from '../domain/schemas';
 import { isFinal, isStable, planControl, type Control, type Phase, type StablePhase } from '../domain/session-state';
 import { closed, failedSession, failure, failureMessage, invalidTransition, typeOf } from './failures';
 import { parseControl } from './inputs';
+import { IDEMPOTENCY_DIGEST_PATCH } from './patches';
 import { now, type Session } from './session';
 
 /** The fields of a control that name the head it expects. */
@@ -31,7 +33,7 @@ export class ControlQueue {
   private queued = 0;
   private pendingControls = 0;
   private projected: StablePhase;
-  private readonly inFlight = new Map<string, { control: Control; result: Promise<unknown> }>();
+  private readonly inFlight = new Map<string, { control: Control; input?: string; result: Promise<unknown> }>();
   /** Set while the run hands over to the next: updates are refused (Busy), signals are kept for the next run. */
   private draining = false;
   /** While signals carried from the previous run wait to be applied, new ones queue behind them. */
@@ -107,7 +109,7 @@ export class ControlQueue {
   ): void {
     const input = parseControl(schema, raw);
     const key = input.idempotencyKey;
-    if (key !== undefined && this.isRepeat(key, control)) return; // the handler answers with the first outcome
+    if (key !== undefined && this.isRepeat(key, control, inputFingerprint(input))) return; // answered with the first outcome
     if (this.draining) {
       throw failure(
         ERROR_CODES.Busy,
@@ -166,7 +168,9 @@ export class ControlQueue {
     run: (i: I) => Promise<R>,
   ): Promise<R> {
     const key = input.idempotencyKey;
-    if (key !== undefined && this.isRepeat(key, control)) return this.outcomeOf(key) as Promise<R>;
+    if (key !== undefined && this.isRepeat(key, control, inputFingerprint(input))) {
+      return this.outcomeOf(key) as Promise<R>;
+    }
     if (isFinal(this.projected)) return Promise.reject(this.ended());
     const plan = planControl(this.projected, control);
     if (!plan.ok) return Promise.reject(invalidTransition(plan.reason));
@@ -181,15 +185,18 @@ export class ControlQueue {
       if (key !== undefined) this.inFlight.delete(key);
     });
     if (key !== undefined) {
-      this.inFlight.set(key, { control, result });
+      // Histories from before digests replay without one, so their repeats are answered as they were.
+      const digest = patched(IDEMPOTENCY_DIGEST_PATCH) ? { input: inputFingerprint(input) } : {};
+      this.inFlight.set(key, { control, ...digest, result });
       // Failures are remembered too: the server answers a repeated update id with the stored outcome within a
       // run, and this keeps the same answer after continue-as-new. A retry after a failure takes a new key.
       result.then(
-        (value) => this.remember({ key, control, outcome: { ok: true, value } }),
+        (value) => this.remember({ key, control, ...digest, outcome: { ok: true, value } }),
         (err: unknown) =>
           this.remember({
             key,
             control,
+            ...digest,
             outcome: { ok: false, type: typeOf(err) ?? ERROR_CODES.RuntimeFailed, message: failureMessage(err) },
           }),
       );
@@ -247,12 +254,21 @@ export class ControlQueue {
     }
   }
 
-  /** Whether `key` was used before; throws if it was used for another control. */
-  private isRepeat(key: string, control: Control): boolean {
-    const owner = this.session.state.results.find((r) => r.key === key)?.control ?? this.inFlight.get(key)?.control;
-    if (owner === undefined) return false;
-    if (owner !== control) {
-      throw failure(ERROR_CODES.InvalidInput, `idempotency key "${key}" was already used for ${owner}`);
+  /**
+   * Whether `key` was used before; throws if it was used for another control, or (when its input's digest was kept)
+   * with other input: a retry sends what it sent the first time, so other input is a second request under one key.
+   */
+  private isRepeat(key: string, control: Control, input: string): boolean {
+    const first = this.session.state.results.find((r) => r.key === key) ?? this.inFlight.get(key);
+    if (first === undefined) return false;
+    if (first.control !== control) {
+      throw failure(ERROR_CODES.InvalidInput, `idempotency key "${key}" was already used for ${first.control}`);
+    }
+    if (first.input !== undefined && first.input !== input) {
+      throw failure(
+        ERROR_CODES.IdempotencyKeyReused,
+        `idempotency key "${key}" was already used for ${control} with other input: send the same input again, or use a new key`,
+      );
     }
     return true;
   }

@@ -60,3 +60,9 @@ export const FAILURE_DETAILS_PATCH = 'failure-details';
  * signal arrives, instead of being run and failing at the runtime.
  */
 export const CONTROL_RUNTIMES_PATCH = 'control-runtime-kinds';
+
+/**
+ * A control's idempotency key is remembered with a digest of its input: the key sent again with other input is
+ * refused (`IdempotencyKeyReused`) instead of answered with the first outcome.
+ */
+export const IDEMPOTENCY_DIGEST_PATCH = 'idempotency-input-digest';

@@ -1,6 +1,12 @@
 import type { SearchAttributeUpdatePair } from '@temporalio/common';
 import { log, patched, setCurrentDetails, upsertSearchAttributes, uuid4, workflowInfo } from '@temporalio/workflow';
-import { sessionWorkflowId, type RuntimeInstanceRef, type SessionStatus, type TimelineEntry } from '../api/messages';
+import {
+  sessionWorkflowId,
+  type PhaseChange,
+  type RuntimeInstanceRef,
+  type SessionStatus,
+  type TimelineEntry,
+} from '../api/messages';
 import {
   checkpointCountKey,
   failureCodeKey,
@@ -36,6 +42,9 @@ export type SessionState = CarriedState & { rejectedSignals: RejectedSignal[]; r
 /** Refused signals kept in status (each is in the timeline as well). */
 const MAX_REJECTED_SIGNALS = 10;
 
+/** Phase changes a status shows (a reader polling every 250 ms misses none unless 16 come between two reads). */
+const MAX_PHASE_CHANGES = 16;
+
 /**
  * The session as this run holds it: the state it carries, the phase transitions (all but a refused id claim, which
  * fails the run before anything is published), and what it shows of itself (search attributes, Web UI details,
@@ -50,8 +59,15 @@ export class Session {
   pendingOperations: () => PendingWork['operations'] = () => [];
   /** Why a stop was asked for: the current details say it even when no final checkpoint recorded it. */
   stopReason: string | undefined;
+  /**
+   * The phases this run went through, newest last, numbered from its start: a reader that polls the status sees each
+   * one, not only those it happened to catch. Memory only (a query, never a command): a replay rebuilds it.
+   */
+  private readonly phases: PhaseChange[];
 
-  constructor(readonly state: SessionState) {}
+  constructor(readonly state: SessionState) {
+    this.phases = [{ n: 0, phase: state.phase, at: state.updatedAt }];
+  }
 
   get id(): string {
     return this.state.spec.sessionId;
@@ -67,11 +83,16 @@ export class Session {
     const { state } = this;
     const result = transition(state.phase, event);
     if (!result.ok) throw invalidTransition(result.reason);
+    const before = state.phase;
     state.phase = result.phase;
     if (result.phase === 'failed' && !state.failure) {
       state.failure = { type: ERROR_CODES.RuntimeFailed, message: result.failureReason ?? 'failed', at: now() };
     }
     this.touch();
+    if (result.phase !== before) {
+      this.phases.push({ n: this.phases.at(-1)!.n + 1, phase: result.phase, at: state.updatedAt });
+      if (this.phases.length > MAX_PHASE_CHANGES) this.phases.shift();
+    }
   }
 
   fail(type: ErrorCode, message: string, details?: RuntimeExitDetails): void {
@@ -281,6 +302,7 @@ export class Session {
       lastVerification: this.lastVerification(),
       startedAt: state.startedAt,
       updatedAt: state.updatedAt,
+      recentPhases: [...this.phases],
       ...this.runControlStatus(),
     };
   }

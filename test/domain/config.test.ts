@@ -132,7 +132,7 @@ describe('what workspace commands inherit and who runs them', () => {
     );
   });
 
-  test("the secret variables are the master and payload keys, the Temporal credentials and the gateway's TLS key", () => {
+  test("the secret variables are the master and payload keys, the Temporal credentials and the gateway's TLS and cursor keys", () => {
     expect(SECRET_VARIABLES).toEqual([
       'DS_MASTER_KEYS',
       'DS_MASTER_KEY_DIR',
@@ -141,7 +141,14 @@ describe('what workspace commands inherit and who runs them', () => {
       'TEMPORAL_API_KEY',
       'TEMPORAL_TLS_KEY_PATH',
       'DS_GATEWAY_TLS_KEY',
+      'DS_GATEWAY_CURSOR_KEY',
     ]);
+  });
+
+  test('a cursor key must be base64 of 32 bytes or more', () => {
+    expect(catchConfigError({ DS_GATEWAY_CURSOR_KEY: 'c2hvcnQ=' }).message).toMatch(/DS_GATEWAY_CURSOR_KEY/);
+    const key = Buffer.alloc(32, 7);
+    expect(loadConfig({ DS_GATEWAY_CURSOR_KEY: key.toString('base64') }).gateway.cursorKey).toEqual(key);
   });
 });
 

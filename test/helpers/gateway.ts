@@ -8,6 +8,7 @@ import {
   type GatewayOptions,
   type RunningGateway,
 } from '../../src/gateway';
+import type { GatewayTimeouts } from '../../src/config';
 import type { GatewayTls } from '../../src/gateway/server';
 import type { TestSystem } from './temporal';
 
@@ -27,7 +28,11 @@ export interface TestKey {
 export async function startTestGateway(
   sys: TestSystem,
   keys: TestKey[] = [{ id: 'admin' }],
-  options: Pick<GatewayOptions, 'codec' | 'ratePerKey'> & { tls?: GatewayTls; port?: number } = {},
+  options: Pick<GatewayOptions, 'codec' | 'ratePerKey' | 'authFailuresPerSecond' | 'logError' | 'logNote'> & {
+    tls?: GatewayTls;
+    port?: number;
+    timeouts?: Partial<GatewayTimeouts>;
+  } = {},
 ): Promise<{ gateway: RunningGateway; keys: Record<string, string>; keysFile: string }> {
   const made = Object.fromEntries(keys.map((k) => [k.id, generateKey()]));
   // One file per gateway: a second gateway of the same system must not rewrite the first one's keys.
@@ -46,6 +51,7 @@ export async function startTestGateway(
     keys: new ApiKeys(keysFile),
     ready: async () => true,
     logError: () => undefined,
+    logNote: () => undefined,
     ...options,
   });
   return { gateway, keys: made, keysFile };
