@@ -101,6 +101,14 @@ class RejectedSignal(WireModel):
     at: str
 
 
+class PhaseChange(WireModel):
+    """One phase a session's run went through: ``n`` counts the changes from the run's start."""
+
+    n: int
+    phase: str
+    at: str
+
+
 class LastRestore(WireModel):
     """The session's last restore: the checkpoint it restored, and those it fell back from."""
 
@@ -167,6 +175,8 @@ class SessionStatus(WireModel):
     forks: list[ForkRecord]
     fork_count: int
     last_activity_at: str
+    #: The phases this run went through, newest last (at most 16): ``events()`` streams every one of them.
+    recent_phases: Optional[list[PhaseChange]] = None
     #: Conversation runtime: the messages the session holds.
     message_count: Optional[int] = None
 
