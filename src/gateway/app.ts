@@ -104,7 +104,15 @@ const ProblemSchema = z
     sessionId: z.string().optional(),
     /** zod's issues, for `InvalidInput`: where (`path`), which rule (`code`), and what is wrong. */
     issues: z
-      .array(z.object({ code: z.string(), path: z.array(z.union([z.string(), z.number()])), message: z.string() }))
+      .array(
+        z.object({
+          code: z.string(),
+          path: z.array(z.union([z.string(), z.number()])),
+          message: z.string(),
+          /** What the refusal knows of a better input, e.g. `nearest`: the checkpoint index nearest the one asked. */
+          params: z.record(z.string(), z.unknown()).optional(),
+        }),
+      )
       .optional(),
     /**
      * For `SessionFailed`, and `RuntimeFailed` of a command that exited within its settle window: the failure (its

@@ -75,7 +75,11 @@ export function problemOf(err: unknown): Problem {
   if (err instanceof SessionError) {
     const extra: Partial<Problem> = err.sessionId ? { sessionId: err.sessionId } : {};
     if (err instanceof InvalidInputError)
-      extra.issues = err.issues.map(({ code, path, message }) => ({ code, path, message }));
+      extra.issues = err.issues.map(({ code, path, message, ...rest }) => {
+        // A refusal that knows a better input says so in `params` (a rewind's nearest checkpoint index).
+        const params = (rest as { params?: Record<string, unknown> }).params;
+        return { code, path, message, ...(params ? { params } : {}) };
+      });
     if ((err instanceof SessionFailedError || err instanceof SessionRuntimeError) && err.failure)
       extra.failure = err.failure;
     return problem(STATUS_OF[err.code] ?? 500, err.code, err.message, extra);

@@ -145,6 +145,12 @@ test('a session end to end over HTTP: start, checkpoint once per key, pause, res
     json: { code: 'NotFound', sessionId },
   });
 
+  // The resume's restore entry is no checkpoint: the refusal names the nearest one, for a caller to pass back.
+  const restore = page.json.entries.find((e: TimelineEntry) => e.kind === 'restored')!;
+  expect(await call('POST', `/v1/sessions/${sessionId}/rewind`, { body: { to: restore.index } })).toMatchObject({
+    status: 400,
+    json: { code: 'InvalidInput', issues: [{ params: { nearest: paused.json.index, kind: 'restored' } }] },
+  });
   const rewound = await call<RewindResult>('POST', `/v1/sessions/${sessionId}/rewind`, {
     body: { to: first.json.index },
   });
