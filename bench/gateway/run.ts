@@ -8,15 +8,12 @@
  * Nothing here asserts a time: it prints (and writes to .bench/gateway.md) what it measured, PASS/MISS beside targets.
  */
 import * as fs from 'node:fs';
-import * as fsp from 'node:fs/promises';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { statusQuery } from '../../src/api';
-import { ApiKeys, generateKey, hashKey, startGateway } from '../../src/gateway';
 import { smallState } from '../controls/latency';
 import { summarize, timed, type Latency } from '../controls/stats';
-import { startControlsSystem } from '../controls/system';
+import { startBenchGateway } from './bench-gateway';
 import { table } from '../markdown';
 import { runWithCleanup, type Cleanup } from '../sessions/cleanup';
 
@@ -42,26 +39,7 @@ async function main(cleanup: Cleanup): Promise<void> {
   const quick = process.argv.includes('--quick');
   const runs = quick ? 50 : 200;
   const readMs = quick ? 3_000 : 5_000;
-  Runtime.install({ logger: new DefaultLogger('WARN'), shutdownSignals: [] });
-  const root = fs.mkdtempSync(path.join(fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir(), 'ds-gateway-'));
-  cleanup.add('temp dir', () => fsp.rm(root, { recursive: true, force: true }));
-  process.once('exit', () => fs.rmSync(root, { recursive: true, force: true }));
-  const sys = await startControlsSystem(root, 4096, cleanup);
-  const key = generateKey();
-  const keysFile = path.join(root, 'keys.json');
-  fs.writeFileSync(
-    keysFile,
-    JSON.stringify({ keys: [{ id: 'b', sha256: hashKey(key), tenant: 'default', role: 'admin' }] }),
-  );
-  const gateway = await startGateway({
-    port: 0,
-    sessions: sys.sessions,
-    keys: new ApiKeys(keysFile),
-    ready: async () => true,
-    // What is measured is the gateway's rate, not the limit a key gets by default.
-    ratePerKey: 1_000_000,
-  });
-  cleanup.add('gateway', () => gateway.close());
+  const { sys, key, gateway } = await startBenchGateway(cleanup, 'ds-gateway-');
 
   const sessionId = `gw-${sys.runId}`;
   const session = await sys.sessions.start({ sessionId, runtime: { kind: 'memory', initialState: smallState() } });

@@ -11,14 +11,11 @@
  * Nothing here asserts: it prints (and writes to .bench/gateway-soak.md) what it measured.
  */
 import * as fs from 'node:fs';
-import * as fsp from 'node:fs/promises';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as v8 from 'node:v8';
 import * as vm from 'node:vm';
-import { DefaultLogger, Runtime } from '@temporalio/worker';
-import { ApiKeys, generateKey, hashKey, startGateway } from '../../src/gateway';
-import { startControlsSystem } from '../controls/system';
+import { startBenchGateway } from './bench-gateway';
 import { table } from '../markdown';
 import { runWithCleanup, type Cleanup } from '../sessions/cleanup';
 
@@ -52,26 +49,7 @@ async function main(cleanup: Cleanup): Promise<void> {
   const rounds = arg('--rounds', 1);
   const concurrency = arg('--concurrency', 20);
   const heap = process.argv.includes('--heap');
-  Runtime.install({ logger: new DefaultLogger('WARN'), shutdownSignals: [] });
-  const root = fs.mkdtempSync(path.join(fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir(), 'ds-soak-'));
-  cleanup.add('temp dir', () => fsp.rm(root, { recursive: true, force: true }));
-  process.once('exit', () => fs.rmSync(root, { recursive: true, force: true }));
-  const sys = await startControlsSystem(root, 4096, cleanup);
-  const key = generateKey();
-  const keysFile = path.join(root, 'keys.json');
-  fs.writeFileSync(
-    keysFile,
-    JSON.stringify({ keys: [{ id: 'soak', sha256: hashKey(key), tenant: 'default', role: 'admin' }] }),
-  );
-  const gateway = await startGateway({
-    port: 0,
-    hostname: '127.0.0.1',
-    sessions: sys.sessions,
-    keys: new ApiKeys(keysFile),
-    ready: async () => true,
-    ratePerKey: 1_000_000,
-  });
-  cleanup.add('gateway', () => gateway.close());
+  const { sys, key, gateway } = await startBenchGateway(cleanup, 'ds-soak-');
   fs.mkdirSync(RESULTS_DIR, { recursive: true });
 
   const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
