@@ -67,8 +67,6 @@ export interface ControlSpec<I = unknown, R = unknown> {
   queued: boolean;
   /** The runtime kinds the control applies to; any other kind's session refuses it at validation (InvalidInput). */
   runtimes: readonly RuntimeKind[];
-  /** The HTTP operation (`POST /v1/sessions/{id}/<name>`). */
-  operationId: string;
   /** One line for the HTTP summary and the CLI. */
   summary: string;
   doc: ControlDoc;
@@ -106,7 +104,6 @@ export const CONTROLS = {
     input: CheckpointInput,
     queued: true,
     runtimes: ALL_RUNTIMES,
-    operationId: 'checkpointSession',
     summary: "capture the running session's state as a new checkpoint",
     doc: {
       does: 'Capture the running session into a new checkpoint; returns its reference.',
@@ -120,7 +117,6 @@ export const CONTROLS = {
     input: PauseInput,
     queued: true,
     runtimes: ALL_RUNTIMES,
-    operationId: 'pauseSession',
     summary: 'checkpoint, then stop the runtime to free its compute',
     doc: {
       does: 'Checkpoint the session, then stop its runtime to free compute; returns the checkpoint.',
@@ -134,7 +130,6 @@ export const CONTROLS = {
     input: ResumeInput,
     queued: true,
     runtimes: ALL_RUNTIMES,
-    operationId: 'resumeSession',
     summary: 'restore the newest checkpoint that verifies into a fresh runtime',
     doc: {
       does: 'Restore a paused session from its newest (or the given) checkpoint that verifies, falling back to older ones.',
@@ -148,7 +143,6 @@ export const CONTROLS = {
     input: StopInput,
     queued: true,
     runtimes: ALL_RUNTIMES,
-    operationId: 'stopSession',
     summary: 'end the session, with a final checkpoint of a running session',
     doc: {
       does: 'Stop the session for good, with a final checkpoint of a running session by default.',
@@ -165,7 +159,6 @@ export const CONTROLS = {
     input: VerifyInput,
     queued: false,
     runtimes: ALL_RUNTIMES,
-    operationId: 'verifySession',
     summary: "read the session's checkpoints back from the store on a worker (every chunk authenticated)",
     doc: {
       does: 'Read checkpoints back from the store (every chunk authenticated); returns what each one is.',
@@ -178,7 +171,6 @@ export const CONTROLS = {
     input: RewindInput,
     queued: true,
     runtimes: ALL_RUNTIMES,
-    operationId: 'rewindSession',
     summary: 'go back to a checkpoint (a timeline index or a checkpoint id) in place; a new branch starts there',
     doc: {
       does:
@@ -198,7 +190,6 @@ export const CONTROLS = {
     input: ForkInput,
     queued: true,
     runtimes: ALL_RUNTIMES,
-    operationId: 'forkSession',
     summary: 'start new sessions from a checkpoint of this one (chunks shared, nothing copied)',
     doc: {
       does: 'Start new, independent sessions from a checkpoint (chunks shared, nothing copied); this one is unchanged.',
@@ -215,7 +206,6 @@ export const CONTROLS = {
     input: BranchInput,
     queued: true,
     runtimes: ALL_RUNTIMES,
-    operationId: 'branchSession',
     summary: 'fork the current state (a running session is checkpointed first)',
     doc: {
       does: 'Fork the current state (a running session is checkpointed first).',
@@ -229,7 +219,6 @@ export const CONTROLS = {
     input: ConfigureInput,
     queued: true,
     runtimes: ALL_RUNTIMES,
-    operationId: 'configureSession',
     summary: "replace the live session's policies and/or retention",
     doc: {
       does: 'Replace the policies and/or retention of the live session.',
@@ -251,7 +240,6 @@ export const CONTROLS = {
     input: TouchInput,
     queued: false,
     runtimes: ALL_RUNTIMES,
-    operationId: 'touchSession',
     summary: 'say the session is in use: its idle timer starts again',
     doc: { does: 'The session is in use: its idle timer starts again.', fields: {}, examples: [{}] },
   }),
@@ -261,7 +249,6 @@ export const CONTROLS = {
     input: AppendInput,
     queued: true,
     runtimes: ['conversation'],
-    operationId: 'appendMessages',
     summary: 'conversation runtime: append messages, with a checkpoint after them when asked (trigger turn)',
     doc: {
       does: 'Conversation runtime: append messages, with a checkpoint after them when "checkpoint" is true (trigger turn).',
@@ -279,7 +266,6 @@ export const CONTROLS = {
     input: RegenerateInput,
     queued: true,
     runtimes: ['conversation'],
-    operationId: 'regenerateTurn',
     summary: 'conversation runtime: fork from just before the last assistant turn, to answer it again',
     doc: {
       does:

@@ -84,12 +84,12 @@ const ANSWERS: { [N in ControlName]: { schema: ZodType; run?: (h: SessionHandle,
 
 /** The controls the gateway serves: every control of the registry, each run by the handle's method of its name. */
 const CONTROLS = CONTROL_NAMES.map((name) => {
-  const { input, summary, operationId } = REGISTRY[name] as ControlSpec;
+  const { input, summary } = REGISTRY[name] as ControlSpec;
   const answer = ANSWERS[name];
   const run =
     (answer.run as ((h: SessionHandle, x: unknown) => Promise<unknown>) | undefined) ??
     ((h: SessionHandle, x: unknown) => (h[name] as (x: unknown) => Promise<unknown>).call(h, x));
-  return { name, input, output: answer.schema, summary, operationId, run };
+  return { name, input, output: answer.schema, summary, run };
 });
 
 const RANK: Record<Role, number> = { viewer: 0, operator: 1, admin: 2 };
@@ -370,7 +370,8 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     document(app, 'post', `/v1/sessions/{id}/${control.name}`, control.summary, {
       body: control.input,
       answers: { 200: control.output },
-      operationId: control.operationId,
+      // The control's wire name: one name for it in the document, generated clients and the workflow.
+      operationId: control.name,
     });
     app.post(`/v1/sessions/:id/${control.name}`, async (c) => {
       const handle = sessionsOf(c).get(c.req.param('id'));
