@@ -13,6 +13,7 @@ import {
   StopInput,
   TouchInput,
   VerifyInput,
+  RUNTIME_KINDS,
   type RuntimeKind,
 } from '../domain/schemas';
 import { planControl, STABLE_PHASES, type Control, type StablePhase } from '../domain/session-state';
@@ -72,8 +73,6 @@ export interface ControlSpec<I = unknown, R = unknown> {
   doc: ControlDoc;
 }
 
-const ALL_RUNTIMES = ['workspace', 'memory', 'conversation'] as const satisfies readonly RuntimeKind[];
-
 const ifHead = 'apply only while this checkpoint id is the head, else Conflict';
 const ifIndex = 'apply only while the head is at this timeline index, else Conflict';
 const idempotencyKey = 'a repeat with the same key gets the first outcome, across runs too';
@@ -103,7 +102,7 @@ export const CONTROLS = {
     signal: checkpointSignal,
     input: CheckpointInput,
     queued: true,
-    runtimes: ALL_RUNTIMES,
+    runtimes: RUNTIME_KINDS,
     summary: "capture the running session's state as a new checkpoint",
     doc: {
       does: 'Capture the running session into a new checkpoint; returns its reference.',
@@ -116,7 +115,7 @@ export const CONTROLS = {
     signal: pauseSignal,
     input: PauseInput,
     queued: true,
-    runtimes: ALL_RUNTIMES,
+    runtimes: RUNTIME_KINDS,
     summary: 'checkpoint, then stop the runtime to free its compute',
     doc: {
       does: 'Checkpoint the session, then stop its runtime to free compute; returns the checkpoint.',
@@ -129,7 +128,7 @@ export const CONTROLS = {
     signal: resumeSignal,
     input: ResumeInput,
     queued: true,
-    runtimes: ALL_RUNTIMES,
+    runtimes: RUNTIME_KINDS,
     summary: 'restore the newest checkpoint that verifies into a fresh runtime',
     doc: {
       does: 'Restore a paused session from its newest (or the given) checkpoint that verifies, falling back to older ones.',
@@ -142,7 +141,7 @@ export const CONTROLS = {
     signal: stopSignal,
     input: StopInput,
     queued: true,
-    runtimes: ALL_RUNTIMES,
+    runtimes: RUNTIME_KINDS,
     summary: 'end the session, with a final checkpoint of a running session',
     doc: {
       does: 'Stop the session for good, with a final checkpoint of a running session by default.',
@@ -158,7 +157,7 @@ export const CONTROLS = {
     update: verifyUpdate,
     input: VerifyInput,
     queued: false,
-    runtimes: ALL_RUNTIMES,
+    runtimes: RUNTIME_KINDS,
     summary: "read the session's checkpoints back from the store on a worker (every chunk authenticated)",
     doc: {
       does: 'Read checkpoints back from the store (every chunk authenticated); returns what each one is.',
@@ -170,7 +169,7 @@ export const CONTROLS = {
     update: rewindUpdate,
     input: RewindInput,
     queued: true,
-    runtimes: ALL_RUNTIMES,
+    runtimes: RUNTIME_KINDS,
     summary: 'go back to a checkpoint (a timeline index or a checkpoint id) in place; a new branch starts there',
     doc: {
       does:
@@ -189,7 +188,7 @@ export const CONTROLS = {
     update: forkUpdate,
     input: ForkInput,
     queued: true,
-    runtimes: ALL_RUNTIMES,
+    runtimes: RUNTIME_KINDS,
     summary: 'start new sessions from a checkpoint of this one (chunks shared, nothing copied)',
     doc: {
       does: 'Start new, independent sessions from a checkpoint (chunks shared, nothing copied); this one is unchanged.',
@@ -205,7 +204,7 @@ export const CONTROLS = {
     update: branchUpdate,
     input: BranchInput,
     queued: true,
-    runtimes: ALL_RUNTIMES,
+    runtimes: RUNTIME_KINDS,
     summary: 'fork the current state (a running session is checkpointed first)',
     doc: {
       does: 'Fork the current state (a running session is checkpointed first).',
@@ -218,7 +217,7 @@ export const CONTROLS = {
     signal: configureSignal,
     input: ConfigureInput,
     queued: true,
-    runtimes: ALL_RUNTIMES,
+    runtimes: RUNTIME_KINDS,
     summary: "replace the live session's policies and/or retention",
     doc: {
       does: 'Replace the policies and/or retention of the live session.',
@@ -239,7 +238,7 @@ export const CONTROLS = {
     signal: touchSignal,
     input: TouchInput,
     queued: false,
-    runtimes: ALL_RUNTIMES,
+    runtimes: RUNTIME_KINDS,
     summary: 'say the session is in use: its idle timer starts again',
     doc: { does: 'The session is in use: its idle timer starts again.', fields: {}, examples: [{}] },
   }),

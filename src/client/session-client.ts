@@ -59,6 +59,7 @@ import {
   type CheckpointInput,
   type PauseInput,
   type ResumeInput,
+  RuntimeKindSchema,
   SessionId,
   SessionLabels,
   StartSessionInput,
@@ -144,7 +145,7 @@ const EXECUTION_STATUS = [
 /** What `listPage` filters by (strict: an unknown field is refused). */
 export const SessionListFilter = z.strictObject({
   phase: z.enum(PHASES).optional(),
-  runtime: z.enum(['workspace', 'memory', 'conversation']).optional(),
+  runtime: RuntimeKindSchema.optional(),
   forkedFrom: SessionId.optional(),
   /** Sessions that have this label. */
   label: SessionLabels.element.optional(),

@@ -4,6 +4,7 @@ import {
   CheckpointRef,
   IdempotencyKey,
   RetentionPolicy,
+  RuntimeKindSchema,
   SessionId,
   SessionPolicies,
   StartSessionInput,
@@ -24,7 +25,7 @@ const Text = z.string().max(64 * 1024);
 
 export const RuntimeInstanceRef = strictObject({
   instanceId: z.string().min(1).max(300),
-  kind: z.enum(['workspace', 'memory', 'conversation']),
+  kind: RuntimeKindSchema,
   /** The task queue of the worker host the instance lives on. */
   hostTaskQueue: z.string().min(1).max(400),
   location: z.string().max(4096),

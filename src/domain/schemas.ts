@@ -199,6 +199,11 @@ export const RuntimeSpec = z.discriminatedUnion('kind', [
 ]);
 export type RuntimeSpec = z.infer<typeof RuntimeSpec>;
 export type RuntimeKind = RuntimeSpec['kind'];
+/** Every runtime kind, read off the spec union: a new runtime's spec adds its kind everywhere this is used. */
+export const RuntimeKindSchema = z.enum(
+  RuntimeSpec.options.map((o) => o.shape.kind.value) as [RuntimeKind, ...RuntimeKind[]],
+);
+export const RUNTIME_KINDS: readonly RuntimeKind[] = RuntimeKindSchema.options;
 
 /**
  * How quickly a lost worker host is noticed. A session's runtime lives on one host; when that host stops
