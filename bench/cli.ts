@@ -14,7 +14,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { freePort } from '../src/dev-server';
+import { devStackEnv } from '../src/dev-server';
 
 const { values } = parseArgs({ options: { quick: { type: 'boolean', default: false } }, strict: true });
 const ROUNDS = values.quick ? 8 : 20;
@@ -49,16 +49,7 @@ async function main(): Promise<void> {
     if (build.status !== 0) throw new Error('npm run build failed');
   }
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-bench-cli-'));
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    DS_DATA_DIR: dataDir,
-    DS_DEV_SERVER_PORT: String(await freePort()),
-    DS_DEV_UI_PORT: String(await freePort()),
-    DS_GATEWAY_PORT: String(await freePort()),
-    DS_METRICS_PORT: String(await freePort()),
-    LOG_LEVEL: 'WARN',
-  };
-  delete env.TEMPORAL_ADDRESS;
+  const { env } = await devStackEnv(dataDir);
   const server = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
     cwd: root,
     env,

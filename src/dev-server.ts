@@ -129,3 +129,38 @@ export function freePort(): Promise<number> {
     });
   });
 }
+
+/** The ports of an `npm start` beside others: its dev server, Web UI, gateway and metrics. */
+export interface DevStackPorts {
+  server: number;
+  ui: number;
+  gateway: number;
+  metrics: number;
+}
+
+/**
+ * The environment of an `npm start` that shares nothing with another: its own data directory, free ports, and no
+ * `TEMPORAL_ADDRESS`, so it runs its embedded server (for tests and benches that start the whole system).
+ */
+export async function devStackEnv(
+  dataDir: string,
+  base: NodeJS.ProcessEnv = process.env,
+): Promise<{ env: NodeJS.ProcessEnv; ports: DevStackPorts }> {
+  const ports = {
+    server: await freePort(),
+    ui: await freePort(),
+    gateway: await freePort(),
+    metrics: await freePort(),
+  };
+  const env: NodeJS.ProcessEnv = {
+    ...base,
+    DS_DATA_DIR: dataDir,
+    DS_DEV_SERVER_PORT: String(ports.server),
+    DS_DEV_UI_PORT: String(ports.ui),
+    DS_GATEWAY_PORT: String(ports.gateway),
+    DS_METRICS_PORT: String(ports.metrics),
+    LOG_LEVEL: 'WARN',
+  };
+  delete env.TEMPORAL_ADDRESS;
+  return { env, ports };
+}

@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { freePort } from '../../src/dev-server';
+import { devStackEnv } from '../../src/dev-server';
 import { eventually } from '../helpers/temporal';
 
 const root = path.resolve(__dirname, '..', '..');
@@ -54,16 +54,7 @@ async function pack(): Promise<string> {
 }
 
 async function npmStart(): Promise<void> {
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    DS_DATA_DIR: path.join(tmp, 'data'),
-    DS_DEV_SERVER_PORT: String(await freePort()),
-    DS_DEV_UI_PORT: String(await freePort()),
-    DS_GATEWAY_PORT: String(await freePort()),
-    DS_METRICS_PORT: String(await freePort()),
-    LOG_LEVEL: 'WARN',
-  };
-  delete env.TEMPORAL_ADDRESS;
+  const { env } = await devStackEnv(path.join(tmp, 'data'));
   npmStartEnv = env;
   npm = spawn('npm', ['start'], { cwd: root, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
   npm.stdout!.on('data', (d: Buffer) => (output += d.toString()));

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { freePort } from '../../src/dev-server';
+import { devStackEnv } from '../../src/dev-server';
 import { eventually } from './temporal';
 
 /**
@@ -128,17 +128,7 @@ export async function startDocStack(): Promise<DocStack> {
   const dataDir = path.join(dir, 'data');
   // What a checkout has beside `data`, so that a command written for the checkout's top runs as written.
   for (const name of ['.tools', 'bin', 'examples']) fs.symlinkSync(path.join(repoRoot, name), path.join(dir, name));
-  const ports = { server: await freePort(), ui: await freePort(), gateway: await freePort() };
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    DS_DATA_DIR: dataDir,
-    DS_DEV_SERVER_PORT: String(ports.server),
-    DS_DEV_UI_PORT: String(ports.ui),
-    DS_GATEWAY_PORT: String(ports.gateway),
-    DS_METRICS_PORT: String(await freePort()),
-    LOG_LEVEL: 'WARN',
-  };
-  delete env.TEMPORAL_ADDRESS;
+  const { env, ports } = await devStackEnv(dataDir);
   let output = '';
   // Its own process group, as a terminal gives it, so one signal reaches the server and the worker.
   const child: ChildProcess = spawn('npm', ['start'], {
