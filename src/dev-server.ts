@@ -64,7 +64,8 @@ export async function startDevServer(options: DevServerOptions): Promise<DevServ
     child.once('exit', (code, signal) =>
       reject(
         new Error(
-          `temporal server exited early (code ${code}, signal ${signal}); see ${options.logFile ?? 'its output'}`,
+          `temporal server exited early (code ${code}, signal ${signal})${lastLine(options.logFile)}; ` +
+            `see ${options.logFile ?? 'its output'}`,
         ),
       ),
     ),
@@ -83,6 +84,17 @@ export async function startDevServer(options: DevServerOptions): Promise<DevServ
     process: child,
     stop: () => stopProcess(child),
   };
+}
+
+/** The last line the server wrote, which says why it stopped (a port in use, a locked database). */
+function lastLine(logFile: string | undefined): string {
+  if (!logFile) return '';
+  try {
+    const lines = fs.readFileSync(logFile, 'utf8').trimEnd().split('\n');
+    return `: ${(lines[lines.length - 1] ?? '').slice(0, 500)}`;
+  } catch {
+    return '';
+  }
 }
 
 /** Ready means the namespace answers, not merely that the port is open. */
@@ -118,15 +130,36 @@ function stopProcess(child: ChildProcess): Promise<void> {
   });
 }
 
-/** A free TCP port on loopback (for tests and for running several dev servers side by side). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/**
+ * A free TCP port on loopback (for tests and for running several dev servers side by side), drawn from below the
+ * kernel's ephemeral range: the Temporal server picks its internal ports, and every `listen(0)` gets its port, from
+ * that range, so a port handed out from inside it can be taken by another process before its owner binds it.
+ */
+export async function freePort(): Promise<number> {
+  const [low, high] = portRangeBelowEphemeral();
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = low + Math.floor(Math.random() * (high - low + 1));
+    if (await canListen(port)) return port;
+  }
+  throw new Error(`no free port on 127.0.0.1 between ${low} and ${high} after 50 tries`);
+}
+
+function portRangeBelowEphemeral(): [number, number] {
+  let ephemeralLow = 32_768;
+  try {
+    const [first] = fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/);
+    if (Number(first) > 12_000) ephemeralLow = Number(first);
+  } catch {
+    // not Linux: its default range starts at 49152 or 32768; 32768 is below both
+  }
+  return [10_000, ephemeralLow - 1];
+}
+
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
   });
 }
 
