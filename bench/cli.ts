@@ -2,7 +2,8 @@
  * How long one CLI command takes, as a shell runs it: `durable-sessions status` of a running session against
  * `npm start` (its own data directory and free ports), beside `node -e ''` (starting Node at all) and the same command
  * run from the sources through tsx (what the bin did before it ran dist/). The three are taken in turn, so each sees
- * the same machine at the same moment. It builds dist/ first when src/ is newer (the bin would run the sources then).
+ * the same machine at the same moment, and beside the floor of any CLI on the Temporal SDK: a script that loads
+ * `@temporalio/client`, connects, sends one query and closes (most of it is building the SDK's protobuf root). It builds dist/ first when src/ is newer (the bin would run the sources then).
  *
  *   npx tsx bench/cli.ts            # 20 rounds
  *   npx tsx bench/cli.ts --quick    # 8 rounds
@@ -66,8 +67,21 @@ async function main(): Promise<void> {
     }
     ms([bin, 'start', 'bench-cli', '--memory', '--', 'state'], env);
 
+    // The floor of any CLI built on the Temporal SDK: load @temporalio/client, connect, one query, close.
+    // The result stays encrypted: the floor decodes no payload.
+    const bareQuery = `const { Connection } = require('@temporalio/client');
+      (async () => {
+        const connection = await Connection.connect({ address: '127.0.0.1:${env.DS_DEV_SERVER_PORT}' });
+        await connection.workflowService.queryWorkflow({
+          namespace: 'default',
+          execution: { workflowId: 'session-bench-cli' },
+          query: { queryType: 'status' },
+        });
+        await connection.close();
+      })().catch((err) => { console.error(err); process.exit(1); });`;
     const paths = {
       "node -e ''": ['-e', ''],
+      'bare SDK query (floor)': ['-e', bareQuery],
       'status (dist/)': [bin, 'status', 'bench-cli'],
       'status (sources through tsx)': [
         '-e',
