@@ -1,0 +1,87 @@
+/**
+ * The storage under the snapshot store: a flat namespace of objects named by `/`-separated keys, with nothing of
+ * POSIX in its contract. The engine, the session claim, the timeline log, pins and leftovers are written against it,
+ * so the same store runs on a local directory (`fs-backend.ts`, the embedded default) or an object store shared by
+ * many workers on many hosts (S3).
+ *
+ * Safety rests on three promises every backend keeps, whatever machines its callers run on:
+ * - an object is visible whole or not at all (no reader sees a partial write, a crash leaves no partial object);
+ * - `create` succeeds for exactly one of any number of concurrent writers of one key: it is the commit point of a
+ *   manifest, a claim, a lineage pointer and a timeline entry;
+ * - `modifiedAt` and `now()` come from the backend's one clock, never a worker's, so that the age of a leftover or a
+ *   pin means the same to every host.
+ */
+import type { Readable } from 'node:stream';
+
+/** What the backend knows of one object. */
+export interface BlobInfo {
+  key: string;
+  size: number;
+  /** When it was last written, by the backend's clock. */
+  modifiedAt: Date;
+}
+
+/** Bytes to store: whole, or streamed (a pack of unknown length streams through without being held in memory). */
+export type BlobBody = Buffer | AsyncIterable<Buffer>;
+
+export interface BlobRange {
+  offset: number;
+  length: number;
+}
+
+export interface BlobBackend {
+  /** Where the objects are, for messages: `file:///var/lib/ds/snapshots`, `s3://bucket/prefix`. */
+  readonly location: string;
+
+  /**
+   * Writes `key` if no object has it: true if this call created it, false if one was there already (then nothing of
+   * `body` is stored). Of concurrent creates of one key, exactly one returns true.
+   */
+  create(key: string, body: BlobBody): Promise<boolean>;
+
+  /** Writes `key`, replacing any object it had. */
+  put(key: string, body: BlobBody): Promise<void>;
+
+  /**
+   * The object's bytes, or the bytes of `range` (shorter where the object ends first); null if there is no object.
+   * An object larger than `maxBytes` is an error, not read: a damaged size field must not make a reader allocate it.
+   */
+  read(key: string, options?: { range?: BlobRange; maxBytes?: number }): Promise<Buffer | null>;
+
+  /** The object's bytes (or `range`'s) as a stream, for objects too large to hold; null if there is no object. */
+  stream(key: string, options?: { range?: BlobRange }): Promise<Readable | null>;
+
+  stat(key: string): Promise<BlobInfo | null>;
+
+  /** Every object whose key starts with `prefix`, in key order. */
+  list(prefix: string): AsyncIterable<BlobInfo>;
+
+  /** Removes the object; one that is not there is not an error. */
+  delete(key: string): Promise<void>;
+
+  /** The backend's clock, to compare with `modifiedAt`. */
+  now(): Promise<Date>;
+
+  /** Releases connections and handles; the backend is not used after. */
+  close(): Promise<void>;
+}
+
+const KEY_SEGMENT = /^[A-Za-z0-9._-]+$/;
+
+/**
+ * Refuses a key that is not relative `/`-separated segments of safe characters (no `..`, no empty or dot segment):
+ * a key must never name something outside the store, on any backend.
+ */
+export function checkBlobKey(key: string): string {
+  const segments = key.split('/');
+  const bad = key.length === 0 || key.length > 1024 || segments.some((s) => !KEY_SEGMENT.test(s) || /^\.+$/.test(s));
+  if (bad) throw new TypeError(`invalid object key ${JSON.stringify(key)}`);
+  return key;
+}
+
+/** `checkBlobKey` for a list prefix, which may end in `/` or part-way through a segment, or be empty (everything). */
+export function checkBlobPrefix(prefix: string): string {
+  if (prefix === '') return prefix;
+  checkBlobKey(prefix.endsWith('/') ? prefix.slice(0, -1) : prefix);
+  return prefix;
+}
