@@ -59,6 +59,7 @@ ERROR_CODES = frozenset(
         "RuntimeLost",
         "RestoreFailed",
         "StoreFull",
+        "StoreUnavailable",
         "Conflict",
         "UnsafeMessageIndex",
         "Busy",

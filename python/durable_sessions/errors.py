@@ -126,6 +126,13 @@ class StoreFullError(DurableSessionsError):
     code = "StoreFull"
 
 
+class StoreUnavailableError(DurableSessionsError):
+    """The snapshot store did not answer within the worker's retry bound; a later attempt may succeed."""
+
+    code = "StoreUnavailable"
+    retryable = True
+
+
 class ConflictError(DurableSessionsError):
     """A stale ifHead/ifIndex, or a conflicting control."""
 
@@ -226,6 +233,7 @@ __all__ = [
     "RuntimeLostError",
     "RestoreFailedError",
     "StoreFullError",
+    "StoreUnavailableError",
     "ConflictError",
     "SessionBusyError",
     "UnsafeMessageIndexError",

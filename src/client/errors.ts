@@ -9,6 +9,7 @@ import {
   SessionFailedError,
   type SessionFailure,
   StoreFullError,
+  StoreUnavailableError,
   SnapshotNotFoundError,
   SnapshotCorruptError,
   SnapshotIncompatibleError,
@@ -49,6 +50,8 @@ export function sessionErrorFor(
       return new SessionFailedError(message, sessionId, failureOf(details), options);
     case ERROR_CODES.StoreFull:
       return new StoreFullError(message, sessionId, '', options);
+    case ERROR_CODES.StoreUnavailable:
+      return new StoreUnavailableError(message, sessionId, '', options);
     case ERROR_CODES.SnapshotNotFound:
       return new SnapshotNotFoundError(message, sessionId, '', options);
     case ERROR_CODES.SnapshotCorrupt:

@@ -37,6 +37,11 @@ export const ERROR_CODES = {
   /** The snapshot store has no room or is read-only (ENOSPC, EDQUOT, EROFS): retrying will not help. */
   StoreFull: 'StoreFull',
   /**
+   * The snapshot store did not answer (5xx, throttling, dropped connections) for longer than the worker's retry bound:
+   * nothing half-written is visible, and a later attempt may succeed.
+   */
+  StoreUnavailable: 'StoreUnavailable',
+  /**
    * The control names a stale epoch of the session (`ifHead`, `ifIndex`), or conflicts with one in flight; or a store
    * write names what the store holds already with other content (a timeline index). Nothing was changed.
    */

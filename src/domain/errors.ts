@@ -222,6 +222,18 @@ export class StoreFullError extends SnapshotError {
   }
 }
 
+/**
+ * Thrown when the snapshot store did not answer, or answered only with errors a retry may cure (5xx, throttling, a
+ * dropped connection), for longer than its backend's retry bound. Nothing half-written is visible; trying again later
+ * may succeed.
+ */
+export class StoreUnavailableError extends SnapshotError {
+  override readonly retryable = true;
+  constructor(message: string, sessionId = '', checkpointId = '', options?: { cause?: unknown }) {
+    super(ERROR_CODES.StoreUnavailable, message, sessionId, checkpointId, options);
+  }
+}
+
 /** Why an object or a wrapped key could not be opened. */
 export type CryptoFailureReason =
   /** Authentication failed with the right key, or the header does not name what the reader expected. */

@@ -60,6 +60,7 @@ export const STATUS_OF: Record<ErrorCode, number> = {
   [ERROR_CODES.RuntimeLost]: 422,
   [ERROR_CODES.RestoreFailed]: 422,
   [ERROR_CODES.StoreFull]: 507,
+  [ERROR_CODES.StoreUnavailable]: 503,
   [ERROR_CODES.Conflict]: 409,
   [ERROR_CODES.Busy]: 503,
   [ERROR_CODES.UnsafeMessageIndex]: 422,

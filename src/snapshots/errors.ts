@@ -13,6 +13,7 @@ export {
   SnapshotCorruptError,
   SnapshotIncompatibleError,
   StoreFullError,
+  StoreUnavailableError,
   SnapshotTamperedError,
   KeyUnavailableError,
   type CryptoFailureReason,
