@@ -4,10 +4,14 @@
 # Python SDK (temporalio) and cryptography (its payload codec) that examples/python and its interop test use, and the
 # project's own Python client (python/, installed editable, with httpx, pydantic, pytest, schemathesis, mypy and ruff
 # for its tests). `npm test` runs it after scripts/install-temporal.sh (the Temporal CLI, which `npm start` needs
-# too). Chromium, for the Web UI test, is scripts/install-chromium.sh's. Idempotent and offline after the first run. Prints nothing when already installed.
+# too). Chromium, for the Web UI test, is scripts/install-chromium.sh's; the S3 server (versitygw) is
+# scripts/install-s3-server.sh's, run from here. Idempotent and offline after the first run. Prints nothing when already
+# installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/tools-venv.sh
+
+bash scripts/install-s3-server.sh
 
 TEMPORALIO_VERSION="1.35.0"
 CRYPTOGRAPHY_VERSION="50.0.2"

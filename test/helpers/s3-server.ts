@@ -1,0 +1,90 @@
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
+import { freePort } from '../../src/dev-server';
+
+/** The S3 server scripts/install-s3-server.sh builds. */
+export const VERSITYGW_BIN = path.resolve(__dirname, '..', '..', '.tools', 's3', 'bin', 'versitygw');
+
+/** A real S3 server (versitygw on a directory of its own) on a loopback port, with one bucket made. */
+export interface S3TestServer {
+  endpoint: string;
+  region: string;
+  credentials: { accessKeyId: string; secretAccessKey: string };
+  bucket: string;
+  /** Where the server keeps the bucket's objects, as files (`<dir>/<bucket>/<key>`). */
+  dir: string;
+  /** The port it listens on (a proxy in front of it forwards here). */
+  port: number;
+  /** A plain client of the server, with the SDK's defaults, for what the tests check behind the backend's back. */
+  client(): S3Client;
+  /** Stops the server and removes its directory; safe to call twice. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts versitygw's posix backend on a fresh temporary directory and a free port with root credentials of its own,
+ * waits until it answers, and makes a bucket. The server dies with the process that started it, even by kill -9: it
+ * runs under a small shell that holds the read end of a pipe from this process and kills it when the pipe closes.
+ */
+export async function startS3Server(options: { bucket?: string } = {}): Promise<S3TestServer> {
+  if (!fs.existsSync(VERSITYGW_BIN)) {
+    throw new Error(`${VERSITYGW_BIN} is missing: run scripts/install-s3-server.sh (npm test runs it)`);
+  }
+  const dir = fs.mkdtempSync(path.join(process.env.DS_TEST_TMP ?? os.tmpdir(), 's3-'));
+  const data = path.join(dir, 'data');
+  fs.mkdirSync(data);
+  const port = await freePort();
+  const credentials = { accessKeyId: 'ds-test-root', secretAccessKey: randomBytes(18).toString('base64url') };
+  const region = 'us-east-1';
+  const bucket = options.bucket ?? 'ds-test';
+  const log = fs.openSync(path.join(dir, 'versitygw.log'), 'a');
+  const args = ['--port', `127.0.0.1:${port}`, '--region', region, '--quiet', 'posix', data];
+  const lifeline =
+    'trap "" PIPE; "$0" "$@" </dev/null & server=$!; read -r _; kill -9 $server 2>/dev/null; wait $server';
+  const child = spawn('bash', ['-c', lifeline, VERSITYGW_BIN, ...args], {
+    stdio: ['pipe', log, log],
+    env: {
+      ...process.env,
+      ROOT_ACCESS_KEY_ID: credentials.accessKeyId,
+      ROOT_SECRET_ACCESS_KEY: credentials.secretAccessKey,
+    },
+  });
+  fs.closeSync(log);
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  let stopped = false;
+  const stop = async () => {
+    if (!stopped) {
+      stopped = true;
+      child.stdin?.end();
+      await exited;
+    }
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  const endpoint = `http://127.0.0.1:${port}`;
+  const client = () => new S3Client({ endpoint, region, credentials, forcePathStyle: true });
+  const admin = client();
+  try {
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      if (child.exitCode !== null) throw new Error('versitygw exited');
+      try {
+        await admin.send(new CreateBucketCommand({ Bucket: bucket }));
+        break;
+      } catch (err) {
+        if (Date.now() > deadline) throw err;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+  } catch (err) {
+    const output = fs.readFileSync(path.join(dir, 'versitygw.log'), 'utf8').slice(-2000);
+    await stop();
+    throw new Error(`versitygw did not start on ${endpoint}: ${String(err)}\n${output}`, { cause: err });
+  } finally {
+    admin.destroy();
+  }
+  return { endpoint, region, credentials, bucket, dir: data, port, client, stop };
+}
