@@ -69,6 +69,64 @@ function isOrigin(value: string): boolean {
   }
 }
 
+/** S3's bucket naming rules (3–63 lowercase letters, digits, dots and hyphens, a letter or digit at each end). */
+const S3_BUCKET = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
+const STORE_PREFIX_SEGMENT = /^[A-Za-z0-9._-]+$/;
+
+/** Why `value` is not a snapshot store location (`s3://bucket[/prefix]` or a directory), or undefined when it is. */
+function snapshotStoreProblem(value: string): string | undefined {
+  const scheme = /^([A-Za-z][A-Za-z0-9+.-]*):\/\//.exec(value)?.[1];
+  if (scheme === undefined) return undefined;
+  if (scheme !== 's3')
+    return `${scheme}:// is not a store this worker knows: expected s3://bucket/prefix or a directory`;
+  const [bucket = '', ...segments] = value.slice('s3://'.length).replace(/\/+$/, '').split('/');
+  if (!S3_BUCKET.test(bucket) || bucket.includes('..')) return `${JSON.stringify(bucket)} is not an S3 bucket name`;
+  const bad = segments.find((s) => !STORE_PREFIX_SEGMENT.test(s) || /^\.+$/.test(s));
+  if (bad !== undefined)
+    return `the prefix has a segment ${JSON.stringify(bad)}: expected letters, digits, ".", "_" or "-"`;
+  return undefined;
+}
+
+/** Where snapshots are kept: a directory, or a bucket (and a prefix in it) on an S3-compatible server. */
+export type SnapshotStoreConfig =
+  | { kind: 'fs'; dir: string }
+  | { kind: 's3'; bucket: string; prefix: string; endpoint?: string; region?: string; forcePathStyle: boolean };
+
+function snapshotStoreOf(e: EnvConfig, snapshotDir: string): SnapshotStoreConfig {
+  const store = e.DS_SNAPSHOT_STORE;
+  if (store === undefined || !store.startsWith('s3://')) return { kind: 'fs', dir: snapshotDir };
+  const [bucket = '', ...segments] = store.slice('s3://'.length).replace(/\/+$/, '').split('/');
+  return {
+    kind: 's3',
+    bucket,
+    prefix: segments.join('/'),
+    ...(e.DS_S3_ENDPOINT !== undefined ? { endpoint: e.DS_S3_ENDPOINT } : {}),
+    ...(e.DS_S3_REGION !== undefined ? { region: e.DS_S3_REGION } : {}),
+    forcePathStyle: e.DS_S3_FORCE_PATH_STYLE ?? false,
+  };
+}
+
+/**
+ * One store location, said once: DS_SNAPSHOT_STORE and DS_SNAPSHOT_DIR together are refused, and the DS_S3_* settings
+ * mean nothing without an `s3://` store (set alone, they are a mistake, not something to ignore).
+ */
+function snapshotStoreIssues(env: Record<string, string | undefined>): z.core.$ZodIssue[] {
+  const issues: z.core.$ZodIssue[] = [];
+  const store = env.DS_SNAPSHOT_STORE;
+  if (store !== undefined && env.DS_SNAPSHOT_DIR !== undefined) {
+    const message = 'set DS_SNAPSHOT_STORE or DS_SNAPSHOT_DIR, not both';
+    issues.push({ code: 'custom', path: ['DS_SNAPSHOT_STORE'], message, input: undefined });
+  }
+  if (store === undefined || !store.startsWith('s3://')) {
+    for (const name of ['DS_S3_ENDPOINT', 'DS_S3_REGION', 'DS_S3_FORCE_PATH_STYLE']) {
+      if (env[name] === undefined) continue;
+      const message = 'only with an S3 store (DS_SNAPSHOT_STORE=s3://bucket/prefix)';
+      issues.push({ code: 'custom', path: [name], message, input: undefined });
+    }
+  }
+  return issues;
+}
+
 /** A master or payload key's id. */
 const keyId = z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'expected a key id');
 
@@ -129,6 +187,31 @@ export const EnvConfig = z.object({
   DS_DATA_DIR: z.string().min(1).default('data'),
   /** Filesystem snapshot store (share it between workers that restore each other's sessions). */
   DS_SNAPSHOT_DIR: z.string().min(1).optional(),
+  /**
+   * Where snapshots are kept: `s3://bucket/prefix` (an S3-compatible object store the workers share; credentials from
+   * the standard AWS chain), or a directory (the filesystem store, as DS_SNAPSHOT_DIR). Unset: DS_SNAPSHOT_DIR.
+   */
+  DS_SNAPSHOT_STORE: z
+    .string()
+    .check((ctx) => {
+      const problem = snapshotStoreProblem(ctx.value);
+      if (problem) ctx.issues.push({ code: 'custom', message: problem, input: ctx.value });
+    })
+    .optional(),
+  /** The S3 server's URL (`https://s3.example.com:9000`) when it is not AWS's; only with an `s3://` store. */
+  DS_S3_ENDPOINT: z
+    .string()
+    .refine((v) => /^https?:\/\/[^\s/?#]+(\/[^\s?#]*)?$/.test(v) && URL.canParse(v), {
+      message: 'expected an http(s) URL, e.g. http://127.0.0.1:7070',
+    })
+    .optional(),
+  /** The bucket's region; unset: the AWS chain's (AWS_REGION, ~/.aws/config), else us-east-1 with DS_S3_ENDPOINT. */
+  DS_S3_REGION: z
+    .string()
+    .regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'expected a region name, e.g. us-east-1')
+    .optional(),
+  /** `true`: address the bucket in the path (`endpoint/bucket/key`), as most self-hosted S3 servers need. */
+  DS_S3_FORCE_PATH_STYLE: bool.optional(),
   /**
    * `aes-256-gcm` (default): every chunk and manifest is sealed under a per-lineage data key wrapped by a master
    * key. `none` stores plaintext (still integrity-checked): only when set explicitly.
@@ -299,7 +382,10 @@ export interface Config {
   workerId: string;
   hostTaskQueue: string;
   dataDir: string;
+  /** The filesystem store's directory (DS_SNAPSHOT_STORE as a path, DS_SNAPSHOT_DIR, or the default). */
   snapshotDir: string;
+  /** Where snapshots are kept: that directory, or an S3 bucket. */
+  snapshotStore: SnapshotStoreConfig;
   workspaceDir: string;
   /** The worker's variables a workspace command inherits; undefined: the runtime's default list. */
   workspaceEnvAllow?: string[];
@@ -412,6 +498,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     ...unknownVariableIssues(present),
     ...(parsed.success ? [] : parsed.error.issues),
     ...gatewayTlsIssues(present),
+    ...snapshotStoreIssues(present),
     ...(present.DS_API_KEYS !== undefined && present.DS_API_KEYS_FILE !== undefined
       ? [
           {
@@ -427,6 +514,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const e = parsed.data;
   const dataDir = path.resolve(e.DS_DATA_DIR);
   const workerId = e.DS_WORKER_ID ?? defaultWorkerId(dataDir);
+  const snapshotDir = path.resolve(
+    e.DS_SNAPSHOT_STORE !== undefined && !e.DS_SNAPSHOT_STORE.startsWith('s3://')
+      ? e.DS_SNAPSHOT_STORE
+      : (e.DS_SNAPSHOT_DIR ?? path.join(dataDir, 'snapshots')),
+  );
   const wantsTls = e.TEMPORAL_TLS ?? (e.TEMPORAL_API_KEY !== undefined || e.TEMPORAL_TLS_CERT_PATH !== undefined);
   return {
     temporal: {
@@ -446,7 +538,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     workerId,
     hostTaskQueue: `${e.DS_TASK_QUEUE}@${workerId}`,
     dataDir,
-    snapshotDir: path.resolve(e.DS_SNAPSHOT_DIR ?? path.join(dataDir, 'snapshots')),
+    snapshotDir,
+    snapshotStore: snapshotStoreOf(e, snapshotDir),
     workspaceDir: path.resolve(e.DS_WORKSPACE_DIR ?? path.join(dataDir, 'workspaces')),
     workspaceEnvAllow: e.DS_WORKSPACE_ENV_ALLOW,
     workspaceUser: e.DS_WORKSPACE_USER,

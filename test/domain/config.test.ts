@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { ConfigError, loadConfig, SECRET_VARIABLES } from '../../src/config';
+import { openBlobBackend } from '../../src/snapshots';
 import { ensureDevPayloadKey, payloadKeyringFromConfig } from '../../src/payloads';
 import {
   Keyring,
@@ -229,5 +230,61 @@ describe('payload encryption settings', () => {
     } finally {
       fs.rmSync(dataDir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('where snapshots are kept', () => {
+  test('unset or a directory: the filesystem store; s3://bucket/prefix: an S3 bucket with its settings', () => {
+    expect(loadConfig({ DS_DATA_DIR: '/srv/ds' }).snapshotStore).toEqual({ kind: 'fs', dir: '/srv/ds/snapshots' });
+    const dir = loadConfig({ DS_SNAPSHOT_STORE: '/mnt/shared/snapshots' });
+    expect(dir.snapshotStore).toEqual({ kind: 'fs', dir: '/mnt/shared/snapshots' });
+    expect(dir.snapshotDir).toBe('/mnt/shared/snapshots');
+    const s3 = loadConfig({
+      DS_SNAPSHOT_STORE: 's3://ds-fleet/prod/eu/',
+      DS_S3_ENDPOINT: 'http://127.0.0.1:7070',
+      DS_S3_REGION: 'eu-west-1',
+      DS_S3_FORCE_PATH_STYLE: 'true',
+    });
+    expect(s3.snapshotStore).toEqual({
+      kind: 's3',
+      bucket: 'ds-fleet',
+      prefix: 'prod/eu',
+      endpoint: 'http://127.0.0.1:7070',
+      region: 'eu-west-1',
+      forcePathStyle: true,
+    });
+    expect(loadConfig({ DS_SNAPSHOT_STORE: 's3://bucket' }).snapshotStore).toEqual({
+      kind: 's3',
+      bucket: 'bucket',
+      prefix: '',
+      forcePathStyle: false,
+    });
+  });
+
+  test('bad values are refused, naming the variable', () => {
+    const refused = (env: Record<string, string>, message: RegExp) => expect(() => loadConfig(env)).toThrow(message);
+    refused({ DS_SNAPSHOT_STORE: 'gs://bucket/x' }, /DS_SNAPSHOT_STORE: gs:\/\/ is not a store this worker knows/);
+    refused({ DS_SNAPSHOT_STORE: 's3://Bad_Bucket/x' }, /DS_SNAPSHOT_STORE: "Bad_Bucket" is not an S3 bucket name/);
+    refused({ DS_SNAPSHOT_STORE: 's3://bucket/a/../b' }, /DS_SNAPSHOT_STORE: the prefix has a segment "\.\."/);
+    refused({ DS_SNAPSHOT_STORE: 's3://bucket//b' }, /DS_SNAPSHOT_STORE: the prefix has a segment ""/);
+    refused({ DS_SNAPSHOT_STORE: 's3://b/x', DS_SNAPSHOT_DIR: '/srv' }, /DS_SNAPSHOT_STORE: set DS_SNAPSHOT_STORE or/);
+    refused(
+      { DS_SNAPSHOT_STORE: 's3://b/x', DS_S3_ENDPOINT: 'localhost:7070' },
+      /DS_S3_ENDPOINT: expected an http\(s\) URL/,
+    );
+    refused({ DS_SNAPSHOT_STORE: 's3://bkt', DS_S3_REGION: 'EU West' }, /DS_S3_REGION: expected a region name/);
+    refused(
+      { DS_SNAPSHOT_STORE: 's3://bkt', DS_S3_FORCE_PATH_STYLE: 'maybe' },
+      /DS_S3_FORCE_PATH_STYLE: expected true/,
+    );
+    refused({ DS_S3_ENDPOINT: 'http://127.0.0.1:7070' }, /DS_S3_ENDPOINT: only with an S3 store/);
+  });
+
+  test('openBlobBackend opens the bucket the configuration names', async () => {
+    const backend = openBlobBackend(
+      loadConfig({ DS_SNAPSHOT_STORE: 's3://ds-fleet/prod', DS_S3_ENDPOINT: 'http://127.0.0.1:1' }),
+    );
+    expect(backend.location).toBe('s3://ds-fleet/prod');
+    await backend.close();
   });
 });
