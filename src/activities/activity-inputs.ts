@@ -74,6 +74,13 @@ export interface AppendTimelineInput extends Tenancy {
 }
 
 /** One of `index`, `checkpointId` and `messageIndex`. */
+/** A page of a session's timeline as the store keeps it (`readTimeline`): for readers that hold no store key. */
+export interface ReadTimelineInput extends Tenancy {
+  sessionId: string;
+  from: number;
+  limit: number;
+}
+
 export interface FindCheckpointInput extends Tenancy {
   sessionId: string;
   index?: number;

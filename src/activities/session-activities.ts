@@ -26,6 +26,7 @@ import type {
   HostLeaseResult,
   InstanceInput,
   ReadMessagesInput,
+  ReadTimelineInput,
   ReadMessagesResult,
   RestoreInput,
   StartRuntimeInput,
@@ -44,6 +45,7 @@ import {
   type SnapshotStore,
   SnapshotTamperedError,
   type TimelineLog,
+  type TimelinePage,
   type TimelineRecord,
   verificationStatusOf,
 } from '../snapshots';
@@ -518,6 +520,18 @@ export function createActivities(deps: ActivityDeps) {
     async appendTimeline(input: AppendTimelineInput): Promise<void> {
       try {
         await timelineOf(deps, input).appendTimeline(input.sessionId, records(input.entries));
+      } catch (err) {
+        throw toFailure(err);
+      }
+    },
+
+    /**
+     * A page of the session's timeline as the store keeps it: how clients, the CLI and the gateway, which hold no
+     * store key, read what the session no longer holds (through `timelineReadWorkflow`).
+     */
+    async readTimeline(input: ReadTimelineInput): Promise<TimelinePage> {
+      try {
+        return await timelineOf(deps, input).readTimeline(input.sessionId, { from: input.from, limit: input.limit });
       } catch (err) {
         throw toFailure(err);
       }

@@ -143,7 +143,7 @@ export const COMMANDS = {
   },
   timeline: {
     args: ['<session-id>'],
-    summary: 'what happened to the session, oldest first, with stable indices (read from the store when it can)',
+    summary: 'what happened to the session, oldest first, with stable indices (older pages read by a worker)',
     options: {
       from: { type: 'string', value: 'INDEX', help: 'the first index to show' },
       limit: { type: 'string', value: 'N', help: 'at most N entries (default 100)' },
@@ -298,6 +298,7 @@ export function commandUsage(name: CommandName): string {
     '',
     spec.summary,
     ...(spec.notes ?? []),
+    ...(spec.store ? ['', STORE_NEEDS] : []),
     '',
     'options:',
     ...optionRows({ ...spec.options, ...COMMON_OPTIONS }),
@@ -305,6 +306,11 @@ export function commandUsage(name: CommandName): string {
     ...FOOTER,
   ].join('\n');
 }
+
+/** What a store command needs of the machine it runs on. */
+const STORE_NEEDS =
+  'Opens the snapshot store itself, as a worker does: run it on a worker host, where DS_SNAPSHOT_DIR\n' +
+  'and the master keys (DS_MASTER_KEYS or DS_MASTER_KEY_DIR) are configured.';
 
 /** `durable-sessions --help`. */
 export function topUsage(): string {

@@ -7,7 +7,6 @@ import type { Config } from '../config';
 import { connectionOptions, temporalAddress } from '../temporal-connection';
 import { TemporalUnavailableError, UsageError } from './errors';
 import { dataConverterFromConfig, historyEncryption } from '../payloads';
-import type * as Snapshots from '../snapshots';
 import { isError } from '../errors';
 import type { Invocation } from './parse';
 import { withProgressBar } from './progress-bar';
@@ -46,13 +45,9 @@ export async function runSessionCommand(invocation: SessionInvocation, config: C
     throw new TemporalUnavailableError(address, { cause });
   });
   try {
-    // The timeline outlives the session in the store: read it there when this machine can open the store.
-    const timeline =
-      invocation.command === 'timeline' || invocation.command === 'verify' ? await openTimeline(config) : undefined;
     const sessions = new SessionClient({
       client: new Client({ connection, namespace: config.temporal.namespace, dataConverter }),
       taskQueue: config.taskQueue,
-      ...(timeline ? { timeline } : {}),
       ...(invocation.values.tenant !== undefined ? { tenant: invocation.values.tenant } : {}),
     });
     return await dispatch(invocation, sessions);
@@ -317,16 +312,4 @@ function integer(name: string, value: string | undefined): number | undefined {
 /** `7` is a timeline index; anything else a checkpoint id. */
 function selector(value: string): number | string {
   return /^\d+$/.test(value) ? Number(value) : value;
-}
-
-/** The store's timeline, when this machine can open the store (its configuration and keys); else none. */
-async function openTimeline(config: Config): Promise<Snapshots.TimelineLog | undefined> {
-  try {
-    // Loaded here: the snapshot engine is most of the CLI's start-up, and only `timeline` reads the store.
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    const { openSnapshotStore } = require('../snapshots') as typeof Snapshots;
-    return await openSnapshotStore(config);
-  } catch {
-    return undefined;
-  }
 }

@@ -46,6 +46,7 @@ import { createHmac, randomBytes, randomUUID, timingSafeEqual } from 'node:crypt
 import { setTimeout as delay } from 'node:timers/promises';
 import { inputFingerprint } from '../domain/fingerprint';
 import { DEFAULT_TENANT, forkSessionIds } from '../domain/names';
+import { workerTimeline } from './worker-timeline';
 import { describeEntry, foldTimeline, inView, mergeByIndex, nearestIndex } from '../domain/timeline';
 import type { SnapshotStore, TimelineLog } from '../snapshots';
 import {
@@ -98,8 +99,9 @@ export interface SessionClientOptions {
    */
   cursorKey?: Uint8Array;
   /**
-   * The snapshot store's timeline (`openSnapshotStore(config)` gives one): `timeline()` pages through a session's
-   * whole timeline, also after the session ended. Without it, only the recent window the session holds is readable.
+   * Where `timeline()` reads what a session no longer holds (an ended session's whole timeline). By default a worker
+   * reads it with its store and keys (`workerTimeline`: one short workflow a page), so a client holds no store key; a
+   * process that has the store itself (a worker's own tools) may pass it (`openSnapshotStore(config)`).
    */
   timeline?: TimelineLog;
   /**
@@ -188,7 +190,9 @@ export class SessionClient {
     this.taskQueue = options.taskQueue ?? DEFAULT_TASK_QUEUE;
     this.tenant = parseInput(TenantId, options.tenant ?? DEFAULT_TENANT, '');
     this.context = {
-      timeline: tenantTimeline(options.timeline, this.tenant),
+      timeline: options.timeline
+        ? tenantTimeline(options.timeline, this.tenant)
+        : workerTimeline(options.client, this.taskQueue, this.tenant),
       forkEnded: (source, input, from) => this.forkEnded(source, input, from),
     };
   }
@@ -440,15 +444,15 @@ function openCursor(key: Uint8Array, cursor: string, query: string): Buffer {
  * chunked store does); else `log` for the default tenant only, since another tenant's session of the same id is not
  * the one `log` holds.
  */
-function tenantTimeline(log: TimelineLog | undefined, tenant: string): TimelineLog | undefined {
-  const store = log as Partial<Pick<SnapshotStore, 'forTenant'>> | undefined;
-  if (typeof store?.forTenant === 'function') return store.forTenant(tenant);
+function tenantTimeline(log: TimelineLog, tenant: string): TimelineLog | undefined {
+  const store = log as Partial<Pick<SnapshotStore, 'forTenant'>>;
+  if (typeof store.forTenant === 'function') return store.forTenant(tenant);
   return tenant === DEFAULT_TENANT ? log : undefined;
 }
 
 /** What a handle needs of its client: the store's timeline, and how to fork a session that has ended. */
 interface HandleContext {
-  timeline?: TimelineLog;
+  timeline?: Pick<TimelineLog, 'readTimeline'>;
   forkEnded?: (source: SessionHandle, input: ForkInput, from: CheckpointRef) => Promise<ForkResult>;
 }
 
@@ -463,7 +467,7 @@ export class SessionHandle implements ControlMethods {
     private readonly context: HandleContext = {},
   ) {}
 
-  private get timelineLog(): TimelineLog | undefined {
+  private get timelineLog(): Pick<TimelineLog, 'readTimeline'> | undefined {
     return this.context.timeline;
   }
 

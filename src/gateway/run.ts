@@ -2,16 +2,15 @@ import { Client, Connection } from '@temporalio/client';
 import { SessionClient } from '../client';
 import type { Config } from '../config';
 import { dataConverterFromConfig } from '../payloads';
-import { openSnapshotStore } from '../snapshots';
 import { connectionOptions } from '../temporal-connection';
 import { ApiKeys } from './keys';
 import { startGateway, type RunningGateway } from './server';
 
 /**
- * The gateway of a deployment: a SessionClient on the configured Temporal server and task queue, reading old
- * timeline pages from the snapshot store, with the keys of `keysFile` (else DS_API_KEYS_FILE, else DS_API_KEYS);
+ * The gateway of a deployment: a SessionClient on the configured Temporal server and task queue, with the keys of `keysFile` (else DS_API_KEYS_FILE, else DS_API_KEYS);
  * HTTPS when the configuration names a certificate and key. It serves the codec server to the browser origins of
- * DS_CODEC_CORS_ORIGINS and `extraCorsOrigins` (an embedded Web UI's).
+ * DS_CODEC_CORS_ORIGINS and `extraCorsOrigins` (an embedded Web UI's). It never opens the snapshot store: old
+ * timeline pages are read by a worker, so the gateway holds no master key and no store credential.
  */
 export async function runGateway(
   config: Config,
@@ -28,11 +27,9 @@ export async function runGateway(
   const dataConverter = await dataConverterFromConfig(config);
   const connection = await Connection.connect(await connectionOptions(config, address));
   const client = new Client({ connection, namespace: config.temporal.namespace, dataConverter });
-  const store = await openSnapshotStore(config);
   const sessions = new SessionClient({
     client,
     taskQueue: config.taskQueue,
-    timeline: store,
     ...(config.gateway.cursorKey ? { cursorKey: config.gateway.cursorKey } : {}),
   });
   const gateway = await startGateway({

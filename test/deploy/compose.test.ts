@@ -145,7 +145,7 @@ describe('docker-compose.yml', () => {
     expect(workerEnv.DS_MASTER_KEYS).toMatch(/^\$\{DS_MASTER_KEYS:\?.+\}$/);
   });
 
-  test('the gateway runs the compiled gateway with keys from a secret, its environment in the schema', () => {
+  test('the gateway runs the compiled gateway with keys from a secret, no store and no master key', () => {
     const gateway = service('gateway');
     const env = environment(gateway);
     const known = Object.keys(EnvConfig.shape);
@@ -154,16 +154,15 @@ describe('docker-compose.yml', () => {
     const config = loadConfig(env);
     expect(config.temporal.address).toBe(workerEnv.TEMPORAL_ADDRESS);
     expect(config.taskQueue).toBe(loadConfig(workerEnv).taskQueue);
-    expect(config.snapshotDir).toBe(workerEnv.DS_SNAPSHOT_DIR);
     expect(config.gateway).toMatchObject({ host: '0.0.0.0', keysFile: '/run/secrets/api-keys' });
     expect(publishedPorts(gateway)).toEqual([{ host: 7280, container: config.gateway.port }]);
     const secrets = (compose as { secrets?: Record<string, { file?: string }> }).secrets ?? {};
     expect((gateway as { secrets?: string[] }).secrets).toEqual(['api-keys']);
     expect(secrets['api-keys']?.file).toBeDefined();
-    expect(env.DS_MASTER_KEYS).toBe(workerEnv.DS_MASTER_KEYS);
-    // The store the gateway reads timelines from is the worker's, read-only.
-    const mount = (gateway.volumes ?? []).find((v) => typeof v === 'string' && v.includes(env.DS_SNAPSHOT_DIR!));
-    expect(mount).toMatch(/^snapshots:.*:ro$/);
+    expect(env.DS_PAYLOAD_KEYS).toBe(workerEnv.DS_PAYLOAD_KEYS);
+    // Workers read old timeline pages for it: no master key, no store.
+    expect(Object.keys(env).filter((k) => /MASTER_KEY|SNAPSHOT/.test(k))).toEqual([]);
+    expect(gateway.volumes ?? []).toEqual([]);
     expect(fs.existsSync(path.join(root, 'src', 'gateway', 'main.ts'))).toBe(true);
   });
 

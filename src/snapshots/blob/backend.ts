@@ -66,15 +66,15 @@ export interface BlobBackend {
   close(): Promise<void>;
 }
 
-const KEY_SEGMENT = /^[A-Za-z0-9._-]+$/;
+const KEY_SEGMENT = /^[A-Za-z0-9_-][A-Za-z0-9._-]*$/;
 
 /**
- * Refuses a key that is not relative `/`-separated segments of safe characters (no `..`, no empty or dot segment):
- * a key must never name something outside the store, on any backend.
+ * Refuses a key that is not relative `/`-separated segments of safe characters, none empty or starting with a dot
+ * (so no `..`, and a backend may keep dot-names of its own, such as temp files): a key must never name something
+ * outside the store, on any backend.
  */
 export function checkBlobKey(key: string): string {
-  const segments = key.split('/');
-  const bad = key.length === 0 || key.length > 1024 || segments.some((s) => !KEY_SEGMENT.test(s) || /^\.+$/.test(s));
+  const bad = key.length === 0 || key.length > 1024 || key.split('/').some((s) => !KEY_SEGMENT.test(s));
   if (bad) throw new TypeError(`invalid object key ${JSON.stringify(key)}`);
   return key;
 }

@@ -1,0 +1,186 @@
+/**
+ * The blob backend on a local directory: an object is a file at its key's path. Writes go to a temp file beside the
+ * target, are fsynced, then renamed (`put`) or hard-linked (`create`, which fails on an existing name) into place, and
+ * the directory is fsynced: a crash leaves the old object or the new one, never part of one. Temp files are dot-names,
+ * which no key can be (`checkBlobKey`), so a listing never shows one.
+ *
+ * For one host, or hosts sharing a POSIX file system that keeps link and rename atomic; many hosts share an object
+ * store instead.
+ */
+import { randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import * as fs from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
+import { Readable } from 'node:stream';
+import { pathToFileURL } from 'node:url';
+import { isErrnoError } from '../../errors';
+import { ensureDir, fsyncDir } from '../../fs-io';
+import {
+  checkBlobKey,
+  checkBlobPrefix,
+  type BlobBackend,
+  type BlobBody,
+  type BlobInfo,
+  type BlobRange,
+} from './backend';
+
+export class FsBlobBackend implements BlobBackend {
+  readonly root: string;
+  readonly location: string;
+
+  constructor(root: string) {
+    this.root = resolve(root);
+    this.location = pathToFileURL(this.root).href;
+  }
+
+  private path(key: string): string {
+    return join(this.root, checkBlobKey(key));
+  }
+
+  async create(key: string, body: BlobBody): Promise<boolean> {
+    return this.write(this.path(key), body, false);
+  }
+
+  async put(key: string, body: BlobBody): Promise<void> {
+    await this.write(this.path(key), body, true);
+  }
+
+  private async write(path: string, body: BlobBody, replace: boolean): Promise<boolean> {
+    const dir = dirname(path);
+    await ensureDir(dir);
+    const tmp = join(dir, `.${randomBytes(8).toString('hex')}.tmp`);
+    try {
+      const handle = await fs.open(tmp, 'wx');
+      try {
+        if (Buffer.isBuffer(body)) await handle.writeFile(body);
+        else for await (const piece of body) await handle.write(piece);
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      if (replace) {
+        await fs.rename(tmp, path);
+      } else {
+        try {
+          await fs.link(tmp, path);
+        } catch (err) {
+          if (isErrnoError(err, 'EEXIST')) return false;
+          throw err;
+        }
+      }
+    } finally {
+      await fs.rm(tmp, { force: true });
+    }
+    await fsyncDir(dir);
+    return true;
+  }
+
+  async read(key: string, options: { range?: BlobRange; maxBytes?: number } = {}): Promise<Buffer | null> {
+    const path = this.path(key);
+    let handle: fs.FileHandle;
+    try {
+      handle = await fs.open(path, 'r');
+    } catch (err) {
+      if (absent(err)) return null;
+      throw err;
+    }
+    try {
+      const { size } = await handle.stat();
+      const offset = options.range?.offset ?? 0;
+      const length = Math.max(0, Math.min(options.range?.length ?? size, size - offset));
+      if (options.maxBytes !== undefined && length > options.maxBytes) {
+        throw new Error(`object ${key} is ${length} bytes, more than the ${options.maxBytes} it can be`);
+      }
+      const bytes = Buffer.allocUnsafe(length);
+      let at = 0;
+      while (at < length) {
+        const { bytesRead } = await handle.read(bytes, at, length - at, offset + at);
+        if (bytesRead === 0) break;
+        at += bytesRead;
+      }
+      return bytes.subarray(0, at);
+    } finally {
+      await handle.close();
+    }
+  }
+
+  async stream(key: string, options: { range?: BlobRange } = {}): Promise<Readable | null> {
+    const path = this.path(key);
+    let handle: fs.FileHandle;
+    try {
+      handle = await fs.open(path, 'r');
+    } catch (err) {
+      if (absent(err)) return null;
+      throw err;
+    }
+    const { range } = options;
+    if (range?.length === 0) {
+      await handle.close();
+      return Readable.from([]);
+    }
+    return createReadStream('', {
+      fd: handle,
+      ...(range ? { start: range.offset, end: range.offset + range.length - 1 } : {}),
+    });
+  }
+
+  async stat(key: string): Promise<BlobInfo | null> {
+    try {
+      const stats = await fs.stat(this.path(key));
+      return stats.isFile() ? { key, size: stats.size, modifiedAt: stats.mtime } : null;
+    } catch (err) {
+      if (absent(err)) return null;
+      throw err;
+    }
+  }
+
+  async *list(prefix: string): AsyncIterable<BlobInfo> {
+    checkBlobPrefix(prefix);
+    const slash = prefix.lastIndexOf('/');
+    const base = slash < 0 ? '' : prefix.slice(0, slash + 1);
+    const keys: string[] = [];
+    await this.collect(base, prefix, keys);
+    // A key's order is its bytes' order, as S3 lists them (not the order a directory walk meets them).
+    keys.sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+    for (const key of keys) {
+      const info = await this.stat(key);
+      if (info) yield info; // deleted since the walk
+    }
+  }
+
+  /** The keys under directory `dir` (a key prefix ending in `/`, or '') that start with `prefix`. */
+  private async collect(dir: string, prefix: string, into: string[]): Promise<void> {
+    let entries;
+    try {
+      entries = await fs.readdir(join(this.root, dir), { withFileTypes: true });
+    } catch (err) {
+      if (absent(err)) return;
+      throw err;
+    }
+    for (const entry of entries) {
+      if (entry.name.startsWith('.')) continue; // temp files, and names no key can have
+      const key = `${dir}${entry.name}`;
+      if (entry.isDirectory()) {
+        const sub = `${key}/`;
+        if (sub.startsWith(prefix) || prefix.startsWith(sub)) await this.collect(sub, prefix, into);
+      } else if (entry.isFile() && key.startsWith(prefix)) {
+        into.push(key);
+      }
+    }
+  }
+
+  async delete(key: string): Promise<void> {
+    await fs.rm(this.path(key), { force: true });
+  }
+
+  /** The file system stamps mtimes with this host's clock. */
+  async now(): Promise<Date> {
+    return new Date();
+  }
+
+  async close(): Promise<void> {}
+}
+
+function absent(err: unknown): boolean {
+  return isErrnoError(err, 'ENOENT') || isErrnoError(err, 'ENOTDIR');
+}
