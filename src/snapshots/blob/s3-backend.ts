@@ -200,10 +200,10 @@ export class S3BlobBackend implements BlobBackend {
       const response = await this.getObject(objectKey, range);
       if (response === 'absent') return null;
       if (response === 'past-end') return Buffer.alloc(0);
-      const size = objectSizeOf(response);
+      const size = response.ContentLength ?? 0;
       if (maxBytes !== undefined && size > maxBytes) {
         destroyBody(response);
-        throw new RangeError(`object ${key} is ${size} bytes, more than the ${maxBytes} allowed`);
+        throw new RangeError(`object ${key} is ${size} bytes, more than the ${maxBytes} it can be`);
       }
       const chunks: Buffer[] = [];
       for await (const chunk of response.Body as AsyncIterable<Buffer>) chunks.push(chunk);
@@ -393,13 +393,9 @@ export class S3BlobBackend implements BlobBackend {
     const objectKey = this.objectKey(key);
     const token = exclusive ? randomUUID() : undefined;
     if (Buffer.isBuffer(body)) return this.putWhole(key, objectKey, body, token);
-    // The first part decides: a body that fits in one is one PutObject, a larger one a multipart upload.
-    const parts = partsOf(body, this.partBytes);
-    const first = await parts.next();
-    const firstPart = first.done ? Buffer.alloc(0) : first.value;
-    const second = first.done ? first : await parts.next();
-    if (second.done) return this.putWhole(key, objectKey, firstPart, token);
-    return this.putMultipart(key, objectKey, [firstPart, second.value], parts, token);
+    const cut = await lookahead(partsOf(body, this.partBytes));
+    if (Buffer.isBuffer(cut)) return this.putWhole(key, objectKey, cut, token);
+    return this.putMultipart(key, objectKey, cut, token);
   }
 
   private async putWhole(key: string, objectKey: string, bytes: Buffer, token: string | undefined): Promise<boolean> {
@@ -442,8 +438,7 @@ export class S3BlobBackend implements BlobBackend {
   private async putMultipart(
     key: string,
     objectKey: string,
-    firstParts: Buffer[],
-    rest: AsyncGenerator<Buffer>,
+    parts: AsyncGenerator<Buffer>,
     token: string | undefined,
   ): Promise<boolean> {
     const { UploadId: uploadId } = await this.attempt(`start an upload of ${key}`, () =>
@@ -480,12 +475,11 @@ export class S3BlobBackend implements BlobBackend {
     };
     try {
       let partNumber = 0;
-      for (const part of firstParts) upload(++partNumber, part);
       // Reading the next part waits while the window is full: at most `partConcurrency` parts are held in flight.
       for (;;) {
         while (inFlight.size >= this.partConcurrency && !failure) await Promise.race(inFlight);
         if (failure) break;
-        const next = await rest.next();
+        const next = await parts.next();
         if (next.done) break;
         upload(++partNumber, next.value);
       }
@@ -495,7 +489,7 @@ export class S3BlobBackend implements BlobBackend {
       return await this.complete(key, objectKey, uploadId, completed, token);
     } catch (err) {
       await Promise.allSettled(inFlight);
-      await rest.return(undefined);
+      await parts.return(undefined);
       await this.abort(objectKey, uploadId);
       throw err;
     }
@@ -558,12 +552,6 @@ function checkRange(range: BlobRange): void {
     throw new RangeError(`invalid range ${JSON.stringify(range)}`);
 }
 
-/** The whole object's size, from a GET of all of it or of a range (`Content-Range: bytes a-b/size`). */
-function objectSizeOf(response: GetObjectCommandOutput): number {
-  const total = /\/(\d+)$/.exec(response.ContentRange ?? '');
-  return total ? Number(total[1]) : (response.ContentLength ?? 0);
-}
-
 function destroyBody(response: GetObjectCommandOutput): void {
   (response.Body as Readable | undefined)?.destroy?.();
 }
@@ -571,6 +559,26 @@ function destroyBody(response: GetObjectCommandOutput): void {
 /** A 409 from a conditional write is S3's "try again": the retry loop's classification, made explicit. */
 function markTransient(err: unknown): unknown {
   return Object.assign(new Error('conditional write conflict', { cause: err }), { name: 'ServiceUnavailable' });
+}
+
+/**
+ * The body whole if it fits in one part, else its parts. Only the generator holds the parts read ahead, and lets go
+ * of each once it is uploaded: nothing keeps them for the rest of a long upload.
+ */
+async function lookahead(parts: AsyncGenerator<Buffer>): Promise<Buffer | AsyncGenerator<Buffer>> {
+  const first = await parts.next();
+  if (first.done) return Buffer.alloc(0);
+  const second = await parts.next();
+  if (second.done) return first.value;
+  const held = [first.value, second.value];
+  return (async function* () {
+    try {
+      while (held.length > 0) yield held.shift()!;
+      yield* parts;
+    } finally {
+      await parts.return(undefined);
+    }
+  })();
 }
 
 /** `body` re-cut into buffers of exactly `size` bytes (the last may be shorter), each copied once. */
