@@ -280,11 +280,14 @@ describe('where snapshots are kept', () => {
     refused({ DS_S3_ENDPOINT: 'http://127.0.0.1:7070' }, /DS_S3_ENDPOINT: only with an S3 store/);
   });
 
-  test('openBlobBackend opens the bucket the configuration names', async () => {
+  test('openBlobBackend opens the bucket or the directory the configuration names', async () => {
     const backend = openBlobBackend(
       loadConfig({ DS_SNAPSHOT_STORE: 's3://ds-fleet/prod', DS_S3_ENDPOINT: 'http://127.0.0.1:1' }),
     );
     expect(backend.location).toBe('s3://ds-fleet/prod');
     await backend.close();
+    const dir = openBlobBackend(loadConfig({ DS_SNAPSHOT_STORE: '/srv/ds/snapshots' }));
+    expect(dir.location).toBe('file:///srv/ds/snapshots');
+    await dir.close();
   });
 });

@@ -1,5 +1,6 @@
 import type { Config } from '../../config';
 import type { BlobBackend } from './backend';
+import { FsBlobBackend } from './fs-backend';
 import { S3BlobBackend } from './s3-backend';
 
 /**
@@ -17,5 +18,5 @@ export function openBlobBackend(config: Pick<Config, 'snapshotStore'>): BlobBack
       forcePathStyle: store.forcePathStyle,
     });
   }
-  throw new Error(`the filesystem blob backend is not yet available (${store.dir})`);
+  return new FsBlobBackend(store.dir);
 }
