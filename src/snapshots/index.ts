@@ -20,7 +20,12 @@ export { isUnchangedRange, sourceBytes, sourceStream, type StateSource, type Unc
 // Opening a store: from the configuration, or from explicit options (tests, benchmarks).
 export { chunkCodecFor, ensureDevMasterKey, openSnapshotStore } from './open-snapshot-store';
 export { openBlobBackend } from './blob/open';
-export { S3BlobBackend, type S3BlobBackendOptions } from './blob/s3-backend';
+export {
+  DEFAULT_PART_BYTES,
+  DEFAULT_PART_CONCURRENCY,
+  S3BlobBackend,
+  type S3BlobBackendOptions,
+} from './blob/s3-backend';
 export { ChunkedSnapshotStore, TENANTS_DIR } from './engine/chunked-store';
 export { Keyring, MASTER_KEY_VARIABLES, type KeySources, type KeyVariables } from './engine/keyring';
 export { FsSnapshotStore } from './fs-snapshot-store';

@@ -475,12 +475,13 @@ export class S3BlobBackend implements BlobBackend {
     };
     try {
       let partNumber = 0;
-      // Reading the next part waits while the window is full: at most `partConcurrency` parts are held in flight.
+      // The next part is read while the window is full, so it is ready the moment a slot frees: at most
+      // `partConcurrency` parts in flight and one more filled.
       for (;;) {
-        while (inFlight.size >= this.partConcurrency && !failure) await Promise.race(inFlight);
-        if (failure) break;
         const next = await parts.next();
         if (next.done) break;
+        while (inFlight.size >= this.partConcurrency && !failure) await Promise.race(inFlight);
+        if (failure) break;
         upload(++partNumber, next.value);
       }
       await Promise.all(inFlight);
