@@ -19,7 +19,7 @@ fi
 
 if ! command -v go >/dev/null 2>&1; then
   echo "install-s3-server: the S3 server (versitygw ${VERSITYGW_VERSION}) is built with Go, and no 'go' is on PATH;" >&2
-  echo "  install Go 1.24 or newer (https://go.dev/dl/) and run this again" >&2
+  echo "  install Go 1.25 or newer (https://go.dev/dl/) and run this again" >&2
   exit 1
 fi
 
