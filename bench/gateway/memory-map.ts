@@ -87,6 +87,8 @@ function arenaEnd(maps: Mapping[], i: number, end: bigint): bigint {
 
 export interface IsolateHeap {
   thread: string;
+  /** The thread's id in the kernel (the main thread's is the process id). */
+  tid: number;
   /** Pages the heap holds (V8's total_physical_size), used bytes in them, and malloc'd memory V8 accounts for. */
   physical: number;
   used: number;
@@ -100,7 +102,13 @@ export interface IsolateHeap {
 export async function isolateHeaps(): Promise<IsolateHeap[]> {
   const main = v8.getHeapStatistics();
   const heaps: IsolateHeap[] = [
-    { thread: 'main', physical: main.total_physical_size, used: main.used_heap_size, malloced: main.malloced_memory },
+    {
+      thread: 'main',
+      tid: process.pid,
+      physical: main.total_physical_size,
+      used: main.used_heap_size,
+      malloced: main.malloced_memory,
+    },
   ];
   const session = new inspector.Session();
   session.connect();
@@ -140,16 +148,19 @@ export async function isolateHeaps(): Promise<IsolateHeap[]> {
       await inWorker(worker.sessionId, 'HeapProfiler.enable');
       await inWorker(worker.sessionId, 'HeapProfiler.collectGarbage');
       const reply = (await inWorker(worker.sessionId, 'Runtime.evaluate', {
-        expression: 'JSON.stringify(require("v8").getHeapStatistics())',
+        // The thread's id (its task under /proc) names it in glibc's account of arenas by thread.
+        expression:
+          'JSON.stringify({ ...require("v8").getHeapStatistics(), tid: require("fs").readlinkSync("/proc/thread-self").split("/").pop() })',
         includeCommandLineAPI: true,
         returnByValue: true,
       })) as { result: { value?: string }; exceptionDetails?: unknown };
       if (reply.exceptionDetails || reply.result.value === undefined) {
         throw new Error(`heap statistics of ${worker.title}: ${JSON.stringify(reply)}`);
       }
-      const s = JSON.parse(reply.result.value) as v8.HeapInfo;
+      const s = JSON.parse(reply.result.value) as v8.HeapInfo & { tid: string };
       heaps.push({
         thread: worker.title,
+        tid: Number(s.tid),
         physical: s.total_physical_size,
         used: s.used_heap_size,
         malloced: s.malloced_memory,

@@ -44,7 +44,7 @@ interface Sample {
 }
 const sample = (): Sample => {
   const m = process.memoryUsage();
-  return { rss: m.rss, heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external + m.arrayBuffers };
+  return { rss: m.rss, heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external };
 };
 
 /** What one moment of the soak looked like: the full account at "before" and "after", a cheaper one at the peak. */
@@ -75,7 +75,8 @@ async function main(cleanup: Cleanup): Promise<void> {
   const settled = async (what: string): Promise<Point> => {
     collect();
     const heaps = await isolateHeaps();
-    return { what, m: sample(), map: memoryMap(), heaps, ...(malloc ? { malloc: await mallocInfo() } : {}) };
+    const names = new Map(heaps.map((h) => [h.tid, h.thread === 'main' ? 'main' : 'worker thread']));
+    return { what, m: sample(), map: memoryMap(), heaps, ...(malloc ? { malloc: await mallocInfo(names) } : {}) };
   };
   // One session first, so that "before" holds what any use of the stack loads (bundles, connections, caches).
   const warm = `soak-${sys.runId}-warm`;
@@ -139,7 +140,7 @@ async function main(cleanup: Cleanup): Promise<void> {
     `${rounds} × ${count} memory sessions started, checkpointed and stopped through the gateway, ${concurrency} at a time, in ${seconds.toFixed(0)} s${process.env.MALLOC_ARENA_MAX ? `, MALLOC_ARENA_MAX=${process.env.MALLOC_ARENA_MAX}` : ''}.`,
     '',
     table(
-      ['', 'RSS', 'main heap used', 'main heap committed', 'external + array buffers'],
+      ['', 'RSS', 'main heap used', 'main heap committed', 'external (array buffers included)'],
       points.map(({ what, m }) => [what, mib(m.rss), mib(m.heapUsed), mib(m.heapTotal), mib(m.external)]),
     ),
     '',
@@ -176,6 +177,13 @@ async function main(cleanup: Cleanup): Promise<void> {
               ]),
           ),
           '',
+          'The same by the threads that allocate from each arena (bytes in use, and free but kept):',
+          '',
+          table(
+            ['threads', ...points.filter((p) => p.malloc).flatMap((p) => [`${p.what}: in use`, 'free'])],
+            byThreads(points.flatMap((p) => (p.malloc ? [p.malloc] : []))),
+          ),
+          '',
           `RSS after malloc_trim(0): ${mib(trimmed!.rss)} (from ${mib(after.m.rss)}).`,
           '',
         ]
@@ -185,14 +193,35 @@ async function main(cleanup: Cleanup): Promise<void> {
   fs.writeFileSync(path.join(RESULTS_DIR, 'gateway-soak.md'), report);
 }
 
+/**
+ * Arenas grouped by the kinds of thread that allocate from them: the main thread, the workflow worker threads,
+ * Node's other threads (V8's platform, libuv's pool) and the Temporal core's (Rust) threads, which go by their names.
+ */
+function byThreads(infos: MallocInfo[]): string[][] {
+  const kind = (name: string) =>
+    ['main', 'worker thread'].includes(name) ? name : name === 'node' ? 'other Node' : 'Temporal core';
+  const keyOf = (threads: string[]) => [...new Set(threads.map(kind))].sort().join(' + ') || 'none now';
+  const keys = [...new Set(infos.flatMap((i) => i.perArena.map((a) => keyOf(a.threads))))].sort();
+  return keys.map((key) => [
+    key,
+    ...infos.flatMap((i) => {
+      const arenas = i.perArena.filter((a) => keyOf(a.threads) === key);
+      const free = arenas.reduce((n, a) => n + a.free, 0);
+      const tenth = (n: number) => `${(n / MiB).toFixed(1)} MiB`;
+      return [tenth(arenas.reduce((n, a) => n + a.system, 0) - free), tenth(free)];
+    }),
+  ]);
+}
+
 /** One line per full account, printed as it is taken: a run cut short still tells what it saw. */
 function summary(p: Point): string {
   const v8Workers = (p.heaps ?? []).filter((h) => h.thread !== 'main').reduce((n, h) => n + h.physical, 0);
   const v8Main = p.heaps?.find((h) => h.thread === 'main')?.physical ?? 0;
+  const v8Malloced = (p.heaps ?? []).reduce((n, h) => n + h.malloced, 0);
   const glibc = p.malloc ? `, glibc holds ${mib(p.malloc.system)} of which ${mib(p.malloc.free)} free` : '';
   return (
     `${p.what}: RSS ${mib(p.m.rss)}, brk + arenas ${mib(p.map.brk + p.map.arenas)}, other anonymous ` +
-    `${mib(p.map.otherAnonymous)} (V8 main ${mib(v8Main)}, worker threads ${mib(v8Workers)})${glibc}`
+    `${mib(p.map.otherAnonymous)} (V8 main ${mib(v8Main)}, worker threads ${mib(v8Workers)}), V8's own malloc'd ${mib(v8Malloced)}${glibc}`
   );
 }
 
