@@ -136,6 +136,9 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
       }
     },
     async drain(drainOptions = {}) {
+      // The directory must know before the first drained session is placed again, or it could come back here.
+      host.startDraining();
+      await fleet.publish().catch((err: unknown) => console.warn(`fleet directory: ${messageOf(err)}`));
       const report = await drainHost(options, host, drainOptions);
       metrics.drain(report);
       return report;

@@ -45,6 +45,12 @@ export class FleetMember {
     this.timer.unref();
   }
 
+  /** Reports now, after any report under way: for a change that must be known before what follows it (a drain). */
+  async publish(): Promise<void> {
+    await this.sending?.catch(() => undefined);
+    await this.send(this.report());
+  }
+
   /** Tells the directory this host is gone, so that it is offered nothing more; best effort. */
   async stop(): Promise<void> {
     this.stopped = true;
