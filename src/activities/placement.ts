@@ -7,6 +7,8 @@ import type { HostState } from './host-state';
 /** How often a host reports its load when it does not change; a change is reported within CHANGE_POLL_MS. */
 export const DEFAULT_REPORT_EVERY_MS = 5_000;
 const CHANGE_POLL_MS = 200;
+/** Below placeSession's start-to-close timeout (10 s): the activity fails by itself and is retried. */
+const PLACE_TIMEOUT_MS = 8_000;
 
 export interface FleetMemberOptions {
   client: Client;
@@ -59,11 +61,19 @@ export class FleetMember {
     await this.send({ ...this.report(), gone: true }).catch(() => undefined);
   }
 
-  /** The directory's decision, or undefined when there is no directory to ask (the caller then places here). */
-  async place(request: PlacementRequest): Promise<PlacementDecision | undefined> {
-    const handle = this.options.client.workflow.getHandle(fleetWorkflowId(this.options.taskQueue));
+  /**
+   * The directory's decision, or undefined when there is no directory to ask (the caller then places here). The
+   * update waits for a worker to run the directory: it gives up at `signal` (this worker shutting down, which
+   * would otherwise wait for it) or after PLACE_TIMEOUT_MS, and the placement is retried.
+   */
+  async place(request: PlacementRequest, signal?: AbortSignal): Promise<PlacementDecision | undefined> {
+    const { client } = this.options;
+    const handle = client.workflow.getHandle(fleetWorkflowId(this.options.taskQueue));
+    const ask = () => handle.executeUpdate(placeUpdate, { args: [request] });
     try {
-      return await handle.executeUpdate(placeUpdate, { args: [request] });
+      return await client.withDeadline(Date.now() + PLACE_TIMEOUT_MS, () =>
+        signal ? client.withAbortSignal(signal, ask) : ask(),
+      );
     } catch (err) {
       if (err instanceof WorkflowNotFoundError) return undefined;
       throw err;

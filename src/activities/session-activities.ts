@@ -170,7 +170,7 @@ export function createActivities(deps: ActivityDeps) {
      */
     async placeSession(request: PlacementRequest = {}): Promise<{ hostTaskQueue: string }> {
       const queue = deps.hostTaskQueue;
-      const decision = await deps.placement?.place(request);
+      const decision = await deps.placement?.place(request, Context.current().cancellationSignal);
       if (decision?.ok) return { hostTaskQueue: decision.hostTaskQueue };
       if (decision?.reason === 'unsatisfiable') {
         throw ApplicationFailure.create({
