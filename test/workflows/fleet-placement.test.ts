@@ -62,7 +62,7 @@ async function placementAttempts(sessionId: string): Promise<number[]> {
 }
 
 test('with two idle workers, placements alternate by load', async () => {
-  const hosts = [];
+  const hosts: string[] = [];
   for (let i = 0; i < 4; i++) hosts.push(await start());
   expect(new Set(hosts.slice(0, 2))).toEqual(new Set([a.hostTaskQueue, b.hostTaskQueue]));
   expect(hosts[2]).not.toBe(hosts[3]);

@@ -78,7 +78,7 @@ async function start(placement?: { host?: string; workerLabels?: string[] }): Pr
 test('two worker processes take new sessions by load; constraints and the host filter hold', async () => {
   const alpha = `${taskQueue}@alpha`;
   const beta = `${taskQueue}@beta`;
-  const spread = [];
+  const spread: string[] = [];
   for (let i = 0; i < 4; i++) spread.push(await start());
   expect(spread.filter((h) => h === alpha)).toHaveLength(2);
   expect(spread.filter((h) => h === beta)).toHaveLength(2);
