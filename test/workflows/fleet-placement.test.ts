@@ -1,7 +1,7 @@
 import crypto from 'node:crypto';
 import { temporal } from '@temporalio/proto';
 import { fleetQuery, fleetWorkflowId, sessionWorkflowId } from '../../src/api';
-import { NoEligibleHostError, type SessionHandle } from '../../src/client';
+import { NoEligibleHostError, RestoreFailedError, type SessionHandle } from '../../src/client';
 import type { StartSessionInput } from '../../src/domain';
 import { eventually, runningStatus, startTestSystem, type TestHost, type TestSystem } from '../helpers/temporal';
 
@@ -163,4 +163,16 @@ test('the session list is filtered by host', async () => {
   await eventually(async () => (await ids(b.hostTaskQueue)).includes(sessionB!.sessionId));
   expect(await ids(workerIdOf(a.hostTaskQueue))).not.toContain(sessionB!.sessionId);
   expect(await ids(b.hostTaskQueue)).not.toContain(sessionA!.sessionId);
+});
+
+test('a resume whose only matching worker is gone fails typed and leaves the session paused', async () => {
+  const c = await sys.addHost({ labels: ['zone=c'] });
+  expect(await start({ placement: { workerLabels: ['zone=c'] } })).toBe(c.hostTaskQueue);
+  const session = open[open.length - 1]!;
+  await session.pause();
+  await c.crash();
+  const error = await session.resume().catch((err: unknown) => err);
+  expect(error).toBeInstanceOf(RestoreFailedError);
+  expect((error as Error).message).toContain('NoEligibleHost');
+  expect(await session.status()).toMatchObject({ phase: 'paused' });
 });
