@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
-import { hostWorkflowId, sessionWorkflowId } from '../src/api';
+import { fleetWorkflowId, hostWorkflowId, sessionWorkflowId } from '../src/api';
 import { SessionClient } from '../src/client';
 import { DEFAULT_TEMPORAL_BIN, freePort, startDevServer } from '../src/dev-server';
 import { ConversationRuntime, MemoryRuntime, WorkspaceRuntime } from '../src/runtimes';
@@ -137,6 +137,8 @@ async function main(): Promise<void> {
     write(server.address, out, `${label}-drain.json`, sessionWorkflowId(d.sessionId));
     // The first host's monitor: attachments, exits passed on, the drain's releases (it runs on; this is its history so far).
     write(server.address, out, `${label}-host-monitor.json`, hostWorkflowId(`${taskQueue}@host`));
+    // The fleet directory: both hosts' load reports and every placement above (it runs on; this is its history so far).
+    write(server.address, out, `${label}-fleet.json`, fleetWorkflowId(taskQueue));
     second.shutdown();
     await secondRunning;
     await secondNative.close();

@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { closestName } from './domain/names';
+import { WorkerLabels } from './domain/placement';
 import { DEFAULT_FAILED_RETENTION_MS, DEFAULT_START_SETTLE_MS } from './domain/records';
 import { DurableSessionsError } from './errors';
 
@@ -182,6 +183,20 @@ export const EnvConfig = z.object({
   DS_WORKER_ID: z
     .string()
     .regex(/^[A-Za-z0-9._-]{1,100}$/, 'expected letters, digits, ".", "_" or "-"')
+    .optional(),
+  /**
+   * This worker's labels, comma-separated (`zone=eu-1,gpu`): a session whose placement requires labels runs only on a
+   * worker that has them all. Shown to operators in the fleet directory: never a secret.
+   */
+  DS_WORKER_LABELS: z
+    .string()
+    .transform((v) =>
+      v
+        .split(',')
+        .map((l) => l.trim())
+        .filter((l) => l.length > 0),
+    )
+    .pipe(WorkerLabels)
     .optional(),
   /** Root for everything kept on disk by default. */
   DS_DATA_DIR: z.string().min(1).default('data'),
@@ -381,6 +396,8 @@ export interface Config {
   taskQueue: string;
   workerId: string;
   hostTaskQueue: string;
+  /** DS_WORKER_LABELS: what placements may require of this worker. */
+  workerLabels: string[];
   dataDir: string;
   /** The filesystem store's directory (DS_SNAPSHOT_STORE as a path, DS_SNAPSHOT_DIR, or the default). */
   snapshotDir: string;
@@ -537,6 +554,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     taskQueue: e.DS_TASK_QUEUE,
     workerId,
     hostTaskQueue: `${e.DS_TASK_QUEUE}@${workerId}`,
+    workerLabels: e.DS_WORKER_LABELS ?? [],
     dataDir,
     snapshotDir,
     snapshotStore: snapshotStoreOf(e, snapshotDir),

@@ -2,6 +2,7 @@ import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { ActivityDeps } from './activities';
 import { createActivities, DEFAULT_MAX_SESSIONS, HostState } from './activities';
+import { FleetMember } from './activities/placement';
 import {
   drainUpdate,
   hostStartedSignal,
@@ -54,6 +55,8 @@ export interface CreateWorkersOptions {
   workflowBundle?: WorkerOptions['workflowBundle'];
   /** The payload codec and failure converter (`dataConverterFromConfig`); the client's must match. Default: none. */
   dataConverter?: SessionDataConverter;
+  /** What this host tells the fleet directory: its worker id, labels and report period (FleetMemberOptions). */
+  fleet?: { workerId?: string; labels?: string[]; everyMs?: number };
 }
 
 /**
@@ -65,7 +68,22 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
   const host = options.deps.host ?? new HostState();
   // The runtime's meter: a no-op one unless the runtime was installed with the metrics endpoint.
   const metrics = options.deps.metrics ?? new SessionMetrics(Runtime.instance().metricMeter);
-  const activities = createActivities({ ...options.deps, host, metrics });
+  const fleet = new FleetMember({
+    client: options.client,
+    taskQueue: options.taskQueue,
+    hostTaskQueue: options.deps.hostTaskQueue,
+    capacity: options.deps.maxSessions ?? DEFAULT_MAX_SESSIONS,
+    host,
+    ...options.fleet,
+    labels: options.fleet?.labels ?? options.deps.workerLabels,
+  });
+  const activities = createActivities({
+    placement: fleet,
+    ...options.deps,
+    workerLabels: options.fleet?.labels ?? options.deps.workerLabels,
+    host,
+    metrics,
+  });
   const workflowSource = options.workflowBundle
     ? { workflowBundle: options.workflowBundle }
     : { workflowsPath: require.resolve('./workflows') };
@@ -106,12 +124,21 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
   return {
     async run() {
       await startHostMonitor(options, host);
+      // In the directory before the first poll: a placement this host asks for can already land here.
+      await fleet.start();
       const running = Promise.all(workers.map((w) => w.run()));
       // A shutdown asked for while the monitor was being started found no worker running: it applies now.
       if (shuttingDown) for (const w of workers) w.shutdown();
-      await running;
+      try {
+        await running;
+      } finally {
+        await fleet.stop();
+      }
     },
     async drain(drainOptions = {}) {
+      // The directory must know before the first drained session is placed again, or it could come back here.
+      host.startDraining();
+      await fleet.publish().catch((err: unknown) => console.warn(`fleet directory: ${messageOf(err)}`));
       const report = await drainHost(options, host, drainOptions);
       metrics.drain(report);
       return report;
@@ -272,6 +299,7 @@ export async function runWorker(
     taskQueue: config.taskQueue,
     hostTaskQueue: config.hostTaskQueue,
     maxCachedWorkflows: config.maxCachedWorkflows,
+    fleet: { workerId: config.workerId, labels: config.workerLabels },
     deps: {
       store,
       runtimes: { workspace, memory: new MemoryRuntime(), conversation: new ConversationRuntime() },
@@ -279,7 +307,10 @@ export async function runWorker(
       maxSessions: config.maxSessions,
     },
   });
-  console.log(`worker ${config.workerId} polling ${config.taskQueue} and ${config.hostTaskQueue} on ${address}`);
+  const labels = config.workerLabels.length ? ` (labels ${config.workerLabels.join(', ')})` : '';
+  console.log(
+    `worker ${config.workerId}${labels} polling ${config.taskQueue} and ${config.hostTaskQueue} on ${address}`,
+  );
   const stopOnSignal = onShutdownSignal(
     async (signal) => {
       console.log(`${signal}: draining this host's sessions (at most ${config.drainTimeoutMs} ms)`);

@@ -37,6 +37,7 @@ from .inputs import (
     Liveness,
     Message,
     PauseInput,
+    Placement,
     RegenerateInput,
     ResumeInput,
     RetentionPolicy,
@@ -74,6 +75,7 @@ RuntimeLike = Union[RuntimeSpec, Mapping[str, Any]]
 PoliciesLike = Union[SessionPolicies, Mapping[str, Any]]
 RetentionLike = Union[RetentionPolicy, Mapping[str, Any]]
 LivenessLike = Union[Liveness, Mapping[str, Any]]
+PlacementLike = Union[Placement, Mapping[str, Any]]
 OverridesLike = Union[ForkOverrides, Mapping[str, Any]]
 MessageLike = Union[Message, Mapping[str, Any]]
 #: Phases a session never leaves: its event stream ends after them.
@@ -107,6 +109,7 @@ def _spec(
     retention: Optional[RetentionLike],
     policies: Optional[PoliciesLike],
     background_verify: Optional[bool],
+    placement: Optional[PlacementLike] = None,
 ) -> StartSessionInput:
     check_session_id(session_id)
     return build(
@@ -119,6 +122,7 @@ def _spec(
         retention=retention,
         policies=policies,
         background_verify=background_verify,
+        placement=placement,
     )
 
 
@@ -130,8 +134,9 @@ def _list(
     limit: Optional[int],
     cursor: Optional[str],
     timeout: Optional[float],
+    host: Optional[str] = None,
 ) -> Request:
-    filters = {"phase": phase, "runtime": runtime, "label": label, "forked_from": forked_from}
+    filters = {"phase": phase, "runtime": runtime, "label": label, "forked_from": forked_from, "host": host}
     return read("/v1/sessions", timeout, **filters, limit=limit, cursor=cursor)
 
 
@@ -242,11 +247,14 @@ class Client(_Base):
         retention: Optional[RetentionLike] = None,
         policies: Optional[PoliciesLike] = None,
         background_verify: Optional[bool] = None,
+        placement: Optional[PlacementLike] = None,
         timeout: Optional[float] = None,
     ) -> Session:
         """Starts a session; returns it once it runs, its status in ``last_status`` (``wait=False``: at once, with no
         status), or raises why it cannot (a session that failed at once: its failure)."""
-        spec = _spec(session_id, runtime, description, labels, liveness, retention, policies, background_verify)
+        spec = _spec(
+            session_id, runtime, description, labels, liveness, retention, policies, background_verify, placement
+        )
         answer = self._send(_start(spec, wait, timeout))
         status = SessionStatus.model_validate(answer) if wait else None
         if status is not None and (error := _ended_error(status)) is not None:
@@ -264,6 +272,7 @@ class Client(_Base):
         runtime: Optional[str] = None,
         label: Optional[str] = None,
         forked_from: Optional[str] = None,
+        host: Optional[str] = None,
         page_size: Optional[int] = None,
         timeout: Optional[float] = None,
     ) -> Iterator[SessionSummary]:
@@ -275,6 +284,7 @@ class Client(_Base):
                 runtime=runtime,
                 label=label,
                 forked_from=forked_from,
+                host=host,
                 limit=page_size,
                 cursor=cursor,
                 timeout=timeout,
@@ -291,12 +301,13 @@ class Client(_Base):
         runtime: Optional[str] = None,
         label: Optional[str] = None,
         forked_from: Optional[str] = None,
+        host: Optional[str] = None,
         limit: Optional[int] = None,
         cursor: Optional[str] = None,
         timeout: Optional[float] = None,
     ) -> SessionPage:
         """One page of sessions, newest first; pass ``cursor=page.next`` for the page after (None on the last)."""
-        req = _list(phase, runtime, label, forked_from, limit, cursor, timeout)
+        req = _list(phase, runtime, label, forked_from, limit, cursor, timeout, host)
         return SessionPage.model_validate(self._send(req))
 
 
@@ -687,9 +698,12 @@ class AsyncClient(_Base):
         retention: Optional[RetentionLike] = None,
         policies: Optional[PoliciesLike] = None,
         background_verify: Optional[bool] = None,
+        placement: Optional[PlacementLike] = None,
         timeout: Optional[float] = None,
     ) -> AsyncSession:
-        spec = _spec(session_id, runtime, description, labels, liveness, retention, policies, background_verify)
+        spec = _spec(
+            session_id, runtime, description, labels, liveness, retention, policies, background_verify, placement
+        )
         answer = await self._send(_start(spec, wait, timeout))
         status = SessionStatus.model_validate(answer) if wait else None
         if status is not None and (error := _ended_error(status)) is not None:
@@ -706,6 +720,7 @@ class AsyncClient(_Base):
         runtime: Optional[str] = None,
         label: Optional[str] = None,
         forked_from: Optional[str] = None,
+        host: Optional[str] = None,
         page_size: Optional[int] = None,
         timeout: Optional[float] = None,
     ) -> AsyncIterator[SessionSummary]:
@@ -716,6 +731,7 @@ class AsyncClient(_Base):
                 runtime=runtime,
                 label=label,
                 forked_from=forked_from,
+                host=host,
                 limit=page_size,
                 cursor=cursor,
                 timeout=timeout,
@@ -733,11 +749,12 @@ class AsyncClient(_Base):
         runtime: Optional[str] = None,
         label: Optional[str] = None,
         forked_from: Optional[str] = None,
+        host: Optional[str] = None,
         limit: Optional[int] = None,
         cursor: Optional[str] = None,
         timeout: Optional[float] = None,
     ) -> SessionPage:
-        req = _list(phase, runtime, label, forked_from, limit, cursor, timeout)
+        req = _list(phase, runtime, label, forked_from, limit, cursor, timeout, host)
         return SessionPage.model_validate(await self._send(req))
 
 

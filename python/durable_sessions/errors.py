@@ -120,6 +120,12 @@ class RestoreFailedError(DurableSessionsError):
     code = "RestoreFailed"
 
 
+class NoEligibleHostError(DurableSessionsError):
+    """No live worker host satisfies the session's placement."""
+
+    code = "NoEligibleHost"
+
+
 class StoreFullError(DurableSessionsError):
     """The snapshot store has no room or is read-only."""
 
@@ -232,6 +238,7 @@ __all__ = [
     "RuntimeFailedError",
     "RuntimeLostError",
     "RestoreFailedError",
+    "NoEligibleHostError",
     "StoreFullError",
     "StoreUnavailableError",
     "ConflictError",

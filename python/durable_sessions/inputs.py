@@ -29,6 +29,7 @@ __all__ = [
     "MemoryRuntime",
     "Message",
     "PauseInput",
+    "Placement",
     "RegenerateInput",
     "RetentionPolicy",
     "ResumeInput",
@@ -176,6 +177,15 @@ class Liveness(InputModel):
     host_timeout_ms: Optional[int] = None
 
 
+class Placement(InputModel):
+    """Where the session may run; without it, on the least-loaded live worker."""
+
+    #: Only this worker: its worker id (DS_WORKER_ID) or host task queue.
+    host: Optional[str] = None
+    #: Only workers that carry every one of these labels (DS_WORKER_LABELS).
+    worker_labels: Optional[list[str]] = None
+
+
 class RetentionPolicy(InputModel):
     keep_last: Optional[int] = None
     max_age_ms: Optional[int] = None
@@ -202,6 +212,7 @@ class StartSessionInput(InputModel):
     background_verify: Optional[bool] = None
     description: Optional[str] = None
     labels: Optional[list[str]] = None
+    placement: Optional[Placement] = None
 
     @field_validator("session_id")
     @classmethod

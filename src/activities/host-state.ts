@@ -54,6 +54,8 @@ export class HostState {
   private nextSeq = 1;
   private readonly waiters = new Set<() => void>();
   private inFlight = 0;
+  /** Starts and restores begun by this incarnation: the fleet directory matches them to its placements. */
+  private begunCount = 0;
   private drainingSince: number | undefined;
 
   /** An instance of `sessionId` now runs here; `exited` settles when it ends. */
@@ -131,11 +133,17 @@ export class HostState {
   /** Runs `make` (a start or restore of an instance here), counted until it settles. */
   async making<T>(make: () => Promise<T>): Promise<T> {
     this.inFlight++;
+    this.begunCount++;
     try {
       return await make();
     } finally {
       this.inFlight--;
     }
+  }
+
+  /** Starts and restores this incarnation has begun. */
+  get begun(): number {
+    return this.begunCount;
   }
 
   /** Starts and restores under way on this host. */

@@ -7,6 +7,7 @@ import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { DurableSessionsError } from '../errors';
 import { outcomeOf, SessionMetrics, storeErrorKind } from '../metrics';
 import type { AppendResult } from '../domain/conversation';
+import { satisfies, type PlacementRequest } from '../domain/placement';
 import type { RuntimeExitDetails } from '../domain/records';
 import {
   MAX_APPEND_BYTES,
@@ -35,6 +36,7 @@ import type {
   WatchResult,
 } from './activity-inputs';
 import { HostRefusedError, HostState } from './host-state';
+import type { FleetMember } from './placement';
 import { ConversationRuntime, RuntimeExitedError, RuntimeNotFoundError } from '../runtimes';
 import {
   type ChunkedSnapshotStore,
@@ -61,6 +63,10 @@ export interface ActivityDeps {
   host?: HostState;
   /** Placement skips a host that runs this many sessions (default 1000): a full host is never taken for a dead one. */
   maxSessions?: number;
+  /** Where sessions go: the fleet directory this host reports to. Without it, whichever worker asks takes them. */
+  placement?: Pick<FleetMember, 'place'>;
+  /** This host's worker labels, which a placement may require. */
+  workerLabels?: string[];
   /** How often a long-running watch reports liveness. */
   watchHeartbeatMs?: number;
   /** Where captures, restores and store errors are counted (a no-op meter when omitted). */
@@ -160,9 +166,32 @@ export function createActivities(deps: ActivityDeps) {
       }
     },
 
-    /** Runs on the shared queue; whichever worker picks it up becomes the session's host. */
-    async placeSession(): Promise<{ hostTaskQueue: string }> {
+    /**
+     * Runs on the shared queue and asks the fleet directory for the least-loaded live host that satisfies the
+     * session's placement. Without a directory (none reported yet), the worker that picked this up takes the session.
+     */
+    async placeSession(request: PlacementRequest = {}): Promise<{ hostTaskQueue: string }> {
       const queue = deps.hostTaskQueue;
+      const decision = await deps.placement?.place(request, Context.current().cancellationSignal);
+      if (decision?.ok) return { hostTaskQueue: decision.hostTaskQueue };
+      if (decision?.reason === 'unsatisfiable') {
+        throw ApplicationFailure.create({
+          type: ERROR_CODES.NoEligibleHost,
+          message: decision.message,
+          nonRetryable: true,
+        });
+      }
+      if (decision?.reason === 'busy') {
+        throw ApplicationFailure.create({
+          type: 'HostRefused',
+          message: decision.message,
+          category: ApplicationFailureCategory.BENIGN,
+        });
+      }
+      const self = { hostTaskQueue: queue, workerId: queue.slice(queue.lastIndexOf('@') + 1) };
+      if (!satisfies({ ...self, labels: deps.workerLabels ?? [] }, request.constraints)) {
+        throw toFailure(new HostRefusedError(`worker host ${queue} does not satisfy the placement`, queue));
+      }
       const limit = deps.maxSessions ?? DEFAULT_MAX_SESSIONS;
       const refusal = host.draining
         ? `worker host ${queue} is draining: it takes no new sessions`

@@ -1,3 +1,4 @@
 export * from './controls';
 export * from './messages';
 export * from './search-attributes';
+export * from './fleet';

@@ -99,6 +99,13 @@ export const COMMANDS = {
         value: 'LABEL',
         help: 'a label of the session, searchable as SessionLabels (repeatable)',
       },
+      host: { type: 'string', value: 'WORKER', help: 'run only on this worker (its worker id or host task queue)' },
+      'worker-label': {
+        type: 'string',
+        multiple: true,
+        value: 'LABEL',
+        help: 'run only on workers with this label (DS_WORKER_LABELS; repeatable)',
+      },
       ...POLICY_OPTIONS,
     },
     notes: [
@@ -213,7 +220,10 @@ export const COMMANDS = {
   list: {
     args: [],
     summary: 'sessions on this task queue, newest first',
-    options: { phase: { type: 'string', value: 'PHASE', choices: PHASES, help: 'only sessions in this phase' } },
+    options: {
+      phase: { type: 'string', value: 'PHASE', choices: PHASES, help: 'only sessions in this phase' },
+      host: { type: 'string', value: 'WORKER', help: 'only sessions on this worker (worker id or host task queue)' },
+    },
   },
   verify: {
     args: ['<session-id>'],

@@ -198,6 +198,9 @@ async function dispatch(invocation: SessionInvocation, sessions: SessionClient):
         runtime,
         description: values.description,
         ...(values.label ? { labels: values.label } : {}),
+        ...(values.host || values['worker-label']
+          ? { placement: { host: values.host, workerLabels: values['worker-label'] } }
+          : {}),
         ...(Object.values(policies).some((p) => p !== undefined) ? { policies } : {}),
       });
       const json = { sessionId: session.sessionId, workflowId: session.workflow.workflowId };
@@ -225,7 +228,7 @@ async function dispatch(invocation: SessionInvocation, sessions: SessionClient):
       return { json: page, text: [...timelineLines(page.entries), ...more] };
     }
     case 'list': {
-      const list = await sessions.list({ phase: invocation.values.phase });
+      const list = await sessions.list({ phase: invocation.values.phase, host: invocation.values.host });
       return { json: list, text: listLines(list) };
     }
   }

@@ -16,6 +16,7 @@ import {
   SnapshotTamperedError,
   KeyUnavailableError,
   RestoreFailedError,
+  NoEligibleHostError,
   SessionRuntimeError,
   ConflictError,
   UnsafeMessageIndexError,
@@ -72,6 +73,8 @@ export function sessionErrorFor(
       return new UnsafeMessageIndexError(message, sessionId, nearestSafeOf(details), options);
     case ERROR_CODES.RestoreFailed:
       return new RestoreFailedError(message, sessionId, options);
+    case ERROR_CODES.NoEligibleHost:
+      return new NoEligibleHostError(message, sessionId, options);
     case ERROR_CODES.RuntimeFailed:
     case ERROR_CODES.RuntimeLost:
       return new SessionRuntimeError(code, message, sessionId, options, failureOf(details, code, message));

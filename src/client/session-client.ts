@@ -71,6 +71,7 @@ import {
   type VerificationResult,
 } from '../domain/schemas';
 import { PHASES, type Phase } from '../domain/session-state';
+import { PlacementConstraints } from '../domain/placement';
 import { loadConfig, type Config } from '../config';
 import { connectTemporalClient } from './connect';
 import {
@@ -151,6 +152,8 @@ export const SessionListFilter = z.strictObject({
   forkedFrom: SessionId.optional(),
   /** Sessions that have this label. */
   label: SessionLabels.element.optional(),
+  /** Sessions whose runtime is (or was last) on this worker: its worker id or host task queue. */
+  host: PlacementConstraints.shape.host,
   limit: z.number().int().min(1).max(1000).optional(),
   cursor: z
     .string()
@@ -372,6 +375,10 @@ export class SessionClient {
     if (f.runtime !== undefined) clauses.push(`SessionRuntime = '${f.runtime}'`);
     if (f.forkedFrom !== undefined) clauses.push(`ForkedFrom STARTS_WITH '${f.forkedFrom}/'`);
     if (f.label !== undefined) clauses.push(`SessionLabels = '${f.label}'`);
+    // A worker id is short for its host task queue on this client's task queue.
+    if (f.host !== undefined) {
+      clauses.push(`SessionHost = '${f.host.includes('@') ? f.host : `${this.taskQueue}@${f.host}`}'`);
+    }
     const query = clauses.join(' AND ');
     const res = await this.options.client.workflowService.listWorkflowExecutions({
       namespace: this.options.client.options.namespace,
@@ -397,12 +404,12 @@ export class SessionClient {
    * Sessions on this client's task queue, newest first (from Temporal's visibility store), each id once. Runs that
    * were refused at their first task (a reused id, a bad raw start) never publish a phase and are not sessions.
    */
-  async list(filter: { phase?: Phase; limit?: number } = {}): Promise<SessionSummary[]> {
+  async list(filter: { phase?: Phase; host?: string; limit?: number } = {}): Promise<SessionSummary[]> {
     const out: SessionSummary[] = [];
     const limit = filter.limit || undefined;
     for (let cursor: string | undefined; ;) {
       const want = Math.min(1000, limit === undefined ? 1000 : limit - out.length);
-      const page = await this.listPage({ phase: filter.phase, limit: want, cursor });
+      const page = await this.listPage({ phase: filter.phase, host: filter.host, limit: want, cursor });
       out.push(...page.sessions);
       if (page.next === null || (limit !== undefined && out.length >= limit)) return out;
       cursor = page.next;

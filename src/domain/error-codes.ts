@@ -55,6 +55,8 @@ export const ERROR_CODES = {
   UnsafeMessageIndex: 'UnsafeMessageIndex',
   /** The idempotency key was used before with other input: nothing was done (a retry must send the same input). */
   IdempotencyKeyReused: 'IdempotencyKeyReused',
+  /** No live worker host satisfies the session's placement (the host it names, the worker labels it requires). */
+  NoEligibleHost: 'NoEligibleHost',
 } as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES];

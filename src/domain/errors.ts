@@ -134,6 +134,13 @@ export class UnsafeMessageIndexError extends SessionError {
   }
 }
 
+/** Thrown when no live worker host satisfies the session's placement (`placement.host`, `placement.workerLabels`). */
+export class NoEligibleHostError extends SessionError {
+  constructor(message: string, sessionId: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.NoEligibleHost, message, sessionId, options);
+  }
+}
+
 /** Thrown when a resume could restore no checkpoint (the message lists each one tried and why). */
 export class RestoreFailedError extends SessionError {
   constructor(message: string, sessionId: string, options?: { cause?: unknown }) {

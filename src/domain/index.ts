@@ -6,3 +6,4 @@ export * from './retention';
 export * from './strict';
 export * from './records';
 export * from './errors';
+export * from './placement';

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { PlacementConstraints } from './placement';
 import { checkAppend, MAX_APPEND_MESSAGES, Message } from './conversation';
 import { TENANT_PATTERN } from './names';
 import { strictObject } from './strict';
@@ -298,6 +299,8 @@ const StartSessionFields = strictObject({
   /** Free-form description shown in the Web UI. */
   description: displayText('description', 1000, { lines: true }).optional(),
   labels: SessionLabels.optional(),
+  /** Where the session may run (a worker, or worker labels it requires); the least-loaded live worker otherwise. */
+  placement: PlacementConstraints.optional(),
 });
 
 export const StartSessionInput = StartSessionFields.refine(

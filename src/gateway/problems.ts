@@ -65,6 +65,7 @@ export const STATUS_OF: Record<ErrorCode, number> = {
   [ERROR_CODES.Busy]: 503,
   [ERROR_CODES.UnsafeMessageIndex]: 422,
   [ERROR_CODES.IdempotencyKeyReused]: 422,
+  [ERROR_CODES.NoEligibleHost]: 422,
 };
 
 export function problem(status: number, code: string, detail: string, extra: Partial<Problem> = {}): Problem {

@@ -3,8 +3,9 @@ import type { SessionActivities } from '../activities';
 import { watchTaskQueue, type RuntimeInstanceRef } from '../api/messages';
 import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS } from '../domain/error-codes';
 import type { LivenessOptions } from '../domain/schemas';
+import type { PlacementConstraints } from '../domain/placement';
 import { neverStarted } from './failures';
-import { LEAN_PATCH, WATCH_QUEUE_PATCH } from './patches';
+import { LEAN_PATCH, PLACEMENT_REQUEST_PATCH, WATCH_QUEUE_PATCH } from './patches';
 
 /** An activity proxy (remote or local): the SDK takes a call's own options through `executeWithOptions`. */
 interface WithOptions<A extends unknown[], R> {
@@ -119,16 +120,24 @@ const PLACEMENT_ATTEMPTS = 3;
  * placed again, up to PLACEMENT_ATTEMPTS times; any other failure is the work's own and is returned as it is.
  */
 export async function onPlacedHost<T>(
-  liveness: LivenessOptions | undefined,
+  spec: { liveness?: LivenessOptions; placement?: PlacementConstraints },
   purpose: string,
   work: (host: HostActivities) => Promise<T>,
 ): Promise<T> {
+  const avoid: string[] = [];
   for (let attempt = 1; ; attempt++) {
     const again = attempt > 1 ? `, attempt ${attempt}: the last host never picked it up` : '';
-    const { hostTaskQueue } = await summarized(`choose a host to ${purpose}${again}`, placement.placeSession);
+    const summary = `choose a host to ${purpose}${again}`;
+    const { hostTaskQueue } = patched(PLACEMENT_REQUEST_PATCH)
+      ? await summarized(summary, placement.placeSession, {
+          ...(spec.placement ? { constraints: spec.placement } : {}),
+          ...(avoid.length ? { avoid: [...avoid] } : {}),
+        })
+      : await summarized(summary, placement.placeSession);
     try {
-      return await work(onHost(hostTaskQueue, liveness));
+      return await work(onHost(hostTaskQueue, spec.liveness));
     } catch (err) {
+      avoid.push(hostTaskQueue);
       if (attempt >= PLACEMENT_ATTEMPTS || !neverStarted(err)) throw err;
       log.warn('placed host did not pick the work up; placing again', { hostTaskQueue, attempt });
     }

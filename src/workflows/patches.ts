@@ -66,3 +66,9 @@ export const CONTROL_RUNTIMES_PATCH = 'control-runtime-kinds';
  * refused (`IdempotencyKeyReused`) instead of answered with the first outcome.
  */
 export const IDEMPOTENCY_DIGEST_PATCH = 'idempotency-input-digest';
+
+/**
+ * A placement names the session's constraints (`spec.placement`) and the hosts that never picked its work up: the
+ * fleet directory then chooses among the live hosts that satisfy it, trying those others last.
+ */
+export const PLACEMENT_REQUEST_PATCH = 'placement-request';

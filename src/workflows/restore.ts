@@ -34,18 +34,15 @@ export async function restoreWithFallback(
     try {
       const fallbackFrom = skipped.map((s) => s.checkpointId);
       const summary = restoreSummary(candidate, cause, fallbackFrom);
-      const runtime = await onPlacedHost(
-        state.spec.liveness,
-        `restore ${checkpointName(candidate.checkpointId)}`,
-        (host) =>
-          summarized(summary, host.restoreCheckpoint, {
-            sessionId: session.id,
-            ...session.tenancy,
-            checkpointId: candidate.checkpointId,
-            expected: recorded(candidate),
-            instanceId: session.newInstanceId(),
-            spec: state.spec.runtime,
-          }),
+      const runtime = await onPlacedHost(state.spec, `restore ${checkpointName(candidate.checkpointId)}`, (host) =>
+        summarized(summary, host.restoreCheckpoint, {
+          sessionId: session.id,
+          ...session.tenancy,
+          checkpointId: candidate.checkpointId,
+          expected: recorded(candidate),
+          instanceId: session.newInstanceId(),
+          spec: state.spec.runtime,
+        }),
       );
       state.runtime = runtime;
       state.head = candidate;

@@ -394,7 +394,7 @@ export class RunControls {
     const { session } = this;
     const { state } = session;
     const summary = restoreSummary(target, 'rewind');
-    const runtime = await onPlacedHost(state.spec.liveness, `restore ${checkpointName(target.checkpointId)}`, (host) =>
+    const runtime = await onPlacedHost(state.spec, `restore ${checkpointName(target.checkpointId)}`, (host) =>
       summarized(summary, host.restoreCheckpoint, {
         sessionId: session.id,
         ...session.tenancy,

@@ -262,7 +262,7 @@ export class SessionController {
     const { state } = session;
     try {
       const kind = state.spec.runtime.kind;
-      const runtime = await onPlacedHost(state.spec.liveness, `start the ${kind} runtime`, (host) =>
+      const runtime = await onPlacedHost(state.spec, `start the ${kind} runtime`, (host) =>
         summarized(`start ${kind} runtime`, host.startRuntime, {
           sessionId: session.id,
           ...session.tenancy,

@@ -41,6 +41,8 @@ export interface HostOptions {
   unreachable?: boolean;
   /** Placement passes this host by once it runs this many sessions. */
   maxSessions?: number;
+  /** This host's worker labels (DS_WORKER_LABELS), which a session's placement may require. */
+  labels?: string[];
   /** How long the host's lease activity holds on to the exits sessions asked for before it reports them. */
   leaseRoundMs?: number;
   /** How long the host's monitor waits between quiet lease rounds (ActivityDeps.leaseRestMs). */
@@ -143,6 +145,7 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
       taskQueue,
       hostTaskQueue,
       deps,
+      ...(hostOptions.labels ? { fleet: { labels: hostOptions.labels } } : {}),
       workflowBundle: { codePath: hostConverter?.failureConverterPath ? encryptedBundlePath! : bundlePath! },
       ...(hostConverter ? { dataConverter: hostConverter } : {}),
     });

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import { Worker } from '@temporalio/worker';
-import { hostWorkflowId, sessionWorkflowId } from '../../src/api';
+import { fleetWorkflowId, hostWorkflowId, sessionWorkflowId } from '../../src/api';
 
 /**
  * Sessions run for days: a worker upgrade must replay their histories exactly. Every history recorded from
@@ -28,7 +28,10 @@ test.each(files)('%s replays against the current workflow code', async (file) =>
 
 /** The session workflow checks that it runs under its derived id, so replay must use the recorded one. */
 function workflowIdOf(history: ReturnType<typeof historyFromJSON>): string {
-  const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
+  const started = history.events?.[0]?.workflowExecutionStartedEventAttributes;
+  // The fleet directory starts with no input worth naming: its id is its task queue's.
+  if (started?.workflowType?.name === 'fleetWorkflow') return fleetWorkflowId(started.taskQueue?.name ?? '');
+  const payload = started?.input?.payloads?.[0];
   const input = JSON.parse(Buffer.from(payload!.data!).toString('utf8')) as
     { spec: { sessionId: string } } | { hostTaskQueue: string };
   return 'hostTaskQueue' in input ? hostWorkflowId(input.hostTaskQueue) : sessionWorkflowId(input.spec.sessionId);

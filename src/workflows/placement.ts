@@ -1,0 +1,64 @@
+import { allHandlersFinished, condition, continueAsNew, log, setHandler, workflowInfo } from '@temporalio/workflow';
+import { fleetQuery, hostLoadSignal, placeUpdate, type FleetWorkflowInput } from '../api/fleet';
+import {
+  afterPlacement,
+  afterReport,
+  choosePlacement,
+  HostLoadReport,
+  isLive,
+  loadOf,
+  PlacementRequest,
+  type KnownHost,
+} from '../domain/placement';
+import { issueSummary, parse } from './inputs';
+
+/** A host not heard of for this long is forgotten: the directory stays small however many hosts came and went. */
+const FORGET_AFTER_MS = 24 * 3_600_000;
+
+/**
+ * The fleet directory (one per task queue): every worker host reports its load here, and placements are decided here,
+ * one at a time, so that each counts the ones before it. Time is the workflow's own: a host that misses three reports
+ * is offered nothing until it reports again, whatever its clock says.
+ */
+export async function fleetWorkflow(input: FleetWorkflowInput = {}): Promise<void> {
+  const hosts = new Map<string, KnownHost>((input.hosts ?? []).map((h) => [h.report.hostTaskQueue, h]));
+
+  setHandler(hostLoadSignal, (raw) => {
+    const report = HostLoadReport.safeParse(raw);
+    if (!report.success) {
+      log.warn('hostLoad refused', { issues: issueSummary(report.error) });
+      return;
+    }
+    const now = Date.now();
+    hosts.set(report.data.hostTaskQueue, afterReport(hosts.get(report.data.hostTaskQueue), report.data, now));
+    for (const [queue, h] of hosts) if (now - h.seenAt > FORGET_AFTER_MS) hosts.delete(queue);
+  });
+
+  setHandler(
+    placeUpdate,
+    (request: PlacementRequest) => {
+      const decision = choosePlacement(hosts.values(), request, Date.now());
+      if (decision.ok) {
+        const host = hosts.get(decision.hostTaskQueue)!;
+        hosts.set(decision.hostTaskQueue, afterPlacement(host, Date.now()));
+      }
+      return decision;
+    },
+    {
+      // Synchronous, as validators must be: a refused request leaves no event in history.
+      validator: (request: PlacementRequest) => {
+        parse(PlacementRequest, request ?? {});
+      },
+      description: 'Choose the least-loaded live worker host that satisfies a placement, and count the session on it.',
+    },
+  );
+
+  setHandler(fleetQuery, () => {
+    const now = Date.now();
+    return { at: now, hosts: [...hosts.values()].map((h) => ({ ...h, live: isLive(h, now), load: loadOf(h) })) };
+  });
+
+  await condition(() => workflowInfo().continueAsNewSuggested);
+  await condition(allHandlersFinished);
+  await continueAsNew<typeof fleetWorkflow>({ hosts: [...hosts.values()] });
+}
