@@ -140,6 +140,24 @@ function counterOf(location: string): number {
   return Number(fs.readFileSync(path.join(location, 'n'), 'utf8').trim() || 0);
 }
 
+/** The messages of the workflow tasks that failed in the session's current run. */
+async function failedTasks(session: SessionHandle): Promise<string[]> {
+  const history = await client.workflow.getHandle(sessionWorkflowId(session.sessionId)).fetchHistory();
+  return history.events!.flatMap((e) =>
+    e.workflowTaskFailedEventAttributes ? [e.workflowTaskFailedEventAttributes.failure?.message ?? '(no message)'] : [],
+  );
+}
+
+/** Waits until the session runs on the host, or one of its workflow tasks fails (a build that cannot replay it). */
+async function movedTo(session: SessionHandle, hostTaskQueue: string): Promise<{ failedTasks: string[] }> {
+  return eventually(async () => {
+    const failed = await failedTasks(session);
+    if (failed.length > 0) return { failedTasks: failed };
+    const status = await session.status();
+    return status.phase === 'running' && status.runtime?.hostTaskQueue === hostTaskQueue && { failedTasks: [] };
+  }, 120_000);
+}
+
 /** Every run's history of the session (continue-as-new starts new ones), oldest first. */
 async function historiesOf(session: SessionHandle) {
   const workflowId = sessionWorkflowId(session.sessionId);
@@ -181,7 +199,8 @@ test(`sessions started on ${release.version} drain to this build and run on unde
   expect(await exited(old.child)).toBe(0);
   expect(old.output()).toMatch(/drained 3 of 3 session\(s\)/);
 
-  const after = await Promise.all(all.map((s) => runningStatus(s, 90_000)));
+  for (const s of all) expect(await movedTo(s, next.hostTaskQueue)).toEqual({ failedTasks: [] });
+  const after = await Promise.all(all.map((s) => runningStatus(s)));
   const [counterAfter, , chatAfter] = after as [(typeof after)[0], (typeof after)[0], (typeof after)[0]];
   for (const s of after) {
     expect(s.runtime.hostTaskQueue).toBe(next.hostTaskQueue);
@@ -221,7 +240,9 @@ test(`sessions started on ${release.version} drain to this build and run on unde
 
   // Written by two builds, each history holds no failed workflow task and replays against this tree's code.
   for (const s of all) {
-    for (const history of await historiesOf(s)) {
+    const histories = await historiesOf(s);
+    expect(histories.length).toBeGreaterThan(0);
+    for (const history of histories) {
       const failed = history.events!.filter((e) => e.workflowTaskFailedEventAttributes);
       expect(failed.map((e) => e.workflowTaskFailedEventAttributes!.failure?.message)).toEqual([]);
       await Worker.runReplayHistory(
@@ -234,4 +255,4 @@ test(`sessions started on ${release.version} drain to this build and run on unde
 
   next.child.kill('SIGTERM');
   expect(await exited(next.child)).toBe(0);
-});
+}, 400_000);
