@@ -1,7 +1,9 @@
 /**
  * Records the workflow histories that the replay test (test/workflows/replay.test.ts) replays against the
  * current workflow code. Run it when a release changes what the workflow does, and commit the new files
- * next to the old ones — never replace old ones: they stand for sessions still running on older code.
+ * next to the old ones — never replace old ones: they stand for sessions still running on older code, and go only
+ * when their release leaves the supported window (docs/design.md §8.6). Then point test/fixtures/previous-release.json
+ * at the release (its version, and the commit of its tree) for the rolling upgrade test.
  *
  *   npx tsx scripts/record-histories.ts <label>
  */

@@ -1,4 +1,4 @@
-import { log, patched, proxyActivities, proxyLocalActivities, type ActivityOptions } from '@temporalio/workflow';
+import { deprecatePatch, log, proxyActivities, proxyLocalActivities, type ActivityOptions } from '@temporalio/workflow';
 import type { SessionActivities } from '../activities';
 import { watchTaskQueue, type RuntimeInstanceRef } from '../api/messages';
 import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS } from '../domain/error-codes';
@@ -91,8 +91,9 @@ export type HostActivities = ReturnType<typeof onHost>;
 
 /** The watcher's heartbeat timeout is how fast a dead host is noticed. */
 export function watcherOn(hostTaskQueue: string, liveness: LivenessOptions = {}) {
+  deprecatePatch(WATCH_QUEUE_PATCH);
   return proxyActivities<SessionActivities>({
-    taskQueue: patched(WATCH_QUEUE_PATCH) ? watchTaskQueue(hostTaskQueue) : hostTaskQueue,
+    taskQueue: watchTaskQueue(hostTaskQueue),
     startToCloseTimeout: '2 hours',
     scheduleToStartTimeout: liveness.hostTimeoutMs ?? 60_000,
     heartbeatTimeout: liveness.heartbeatTimeoutMs ?? 30_000,
@@ -146,10 +147,6 @@ export async function onPlacedHost<T>(
 
 /** Stops the runtime and frees what it held; `why` (pause, stop, …) is in the summaries the Web UI shows. */
 export async function stopAndDispose(host: HostActivities, runtime: RuntimeInstanceRef, why: string): Promise<void> {
-  if (patched(LEAN_PATCH)) {
-    await summarized(`stop runtime (${why})`, host.stopRuntime, { instance: runtime, dispose: true });
-    return;
-  }
-  await summarized(`stop runtime (${why})`, host.stopRuntime, { instance: runtime });
-  await summarized(`dispose runtime (${why})`, host.disposeRuntime, { instance: runtime });
+  deprecatePatch(LEAN_PATCH);
+  await summarized(`stop runtime (${why})`, host.stopRuntime, { instance: runtime, dispose: true });
 }

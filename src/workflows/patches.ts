@@ -1,36 +1,51 @@
+import { deprecatePatch } from '@temporalio/workflow';
+
 /**
  * The `patched()` ids of the session workflow. Each one is recorded in the histories of the sessions that ran with it,
  * and its absence in those that ran without: an id is never renamed, and its old branch stays while such a session
- * may still replay.
+ * may still replay. A release replays the histories of the two minor releases before it (docs/design.md §8.3): a patch
+ * that both of them had is retired (`deprecatePatch`), its old branch deleted.
  */
 
 /**
- * Behaviour that differs from histories recorded before it (committed histories replay without it): the session id
+ * A retired patch where a condition still reads it: records the deprecated marker, as `deprecatePatch` does, and takes
+ * the new branch. The old branch it leaves is never run; it goes with the next change to its file.
+ */
+export function retiredPatch(patchId: string): true {
+  deprecatePatch(patchId);
+  return true;
+}
+
+/**
+ * Retired after v0.5.0 (since v0.2.0). Behaviour that differs from histories recorded before it: the session id
  * is claimed in the store before anything else, and what the store might still repair leaves a session paused
  * instead of failed.
  */
 export const CONTRACTS_PATCH = 'strict-contracts';
 
-/** Watchers wait on their host's watch queue, not on the queue its controls need. */
+/** Retired after v0.5.0 (since v0.2.0). Watchers wait on their host's watch queue, not on the queue its controls need. */
 export const WATCH_QUEUE_PATCH = 'watchers-own-queue';
 
-/** A watcher that fails asks the host whether the instance still runs before the session recovers elsewhere. */
+/**
+ * Retired after v0.5.0 (since v0.2.0). A watcher that fails asks the host whether the instance still runs before the session
+ * recovers elsewhere.
+ */
 export const ASK_HOST_PATCH = 'ask-host-before-recovery';
 
 /**
- * The host's monitor workflow watches the instance (one lease per host), instead of an activity per session: the
+ * Retired after v0.5.0 (since v0.3.0). The host's monitor workflow watches the instance (one lease per host), instead of an activity per session: the
  * session attaches its instance to it and hears back by signal (`runtimeReport`).
  */
 export const HOST_MONITOR_PATCH = 'host-monitor';
 
 /**
- * Fewer steps per lifecycle, each of them one workflow task less: stop and dispose are one activity, the id claim is a
+ * Retired after v0.5.0 (since v0.3.1). Fewer steps per lifecycle, each of them one workflow task less: stop and dispose are one activity, the id claim is a
  * local activity, and search attributes are upserted only when the phase changes.
  */
 export const LEAN_PATCH = 'lean-lifecycle';
 
 /**
- * Run control: the timeline goes to the snapshot store (local activity `appendTimeline`, when entries wait), and
+ * Retired after v0.5.0 (since v0.4.0). Run control: the timeline goes to the snapshot store (local activity `appendTimeline`, when entries wait), and
  * policies run on timers.
  */
 export const RUN_CONTROL_PATCH = 'run-control';

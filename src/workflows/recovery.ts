@@ -15,7 +15,7 @@ import { askHost, onHost, stopAndDispose, summarized, watcherOn } from './activi
 import type { ControlQueue } from './control-queue';
 import { failureMessage, typeOf } from './failures';
 import { issueSummary } from './inputs';
-import { ASK_HOST_PATCH, CONTRACTS_PATCH, FAILURE_DETAILS_PATCH, HOST_MONITOR_PATCH } from './patches';
+import { ASK_HOST_PATCH, CONTRACTS_PATCH, FAILURE_DETAILS_PATCH, HOST_MONITOR_PATCH, retiredPatch } from './patches';
 import { restoreFailed, restoreWithFallback, resumed } from './restore';
 import { now, type Session } from './session';
 
@@ -38,7 +38,7 @@ export class Recovery {
 
   /** Learns of exits nobody asked for and of lost hosts, in bounded rounds of a long-polling activity. */
   watch(runtime: RuntimeInstanceRef): void {
-    if (patched(HOST_MONITOR_PATCH)) {
+    if (retiredPatch(HOST_MONITOR_PATCH)) {
       this.attach(runtime);
       return;
     }
@@ -125,7 +125,7 @@ export class Recovery {
    */
   private async stillRunsOnHost(runtime: RuntimeInstanceRef): Promise<boolean> {
     const { state } = this.session;
-    if (!patched(ASK_HOST_PATCH) || state.runtime?.instanceId !== runtime.instanceId) return false;
+    if (!retiredPatch(ASK_HOST_PATCH) || state.runtime?.instanceId !== runtime.instanceId) return false;
     try {
       const host = askHost(runtime.hostTaskQueue, state.spec.liveness);
       const summary = `ask ${runtime.hostTaskQueue} whether the runtime still runs`;
@@ -178,7 +178,7 @@ export class Recovery {
     session.record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason });
     state.runtime = null;
     // Status must never say `running` without a runtime: the phase moves on with the runtime.
-    const recovering = patched(CONTRACTS_PATCH) && state.head !== null;
+    const recovering = retiredPatch(CONTRACTS_PATCH) && state.head !== null;
     if (recovering) session.apply({ type: 'runtimeLost' });
     // A host that is only slow may still run the old instance: stop it before starting another copy. A host
     // that is really gone fails this fast (hostTimeoutMs).

@@ -1,4 +1,4 @@
-import { log, patched } from '@temporalio/workflow';
+import { deprecatePatch, log } from '@temporalio/workflow';
 import type { ResumeResult, RuntimeInstanceRef } from '../api/messages';
 import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS } from '../domain/error-codes';
 import type { CheckpointRef } from '../domain/schemas';
@@ -83,8 +83,7 @@ export async function restoreWithFallback(
   const reason =
     `no checkpoint of session ${session.id} could be restored: ` +
     skipped.map((s) => `${s.checkpointId} (${s.reason})`).join('; ');
-  // Before the contracts patch, a session whose every checkpoint failed for good failed with them.
-  if (!patched(CONTRACTS_PATCH)) session.fail(ERROR_CODES.RestoreFailed, reason);
+  deprecatePatch(CONTRACTS_PATCH);
   return { ok: false, permanent: true, reason };
 }
 
@@ -100,13 +99,10 @@ export function restoreFailed(
   event: 'resumeFailed' | 'rewindAborted' = 'resumeFailed',
 ): void {
   const { state } = session;
-  if (isFinal(state.phase)) return; // (failed before the contracts patch)
-  if (patched(CONTRACTS_PATCH)) {
-    state.failure = { type: ERROR_CODES.RestoreFailed, message: outcome.reason, at: now() };
-    session.record({ kind: 'restore-failed', at: now(), cause, reason: outcome.reason });
-  } else if (outcome.permanent) {
-    return;
-  }
+  if (isFinal(state.phase)) return;
+  deprecatePatch(CONTRACTS_PATCH);
+  state.failure = { type: ERROR_CODES.RestoreFailed, message: outcome.reason, at: now() };
+  session.record({ kind: 'restore-failed', at: now(), cause, reason: outcome.reason });
   session.apply({ type: event });
 }
 

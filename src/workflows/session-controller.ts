@@ -1,4 +1,4 @@
-import { ApplicationFailure, condition, log, patched, uuid4, workflowInfo } from '@temporalio/workflow';
+import { ApplicationFailure, condition, deprecatePatch, log, uuid4, workflowInfo } from '@temporalio/workflow';
 import type { DrainResult, ResumeResult, SessionStatus, StopResult } from '../api/messages';
 import { ERROR_CODES } from '../domain/error-codes';
 import type { SessionWorkflowInput } from '../domain/records';
@@ -71,18 +71,14 @@ export class SessionController {
       return;
     }
     if (firstRun) {
-      if (patched(CONTRACTS_PATCH)) {
-        void this.queue.serial(async () => {
-          // Before anything is visible or made: a run under an id that was used already touches nothing of it.
-          if (await this.claimed()) {
-            session.touch();
-            await this.start();
-          }
-        }, 'start');
-      } else {
-        session.touch();
-        void this.queue.serial(() => this.start(), 'start');
-      }
+      deprecatePatch(CONTRACTS_PATCH);
+      void this.queue.serial(async () => {
+        // Before anything is visible or made: a run under an id that was used already touches nothing of it.
+        if (await this.claimed()) {
+          session.touch();
+          await this.start();
+        }
+      }, 'start');
     } else {
       session.touch();
       if (session.state.runtime && session.state.phase === 'running') this.recovery.watch(session.state.runtime);
@@ -209,9 +205,8 @@ export class SessionController {
       const owner = this.claimOwner ?? workflowInfo().firstExecutionRunId;
       const input = { sessionId: this.session.id, ...this.session.tenancy, owner };
       const summary = `claim session id ${this.session.id}`;
-      await (patched(LEAN_PATCH)
-        ? summarized(summary, local.claimSession, input)
-        : summarized(summary, shared.claimSession, input));
+      deprecatePatch(LEAN_PATCH);
+      await summarized(summary, local.claimSession, input);
       return true;
     } catch (err) {
       const type = typeOf(err) ?? ERROR_CODES.RuntimeFailed;

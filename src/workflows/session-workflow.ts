@@ -2,6 +2,7 @@ import {
   allHandlersFinished,
   ApplicationFailure,
   condition,
+  deprecatePatch,
   makeContinueAsNewFunc,
   setDefaultQueryHandler,
   patched,
@@ -96,14 +97,11 @@ export async function sessionWorkflow(raw: SessionWorkflowInput): Promise<StopRe
   let ending = false;
   flush.start(() => ending);
   policies.start(() => ending);
-  if (patched(RUN_CONTROL_PATCH)) {
-    await condition(() => (queue.idle && isFinal(state.phase)) || shouldContinueAsNew());
-    // A run that hands over starts nothing new: updates are refused (Busy, the client sends them again), signals are
-    // kept for the next run. So the queue drains even under a storm of controls.
-    if (!isFinal(state.phase)) queue.drain();
-  } else {
-    await condition(() => queue.idle && (isFinal(state.phase) || shouldContinueAsNew()));
-  }
+  deprecatePatch(RUN_CONTROL_PATCH);
+  await condition(() => (queue.idle && isFinal(state.phase)) || shouldContinueAsNew());
+  // A run that hands over starts nothing new: updates are refused (Busy, the client sends them again), signals are
+  // kept for the next run. So the queue drains even under a storm of controls.
+  if (!isFinal(state.phase)) queue.drain();
   // Let accepted updates answer their callers before this run closes.
   await condition(() => allHandlersFinished() && queue.idle && controller.verificationsInFlight === 0);
   ending = true;

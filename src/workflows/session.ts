@@ -34,7 +34,7 @@ import { StartSessionInput, type CheckpointRef, type VerificationResult } from '
 import { isFinal, transition, type Control, type Phase, type SessionEvent } from '../domain/session-state';
 import { failure, failureMessage, invalidTransition, typeOf } from './failures';
 import { parse } from './inputs';
-import { LEAN_PATCH, POLICY_CLOCK_PATCH, PROGRESS_ATTRIBUTES_PATCH } from './patches';
+import { LEAN_PATCH, POLICY_CLOCK_PATCH, PROGRESS_ATTRIBUTES_PATCH, retiredPatch } from './patches';
 
 /** Everything a run hands to the next one at continue-as-new. */
 export type SessionState = CarriedState & { rejectedSignals: RejectedSignal[]; runControl: RunControlState };
@@ -107,7 +107,7 @@ export class Session {
     state.updatedAt = now();
     const updates: SearchAttributeUpdatePair[] = [];
     // The patch is asked only when the phase is unchanged: recorded histories have its marker exactly there.
-    if (this.published !== state.phase || !patched(LEAN_PATCH)) {
+    if (this.published !== state.phase || !retiredPatch(LEAN_PATCH)) {
       const { tenant } = this.tenancy;
       updates.push(
         { key: sessionStateKey, value: state.phase },

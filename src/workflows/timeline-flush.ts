@@ -1,4 +1,4 @@
-import { condition, log, patched, sleep } from '@temporalio/workflow';
+import { condition, deprecatePatch, log, sleep } from '@temporalio/workflow';
 import { timelineEntries } from '../domain/operator-view';
 import { local, summarized } from './activity-proxies';
 import { failureMessage } from './failures';
@@ -27,7 +27,7 @@ export class TimelineFlush {
 
   /** Runs beside the controls for the life of the run. */
   start(done: () => boolean): void {
-    if (!patched(RUN_CONTROL_PATCH)) return;
+    deprecatePatch(RUN_CONTROL_PATCH);
     void (async () => {
       for (;;) {
         await condition(() => done() || this.session.runControl.unflushed.length >= FLUSH_AT);
@@ -68,7 +68,7 @@ export class TimelineFlush {
 
   /** Before the run ends: everything in the store, or the run keeps trying (the entries exist nowhere else). */
   async flushAll(): Promise<void> {
-    if (!patched(RUN_CONTROL_PATCH)) return;
+    deprecatePatch(RUN_CONTROL_PATCH);
     for (let attempt = 0; attempt < 60 && !(await this.flush()); attempt++);
   }
 }

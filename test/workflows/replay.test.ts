@@ -6,14 +6,23 @@ import { fleetWorkflowId, hostWorkflowId, sessionWorkflowId } from '../../src/ap
 
 /**
  * Sessions run for days: a worker upgrade must replay their histories exactly. Every history recorded from
- * a released version (scripts/record-histories.ts) is replayed against the current workflow code; a change
- * that would break running sessions fails here with a DeterminismViolationError.
+ * a supported release (scripts/record-histories.ts; the two minor releases before this one, docs/design.md §8.6) is
+ * replayed against the current workflow code; a change that would break running sessions fails here with a
+ * DeterminismViolationError.
  */
 const dir = path.join(__dirname, '..', 'fixtures', 'histories');
 const files = fs.readdirSync(dir).filter((f) => f.endsWith('.json'));
 
 test('there are committed histories to replay', () => {
   expect(files.length).toBeGreaterThanOrEqual(2);
+});
+
+// Sessions started on the previous release are the ones an upgrade meets first (docs/design.md §8.5).
+test('the previous release has histories here', () => {
+  const previous = JSON.parse(fs.readFileSync(path.join(dir, '..', 'previous-release.json'), 'utf8')) as {
+    version: string;
+  };
+  expect(files.filter((f) => f.startsWith(`${previous.version}-`)).length).toBeGreaterThanOrEqual(2);
 });
 
 test.each(files)('%s replays against the current workflow code', async (file) => {
