@@ -1,4 +1,11 @@
-import { deprecatePatch, log, proxyActivities, proxyLocalActivities, type ActivityOptions } from '@temporalio/workflow';
+import {
+  deprecatePatch,
+  log,
+  patched,
+  proxyActivities,
+  proxyLocalActivities,
+  type ActivityOptions,
+} from '@temporalio/workflow';
 import type { SessionActivities } from '../activities';
 import { watchTaskQueue, type RuntimeInstanceRef } from '../api/messages';
 import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS } from '../domain/error-codes';
