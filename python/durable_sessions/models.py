@@ -213,7 +213,7 @@ class TimelineEntry(WireModel):
     regenerated: Optional[bool] = None
     #: Why (a pause's or stop's reason, a failure's, a policy's, …).
     reason: Optional[str] = None
-    # restored, restore-failed, runtime-lost, checkpoint-deleted, forked, verified
+    # restored, restarted-from-spec, restore-failed, runtime-lost, checkpoint-deleted, forked, verified
     checkpoint_id: Optional[str] = None
     instance_id: Optional[str] = None
     #: What started a restore (resume, recovery, drain, rewind, fork) or a verification (background, request).

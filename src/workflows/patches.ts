@@ -66,3 +66,10 @@ export const CONTROL_RUNTIMES_PATCH = 'control-runtime-kinds';
  * refused (`IdempotencyKeyReused`) instead of answered with the first outcome.
  */
 export const IDEMPOTENCY_DIGEST_PATCH = 'idempotency-input-digest';
+
+/**
+ * A session whose host is lost before its first checkpoint starts again from its spec (its first state), recorded as
+ * `restarted-from-spec` in the timeline, instead of failing with RuntimeLost.
+ */
+export const RESTART_FROM_SPEC_PATCH = 'restart-from-spec';
+

@@ -15,7 +15,7 @@ import {
   type VerificationResult,
 } from '../domain/schemas';
 import { byteSize, checkpointName, oneLine, timelineEntries } from '../domain/operator-view';
-import { local, onHost, onPlacedHost, shared, stopAndDispose, summarized, verifier } from './activity-proxies';
+import { local, onHost, shared, stopAndDispose, summarized, verifier } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
 import { asFailure, exitDetailsOf, failure, failureMessage, typeOf } from './failures';
 import { parseControl } from './inputs';
@@ -24,7 +24,7 @@ import { CONTRACTS_PATCH, LEAN_PATCH } from './patches';
 /** Timeline entries a capture takes to the store at most (the rest go with the next one, or the next flush). */
 const FLUSH_WITH_CAPTURE = 200;
 import type { Recovery } from './recovery';
-import { recorded, restoreFailed, restoreWithFallback, resumed } from './restore';
+import { recorded, restoreFailed, restoreWithFallback, resumed, startFromSpec } from './restore';
 import { now, startsAsFork, type Session } from './session';
 
 /**
@@ -261,15 +261,7 @@ export class SessionController {
     const { session } = this;
     const { state } = session;
     try {
-      const kind = state.spec.runtime.kind;
-      const runtime = await onPlacedHost(state.spec.liveness, `start the ${kind} runtime`, (host) =>
-        summarized(`start ${kind} runtime`, host.startRuntime, {
-          sessionId: session.id,
-          ...session.tenancy,
-          instanceId: session.newInstanceId(),
-          spec: state.spec.runtime,
-        }),
-      );
+      const runtime = await startFromSpec(session);
       state.runtime = runtime;
       session.apply({ type: 'started' });
       this.recovery.watch(runtime);

@@ -31,6 +31,11 @@ afterAll(async () => {
   fs.rmSync(dataDir, { recursive: true, force: true });
 });
 
+// A test that failed may have left its worker running: the next one starts its own on the same host.
+beforeEach(async () => {
+  await Promise.all(workers.filter((w) => w.exitCode === null && w.signalCode === null).map(killed));
+});
+
 async function startWorker(): Promise<ChildProcess> {
   const env: NodeJS.ProcessEnv = {
     ...process.env,
@@ -125,3 +130,41 @@ test('kill -9 of a worker: the next one on the host kills the orphaned copy, the
   // The session was stopped before its worker went: no process of it remains.
   expect(processesWith(marker)).toEqual([]);
 });
+
+test('kill -9 before the first checkpoint: the session starts again from its spec, and the timeline says so', async () => {
+  const marker = `${taskQueue}-fresh`;
+  let worker = await startWorker();
+  const session = await sessions.start({
+    sessionId: `fresh-${crypto.randomUUID().slice(0, 8)}`,
+    runtime: {
+      kind: 'workspace',
+      command: ['sh', '-c', 'while :; do sleep 0.1; done', marker],
+      files: { 'seed.txt': 'from the spec' },
+    },
+    liveness: { heartbeatTimeoutMs: 3_000, hostTimeoutMs: 3_000 },
+  });
+  const first = await runningStatus(session);
+  fs.writeFileSync(path.join(first.runtime.location, 'work.txt'), 'done since the start');
+
+  await killed(worker);
+  worker = await startWorker();
+
+  const after = await eventually(async () => {
+    const s = await session.status();
+    const moved = s.phase === 'running' && s.runtime !== null && s.runtime.instanceId !== first.runtime.instanceId;
+    return moved || s.phase === 'failed' ? s : undefined;
+  }, 60_000);
+  expect(after.failure).toBeNull();
+  expect(after.phase).toBe('running');
+  // As at its start: the seed files are there again, the work since the start is not.
+  expect(fs.readFileSync(path.join(after.runtime!.location, 'seed.txt'), 'utf8')).toBe('from the spec');
+  expect(fs.existsSync(path.join(after.runtime!.location, 'work.txt'))).toBe(false);
+  expect(after.head).toBeNull();
+  const timeline = await session.timeline();
+  expect(timeline.map((e) => e.kind)).toEqual(['runtime-lost', 'restarted-from-spec']);
+  expect(timeline[1]).toMatchObject({ kind: 'restarted-from-spec', instanceId: after.runtime!.instanceId });
+
+  await session.stop({ checkpoint: false });
+  await killed(worker);
+  expect(processesWith(marker)).toEqual([]);
+}, 240_000);
