@@ -73,3 +73,9 @@ export const IDEMPOTENCY_DIGEST_PATCH = 'idempotency-input-digest';
  */
 export const RESTART_FROM_SPEC_PATCH = 'restart-from-spec';
 
+/**
+ * A pause whose runtime is lost while it captures is carried out on the recovered session (restored from its newest
+ * checkpoint, or started again from its spec, then captured and stopped), instead of failing with the session left
+ * running.
+ */
+export const PAUSE_THROUGH_LOSS_PATCH = 'pause-through-host-loss';

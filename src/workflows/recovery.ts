@@ -184,8 +184,20 @@ export class Recovery {
   }
 
   /**
+   * Whether a control's failed activity means the runtime is gone: the host said it does not know the instance, or an
+   * untyped failure (a timeout) and the host does not answer that it still runs it. A typed failure of the store or
+   * the runtime (StoreFull, say) leaves the runtime running where it was.
+   */
+  async lostBy(runtime: RuntimeInstanceRef, err: unknown): Promise<boolean> {
+    const type = typeOf(err);
+    if (type === ERROR_CODES.RuntimeLost) return true;
+    return type === undefined && !(await this.stillRunsOnHost(runtime));
+  }
+
+  /**
    * Brings back a session whose runtime is lost, from its newest checkpoint on whichever worker places it, or, with
-   * none, from its spec. Runs in the queue's turn of whoever learnt of the loss.
+   * none, from its spec. Runs in the queue's turn of whoever learnt of the loss (the monitor's report, or a pause
+   * whose capture found the host gone); the phase is `running`, `checkpointing` or `pausing`.
    */
   async recoverLost(runtime: RuntimeInstanceRef, reason: string): Promise<void> {
     const { session } = this;

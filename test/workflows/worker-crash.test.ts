@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
+import { sessionWorkflowId } from '../../src/api';
 import { SessionClient } from '../../src/client';
 import { eventually, runningStatus } from '../helpers/temporal';
 
@@ -16,13 +17,15 @@ const address = process.env.DS_TEST_TEMPORAL_ADDRESS!;
 let dataDir: string;
 let connection: Connection;
 let sessions: SessionClient;
+let temporal: Client;
 const taskQueue = `crash-${crypto.randomUUID().slice(0, 8)}`;
 const workers: ChildProcess[] = [];
 
 beforeAll(async () => {
   dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-crash-'));
   connection = await Connection.connect({ address });
-  sessions = new SessionClient({ client: new Client({ connection }), taskQueue });
+  temporal = new Client({ connection });
+  sessions = new SessionClient({ client: temporal, taskQueue });
 });
 afterAll(async () => {
   for (const w of workers) if (w.exitCode === null && w.signalCode === null) w.kill('SIGKILL');
@@ -167,4 +170,45 @@ test('kill -9 before the first checkpoint: the session starts again from its spe
   await session.stop({ checkpoint: false });
   await killed(worker);
   expect(processesWith(marker)).toEqual([]);
+}, 240_000);
+
+test('kill -9 while a pause captures: the pause is carried out on the recovered session, which ends paused', async () => {
+  const marker = `${taskQueue}-pause`;
+  let worker = await startWorker();
+  const session = await sessions.start({
+    sessionId: `pausecrash-${crypto.randomUUID().slice(0, 8)}`,
+    runtime: { kind: 'workspace', command: ['sh', '-c', 'while :; do sleep 0.1; done', marker] },
+    liveness: { heartbeatTimeoutMs: 3_000, hostTimeoutMs: 3_000 },
+  });
+  const first = await runningStatus(session);
+  const checkpoint = await session.checkpoint();
+  // A state large enough that its capture is still under way when the worker is killed.
+  fs.writeFileSync(path.join(first.runtime.location, 'large.bin'), crypto.randomBytes(128 * 1024 * 1024));
+
+  const pausing = session.pause({ reason: 'for the night' });
+  pausing.catch(() => undefined);
+  await eventually(async () => {
+    const { raw } = await temporal.workflow.getHandle(sessionWorkflowId(session.sessionId)).describe();
+    // PENDING_ACTIVITY_STATE_STARTED: a worker is running the capture.
+    return raw.pendingActivities?.some((a) => a.activityType?.name === 'captureCheckpoint' && Number(a.state) === 2);
+  }, 30_000);
+  await killed(worker);
+  worker = await startWorker();
+
+  const paused = await pausing;
+  expect(paused.trigger).toBe('pause');
+  expect(paused.parentId).toBe(checkpoint.checkpointId);
+  const status = await session.status();
+  expect(status.phase).toBe('paused');
+  expect(status.runtime).toBeNull();
+  expect(status.head?.checkpointId).toBe(paused.checkpointId);
+  const timeline = await session.timeline();
+  expect(timeline.map((e) => e.kind)).toEqual(['checkpoint', 'runtime-lost', 'restored', 'checkpoint']);
+  expect(timeline[1]).toMatchObject({ kind: 'runtime-lost', instanceId: first.runtime.instanceId });
+  expect(timeline[2]).toMatchObject({ kind: 'restored', cause: 'recovery', checkpointId: checkpoint.checkpointId });
+  // Nothing of it runs while it is paused.
+  expect(processesWith(marker)).toEqual([]);
+
+  await session.stop();
+  await killed(worker);
 }, 240_000);
