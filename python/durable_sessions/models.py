@@ -344,6 +344,9 @@ class Problem(WireModel):
     #: What ended the session (``type``, ``message``, ``exit_code``, ``output_tail``, …) for SessionFailed, and for a
     #: RuntimeFailed start whose command exited within its settle window.
     failure: Optional[dict[str, Any]] = None
+    #: What Temporal knows of a session no worker answers for (``workflowStatus``, ``phase``, ``host``, …), for
+    #: WorkerUnavailable.
+    last_known: Optional[dict[str, Any]] = None
 
     @classmethod
     def make(cls, status: int, code: str, detail: str, session_id: Optional[str] = None) -> Problem:

@@ -8,6 +8,7 @@ import {
   SessionClosedError,
   SessionFailedError,
   type SessionFailure,
+  type LastKnownSession,
   StoreFullError,
   SnapshotNotFoundError,
   SnapshotCorruptError,
@@ -20,6 +21,7 @@ import {
   UnsafeMessageIndexError,
   SessionBusyError,
   IdempotencyKeyReusedError,
+  WorkerUnavailableError,
 } from '../domain/errors';
 
 /** The client throws the session model's error classes; they are exported from here for callers. */
@@ -69,6 +71,8 @@ export function sessionErrorFor(
       return new UnsafeMessageIndexError(message, sessionId, nearestSafeOf(details), options);
     case ERROR_CODES.RestoreFailed:
       return new RestoreFailedError(message, sessionId, options);
+    case ERROR_CODES.WorkerUnavailable:
+      return new WorkerUnavailableError(message, sessionId, lastKnownOf(details), options);
     case ERROR_CODES.RuntimeFailed:
     case ERROR_CODES.RuntimeLost:
       return new SessionRuntimeError(code, message, sessionId, options, failureOf(details, code, message));
@@ -90,4 +94,10 @@ export function failureOf(details: unknown, type?: string, message?: string): Se
 function nearestSafeOf(details: unknown): number | undefined {
   const n = (details as { nearestSafe?: unknown } | undefined)?.nearestSafe;
   return typeof n === 'number' ? n : undefined;
+}
+
+/** What Temporal knew of the session, as a WorkerUnavailable failure's details carry it (the gateway's problem). */
+function lastKnownOf(details: unknown): LastKnownSession | null {
+  const first: unknown = Array.isArray(details) ? details[0] : details;
+  return typeof first === 'object' && first !== null && 'workflowStatus' in first ? (first as LastKnownSession) : null;
 }

@@ -50,6 +50,11 @@ export const ERROR_CODES = {
   UnsafeMessageIndex: 'UnsafeMessageIndex',
   /** The idempotency key was used before with other input: nothing was done (a retry must send the same input). */
   IdempotencyKeyReused: 'IdempotencyKeyReused',
+  /**
+   * No worker answered for the session within the client's bound: none polls its task queue, or none that does
+   * answers. What Temporal itself knows of the session (its search attributes) goes with the failure.
+   */
+  WorkerUnavailable: 'WorkerUnavailable',
 } as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES];

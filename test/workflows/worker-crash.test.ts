@@ -1,11 +1,12 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { sessionWorkflowId } from '../../src/api';
-import { SessionClient } from '../../src/client';
+import { SessionClient, WorkerUnavailableError } from '../../src/client';
+import { ApiKeys, generateKey, hashKey, startGateway } from '../../src/gateway';
 import { eventually, runningStatus } from '../helpers/temporal';
 
 /**
@@ -211,4 +212,86 @@ test('kill -9 while a pause captures: the pause is carried out on the recovered 
 
   await session.stop();
   await killed(worker);
+}, 240_000);
+
+test('status of a session whose workers are all gone answers with what Temporal knows, on every surface', async () => {
+  const worker = await startWorker();
+  const sessionId = `orphan-${crypto.randomUUID().slice(0, 8)}`;
+  const session = await sessions.start({
+    sessionId,
+    runtime: { kind: 'workspace', command: ['sh', '-c', 'while :; do sleep 0.1; done', `${taskQueue}-orphan`] },
+    liveness: { heartbeatTimeoutMs: 3_000, hostTimeoutMs: 3_000 },
+  });
+  const { runtime } = await runningStatus(session);
+  const checkpoint = await session.checkpoint();
+  await killed(worker);
+
+  const bounded = new SessionClient({ client: temporal, taskQueue, statusTimeoutMs: 3_000 });
+  const err: unknown = await bounded
+    .get(sessionId)
+    .status()
+    .catch((e: unknown) => e);
+  expect(err).toBeInstanceOf(WorkerUnavailableError);
+  const unavailable = err as WorkerUnavailableError;
+  expect(unavailable.message).toContain(`no worker is serving session ${sessionId}`);
+  expect(unavailable.retryable).toBe(true);
+  expect(unavailable.lastKnown).toMatchObject({
+    workflowStatus: 'RUNNING',
+    phase: 'running',
+    runtimeKind: 'workspace',
+    host: runtime.hostTaskQueue,
+    checkpointCount: 1,
+    headCheckpointId: checkpoint.checkpointId,
+    failureCode: null,
+    taskQueue,
+  });
+
+  // The CLI says it, with what Temporal knows, and exits 1.
+  const cli = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'status', sessionId], {
+    cwd: root,
+    env: {
+      ...process.env,
+      TEMPORAL_ADDRESS: address,
+      DS_TASK_QUEUE: taskQueue,
+      DS_DATA_DIR: dataDir,
+      DS_SNAPSHOT_ENCRYPTION: 'none',
+      DS_PAYLOAD_ENCRYPTION: 'none',
+    },
+    encoding: 'utf8',
+    timeout: 90_000,
+  });
+  expect(cli.status).toBe(1);
+  expect(cli.stderr).toContain(`error: WorkerUnavailable: no worker is serving session ${sessionId}`);
+  expect(cli.stderr).toMatch(new RegExp(`head\\s+${checkpoint.checkpointId}`));
+
+  // The gateway answers 503 with the same, as a problem document.
+  const key = generateKey();
+  const keysFile = path.join(dataDir, 'keys.json');
+  fs.writeFileSync(
+    keysFile,
+    JSON.stringify({ keys: [{ id: 'a', sha256: hashKey(key), tenant: 'default', role: 'admin' }] }),
+  );
+  const gateway = await startGateway({
+    port: 0,
+    hostname: '127.0.0.1',
+    sessions: bounded,
+    keys: new ApiKeys(keysFile),
+    ready: async () => true,
+    logError: () => undefined,
+    logNote: () => undefined,
+  });
+  try {
+    const res = await fetch(`${gateway.url}/v1/sessions/${sessionId}`, { headers: { authorization: `Bearer ${key}` } });
+    expect(res.status).toBe(503);
+    const problem = (await res.json()) as { code: string; lastKnown: unknown };
+    expect(problem).toMatchObject({ code: 'WorkerUnavailable', lastKnown: { phase: 'running', checkpointCount: 1 } });
+  } finally {
+    await gateway.close();
+  }
+
+  // A worker back on the host serves it again.
+  const back = await startWorker();
+  await eventually(async () => (await session.status()).phase === 'running', 60_000);
+  await session.stop({ checkpoint: false });
+  await killed(back);
 }, 240_000);
