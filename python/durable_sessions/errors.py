@@ -158,6 +158,20 @@ class UnsafeMessageIndexError(DurableSessionsError):
     code = "UnsafeMessageIndex"
 
 
+class WorkerUnavailableError(DurableSessionsError):
+    """No worker answered for the session within the gateway's bound: none polls its task queue, or none that does
+    answers. ``last_known`` is what Temporal itself knows (``workflowStatus``, ``phase``, ``host``,
+    ``checkpointCount``, ``headCheckpointId``, ``failureCode``, ``taskQueue``, ``lastPollAt``, …). Not sent again by
+    the client: the gateway has waited already; ask again once a worker runs."""
+
+    code = "WorkerUnavailable"
+
+    @property
+    def last_known(self) -> dict[str, Any]:
+        found = self.problem.get("lastKnown") or {}
+        return found if isinstance(found, dict) else {}
+
+
 class UnauthorizedError(DurableSessionsError):
     """No valid API key."""
 
@@ -244,6 +258,7 @@ __all__ = [
     "ConflictError",
     "SessionBusyError",
     "UnsafeMessageIndexError",
+    "WorkerUnavailableError",
     "UnauthorizedError",
     "ForbiddenError",
     "NotFoundError",

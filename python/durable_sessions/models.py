@@ -213,7 +213,7 @@ class TimelineEntry(WireModel):
     regenerated: Optional[bool] = None
     #: Why (a pause's or stop's reason, a failure's, a policy's, …).
     reason: Optional[str] = None
-    # restored, restore-failed, runtime-lost, checkpoint-deleted, forked, verified
+    # restored, restarted-from-spec, restore-failed, runtime-lost, checkpoint-deleted, forked, verified
     checkpoint_id: Optional[str] = None
     instance_id: Optional[str] = None
     #: What started a restore (resume, recovery, drain, rewind, fork) or a verification (background, request).
@@ -344,6 +344,9 @@ class Problem(WireModel):
     #: What ended the session (``type``, ``message``, ``exit_code``, ``output_tail``, …) for SessionFailed, and for a
     #: RuntimeFailed start whose command exited within its settle window.
     failure: Optional[dict[str, Any]] = None
+    #: What Temporal knows of a session no worker answers for (``workflowStatus``, ``phase``, ``host``, …), for
+    #: WorkerUnavailable.
+    last_known: Optional[dict[str, Any]] = None
 
     @classmethod
     def make(cls, status: int, code: str, detail: str, session_id: Optional[str] = None) -> Problem:

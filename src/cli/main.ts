@@ -3,7 +3,7 @@ import { CLI_ERROR_CODES, CliError, sessionCodeOf, UsageError } from './errors';
 import { messageOf } from '../errors';
 import { jsonRequested, parseCommandLine, type Invocation } from './parse';
 import { failureRows, type Output } from './render';
-import type { SessionFailure } from '../domain/errors';
+import type { LastKnownSession, SessionFailure } from '../domain/errors';
 import type * as ConfigModule from '../config';
 import type * as SessionCommands from './session-commands';
 import type * as StoreCommands from './store-commands';
@@ -73,7 +73,15 @@ async function execute(invocation: Exclude<Invocation, { command: 'help' }>): Pr
 }
 
 interface Failure {
-  error: { code: string; message: string; sessionId?: string; issues?: readonly unknown[]; failure?: SessionFailure };
+  error: {
+    code: string;
+    message: string;
+    sessionId?: string;
+    issues?: readonly unknown[];
+    failure?: SessionFailure;
+    /** What Temporal knows of a session no worker answers for (WorkerUnavailable). */
+    lastKnown?: LastKnownSession;
+  };
   text: string;
   exitCode: number;
 }
@@ -93,13 +101,20 @@ function failureOf(err: unknown): Failure {
   }
   const code = sessionCodeOf(err);
   if (code) {
-    const { sessionId, issues, failure } = err as { sessionId?: unknown; issues?: unknown; failure?: SessionFailure };
-    // A command that failed: how it ended, its last lines of output and where its directory is kept.
-    const more = failure
+    const { sessionId, issues, failure, lastKnown } = err as {
+      sessionId?: unknown;
+      issues?: unknown;
+      failure?: SessionFailure;
+      lastKnown?: LastKnownSession | null;
+    };
+    // A command that failed: how it ended, its last lines of output and where its directory is kept. A session no
+    // worker answers for: what Temporal knows of it.
+    const rows: (readonly [string, string])[] = failure
       ? [...failureRows(failure), ...(failure.location ? [['kept', failure.location] as const] : [])]
-          .map(([k, v]) => `  ${k.padEnd(12)}${printable(v)}`)
-          .join('\n')
-      : '';
+      : lastKnown
+        ? lastKnownRows(lastKnown)
+        : [];
+    const more = rows.map(([k, v]) => `  ${k.padEnd(12)}${printable(v)}`).join('\n');
     return {
       error: {
         code,
@@ -107,12 +122,29 @@ function failureOf(err: unknown): Failure {
         sessionId: typeof sessionId === 'string' && sessionId ? sessionId : undefined,
         issues: Array.isArray(issues) ? issues : undefined,
         ...(failure ? { failure } : {}),
+        ...(lastKnown ? { lastKnown } : {}),
       },
       text: `error: ${code}: ${shown}${more ? `\n${more}` : ''}`,
       exitCode: 1,
     };
   }
   return { error: { code: CLI_ERROR_CODES.Failed, message }, text: `error: ${shown}`, exitCode: 1 };
+}
+
+/** What Temporal knows of a session no worker answers for, row by row (the values it has). */
+function lastKnownRows(known: LastKnownSession): (readonly [string, string])[] {
+  const rows: [string, string | number | null][] = [
+    ['workflow', known.workflowStatus],
+    ['phase', known.phase],
+    ['host', known.host],
+    ['checkpoints', known.checkpointCount],
+    ['head', known.headCheckpointId],
+    ['last saved', known.lastCheckpointAt],
+    ['failure', known.failureCode],
+    ['task queue', known.taskQueue],
+    ['last poll', known.lastPollAt ?? 'none known'],
+  ];
+  return rows.flatMap(([k, v]) => (v === null ? [] : [[k, String(v)] as const]));
 }
 
 if (require.main === module) {

@@ -111,6 +111,8 @@ function renderEntry(e: TimelineEntry, ref: (checkpointId: string | null) => str
     }
     case 'restored':
       return `${e.at}  restored   ${ref(e.checkpointId)} as ${e.instanceId} (${e.cause})`;
+    case 'restarted-from-spec':
+      return `${e.at}  restarted  from its spec as ${e.instanceId} (no checkpoint yet): ${e.reason}`;
     case 'fallback':
       return `${e.at}  fallback   ${ref(e.fromCheckpointId)} → ${ref(e.toCheckpointId)}: ${e.reason}`;
     case 'runtime-exited':

@@ -8,6 +8,7 @@ import {
   SessionClosedError,
   SessionFailedError,
   type SessionFailure,
+  type LastKnownSession,
   StoreFullError,
   StoreUnavailableError,
   SnapshotNotFoundError,
@@ -22,6 +23,7 @@ import {
   UnsafeMessageIndexError,
   SessionBusyError,
   IdempotencyKeyReusedError,
+  WorkerUnavailableError,
 } from '../domain/errors';
 
 /** The client throws the session model's error classes; they are exported from here for callers. */
@@ -75,6 +77,8 @@ export function sessionErrorFor(
       return new RestoreFailedError(message, sessionId, options);
     case ERROR_CODES.NoEligibleHost:
       return new NoEligibleHostError(message, sessionId, options);
+    case ERROR_CODES.WorkerUnavailable:
+      return new WorkerUnavailableError(message, sessionId, lastKnownOf(details), options);
     case ERROR_CODES.RuntimeFailed:
     case ERROR_CODES.RuntimeLost:
       return new SessionRuntimeError(code, message, sessionId, options, failureOf(details, code, message));
@@ -96,4 +100,10 @@ export function failureOf(details: unknown, type?: string, message?: string): Se
 function nearestSafeOf(details: unknown): number | undefined {
   const n = (details as { nearestSafe?: unknown } | undefined)?.nearestSafe;
   return typeof n === 'number' ? n : undefined;
+}
+
+/** What Temporal knew of the session, as a WorkerUnavailable failure's details carry it (the gateway's problem). */
+function lastKnownOf(details: unknown): LastKnownSession | null {
+  const first: unknown = Array.isArray(details) ? details[0] : details;
+  return typeof first === 'object' && first !== null && 'workflowStatus' in first ? (first as LastKnownSession) : null;
 }

@@ -3,6 +3,7 @@ import { decodeTypedSearchAttributes } from '@temporalio/common/lib/converter/pa
 import { requiredTsToDate } from '@temporalio/common/lib/time';
 import {
   ApplicationFailure,
+  ServiceError,
   WithStartWorkflowOperation,
   WorkflowExecutionAlreadyStartedError,
   WorkflowFailedError,
@@ -12,6 +13,7 @@ import {
   type WorkflowHandle,
   type WorkflowStartOptions,
 } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
 import { z } from 'zod';
 import {
   CONTROLS,
@@ -39,7 +41,16 @@ import {
   type StopResult,
   type TimelineEntry,
 } from '../api/messages';
-import { sessionRuntimeKey, sessionStateKey, startSearchAttributes } from '../api/search-attributes';
+import {
+  checkpointCountKey,
+  failureCodeKey,
+  headCheckpointKey,
+  lastCheckpointAtKey,
+  sessionHostKey,
+  sessionRuntimeKey,
+  sessionStateKey,
+  startSearchAttributes,
+} from '../api/search-attributes';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
 import { isError } from '../errors';
 import { createHmac, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
@@ -81,6 +92,8 @@ import {
   SessionClosedError,
   SessionError,
   SessionFailedError,
+  WorkerUnavailableError,
+  type LastKnownSession,
   type SessionFailure,
   SessionNotFoundError,
   SessionRuntimeError,
@@ -112,6 +125,11 @@ export interface SessionClientOptions {
   tenant?: string;
   /** Whether `close()` closes the client's connection: set by `SessionClient.connect`, which opened it. */
   ownsConnection?: boolean;
+  /**
+   * How long `status()` waits for a worker to answer (default 15 s). Then it asks Temporal what it knows and throws
+   * WorkerUnavailableError with it: a session whose workers are all gone is answered, not waited on forever.
+   */
+  statusTimeoutMs?: number;
 }
 
 /** What `SessionClient.connect` takes beside the configuration. */
@@ -196,6 +214,7 @@ export class SessionClient {
       timeline: options.timeline
         ? tenantTimeline(options.timeline, this.tenant)
         : workerTimeline(options.client, this.taskQueue, this.tenant),
+      ...(options.statusTimeoutMs !== undefined ? { statusTimeoutMs: options.statusTimeoutMs } : {}),
       forkEnded: (source, input, from) => this.forkEnded(source, input, from),
     };
   }
@@ -460,6 +479,7 @@ function tenantTimeline(log: TimelineLog, tenant: string): TimelineLog | undefin
 /** What a handle needs of its client: the store's timeline, and how to fork a session that has ended. */
 interface HandleContext {
   timeline?: Pick<TimelineLog, 'readTimeline'>;
+  statusTimeoutMs?: number;
   forkEnded?: (source: SessionHandle, input: ForkInput, from: CheckpointRef) => Promise<ForkResult>;
 }
 
@@ -709,8 +729,82 @@ export class SessionHandle implements ControlMethods {
     );
   }
 
-  status(): Promise<SessionStatus> {
-    return this.call(() => this.workflow.query(statusQuery));
+  /**
+   * The session as its workflow holds it. A query needs a worker: when none answers within `statusTimeoutMs`, this
+   * throws WorkerUnavailableError with what Temporal knows (the execution's status and the session's search
+   * attributes) and when a worker last polled its task queue.
+   */
+  async status(): Promise<SessionStatus> {
+    const bound = this.context.statusTimeoutMs ?? DEFAULT_STATUS_TIMEOUT_MS;
+    const abort = new AbortController();
+    const { connection } = this.workflow.client;
+    const query = connection
+      .withAbortSignal(abort.signal, () => this.workflow.query(statusQuery))
+      .then(
+        (status) => ({ status }),
+        (err: unknown) => ({ err }),
+      );
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), bound)));
+    const first = await Promise.race([query, late]).finally(() => clearTimeout(timer));
+    if (first === 'late') abort.abort();
+    else if ('status' in first) return first.status;
+    // The server may give up on a query no worker took before the bound (a gRPC error, not the session's): then it
+    // is unanswered too. Temporal itself being unreachable shows in the describe that follows.
+    else if (!(first.err instanceof ServiceError)) throw toSessionError(first.err, this.sessionId);
+    throw await this.unanswered(bound);
+  }
+
+  /** Why no worker answered, and what Temporal itself knows of the session. */
+  private async unanswered(bound: number): Promise<SessionError> {
+    const description = await this.call(() => this.workflow.describe());
+    const attributes = description.typedSearchAttributes;
+    const at = attributes.get(lastCheckpointAtKey);
+    const taskQueue = description.taskQueue;
+    const lastPollAt = await this.lastPoll(taskQueue);
+    const lastKnown: LastKnownSession = {
+      workflowStatus: description.status.name,
+      phase: attributes.get(sessionStateKey) ?? null,
+      runtimeKind: attributes.get(sessionRuntimeKey) ?? null,
+      host: attributes.get(sessionHostKey) ?? null,
+      checkpointCount: attributes.get(checkpointCountKey) ?? null,
+      headCheckpointId: attributes.get(headCheckpointKey) ?? null,
+      lastCheckpointAt: at ? at.toISOString() : null,
+      failureCode: attributes.get(failureCodeKey) ?? null,
+      taskQueue,
+      lastPollAt,
+    };
+    const polled = lastPollAt ? `its last poll was at ${lastPollAt}` : 'no worker polls it';
+    const known = [
+      `workflow ${lastKnown.workflowStatus}`,
+      `phase ${lastKnown.phase ?? 'unknown'}`,
+      ...(lastKnown.host ? [`host ${lastKnown.host}`] : []),
+      `${lastKnown.checkpointCount ?? 0} checkpoint(s)`,
+      ...(lastKnown.headCheckpointId ? [`head ${lastKnown.headCheckpointId}`] : []),
+      ...(lastKnown.failureCode ? [`failure ${lastKnown.failureCode}`] : []),
+    ].join(', ');
+    return new WorkerUnavailableError(
+      `no worker is serving session ${this.sessionId}: none answered within ${bound} ms on task queue ${taskQueue} ` +
+        `(${polled}); last known from Temporal: ${known}`,
+      this.sessionId,
+      lastKnown,
+    );
+  }
+
+  /** When a worker last polled the task queue for workflow tasks, as the server remembers it (null: none it knows). */
+  private async lastPoll(taskQueue: string): Promise<string | null> {
+    const { client } = this.workflow;
+    const response = await this.call(() =>
+      client.workflowService.describeTaskQueue({
+        namespace: client.options.namespace,
+        taskQueue: { name: taskQueue },
+        taskQueueType: temporal.api.enums.v1.TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+      }),
+    );
+    const times = (response.pollers ?? []).flatMap((p) =>
+      p.lastAccessTime ? [requiredTsToDate(p.lastAccessTime, 'lastAccessTime').getTime()] : [],
+    );
+    return times.length ? new Date(Math.max(...times)).toISOString() : null;
   }
 
   /**
@@ -786,6 +880,9 @@ export class SessionHandle implements ControlMethods {
     }
   }
 }
+
+/** How long `status()` waits for a worker to answer before it says none does. */
+const DEFAULT_STATUS_TIMEOUT_MS = 15_000;
 
 /** How often a control refused as Busy is sent again (about half a minute in all). */
 const BUSY_ATTEMPTS = 80;

@@ -57,6 +57,11 @@ export const ERROR_CODES = {
   IdempotencyKeyReused: 'IdempotencyKeyReused',
   /** No live worker host satisfies the session's placement (the host it names, the worker labels it requires). */
   NoEligibleHost: 'NoEligibleHost',
+  /**
+   * No worker answered for the session within the client's bound: none polls its task queue, or none that does
+   * answers. What Temporal itself knows of the session (its search attributes) goes with the failure.
+   */
+  WorkerUnavailable: 'WorkerUnavailable',
 } as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES];

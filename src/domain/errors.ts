@@ -57,6 +57,40 @@ export class InvalidInputError extends SessionError {
   }
 }
 
+/** What Temporal knows of a session without a worker: its execution and the search attributes it last upserted. */
+export interface LastKnownSession {
+  /** The workflow execution's status (`RUNNING`, `COMPLETED`, `FAILED`, …). */
+  workflowStatus: string;
+  /** The phase the session last published (`SessionState`), if any. */
+  phase: string | null;
+  runtimeKind: string | null;
+  /** The task queue of the worker host its runtime lived on (`SessionHost`). */
+  host: string | null;
+  checkpointCount: number | null;
+  headCheckpointId: string | null;
+  lastCheckpointAt: string | null;
+  failureCode: string | null;
+  /** The task queue whose workers run the session, and the newest poll any worker made of it (null: none known). */
+  taskQueue: string;
+  lastPollAt: string | null;
+}
+
+/**
+ * Thrown when no worker answers for the session within the client's bound (`statusTimeoutMs`): none polls its task
+ * queue, or none that does answers. `lastKnown` is what Temporal itself knows. Retryable: a worker may come back.
+ */
+export class WorkerUnavailableError extends SessionError {
+  override readonly retryable = true;
+  constructor(
+    message: string,
+    sessionId: string,
+    readonly lastKnown: LastKnownSession | null,
+    options?: { cause?: unknown },
+  ) {
+    super(ERROR_CODES.WorkerUnavailable, message, sessionId, options);
+  }
+}
+
 /** Thrown when a control is not legal in the session's state (pause while paused, anything after stop). */
 export class InvalidTransitionError extends SessionError {
   constructor(message: string, sessionId: string, options?: { cause?: unknown }) {

@@ -244,6 +244,8 @@ function entryText(e: TimelineEntry, ref: (checkpointId: string) => string): str
     }
     case 'restored':
       return `restored ${ref(e.checkpointId)} (${e.cause})`;
+    case 'restarted-from-spec':
+      return `restarted from its spec (no checkpoint yet)${why(e.reason)}`;
     case 'fallback':
       return `fell back from ${ref(e.fromCheckpointId)}: ${failureCode(e.reason)}`;
     case 'restore-failed':

@@ -124,6 +124,11 @@ export const TimelineEntry = z.discriminatedUnion('kind', [
     toCheckpointId: CheckpointId.nullable(),
     reason: Text,
   }),
+  /**
+   * The session had no checkpoint when its runtime was lost: it started again from its spec (its first state), not
+   * from a checkpoint. The work since its start is lost; nothing else is.
+   */
+  strictObject({ kind: z.literal('restarted-from-spec'), ...base, instanceId: z.string(), reason: Text }),
   /** No checkpoint could be restored: the session waits, paused, for a resume once the store is repaired. */
   strictObject({ kind: z.literal('restore-failed'), ...base, cause: RestoreCause, reason: Text }),
   /** A control failed for a reason an operator must see (a full store, say); the session went on as it was. */

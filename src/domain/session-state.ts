@@ -82,7 +82,8 @@ const TABLE: Partial<Record<SessionEventType, Partial<Record<Phase, Phase>>>> = 
   // Neither the target nor the safety checkpoint could be restored: the session waits, paused, like a failed resume.
   rewindAborted: { rewinding: 'paused' },
   // The runtime's host went away: the session is brought back from its newest checkpoint.
-  runtimeLost: { running: 'resuming', checkpointing: 'resuming' },
+  // A pause whose capture found the host gone recovers the session first, then pauses it.
+  runtimeLost: { running: 'resuming', checkpointing: 'resuming', pausing: 'resuming' },
 };
 
 /** What a session's failure says of a runtime process that ended by itself with a failure. */

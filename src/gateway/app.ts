@@ -119,6 +119,24 @@ const ProblemSchema = z
      * code and message; exit code, last lines of output, where its directory and log are kept).
      */
     failure: FailureInfoAnswer.optional(),
+    /**
+     * For `WorkerUnavailable`: what Temporal itself knows of the session (no worker answered for it): the execution's
+     * status, the search attributes it last upserted, its task queue and when a worker last polled it.
+     */
+    lastKnown: z
+      .object({
+        workflowStatus: z.string(),
+        phase: z.string().nullable(),
+        runtimeKind: z.string().nullable(),
+        host: z.string().nullable(),
+        checkpointCount: z.number().int().nullable(),
+        headCheckpointId: z.string().nullable(),
+        lastCheckpointAt: z.string().nullable(),
+        failureCode: z.string().nullable(),
+        taskQueue: z.string(),
+        lastPollAt: z.string().nullable(),
+      })
+      .optional(),
   })
   .openapi('Problem');
 const problemResponses = {
@@ -131,7 +149,10 @@ const problemResponses = {
   415: { description: 'A body that is not `application/json` in UTF-8' },
   429: { description: 'Over the key’s request rate (`Retry-After`)' },
   422: { description: 'The session’s data cannot serve the request (corrupt, tampered, incompatible…)' },
-  503: { description: 'Temporal unreachable, or the session busy handing over (`Retry-After`)' },
+  503: {
+    description:
+      'Temporal unreachable, the session busy handing over, or no worker serving it (`WorkerUnavailable`, with `lastKnown`) (`Retry-After`)',
+  },
 };
 type ProblemStatus = keyof typeof problemResponses;
 const errorResponses = (statuses: readonly ProblemStatus[]) =>
@@ -195,6 +216,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     const headers: Record<string, string> = { 'content-type': 'application/problem+json', ...extra };
     if (p.status === 401) headers['www-authenticate'] = 'Bearer';
     if (p.code === 'Busy') headers['retry-after'] = '1';
+    if (p.code === 'WorkerUnavailable') headers['retry-after'] = '5';
     return c.body(JSON.stringify(p), p.status as 400, headers);
   };
 

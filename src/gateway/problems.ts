@@ -4,6 +4,8 @@ import {
   SessionError,
   SessionFailedError,
   SessionRuntimeError,
+  WorkerUnavailableError,
+  type LastKnownSession,
   type SessionFailure,
 } from '../domain/errors';
 import { isError } from '../errors';
@@ -26,6 +28,8 @@ export interface Problem {
   index?: number;
   /** Why the session failed (SessionFailed), or how the command of a start ended (RuntimeFailed). */
   failure?: SessionFailure;
+  /** What Temporal knows of a session no worker answers for (WorkerUnavailable). */
+  lastKnown?: LastKnownSession;
 }
 
 /** Codes of the gateway itself, beside the domain's. */
@@ -66,6 +70,7 @@ export const STATUS_OF: Record<ErrorCode, number> = {
   [ERROR_CODES.UnsafeMessageIndex]: 422,
   [ERROR_CODES.IdempotencyKeyReused]: 422,
   [ERROR_CODES.NoEligibleHost]: 422,
+  [ERROR_CODES.WorkerUnavailable]: 503,
 };
 
 export function problem(status: number, code: string, detail: string, extra: Partial<Problem> = {}): Problem {
@@ -84,6 +89,7 @@ export function problemOf(err: unknown): Problem {
       });
     if ((err instanceof SessionFailedError || err instanceof SessionRuntimeError) && err.failure)
       extra.failure = err.failure;
+    if (err instanceof WorkerUnavailableError && err.lastKnown) extra.lastKnown = err.lastKnown;
     return problem(STATUS_OF[err.code] ?? 500, err.code, err.message, extra);
   }
   if (unreachable(err)) {

@@ -87,3 +87,16 @@ export const IDEMPOTENCY_DIGEST_PATCH = 'idempotency-input-digest';
  * fleet directory then chooses among the live hosts that satisfy it, trying those others last.
  */
 export const PLACEMENT_REQUEST_PATCH = 'placement-request';
+
+/**
+ * A session whose host is lost before its first checkpoint starts again from its spec (its first state), recorded as
+ * `restarted-from-spec` in the timeline, instead of failing with RuntimeLost.
+ */
+export const RESTART_FROM_SPEC_PATCH = 'restart-from-spec';
+
+/**
+ * A pause whose runtime is lost while it captures is carried out on the recovered session (restored from its newest
+ * checkpoint, or started again from its spec, then captured and stopped), instead of failing with the session left
+ * running.
+ */
+export const PAUSE_THROUGH_LOSS_PATCH = 'pause-through-host-loss';

@@ -13,10 +13,17 @@ import { RuntimeExitDetails, RuntimeReport } from '../domain/records';
 import { exitMessage } from '../domain/session-state';
 import { askHost, onHost, stopAndDispose, summarized, watcherOn } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
-import { failureMessage, typeOf } from './failures';
+import { exitDetailsOf, failureMessage, typeOf } from './failures';
 import { issueSummary } from './inputs';
-import { ASK_HOST_PATCH, CONTRACTS_PATCH, FAILURE_DETAILS_PATCH, HOST_MONITOR_PATCH, retiredPatch } from './patches';
-import { restoreFailed, restoreWithFallback, resumed } from './restore';
+import {
+  ASK_HOST_PATCH,
+  CONTRACTS_PATCH,
+  FAILURE_DETAILS_PATCH,
+  HOST_MONITOR_PATCH,
+  RESTART_FROM_SPEC_PATCH,
+  retiredPatch,
+} from './patches';
+import { restoreFailed, restoreWithFallback, resumed, startFromSpec } from './restore';
 import { now, type Session } from './session';
 
 /** How the pending operations in the Web UI's details name what recovery queued. */
@@ -172,13 +179,36 @@ export class Recovery {
   }
 
   private async onRuntimeLost(runtime: RuntimeInstanceRef, reason: string): Promise<void> {
+    const { state } = this.session;
+    if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
+    await this.recoverLost(runtime, reason);
+  }
+
+  /**
+   * Whether a control's failed activity means the runtime is gone: the host said it does not know the instance, or an
+   * untyped failure (a timeout) and the host does not answer that it still runs it. A typed failure of the store or
+   * the runtime (StoreFull, say) leaves the runtime running where it was.
+   */
+  async lostBy(runtime: RuntimeInstanceRef, err: unknown): Promise<boolean> {
+    const type = typeOf(err);
+    if (type === ERROR_CODES.RuntimeLost) return true;
+    return type === undefined && !(await this.stillRunsOnHost(runtime));
+  }
+
+  /**
+   * Brings back a session whose runtime is lost, from its newest checkpoint on whichever worker places it, or, with
+   * none, from its spec. Runs in the queue's turn of whoever learnt of the loss (the monitor's report, or a pause
+   * whose capture found the host gone); the phase is `running`, `checkpointing` or `pausing`.
+   */
+  async recoverLost(runtime: RuntimeInstanceRef, reason: string): Promise<void> {
     const { session } = this;
     const { state } = session;
-    if (state.runtime?.instanceId !== runtime.instanceId || state.phase !== 'running') return;
     session.record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason });
     state.runtime = null;
+    // The start is the session's first state: without a checkpoint, it starts again from its spec.
+    const fromSpec = !state.head && patched(RESTART_FROM_SPEC_PATCH);
     // Status must never say `running` without a runtime: the phase moves on with the runtime.
-    const recovering = retiredPatch(CONTRACTS_PATCH) && state.head !== null;
+    const recovering = retiredPatch(CONTRACTS_PATCH) && (state.head !== null || fromSpec);
     if (recovering) session.apply({ type: 'runtimeLost' });
     // A host that is only slow may still run the old instance: stop it before starting another copy. A host
     // that is really gone fails this fast (hostTimeoutMs).
@@ -189,6 +219,10 @@ export class Recovery {
       // Gone with its host. If the host is only cut off from Temporal, its worker stops the instance when it
       // shuts down; until then a stale copy may run beside the recovered one (see docs/design.md).
     }
+    if (fromSpec) {
+      await this.restartFromSpec(reason);
+      return;
+    }
     if (!state.head) {
       session.fail(ERROR_CODES.RuntimeLost, `the runtime was lost and the session has no checkpoint: ${reason}`);
       return;
@@ -198,5 +232,29 @@ export class Recovery {
     const outcome = await restoreWithFallback(session, state.head, 'recovery', (r) => this.watch(r));
     if (outcome.ok) resumed(session);
     else restoreFailed(session, outcome, 'recovery');
+  }
+
+  /**
+   * Starts the session again as at its start, on whichever worker places it: only the work since the start is lost,
+   * as after a checkpoint only the work since it is. A start that fails now fails the session, as a first one does.
+   */
+  private async restartFromSpec(reason: string): Promise<void> {
+    const { session } = this;
+    const { state } = session;
+    let runtime: RuntimeInstanceRef;
+    try {
+      runtime = await startFromSpec(session);
+    } catch (err) {
+      session.fail(
+        typeOf(err) ?? ERROR_CODES.RuntimeFailed,
+        `the runtime was lost before the first checkpoint, and could not be started again from the spec: ${failureMessage(err)}`,
+        exitDetailsOf(err),
+      );
+      return;
+    }
+    state.runtime = runtime;
+    session.record({ kind: 'restarted-from-spec', at: now(), instanceId: runtime.instanceId, reason });
+    this.watch(runtime);
+    resumed(session);
   }
 }

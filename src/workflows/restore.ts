@@ -129,3 +129,17 @@ export function recorded(ref: CheckpointRef): {
 function olderThan(checkpoints: CheckpointRef[], target: CheckpointRef): CheckpointRef[] {
   return checkpoints.filter((c) => c.sequence < target.sequence).sort((a, b) => b.sequence - a.sequence);
 }
+
+/** Starts a runtime from the session's spec, as its first start does, on whichever worker places it. */
+export function startFromSpec(session: Session): Promise<RuntimeInstanceRef> {
+  const { state } = session;
+  const kind = state.spec.runtime.kind;
+  return onPlacedHost(state.spec, `start the ${kind} runtime`, (host) =>
+    summarized(`start ${kind} runtime`, host.startRuntime, {
+      sessionId: session.id,
+      ...session.tenancy,
+      instanceId: session.newInstanceId(),
+      spec: state.spec.runtime,
+    }),
+  );
+}

@@ -1,5 +1,5 @@
-import { ApplicationFailure, condition, deprecatePatch, log, uuid4, workflowInfo } from '@temporalio/workflow';
-import type { DrainResult, ResumeResult, SessionStatus, StopResult } from '../api/messages';
+import { ApplicationFailure, condition, deprecatePatch, log, patched, uuid4, workflowInfo } from '@temporalio/workflow';
+import type { DrainResult, ResumeResult, RuntimeInstanceRef, SessionStatus, StopResult } from '../api/messages';
 import { ERROR_CODES } from '../domain/error-codes';
 import type { SessionWorkflowInput } from '../domain/records';
 import { checkpointsToDelete } from '../domain/retention';
@@ -15,16 +15,16 @@ import {
   type VerificationResult,
 } from '../domain/schemas';
 import { byteSize, checkpointName, oneLine, timelineEntries } from '../domain/operator-view';
-import { local, onHost, onPlacedHost, shared, stopAndDispose, summarized, verifier } from './activity-proxies';
+import { local, onHost, shared, stopAndDispose, summarized, verifier } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
 import { asFailure, exitDetailsOf, failure, failureMessage, typeOf } from './failures';
 import { parseControl } from './inputs';
-import { CONTRACTS_PATCH, LEAN_PATCH } from './patches';
+import { CONTRACTS_PATCH, LEAN_PATCH, PAUSE_THROUGH_LOSS_PATCH } from './patches';
 
 /** Timeline entries a capture takes to the store at most (the rest go with the next one, or the next flush). */
 const FLUSH_WITH_CAPTURE = 200;
 import type { Recovery } from './recovery';
-import { recorded, restoreFailed, restoreWithFallback, resumed } from './restore';
+import { recorded, restoreFailed, restoreWithFallback, resumed, startFromSpec } from './restore';
 import { now, startsAsFork, type Session } from './session';
 
 /**
@@ -124,14 +124,61 @@ export class SessionController {
   async pause(input: PauseInput): Promise<CheckpointRef> {
     const { session } = this;
     session.apply({ type: 'pauseRequested' });
+    const runtime = session.state.runtime;
     let ref: CheckpointRef;
     try {
       ref = await this.capture('pause', undefined, input.reason);
     } catch (err) {
+      // An accepted pause is carried out even when the host died under it: on the recovered session.
+      if (runtime && patched(PAUSE_THROUGH_LOSS_PATCH) && (await this.recovery.lostBy(runtime, err))) {
+        return this.pauseAfterLoss(input, runtime, err);
+      }
       // The state is not durable, so the runtime keeps running: pausing must never lose work.
       session.apply({ type: 'pauseFailed' });
       session.controlFailed('pause', err);
       throw asFailure(err, 'pause failed: the checkpoint could not be written, the session keeps running');
+    }
+    await this.stopRuntime('pause');
+    session.runControl.pausedAt = now();
+    session.apply({ type: 'pauseSucceeded' });
+    return ref;
+  }
+
+  /**
+   * The pause's capture failed because the runtime is gone: the session is recovered (from its newest checkpoint, or
+   * from its spec) and then paused, so the caller gets the pause it asked for, at the state recovery brought back; the
+   * timeline says what happened (`runtime-lost`, `restored` or `restarted-from-spec`, then the pause's checkpoint).
+   * When the session cannot be recovered, the pause fails with a typed error that says where the session is instead.
+   */
+  private async pauseAfterLoss(input: PauseInput, lost: RuntimeInstanceRef, err: unknown): Promise<CheckpointRef> {
+    const { session } = this;
+    const { state } = session;
+    const why = `the runtime was lost while it was pausing: ${failureMessage(err)}`;
+    this.recovery.cancelWatch();
+    await this.recovery.recoverLost(lost, why);
+    if (state.phase !== 'running') {
+      const where = state.failure ? `${state.phase} (${state.failure.type}: ${state.failure.message})` : state.phase;
+      session.controlFailed('pause', failure(ERROR_CODES.RuntimeLost, why));
+      throw failure(
+        ERROR_CODES.RuntimeLost,
+        `pause not carried out: ${why}; the session could not be recovered and is ${where}`,
+      );
+    }
+    session.apply({ type: 'pauseRequested' });
+    let ref: CheckpointRef;
+    try {
+      ref = await this.capture(
+        'pause',
+        undefined,
+        input.reason ?? 'paused after recovery: the runtime was lost mid-pause',
+      );
+    } catch (again) {
+      session.apply({ type: 'pauseFailed' });
+      session.controlFailed('pause', again);
+      throw asFailure(
+        again,
+        'pause not carried out: the runtime was lost mid-pause and the recovered session could not be checkpointed; it keeps running',
+      );
     }
     await this.stopRuntime('pause');
     session.runControl.pausedAt = now();
@@ -256,15 +303,7 @@ export class SessionController {
     const { session } = this;
     const { state } = session;
     try {
-      const kind = state.spec.runtime.kind;
-      const runtime = await onPlacedHost(state.spec, `start the ${kind} runtime`, (host) =>
-        summarized(`start ${kind} runtime`, host.startRuntime, {
-          sessionId: session.id,
-          ...session.tenancy,
-          instanceId: session.newInstanceId(),
-          spec: state.spec.runtime,
-        }),
-      );
+      const runtime = await startFromSpec(session);
       state.runtime = runtime;
       session.apply({ type: 'started' });
       this.recovery.watch(runtime);

@@ -35,6 +35,7 @@ const LEGAL: Record<string, Phase> = {
   'stopping|stopFailed': 'running',
   'running|runtimeLost': 'resuming',
   'checkpointing|runtimeLost': 'resuming',
+  'pausing|runtimeLost': 'resuming',
 };
 
 describe('transition', () => {

@@ -12,14 +12,10 @@ const RUN_MS = 4 * 60_000 + 20_000;
 
 /**
  * Rows where a known product defect loses sessions some of the time (it depends on where the fault lands), and the
- * failure such a loss shows. Any other loss in them fails the test, as does anything corrupt or stuck.
- *
- * kill -9 once the runtime has started and before any checkpoint: the session fails for good (docs/design.md, "Host
- * lost, session has no checkpoint"), though its spec could start it afresh — even when its start() answered ok.
+ * failure such a loss shows. Any other loss in them fails the test, as does anything corrupt or stuck. None now: a
+ * session killed before its first checkpoint starts again from its spec.
  */
-const KNOWN_LOSSES: Record<string, RegExp> = {
-  'kill -9 during start': /failed: RuntimeLost: the runtime was lost and the session has no checkpoint/,
-};
+const KNOWN_LOSSES: Record<string, RegExp> = {};
 
 /**
  * Rows where a killed writer's temp file stays behind: cleanAbandoned removes temp files only once untouched for

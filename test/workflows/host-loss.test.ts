@@ -53,7 +53,7 @@ test('when the host of a running session dies, the session comes back from its n
   await session.stop();
 });
 
-test('a host lost before any checkpoint fails the session with the reason', async () => {
+test('a host lost before any checkpoint: the session starts again from its spec, never fails for it', async () => {
   hosts.push(await sys.addHost());
   const session = await sys.sessions.start({
     sessionId: `lostearly-${crypto.randomUUID().slice(0, 8)}`,
@@ -63,14 +63,21 @@ test('a host lost before any checkpoint fails the session with the reason', asyn
   // Right after a host went away, its last polls may still take a task: placement is retried, so allow for it.
   const { runtime } = await runningStatus(session, 60_000);
   await hosts.find((h) => h.hostTaskQueue === runtime.hostTaskQueue)!.crash();
-  await expect(session.result()).rejects.toMatchObject({ code: 'RuntimeLost' });
-  const status = await session.status();
-  expect(status.phase).toBe('failed');
-  expect(status.failure?.message).toContain('the session has no checkpoint');
-  expect(status.failure?.type).toBe('RuntimeLost');
-  // The Web UI's current details name the same failure.
+  const restarted = await eventually(async () => {
+    const s = await session.status();
+    if (s.phase === 'failed') throw new Error(`the session failed: ${s.failure?.message}`);
+    return s.phase === 'running' && s.runtime && s.runtime.instanceId !== runtime.instanceId ? s : undefined;
+  }, 60_000);
+  expect(restarted.runtime!.hostTaskQueue).not.toBe(runtime.hostTaskQueue);
+  expect(restarted.failure).toBeNull();
+  expect(restarted.recentPhases?.map((p) => p.phase)).toEqual(['starting', 'running', 'resuming', 'running']);
+  const timeline = await session.timeline();
+  expect(timeline.map((e) => e.kind)).toEqual(['runtime-lost', 'restarted-from-spec']);
+  expect(timeline[1]).toMatchObject({ kind: 'restarted-from-spec', instanceId: restarted.runtime!.instanceId });
+  // The Web UI's current details say it too.
   const metadata = await sys.client.workflow
-    .getHandle(sessionWorkflowId(status.sessionId))
+    .getHandle(sessionWorkflowId(restarted.sessionId))
     .query<{ currentDetails?: string }>('__temporal_workflow_metadata');
-  expect(metadata.currentDetails).toContain('failure: RuntimeLost: the runtime was lost');
+  expect(metadata.currentDetails).toContain('restarted from its spec');
+  await session.stop();
 });
