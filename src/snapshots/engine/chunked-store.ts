@@ -1,4 +1,3 @@
-import * as fs from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import { join } from 'node:path';
 import { DEFAULT_TENANT } from '../../domain/names';
@@ -25,6 +24,9 @@ import { sharedChunkPool, type ChunkPool, type PoolContext } from './chunk-pool'
 import { CODECS, defaultCodec, type CodecId } from './codec';
 import type { Keyring } from './keyring';
 import { checkIds, StoreLayout } from './layout';
+import type { BlobBackend } from '../blob/backend';
+import { FsBlobBackend } from '../blob/fs-backend';
+import { PrefixedBlobBackend } from '../blob/prefixed';
 import { LineageKeys } from './lineage-keys';
 import { StoreMaintenance } from './maintenance';
 import type { Location } from './manifest-codec';
@@ -58,7 +60,12 @@ const chunkIdOf = ([id]: Location): string => id;
 export const TENANTS_DIR = '_tenants';
 
 export interface ChunkedStoreOptions {
-  rootDir: string;
+  /**
+   * Where the store's objects are: a blob backend (blob/backend.ts), or a directory for the file-system backend (the
+   * embedded default). One of the two.
+   */
+  backend?: BlobBackend;
+  rootDir?: string;
   /** Bound into every object's additional data: objects of one tenant never verify for another. */
   tenant?: string;
   /** Master keys. `null` stores plaintext (integrity-checked, not tamper-proof): only when asked for explicitly. */
@@ -87,7 +94,9 @@ export interface ChunkedStoreOptions {
  * log (timeline-log.ts) sealed under its lineage's data key (timeline-seal.ts).
  */
 export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, SnapshotMaintenance {
+  /** The directory of the file-system backend the store runs on. */
   readonly root: string;
+  readonly backend: BlobBackend;
   readonly tenant: string;
   private readonly legacy: FsSnapshotStore;
   private readonly chunker: Chunker;
@@ -103,14 +112,16 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
   private parent: ChunkedSnapshotStore | undefined;
 
   constructor(private readonly options: ChunkedStoreOptions) {
-    this.layout = new StoreLayout(options.rootDir, options.touchIntervalMs ?? TOUCH_INTERVAL_MS);
-    this.root = this.layout.root;
+    const backend = options.backend ?? new FsBlobBackend(requireRoot(options.rootDir));
+    this.backend = backend;
+    this.root = fsRootOf(backend);
+    this.layout = new StoreLayout(backend, this.root, options.touchIntervalMs ?? TOUCH_INTERVAL_MS);
     this.tenant = options.tenant ?? 'default';
     this.legacy = new FsSnapshotStore(this.root);
     this.chunker = new Chunker(options.chunker ?? DEFAULT_CHUNKER);
     this.pool = options.pool ?? sharedChunkPool();
     this.writeFormat = options.formatVersion ?? ENGINE_FORMAT_VERSION;
-    this.keys = new LineageKeys(this.root, this.tenant, options.keyring);
+    this.keys = new LineageKeys(backend, this.tenant, options.keyring);
     this.manifests = new Manifests(this.layout, this.keys, this.tenant, this.legacy);
     this.timeline = new TimelineSegments(this.root, async (sessionId, purpose) => {
       const lineage = await this.layout.lineageOf(sessionId);
@@ -138,7 +149,8 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
     if (!TenantId.safeParse(tenant).success) throw new TypeError(`invalid tenant: ${JSON.stringify(tenant)}`);
     let store = this.tenants.get(tenant);
     if (!store) {
-      store = new ChunkedSnapshotStore({ ...this.options, rootDir: join(this.root, TENANTS_DIR, tenant), tenant });
+      const backend = new PrefixedBlobBackend(this.backend, `${TENANTS_DIR}/${tenant}`);
+      store = new ChunkedSnapshotStore({ ...this.options, rootDir: undefined, backend, tenant });
       store.parent = this;
       this.tenants.set(tenant, store);
     }
@@ -148,8 +160,12 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
   /** The tenants other than `default` whose folders this store holds. */
   async tenantsOnDisk(): Promise<string[]> {
     const root = this.parent ?? this;
-    const entries = await fs.readdir(join(root.root, TENANTS_DIR), { withFileTypes: true }).catch(() => []);
-    return entries.filter((e) => e.isDirectory() && TenantId.safeParse(e.name).success).map((e) => e.name);
+    const tenants = new Set<string>();
+    for await (const { key } of root.backend.list(`${TENANTS_DIR}/`)) {
+      const tenant = key.split('/')[1]!;
+      if (TenantId.safeParse(tenant).success) tenants.add(tenant);
+    }
+    return [...tenants];
   }
 
   /** What `status` reports about protection at rest. */
@@ -388,7 +404,7 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
    * `<session>/claim.json`, beside the session's manifests; gc and shred leave it.
    */
   async claim(sessionId: string, owner: string): Promise<void> {
-    await claimSession(this.root, sessionId, owner);
+    await claimSession(this.backend, sessionId, owner);
   }
 
   /** Runs a step that writes to the store; a file system without room makes it a StoreFullError. */
@@ -457,7 +473,7 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
 
   async delete(sessionId: string, checkpointId: string): Promise<void> {
     checkIds(sessionId, checkpointId);
-    await fs.rm(this.layout.manifestPath(sessionId, checkpointId), { force: true });
+    await this.backend.delete(this.layout.manifestKey(sessionId, checkpointId));
     await this.legacy.delete(sessionId, checkpointId);
   }
 
@@ -492,4 +508,19 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
   shred(sessionId: string): Promise<string> {
     return this.maintenance.shred(sessionId);
   }
+}
+
+function requireRoot(rootDir: string | undefined): string {
+  if (rootDir === undefined) throw new TypeError('a chunked store needs a backend or a rootDir');
+  return rootDir;
+}
+
+/**
+ * The directory a file-system backend (or a view of one under a prefix) keeps its objects in: packs, pins, leftovers
+ * and the timeline are still files there.
+ */
+function fsRootOf(backend: BlobBackend): string {
+  if (backend instanceof FsBlobBackend) return backend.root;
+  if (backend instanceof PrefixedBlobBackend) return join(fsRootOf(backend.inner), backend.prefixPath);
+  throw new TypeError(`the chunked store does not run on ${backend.location} yet: only on a local directory`);
 }

@@ -11,7 +11,6 @@ import {
   ABANDONED_AFTER_MS,
   isTempName,
   removeAbandonedTemps,
-  sessionDirs,
   type AbandonedReport,
   type CleanAbandonedOptions,
 } from '../abandoned';
@@ -157,7 +156,7 @@ export class StoreMaintenance implements SnapshotMaintenance {
       bytesRemoved: 0,
       abandoned,
     };
-    const sessions = await sessionDirs(this.layout.root);
+    const sessions = await this.layout.sessionIds();
     // The sessions of each lineage (a lineage is itself and its forks); all their manifests keep its packs.
     const members = new Map<string, string[]>();
     const unplaced: string[] = [];
@@ -212,7 +211,7 @@ export class StoreMaintenance implements SnapshotMaintenance {
     this.keys.requireKeyring();
     let rewrapped = 0;
     let unchanged = 0;
-    for (const lineage of await this.keys.lineages()) {
+    for (const lineage of await this.keys.lineages(await this.layout.sessionIds())) {
       if (await this.keys.rewrap(lineage)) rewrapped++;
       else unchanged++;
     }
@@ -229,7 +228,7 @@ export class StoreMaintenance implements SnapshotMaintenance {
     checkSessionId(sessionId);
     const lineage = await this.layout.lineageOf(sessionId);
     await this.keys.destroy(lineage);
-    for (const session of await sessionDirs(this.layout.root)) {
+    for (const session of await this.layout.sessionIds()) {
       // A session whose lineage cannot be read is not known to be this lineage's: its timeline stays.
       if ((await this.layout.lineageOf(session).catch(() => null)) === lineage) await this.removeTimeline(session);
     }
