@@ -112,7 +112,11 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
   private parent: ChunkedSnapshotStore | undefined;
 
   constructor(private readonly options: ChunkedStoreOptions) {
-    const backend = options.backend ?? new FsBlobBackend(requireRoot(options.rootDir));
+    const backend =
+      options.backend ??
+      new FsBlobBackend(requireRoot(options.rootDir), {
+        ...(options.touchIntervalMs !== undefined ? { touchIntervalMs: options.touchIntervalMs } : {}),
+      });
     this.backend = backend;
     this.root = fsRootOf(backend);
     this.layout = new StoreLayout(backend, this.root, options.touchIntervalMs ?? TOUCH_INTERVAL_MS);
@@ -202,9 +206,9 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
       if (await this.layout.manifestExists(sessionId, checkpointId)) throw existsAlready(sessionId, checkpointId);
       this.pool.warm();
       // The pin and the temp packs are touched while the write runs, however long it stalls (abandoned.ts).
-      pin = await this.layout.pin(lineage, sessionId, checkpointId, () => packs?.tempPaths() ?? []);
+      pin = await this.layout.pin(lineage, sessionId, checkpointId);
       const key = this.options.keyring ? await this.keys.get(lineage, { create: true }) : null;
-      packs = new PackWriter(this.layout.packsDir(lineage), { tenant: this.tenant, lineage, key });
+      packs = new PackWriter(this.backend, { tenant: this.tenant, lineage, key });
       const parent = checkpoint.parentId ? await this.manifests.parentInfo(sessionId, checkpoint.parentId) : null;
       // The checkpoint a source's unchanged runs refer to; without it (gone, unreadable, another key) they are read.
       const base = source?.base
@@ -445,7 +449,7 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
     const stream = readChunks(
       manifest.chunks,
       {
-        packsDir: this.layout.packsDir(lineage),
+        backend: this.backend,
         binding: { tenant: this.tenant, lineage, key },
         readFor: { sessionId, checkpointId },
         pool: this.pool,
