@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { DEFAULT_TENANT } from '../../domain/names';
 import { SessionId, TenantId } from '../../domain/schemas';
 import { TOUCH_INTERVAL_MS, type AbandonedReport, type CleanAbandonedOptions } from '../abandoned';
-import { SnapshotIncompatibleError } from '../errors';
+import { SnapshotIncompatibleError, SnapshotNotFoundError } from '../errors';
 import { CHUNKED_FORMAT_VERSION, ENGINE_FORMAT_VERSION, LEGACY_FORMAT_VERSION } from '../format';
 import { FsSnapshotStore } from '../fs-snapshot-store';
 import { checkNew, NewCheckpointSchema } from '../manifest';
@@ -94,11 +94,11 @@ export interface ChunkedStoreOptions {
  * log (timeline-log.ts) sealed under its lineage's data key (timeline-seal.ts).
  */
 export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, SnapshotMaintenance {
-  /** The directory of the file-system backend the store runs on. */
-  readonly root: string;
+  /** The directory of the file-system backend the store runs on; null on any other backend. */
+  private readonly fsRoot: string | null;
   readonly backend: BlobBackend;
   readonly tenant: string;
-  private readonly legacy: FsSnapshotStore;
+  private readonly legacy: LegacyReader;
   private readonly chunker: Chunker;
   private readonly pool: ChunkPool;
   private readonly writeFormat: ChunkedHeader['formatVersion'];
@@ -118,16 +118,17 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
         ...(options.touchIntervalMs !== undefined ? { touchIntervalMs: options.touchIntervalMs } : {}),
       });
     this.backend = backend;
-    this.root = fsRootOf(backend);
-    this.layout = new StoreLayout(backend, this.root, options.touchIntervalMs ?? TOUCH_INTERVAL_MS);
+    this.fsRoot = fsRootOf(backend);
+    this.layout = new StoreLayout(backend, this.fsRoot, options.touchIntervalMs ?? TOUCH_INTERVAL_MS);
     this.tenant = options.tenant ?? 'default';
-    this.legacy = new FsSnapshotStore(this.root);
+    // Format 1 was only ever written to a local directory.
+    this.legacy = this.fsRoot !== null ? new FsSnapshotStore(this.fsRoot) : NO_FORMAT_1;
     this.chunker = new Chunker(options.chunker ?? DEFAULT_CHUNKER);
     this.pool = options.pool ?? sharedChunkPool();
     this.writeFormat = options.formatVersion ?? ENGINE_FORMAT_VERSION;
     this.keys = new LineageKeys(backend, this.tenant, options.keyring);
     this.manifests = new Manifests(this.layout, this.keys, this.tenant, this.legacy);
-    this.timeline = new TimelineSegments(this.root, async (sessionId, purpose) => {
+    this.timeline = new TimelineSegments(this.fsRoot ?? '', async (sessionId, purpose) => {
       const lineage = await this.layout.lineageOf(sessionId);
       const key = options.keyring ? await this.keys.get(lineage, { create: purpose === 'append' }) : null;
       return timelineSealer({ tenant: this.tenant, lineage, sessionId }, key);
@@ -138,7 +139,9 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
       keys: this.keys,
       gcGraceMs: options.gcGraceMs ?? 60 * 60_000,
       open: async (loaded, sessionId, checkpointId) => (await this.openLoaded(loaded, sessionId, checkpointId)).stream,
-      removeTimeline: (sessionId) => this.timeline.remove(sessionId),
+      removeTimeline: async (sessionId) => {
+        if (this.fsRoot !== null) await this.timeline.remove(sessionId);
+      },
     });
   }
 
@@ -244,9 +247,10 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
       const digest = await pipeline.finish();
       signal?.throwIfAborted();
       await packs.close();
-      // Packs this checkpoint shares with older ones must still be there, and are touched so that a concurrent
-      // garbage collection keeps them (it spares packs touched after the oldest writer's pin).
-      await this.layout.requirePacks(lineage, pipeline.referencedPacks, sessionId, checkpointId, { touch: true });
+      // Packs this checkpoint shares with older ones are named in its pin, so that a collection on any host keeps
+      // them, and must still be there (pins.ts says why checking after naming them is enough).
+      await pin.protect(pipeline.referencedPacks);
+      await this.layout.requirePacks(lineage, pipeline.referencedPacks, sessionId, checkpointId);
       const manifest: ChunkedHeader = {
         formatVersion: this.writeFormat,
         checkpointId,
@@ -390,9 +394,8 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
     const pin = await this.layout.pin(lineage, target.sessionId, target.checkpointId);
     try {
       const key = origin.encryption.mode === 'aes-256-gcm' ? await this.keys.get(lineage) : null;
-      await this.layout.requirePacks(origin.lineage, loaded.table.packs, source.sessionId, source.checkpointId, {
-        touch: true,
-      });
+      await pin.protect(loaded.table.packs);
+      await this.layout.requirePacks(origin.lineage, loaded.table.packs, source.sessionId, source.checkpointId);
       const manifest = await make.manifest(origin, loaded.fileDigest);
       if (manifest.label === undefined) delete manifest.label;
       if (key) await this.keys.confirm(lineage, key, target);
@@ -445,7 +448,7 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
     const { lineage } = manifest;
     const key = manifest.encryption.mode === 'aes-256-gcm' ? await this.keys.get(lineage) : null;
     const packIds = manifest.chunks.map(([, , packId]) => packId);
-    await this.layout.requirePacks(lineage, packIds, sessionId, checkpointId, { touch: false });
+    await this.layout.requirePacks(lineage, packIds, sessionId, checkpointId);
     const stream = readChunks(
       manifest.chunks,
       {
@@ -483,12 +486,27 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
 
   // ---- TimelineLog (timeline-log.ts; documented on the interface) ----------------------------------------------
 
-  appendTimeline(sessionId: string, entries: readonly TimelineRecord[]): Promise<void> {
+  async appendTimeline(sessionId: string, entries: readonly TimelineRecord[]): Promise<void> {
+    this.requireTimeline();
     return this.timeline.appendTimeline(sessionId, entries);
   }
 
-  readTimeline(sessionId: string, options?: ReadTimelineOptions): Promise<TimelinePage> {
+  async readTimeline(sessionId: string, options?: ReadTimelineOptions): Promise<TimelinePage> {
+    this.requireTimeline();
     return this.timeline.readTimeline(sessionId, options);
+  }
+
+  /** The timeline's segment files are on a local directory only, so far. */
+  private requireTimeline(): void {
+    if (this.fsRoot === null) {
+      throw new Error(`the timeline log is kept in a local directory only, not on ${this.backend.location}`);
+    }
+  }
+
+  /** The directory of the file-system backend the store runs on. */
+  get root(): string {
+    if (this.fsRoot === null) throw new TypeError(`the store is on ${this.backend.location}, not a local directory`);
+    return this.fsRoot;
   }
 
   // ---- SnapshotMaintenance (maintenance.ts; documented on the interface) ----------------------------------------
@@ -523,8 +541,24 @@ function requireRoot(rootDir: string | undefined): string {
  * The directory a file-system backend (or a view of one under a prefix) keeps its objects in: packs, pins, leftovers
  * and the timeline are still files there.
  */
-function fsRootOf(backend: BlobBackend): string {
+function fsRootOf(backend: BlobBackend): string | null {
   if (backend instanceof FsBlobBackend) return backend.root;
-  if (backend instanceof PrefixedBlobBackend) return join(fsRootOf(backend.inner), backend.prefixPath);
-  throw new TypeError(`the chunked store does not run on ${backend.location} yet: only on a local directory`);
+  if (backend instanceof PrefixedBlobBackend) {
+    const inner = fsRootOf(backend.inner);
+    return inner === null ? null : join(inner, backend.prefixPath);
+  }
+  return null;
 }
+
+/** What reads format 1, on a backend that never held it: nothing is there. */
+type LegacyReader = Pick<FsSnapshotStore, 'readManifest' | 'open' | 'list' | 'delete'>;
+const NO_FORMAT_1: LegacyReader = {
+  readManifest: async (sessionId, checkpointId) => {
+    throw new SnapshotNotFoundError(`no checkpoint ${checkpointId} of session ${sessionId}`, sessionId, checkpointId);
+  },
+  open: async (sessionId, checkpointId) => {
+    throw new SnapshotNotFoundError(`no checkpoint ${checkpointId} of session ${sessionId}`, sessionId, checkpointId);
+  },
+  list: async () => [],
+  delete: async () => undefined,
+};

@@ -13,8 +13,6 @@
  * A session's lineage is its own id unless it is a fork. Manifests, claims, lineage pointers and new data keys are
  * written with the backend's `create`: of two writers of one of them, on any two machines, exactly one publishes it.
  */
-import * as fs from 'node:fs/promises';
-import { join } from 'node:path';
 import { z } from 'zod';
 import { CheckpointId, SessionId } from '../../domain/schemas';
 import type { BlobBackend } from '../blob/backend';
@@ -27,7 +25,7 @@ export const LEGACY_MANIFEST_SUFFIX = '.manifest.json';
 export const LINEAGE_FILE = 'lineage.json';
 export const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
 /** Folders of a lineage's directory where writers make temp files (a session's own directory has them too). */
-export const TEMP_DIRS = ['packs', 'keys'];
+export const TEMP_DIRS = ['packs', 'keys', 'pins'];
 
 /** `<session>/lineage.json` of a fork: the lineage whose key and packs the session uses. */
 const LineageFile = z.object({ lineage: SessionId });
@@ -43,20 +41,12 @@ export class StoreLayout {
   constructor(
     readonly backend: BlobBackend,
     /**
-     * The directory the backend keeps its objects in, for the parts not yet written against the backend (packs, pins,
-     * leftovers, the timeline): they run on the file-system backend only.
+     * The directory the backend keeps its objects in, for what only a local directory has: temp files its writers
+     * leave when they die, and the timeline's segment files. Null on any other backend.
      */
-    readonly root: string,
+    readonly root: string | null,
     private readonly touchIntervalMs: number,
   ) {}
-
-  lineageDir(lineage: string): string {
-    return join(this.root, lineage);
-  }
-
-  packsDir(lineage: string): string {
-    return join(this.lineageDir(lineage), 'packs');
-  }
 
   manifestKey(sessionId: string, checkpointId: string): string {
     return `${sessionId}/${checkpointId}${MANIFEST_SUFFIX}`;
@@ -134,35 +124,20 @@ export class StoreLayout {
     return joined;
   }
 
-  /** Marks a checkpoint as being written into a lineage, for gc (pins.ts); touched, with `alsoTouch`, until released. */
-  pin(lineage: string, sessionId: string, checkpointId: string, alsoTouch?: () => Iterable<string>): Promise<Pin> {
-    return createPin(this.lineageDir(lineage), sessionId, checkpointId, {
-      touchIntervalMs: this.touchIntervalMs,
-      ...(alsoTouch ? { alsoTouch } : {}),
-    });
+  /** Marks a checkpoint as being written into a lineage, for gc (pins.ts); refreshed until released. */
+  pin(lineage: string, sessionId: string, checkpointId: string): Promise<Pin> {
+    return createPin(this.backend, lineage, sessionId, checkpointId, { refreshIntervalMs: this.touchIntervalMs });
   }
 
-  /**
-   * Every pack named must exist (else SnapshotNotFound). With `touch` (a new manifest over existing chunks: a write's
-   * reused packs, a rewind's or a fork's source), each is touched too, so that a concurrent gc keeps it.
-   */
+  /** Every pack named must exist, else SnapshotNotFound. */
   async requirePacks(
     lineage: string,
     packIds: Iterable<string>,
     sessionId: string,
     checkpointId: string,
-    { touch }: { touch: boolean },
   ): Promise<void> {
     for (const packId of new Set(packIds)) {
-      const path = join(this.root, packKey(lineage, packId));
-      const now = new Date();
-      const present = touch
-        ? await fs.utimes(path, now, now).then(
-            () => true,
-            () => false,
-          )
-        : (await this.backend.stat(packKey(lineage, packId))) !== null;
-      if (!present) {
+      if ((await this.backend.stat(packKey(lineage, packId))) === null) {
         throw new SnapshotNotFoundError(
           `checkpoint ${checkpointId} of session ${sessionId} is missing pack ${packId}`,
           sessionId,

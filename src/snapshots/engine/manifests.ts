@@ -72,7 +72,7 @@ export class Manifests {
     private readonly keys: LineageKeys,
     private readonly tenant: string,
     /** Reads format-1 manifests, which live beside the chunked ones. */
-    private readonly legacy: FsSnapshotStore,
+    private readonly legacy: Pick<FsSnapshotStore, 'readManifest'>,
   ) {}
 
   /**
