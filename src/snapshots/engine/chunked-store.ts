@@ -15,6 +15,7 @@ import { asStoreFull } from '../store-full';
 import {
   TimelineSegments,
   type ReadTimelineOptions,
+  type SealerFor,
   type TimelineLog,
   type TimelinePage,
   type TimelineRecord,
@@ -36,6 +37,7 @@ import { PackWriter } from './packs';
 import type { Pin } from './pins';
 import { plannedChunks, reusableChunks, SealPipeline } from './seal-pipeline';
 import { timelineSealer } from './timeline-seal';
+import { TimelineObjects } from '../timeline-objects';
 
 /**
  * Formats 2 and 3: content-defined chunks, deduplicated, compressed, sealed (AES-256-GCM) and packed; what lives
@@ -106,7 +108,7 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
   private readonly keys: LineageKeys;
   private readonly manifests: Manifests;
   private readonly maintenance: StoreMaintenance;
-  private readonly timeline: TimelineSegments;
+  private readonly timeline: TimelineLog & { remove(sessionId: string): Promise<void> };
   /** The stores of other tenants, made on first use (a tenant's store points back here: tenants never nest). */
   private readonly tenants = new Map<string, ChunkedSnapshotStore>();
   private parent: ChunkedSnapshotStore | undefined;
@@ -128,20 +130,22 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
     this.writeFormat = options.formatVersion ?? ENGINE_FORMAT_VERSION;
     this.keys = new LineageKeys(backend, this.tenant, options.keyring);
     this.manifests = new Manifests(this.layout, this.keys, this.tenant, this.legacy);
-    this.timeline = new TimelineSegments(this.fsRoot ?? '', async (sessionId, purpose) => {
+    const sealerFor: SealerFor = async (sessionId, purpose) => {
       const lineage = await this.layout.lineageOf(sessionId);
       const key = options.keyring ? await this.keys.get(lineage, { create: purpose === 'append' }) : null;
       return timelineSealer({ tenant: this.tenant, lineage, sessionId }, key);
-    });
+    };
+    // A local directory keeps format 1's segment files (read and appended as before); any other backend gets one
+    // object per entry (timeline-objects.ts), which also reads segment files copied there.
+    this.timeline =
+      this.fsRoot !== null ? new TimelineSegments(this.fsRoot, sealerFor) : new TimelineObjects(backend, sealerFor);
     this.maintenance = new StoreMaintenance({
       layout: this.layout,
       manifests: this.manifests,
       keys: this.keys,
       gcGraceMs: options.gcGraceMs ?? 60 * 60_000,
       open: async (loaded, sessionId, checkpointId) => (await this.openLoaded(loaded, sessionId, checkpointId)).stream,
-      removeTimeline: async (sessionId) => {
-        if (this.fsRoot !== null) await this.timeline.remove(sessionId);
-      },
+      removeTimeline: (sessionId) => this.timeline.remove(sessionId),
     });
   }
 
@@ -486,21 +490,12 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
 
   // ---- TimelineLog (timeline-log.ts; documented on the interface) ----------------------------------------------
 
-  async appendTimeline(sessionId: string, entries: readonly TimelineRecord[]): Promise<void> {
-    this.requireTimeline();
+  appendTimeline(sessionId: string, entries: readonly TimelineRecord[]): Promise<void> {
     return this.timeline.appendTimeline(sessionId, entries);
   }
 
-  async readTimeline(sessionId: string, options?: ReadTimelineOptions): Promise<TimelinePage> {
-    this.requireTimeline();
+  readTimeline(sessionId: string, options?: ReadTimelineOptions): Promise<TimelinePage> {
     return this.timeline.readTimeline(sessionId, options);
-  }
-
-  /** The timeline's segment files are on a local directory only, so far. */
-  private requireTimeline(): void {
-    if (this.fsRoot === null) {
-      throw new Error(`the timeline log is kept in a local directory only, not on ${this.backend.location}`);
-    }
   }
 
   /** The directory of the file-system backend the store runs on. */

@@ -12,6 +12,7 @@ import type { BlobBackend } from '../blob/backend';
 import type { ChunkKey } from './chunk-work';
 import { KeyUnavailableError, SnapshotTamperedError, type CryptoErrorContext } from '../errors';
 import { startsWithSealedRecord, TIMELINE_DIR } from '../timeline-log';
+import { TIMELINE_ENTRIES_DIR } from '../timeline-objects';
 import { isEncryptedObject } from './crypto';
 import { createDataKey, rewrapDataKey, unwrapDataKey, wrapDataKey, WrappedDataKey, type Keyring } from './keyring';
 
@@ -169,8 +170,11 @@ export class LineageKeys {
    * Whether the lineage's own session has encrypted timeline records (timeline-log.ts): a claimed session may have
    * appended its timeline, sealed under the key, before writing any checkpoint.
    */
-  private hasSealedTimeline(lineage: string): Promise<boolean> {
-    return someObjectStarts(this.backend, `${lineage}/${TIMELINE_DIR}/`, '.log', 4, startsWithSealedRecord);
+  private async hasSealedTimeline(lineage: string): Promise<boolean> {
+    return (
+      (await someObjectStarts(this.backend, `${lineage}/${TIMELINE_DIR}/`, '.log', 4, startsWithSealedRecord)) ||
+      (await someObjectStarts(this.backend, `${lineage}/${TIMELINE_ENTRIES_DIR}/`, '', 4, startsWithSealedRecord))
+    );
   }
 
   private unwrap(lineage: string, raw: Buffer, keyring: Keyring): ChunkKey {

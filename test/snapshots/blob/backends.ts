@@ -1,7 +1,8 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { BlobBackend } from '../../../src/snapshots/blob/backend';
+import type { Readable } from 'node:stream';
+import type { BlobBackend, BlobBody, BlobInfo, BlobRange } from '../../../src/snapshots/blob/backend';
 import { FsBlobBackend } from '../../../src/snapshots/blob/fs-backend';
 
 /**
@@ -56,5 +57,53 @@ export const fsBackend: BackendHarness = {
   },
 };
 
+/**
+ * A backend that is a local directory underneath but does not say so: the store treats it as it treats an object
+ * store (no temp-file sweeps, the timeline as one object per entry), so the object-store paths run in every suite
+ * without a server.
+ */
+class OpaqueBackend implements BlobBackend {
+  readonly location: string;
+  constructor(private readonly inner: BlobBackend) {
+    this.location = `opaque+${inner.location}`;
+  }
+  create(key: string, body: BlobBody): Promise<boolean> {
+    return this.inner.create(key, body);
+  }
+  put(key: string, body: BlobBody): Promise<void> {
+    return this.inner.put(key, body);
+  }
+  read(key: string, options?: { range?: BlobRange; maxBytes?: number }): Promise<Buffer | null> {
+    return this.inner.read(key, options);
+  }
+  stream(key: string, options?: { range?: BlobRange }): Promise<Readable | null> {
+    return this.inner.stream(key, options);
+  }
+  stat(key: string): Promise<BlobInfo | null> {
+    return this.inner.stat(key);
+  }
+  list(prefix: string): AsyncIterable<BlobInfo> {
+    return this.inner.list(prefix);
+  }
+  delete(key: string): Promise<void> {
+    return this.inner.delete(key);
+  }
+  now(): Promise<Date> {
+    return this.inner.now();
+  }
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+}
+
+export const opaqueFsBackend: BackendHarness = {
+  name: 'a local directory taken for an object store',
+  async open() {
+    const opened = await fsBackend.open();
+    const backend = new OpaqueBackend(opened.backend);
+    return { ...opened, backend, tamper: (prefix) => tamperLargest(backend, prefix) };
+  },
+};
+
 /** Every backend the store contracts run on; the S3 harness is added here. */
-export const contractBackends: BackendHarness[] = [fsBackend];
+export const contractBackends: BackendHarness[] = [fsBackend, opaqueFsBackend];

@@ -103,9 +103,13 @@ describe.each(contractBackends)('two stores on one backend ($name)', (harness) =
     // A writes cp-2 over cp-1's chunks; its source stalls, so its pin is up and names no pack yet.
     const input = new PassThrough();
     input.write(base);
-    const write = a.write(cp(2, 'cp-1'), input);
+    // New bytes behind it, so that batches are sealed and consumed (progress) while the source stalls.
+    input.write(randomBytes(16 * MiB));
+    let progressed = 0;
+    const write = a.write(cp(2, 'cp-1'), input, { onProgress: (bytes) => (progressed = bytes) });
     write.catch(() => undefined); // settled below
-    await eventually(async () => (await opened.backend.stat('s1/pins/s1.cp-2')) !== null, "A's pin");
+    // Progress means A has read cp-1's chunk list (before its first chunk) and will reuse its pack.
+    await eventually(async () => progressed > 0 && (await opened.backend.stat('s1/pins/s1.cp-2')) !== null, 'A');
 
     // B deletes cp-1 and collects: its pack is referenced by nothing B can see, and B is held as it deletes it.
     await b.delete('s1', 'cp-1');
