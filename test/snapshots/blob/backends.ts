@@ -96,6 +96,11 @@ class OpaqueBackend implements BlobBackend {
   }
 }
 
+/** `backend` behind a plain BlobBackend, which the store cannot take for a local directory. */
+export function asOpaque(backend: BlobBackend): BlobBackend {
+  return new OpaqueBackend(backend);
+}
+
 export const opaqueFsBackend: BackendHarness = {
   name: 'a local directory taken for an object store',
   async open() {
