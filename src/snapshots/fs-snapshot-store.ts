@@ -26,6 +26,7 @@ import { SnapshotCorruptError, SnapshotError, SnapshotIncompatibleError, Snapsho
 import { LEGACY_FORMAT_VERSION } from './format';
 import { checkNew, CheckpointManifestSchema, NewCheckpointSchema } from './manifest';
 import type { CheckpointManifest, NewCheckpoint, SnapshotStore, StoreProgress } from './snapshot-store';
+import { FsBlobBackend } from './blob/fs-backend';
 import { claimSession } from './session-claim';
 import { isStateSource, sourceStream, type StateSource } from './state-source';
 import { asStoreFull } from './store-full';
@@ -245,7 +246,7 @@ export class FsSnapshotStore implements SnapshotStore, TimelineLog {
 
   /** Records that `owner` owns `sessionId` (`<session>/claim.json`): see SnapshotStore.claim. */
   async claim(sessionId: string, owner: string): Promise<void> {
-    await claimSession(this.root, sessionId, owner);
+    await claimSession(new FsBlobBackend(this.root), sessionId, owner);
   }
 
   appendTimeline(sessionId: string, entries: readonly TimelineRecord[]): Promise<void> {

@@ -1,15 +1,13 @@
 /**
- * Claims on session ids, shared by both stores: `<root>/<sessionId>/claim.json` says, once and for good, which owner
- * (a workflow's first run id) a session id belongs to. Published with a hard link, like manifests: of two claimers
- * exactly one wins. Nothing removes a claim — not gc, not shred, not deleting every checkpoint — so an id once used
+ * Claims on session ids, shared by both stores: `<sessionId>/claim.json` in the store's blob backend says, once and for
+ * good, which owner (a workflow's first run id) a session id belongs to. Written with the backend's `create`, like
+ * manifests: of two claimers, on any two machines, exactly one wins. Nothing removes a claim — not gc, not shred, not deleting every checkpoint — so an id once used
  * is never used again.
  */
-import * as fs from 'node:fs/promises';
-import { join } from 'node:path';
 import { z } from 'zod';
 import { SessionId } from '../domain/schemas';
 import { strictObject } from '../domain/strict';
-import { ensureDir, fsyncDir, publish, readSmall } from '../fs-io';
+import type { BlobBackend } from './blob/backend';
 import { SessionIdTakenError } from './errors';
 import { asStoreFull } from './store-full';
 
@@ -26,45 +24,44 @@ const Owner = z
 const ClaimFile = strictObject({ owner: z.string(), claimedAt: z.string() });
 
 /**
- * Records that `owner` owns `sessionId` in the store at `root`. Idempotent for the same owner. Throws
+ * Records that `owner` owns `sessionId` in the store on `backend`. Idempotent for the same owner. Throws
  * SessionIdTakenError when another owner claimed it, or when the session's directory holds anything but a claim
  * (checkpoints, a data key, packs, a fork's `lineage.json`: a session from before claims, or made by `fork`).
- * In-flight temp files (names starting with a dot) do not count: a concurrent claim of the same owner makes them.
  */
-export async function claimSession(root: string, sessionId: string, owner: string): Promise<void> {
+export async function claimSession(backend: BlobBackend, sessionId: string, owner: string): Promise<void> {
   if (!SessionId.safeParse(sessionId).success || !Owner.safeParse(owner).success) {
     throw new TypeError(`invalid session id or owner: ${JSON.stringify(sessionId)} / ${JSON.stringify(owner)}`);
   }
-  const dir = join(root, sessionId);
-  const path = join(dir, CLAIM_FILE);
+  const key = `${sessionId}/${CLAIM_FILE}`;
   try {
-    if (await sameOwner(path, sessionId, owner)) return;
-    const used = (await fs.readdir(dir).catch(() => [] as string[])).filter(
-      (name) => name !== CLAIM_FILE && !name.startsWith('.'),
-    );
-    if (used.length > 0) {
+    if (await sameOwner(backend, key, sessionId, owner)) return;
+    const used = new Set<string>();
+    for await (const info of backend.list(`${sessionId}/`)) {
+      const name = info.key.slice(sessionId.length + 1).split('/')[0]!;
+      if (name !== CLAIM_FILE) used.add(name);
+    }
+    if (used.size > 0) {
       throw new SessionIdTakenError(
-        `session id ${sessionId} is taken: the store holds ${used.sort().join(', ')} of it from before it was claimed`,
+        `session id ${sessionId} is taken: the store holds ${[...used].sort().join(', ')} of it from before it was claimed`,
         sessionId,
       );
     }
-    if ((await ensureDir(dir)) !== undefined) await fsyncDir(root);
     const record = { owner, claimedAt: new Date().toISOString() };
-    if (await publish(path, Buffer.from(`${JSON.stringify(record)}\n`), { replace: false })) return;
-    // Another claimer linked first: the same owner retried, or someone else.
-    if (!(await sameOwner(path, sessionId, owner))) throw new Error(`the claim on ${sessionId} vanished`);
+    if (await backend.create(key, Buffer.from(`${JSON.stringify(record)}\n`))) return;
+    // Another claimer created it first: the same owner retried, or someone else.
+    if (!(await sameOwner(backend, key, sessionId, owner))) throw new Error(`the claim on ${sessionId} vanished`);
   } catch (err) {
     throw asStoreFull(err, sessionId, '', `the claim on session ${sessionId}`);
   }
 }
 
-/** Whether the claim at `path` is `owner`'s: false if there is none, SessionIdTakenError if it is another's. */
-async function sameOwner(path: string, sessionId: string, owner: string): Promise<boolean> {
+/** Whether the claim at `key` is `owner`'s: false if there is none, SessionIdTakenError if it is another's. */
+async function sameOwner(backend: BlobBackend, key: string, sessionId: string, owner: string): Promise<boolean> {
   // A claim that cannot be parsed (or is too large to be one) is still a claim: the id is taken, whoever made it.
   // I/O errors (they have an errno code) stay what they are: retryable.
   const unreadable = (cause: unknown) =>
     new SessionIdTakenError(`session id ${sessionId} is taken: its claim is unreadable`, sessionId, { cause });
-  const raw = await readSmall(path, MAX_CLAIM_BYTES).catch((err: unknown) => {
+  const raw = await backend.read(key, { maxBytes: MAX_CLAIM_BYTES }).catch((err: unknown) => {
     throw (err as { code?: unknown }).code === undefined ? unreadable(err) : err;
   });
   if (raw === null) return false;

@@ -157,7 +157,7 @@ export function plainTimelineSealer(sessionId: string): TimelineSealer {
 }
 
 /** A complete frame of a segment. */
-interface Frame {
+export interface Frame {
   index: number;
   kind: number;
   /** Where the body starts in the segment, and its length. */
@@ -185,7 +185,7 @@ const EMPTY_INDEX: SegmentIndex = { ino: -1, born: -1, size: 0, end: 0, frames: 
 const MAX_CACHED_SEGMENTS = 256;
 
 /** One entry of an append, as it will be stored. */
-interface Pending {
+export interface Pending {
   index: number;
   json: Buffer;
 }
@@ -366,13 +366,13 @@ export class TimelineSegments implements TimelineLog {
   }
 }
 
-function checkSession(sessionId: string): void {
+export function checkSession(sessionId: string): void {
   if (!SessionId.safeParse(sessionId).success) {
     throw new TypeError(`invalid session id: ${JSON.stringify(sessionId)}`);
   }
 }
 
-function pageOptions(options: ReadTimelineOptions): { from: number; limit: number } {
+export function pageOptions(options: ReadTimelineOptions): { from: number; limit: number } {
   const from = options.from ?? 1;
   const limit = options.limit ?? DEFAULT_TIMELINE_PAGE;
   if (!Number.isSafeInteger(from) || from < 1) throw new RangeError(`from must be an index (1 or more), not ${from}`);
@@ -383,7 +383,7 @@ function pageOptions(options: ReadTimelineOptions): { from: number; limit: numbe
 }
 
 /** The entries of an append by index, checked, as their JSON; the same index twice must be the same JSON. */
-function pendingEntries(sessionId: string, entries: readonly TimelineRecord[]): Map<number, Pending> {
+export function pendingEntries(sessionId: string, entries: readonly TimelineRecord[]): Map<number, Pending> {
   if (!Array.isArray(entries)) throw new TypeError('timeline entries must be an array');
   const pending = new Map<number, Pending>();
   for (const [position, entry] of entries.entries()) {
@@ -418,11 +418,11 @@ function pendingEntries(sessionId: string, entries: readonly TimelineRecord[]): 
   return pending;
 }
 
-function segmentStart(index: number): number {
+export function segmentStart(index: number): number {
   return Math.floor((index - 1) / SEGMENT_SPAN) * SEGMENT_SPAN + 1;
 }
 
-function segmentName(start: number): string {
+export function segmentName(start: number): string {
   return `${String(start).padStart(16, '0')}.log`;
 }
 
@@ -480,7 +480,7 @@ async function ensureDurableDir(dir: string, parent: string): Promise<boolean> {
   return true;
 }
 
-function frameOf(kind: number, index: number, body: Buffer): Buffer {
+export function frameOf(kind: number, index: number, body: Buffer): Buffer {
   const header = Buffer.allocUnsafe(HEADER_BYTES);
   MAGIC.copy(header, 0);
   header.writeUInt8(kind, 3);
@@ -495,7 +495,7 @@ function frameOf(kind: number, index: number, body: Buffer): Buffer {
  * The complete frames of a segment and where they end. A torn tail is not an error; a frame that does not parse
  * before it is (SnapshotCorruptError), as is a frame filed in the wrong segment.
  */
-function parseSegment(segment: Buffer, base: number, sessionId: string, start: number): ParsedSegment {
+export function parseSegment(segment: Buffer, base: number, sessionId: string, start: number): ParsedSegment {
   const frames: Frame[] = [];
   let at = 0;
   while (at < segment.length) {
@@ -529,12 +529,12 @@ function isZero(buffer: Buffer, at: number): boolean {
 }
 
 /** Frames in index order, the first of each index (in file order) only. */
-function firstOfEachIndex(frames: Frame[]): Frame[] {
+export function firstOfEachIndex(frames: Frame[]): Frame[] {
   const sorted = [...frames].sort((a, b) => a.index - b.index); // stable: the first appended comes first
   return sorted.filter((frame, i) => i === 0 || sorted[i - 1]!.index !== frame.index);
 }
 
-function entryOf(sessionId: string, frame: Frame, json: Buffer): TimelineRecord {
+export function entryOf(sessionId: string, frame: Frame, json: Buffer): TimelineRecord {
   let entry: unknown;
   try {
     entry = JSON.parse(json.toString('utf8'));

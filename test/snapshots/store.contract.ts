@@ -1,7 +1,4 @@
 import { createHash, randomBytes } from 'node:crypto';
-import * as fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { Readable } from 'node:stream';
 import {
   SessionIdTakenError,
@@ -13,8 +10,10 @@ import {
   type SnapshotStore,
   type TimelineLog,
 } from '../../src/snapshots';
+import type { BlobBackend } from '../../src/snapshots/blob/backend';
 import { seeded } from '../helpers/bytes';
 import { consume, cp, readAll, sessionIdTaken as taken } from '../helpers/checkpoints';
+import { contractBackends, type BackendHarness, type OpenedBackend } from './blob/backends';
 
 /** What a store under the contract can do beyond the SnapshotStore interface; a case that needs more is skipped. */
 export interface StoreCapabilities {
@@ -35,9 +34,11 @@ export interface StoreCapabilities {
 
 export interface SnapshotStoreContract {
   name: string;
-  /** A store over the (empty, not yet created) directory `rootDir`. */
-  newStore: (rootDir: string) => SnapshotStore & TimelineLog;
+  /** A store on `backend` (new and empty). */
+  newStore: (backend: BlobBackend) => SnapshotStore & TimelineLog;
   capabilities: StoreCapabilities;
+  /** The backends to run on: every one in blob/backends.ts by default. */
+  backends?: readonly BackendHarness[];
 }
 
 const MiB = 1024 * 1024;
@@ -50,44 +51,38 @@ function streamOf(bytes: Buffer): Readable {
   return Readable.from(pieces);
 }
 
-/** Every file under `dir` (none if it does not exist). */
-function filesUnder(dir: string): string[] {
-  if (!fs.existsSync(dir)) return [];
-  return fs
-    .readdirSync(dir, { recursive: true, withFileTypes: true })
-    .filter((e) => e.isFile())
-    .map((e) => path.join(e.parentPath, e.name));
-}
-
-/**
- * Flips one bit in the middle of the largest file under `dir`: the state's bytes, in any layout. The state is seeded,
- * so the bit is the same on every run (a chunk's body, not the envelope around it).
- */
-function flipLargestFile(dir: string): void {
-  const [largest] = filesUnder(dir).sort((a, b) => fs.statSync(b).size - fs.statSync(a).size);
-  const bytes = fs.readFileSync(largest!);
-  bytes[Math.floor(bytes.length / 2)]! ^= 0x01;
-  fs.writeFileSync(largest!, bytes);
-}
-
 /**
  * The SnapshotStore contract: what every store does the same, whatever its format. Each store's test file calls it
  * once per configuration; what only one store does is tested in that store's own file.
  */
-export function runSnapshotStoreContract({ name, newStore, capabilities }: SnapshotStoreContract): void {
+export function runSnapshotStoreContract({
+  name,
+  newStore,
+  capabilities,
+  backends = contractBackends,
+}: SnapshotStoreContract): void {
+  for (const harness of backends) runOn(harness, name, newStore, capabilities);
+}
+
+function runOn(
+  harness: BackendHarness,
+  name: string,
+  newStore: SnapshotStoreContract['newStore'],
+  capabilities: StoreCapabilities,
+): void {
   const withMaintenance = capabilities.maintenance ? test : test.skip;
 
-  describe(`SnapshotStore contract: ${name}`, () => {
-    let tmp: string;
-    let root: string;
+  describe(`SnapshotStore contract: ${name} on ${harness.name}`, () => {
+    let opened: OpenedBackend;
     let store: SnapshotStore & TimelineLog;
-    beforeEach(() => {
-      tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-contract-'));
-      root = path.join(tmp, 'store');
-      store = newStore(root);
+    /** Every object (and temp file) the backend holds. */
+    const everything = () => opened.everything();
+    beforeEach(async () => {
+      opened = await harness.open();
+      store = newStore(opened.backend);
     });
-    afterEach(() => {
-      fs.rmSync(tmp, { recursive: true, force: true });
+    afterEach(async () => {
+      await opened.dispose();
     });
 
     test('a round trip: the bytes, the manifest a reader sees, progress up to the size', async () => {
@@ -139,13 +134,13 @@ export function runSnapshotStoreContract({ name, newStore, capabilities }: Snaps
       ]) {
         await expect(store.write(bad, Readable.from([randomBytes(1000)]))).rejects.toThrow(TypeError);
       }
-      expect(fs.readdirSync(tmp, { recursive: true })).toEqual([]);
+      expect(await everything()).toEqual([]);
     });
 
     test('checkpoints are immutable: a second write of an id fails unread and keeps the first', async () => {
       const original = Buffer.from('original');
       const first = await store.write(cp(1), Readable.from([original]));
-      const files = filesUnder(root).sort();
+      const files = await everything();
       let replacementRead = false;
       const replacement = new Readable({
         read() {
@@ -157,7 +152,7 @@ export function runSnapshotStoreContract({ name, newStore, capabilities }: Snaps
       expect(replacementRead).toBe(false);
       expect(await readAll((await store.open('s1', 'cp-1')).stream)).toEqual(original);
       expect(await store.readManifest('s1', 'cp-1')).toEqual(first);
-      expect(filesUnder(root).sort()).toEqual(files);
+      expect(await everything()).toEqual(files);
     });
 
     test('a source that fails mid-way fails the write with its error; nothing becomes visible', async () => {
@@ -171,7 +166,7 @@ export function runSnapshotStoreContract({ name, newStore, capabilities }: Snaps
       });
       await expect(store.write(cp(1), source)).rejects.toBe(failure);
       expect(await store.list('s1')).toEqual([]);
-      if (capabilities.failedWritesLeaveNoFiles) expect(filesUnder(root)).toEqual([]);
+      if (capabilities.failedWritesLeaveNoFiles) expect(await everything()).toEqual([]);
       await expect(store.readManifest('s1', 'cp-1')).rejects.toBeInstanceOf(SnapshotNotFoundError);
     });
 
@@ -196,7 +191,7 @@ export function runSnapshotStoreContract({ name, newStore, capabilities }: Snaps
       expect(written).toBeLessThan(2 * MiB);
       expect(source.destroyed).toBe(true);
       expect(await store.list('s1')).toEqual([]);
-      if (capabilities.failedWritesLeaveNoFiles) expect(filesUnder(root)).toEqual([]);
+      if (capabilities.failedWritesLeaveNoFiles) expect(await everything()).toEqual([]);
       await expect(store.readManifest('s1', 'cp-1')).rejects.toBeInstanceOf(SnapshotNotFoundError);
     });
 
@@ -207,7 +202,7 @@ export function runSnapshotStoreContract({ name, newStore, capabilities }: Snaps
       await expect(store.write(cp(1), source, { signal: controller.signal })).rejects.toMatchObject({
         name: 'AbortError',
       });
-      expect(fs.readdirSync(tmp, { recursive: true })).toEqual([]);
+      expect(await everything()).toEqual([]);
     });
 
     test('what does not exist is SnapshotNotFound, path-like ids included', async () => {
@@ -244,7 +239,7 @@ export function runSnapshotStoreContract({ name, newStore, capabilities }: Snaps
 
     test('altered bytes fail the stream with a typed error before it ends, and fail verify', async () => {
       await store.write(cp(1), streamOf(seeded(7, MiB)));
-      flipLargestFile(path.join(root, 's1'));
+      await opened.tamper('s1/');
       const code = capabilities.authenticatesData ? 'SnapshotTampered' : 'SnapshotCorrupt';
       const { stream } = await store.open('s1', 'cp-1');
       const result = await consume(stream);
@@ -259,7 +254,7 @@ export function runSnapshotStoreContract({ name, newStore, capabilities }: Snaps
       expect(await maintenance.verifyLineage('s1')).toEqual([
         { checkpointId: 'cp-1', sequence: 1, formatVersion: capabilities.formatVersion, status: 'ok' },
       ]);
-      flipLargestFile(path.join(root, 's1'));
+      await opened.tamper('s1/');
       expect((await maintenance.verifyLineage('s1'))[0]).toMatchObject({
         checkpointId: 'cp-1',
         status: capabilities.authenticatesData ? 'tampered' : 'corrupt',
@@ -282,16 +277,16 @@ export function runSnapshotStoreContract({ name, newStore, capabilities }: Snaps
     });
 
     describe('claims: a session id is owned once, for good', () => {
-      const claimFile = (session = 's1') => path.join(root, session, 'claim.json');
+      const claim = async (session = 's1') => (await opened.backend.read(`${session}/claim.json`))?.toString('utf8');
 
       test('the first claim wins; the same owner again is a no-op; another owner is refused', async () => {
         const s = store;
         await s.claim('s1', 'run-a');
-        const recorded = fs.readFileSync(claimFile(), 'utf8');
+        const recorded = (await claim())!;
         expect(JSON.parse(recorded)).toEqual({ owner: 'run-a', claimedAt: expect.any(String) });
         // A retried activity: accepted, and the claim is not rewritten.
         await s.claim('s1', 'run-a');
-        expect(fs.readFileSync(claimFile(), 'utf8')).toBe(recorded);
+        expect(await claim()).toBe(recorded);
         const refused = s.claim('s1', 'run-b');
         await expect(refused).rejects.toBeInstanceOf(SessionIdTakenError);
         await expect(refused).rejects.toMatchObject(
@@ -308,16 +303,16 @@ export function runSnapshotStoreContract({ name, newStore, capabilities }: Snaps
         const s = store;
         await s.write(cp(1), Readable.from([randomBytes(10_000)]));
         await expect(s.claim('s1', 'run-a')).rejects.toMatchObject(taken(/taken: the store holds .*cp-1/));
-        expect(fs.existsSync(claimFile())).toBe(false);
+        expect(await claim()).toBeUndefined();
       });
 
       test('racing claimers: exactly one owner wins, every caller of that owner succeeds', async () => {
         const s = store;
         const owners = ['run-a', 'run-b', 'run-a', 'run-c', 'run-b', 'run-a'];
         const results = await Promise.allSettled(owners.map((owner) => s.claim('s1', owner)));
-        const winner = (JSON.parse(fs.readFileSync(claimFile(), 'utf8')) as { owner: string }).owner;
+        const winner = (JSON.parse((await claim())!) as { owner: string }).owner;
         expect(results.map((r) => r.status)).toEqual(owners.map((o) => (o === winner ? 'fulfilled' : 'rejected')));
-        expect(fs.readdirSync(path.join(root, 's1'))).toEqual(['claim.json']);
+        expect(await everything()).toEqual(['s1/claim.json']);
       });
 
       test('the claim outlives every checkpoint of the session: the id stays used', async () => {
@@ -330,13 +325,12 @@ export function runSnapshotStoreContract({ name, newStore, capabilities }: Snaps
 
       test('a claim that cannot be read still takes the id; bad ids and owners are refused before anything', async () => {
         const s = store;
-        fs.mkdirSync(path.join(root, 's1'), { recursive: true });
-        fs.writeFileSync(claimFile(), '{"owner":');
+        await opened.backend.put('s1/claim.json', Buffer.from('{"owner":'));
         await expect(s.claim('s1', 'run-a')).rejects.toMatchObject(taken(/its claim is unreadable/));
         await expect(s.claim('../escape', 'run-a')).rejects.toThrow(TypeError);
         await expect(s.claim('s2', '')).rejects.toThrow(TypeError);
         await expect(s.claim('s2', 'line\nbreak')).rejects.toThrow(TypeError);
-        expect(fs.readdirSync(root)).toEqual(['s1']);
+        expect(await everything()).toEqual(['s1/claim.json']);
       });
     });
   });

@@ -15,6 +15,7 @@ import { Readable } from 'node:stream';
 import { pathToFileURL } from 'node:url';
 import { isErrnoError } from '../../errors';
 import { ensureDir, fsyncDir } from '../../fs-io';
+import { keepTouched, TOUCH_INTERVAL_MS } from '../abandoned';
 import {
   checkBlobKey,
   checkBlobPrefix,
@@ -28,7 +29,14 @@ export class FsBlobBackend implements BlobBackend {
   readonly root: string;
   readonly location: string;
 
-  constructor(root: string) {
+  /**
+   * `touchIntervalMs`: how often a streamed write touches its temp file, so that a store's cleaning of leftovers
+   * (abandoned.ts), here or on another host sharing the directory, never takes a slow live write for a dead one.
+   */
+  constructor(
+    root: string,
+    private readonly options: { touchIntervalMs?: number } = {},
+  ) {
     this.root = resolve(root);
     this.location = pathToFileURL(this.root).href;
   }
@@ -52,8 +60,16 @@ export class FsBlobBackend implements BlobBackend {
     try {
       const handle = await fs.open(tmp, 'wx');
       try {
-        if (Buffer.isBuffer(body)) await handle.writeFile(body);
-        else for await (const piece of body) await handle.write(piece);
+        if (Buffer.isBuffer(body)) {
+          await handle.writeFile(body);
+        } else {
+          const stop = keepTouched(() => [tmp], this.options.touchIntervalMs ?? TOUCH_INTERVAL_MS);
+          try {
+            for await (const piece of body) await handle.write(piece);
+          } finally {
+            stop();
+          }
+        }
         await handle.sync();
       } finally {
         await handle.close();

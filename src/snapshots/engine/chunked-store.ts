@@ -1,10 +1,9 @@
-import * as fs from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import { join } from 'node:path';
 import { DEFAULT_TENANT } from '../../domain/names';
 import { SessionId, TenantId } from '../../domain/schemas';
 import { TOUCH_INTERVAL_MS, type AbandonedReport, type CleanAbandonedOptions } from '../abandoned';
-import { SnapshotIncompatibleError } from '../errors';
+import { SnapshotIncompatibleError, SnapshotNotFoundError } from '../errors';
 import { CHUNKED_FORMAT_VERSION, ENGINE_FORMAT_VERSION, LEGACY_FORMAT_VERSION } from '../format';
 import { FsSnapshotStore } from '../fs-snapshot-store';
 import { checkNew, NewCheckpointSchema } from '../manifest';
@@ -16,6 +15,7 @@ import { asStoreFull } from '../store-full';
 import {
   TimelineSegments,
   type ReadTimelineOptions,
+  type SealerFor,
   type TimelineLog,
   type TimelinePage,
   type TimelineRecord,
@@ -25,6 +25,9 @@ import { sharedChunkPool, type ChunkPool, type PoolContext } from './chunk-pool'
 import { CODECS, defaultCodec, type CodecId } from './codec';
 import type { Keyring } from './keyring';
 import { checkIds, StoreLayout } from './layout';
+import type { BlobBackend } from '../blob/backend';
+import { FsBlobBackend } from '../blob/fs-backend';
+import { PrefixedBlobBackend } from '../blob/prefixed';
 import { LineageKeys } from './lineage-keys';
 import { StoreMaintenance } from './maintenance';
 import type { Location } from './manifest-codec';
@@ -34,6 +37,7 @@ import { PackWriter } from './packs';
 import type { Pin } from './pins';
 import { plannedChunks, reusableChunks, SealPipeline } from './seal-pipeline';
 import { timelineSealer } from './timeline-seal';
+import { TimelineObjects } from '../timeline-objects';
 
 /**
  * Formats 2 and 3: content-defined chunks, deduplicated, compressed, sealed (AES-256-GCM) and packed; what lives
@@ -58,7 +62,12 @@ const chunkIdOf = ([id]: Location): string => id;
 export const TENANTS_DIR = '_tenants';
 
 export interface ChunkedStoreOptions {
-  rootDir: string;
+  /**
+   * Where the store's objects are: a blob backend (blob/backend.ts), or a directory for the file-system backend (the
+   * embedded default). One of the two.
+   */
+  backend?: BlobBackend;
+  rootDir?: string;
   /** Bound into every object's additional data: objects of one tenant never verify for another. */
   tenant?: string;
   /** Master keys. `null` stores plaintext (integrity-checked, not tamper-proof): only when asked for explicitly. */
@@ -87,9 +96,11 @@ export interface ChunkedStoreOptions {
  * log (timeline-log.ts) sealed under its lineage's data key (timeline-seal.ts).
  */
 export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, SnapshotMaintenance {
-  readonly root: string;
+  /** The directory of the file-system backend the store runs on; null on any other backend. */
+  private readonly fsRoot: string | null;
+  readonly backend: BlobBackend;
   readonly tenant: string;
-  private readonly legacy: FsSnapshotStore;
+  private readonly legacy: LegacyReader;
   private readonly chunker: Chunker;
   private readonly pool: ChunkPool;
   private readonly writeFormat: ChunkedHeader['formatVersion'];
@@ -97,26 +108,37 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
   private readonly keys: LineageKeys;
   private readonly manifests: Manifests;
   private readonly maintenance: StoreMaintenance;
-  private readonly timeline: TimelineSegments;
+  private readonly timeline: TimelineLog & { remove(sessionId: string): Promise<void> };
   /** The stores of other tenants, made on first use (a tenant's store points back here: tenants never nest). */
   private readonly tenants = new Map<string, ChunkedSnapshotStore>();
   private parent: ChunkedSnapshotStore | undefined;
 
   constructor(private readonly options: ChunkedStoreOptions) {
-    this.layout = new StoreLayout(options.rootDir, options.touchIntervalMs ?? TOUCH_INTERVAL_MS);
-    this.root = this.layout.root;
+    const backend =
+      options.backend ??
+      new FsBlobBackend(requireRoot(options.rootDir), {
+        ...(options.touchIntervalMs !== undefined ? { touchIntervalMs: options.touchIntervalMs } : {}),
+      });
+    this.backend = backend;
+    this.fsRoot = fsRootOf(backend);
+    this.layout = new StoreLayout(backend, this.fsRoot, options.touchIntervalMs ?? TOUCH_INTERVAL_MS);
     this.tenant = options.tenant ?? 'default';
-    this.legacy = new FsSnapshotStore(this.root);
+    // Format 1 was only ever written to a local directory.
+    this.legacy = this.fsRoot !== null ? new FsSnapshotStore(this.fsRoot) : NO_FORMAT_1;
     this.chunker = new Chunker(options.chunker ?? DEFAULT_CHUNKER);
     this.pool = options.pool ?? sharedChunkPool();
     this.writeFormat = options.formatVersion ?? ENGINE_FORMAT_VERSION;
-    this.keys = new LineageKeys(this.root, this.tenant, options.keyring);
+    this.keys = new LineageKeys(backend, this.tenant, options.keyring);
     this.manifests = new Manifests(this.layout, this.keys, this.tenant, this.legacy);
-    this.timeline = new TimelineSegments(this.root, async (sessionId, purpose) => {
+    const sealerFor: SealerFor = async (sessionId, purpose) => {
       const lineage = await this.layout.lineageOf(sessionId);
       const key = options.keyring ? await this.keys.get(lineage, { create: purpose === 'append' }) : null;
       return timelineSealer({ tenant: this.tenant, lineage, sessionId }, key);
-    });
+    };
+    // A local directory keeps format 1's segment files (read and appended as before); any other backend gets one
+    // object per entry (timeline-objects.ts), which also reads segment files copied there.
+    this.timeline =
+      this.fsRoot !== null ? new TimelineSegments(this.fsRoot, sealerFor) : new TimelineObjects(backend, sealerFor);
     this.maintenance = new StoreMaintenance({
       layout: this.layout,
       manifests: this.manifests,
@@ -138,7 +160,8 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
     if (!TenantId.safeParse(tenant).success) throw new TypeError(`invalid tenant: ${JSON.stringify(tenant)}`);
     let store = this.tenants.get(tenant);
     if (!store) {
-      store = new ChunkedSnapshotStore({ ...this.options, rootDir: join(this.root, TENANTS_DIR, tenant), tenant });
+      const backend = new PrefixedBlobBackend(this.backend, `${TENANTS_DIR}/${tenant}`);
+      store = new ChunkedSnapshotStore({ ...this.options, rootDir: undefined, backend, tenant });
       store.parent = this;
       this.tenants.set(tenant, store);
     }
@@ -148,8 +171,12 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
   /** The tenants other than `default` whose folders this store holds. */
   async tenantsOnDisk(): Promise<string[]> {
     const root = this.parent ?? this;
-    const entries = await fs.readdir(join(root.root, TENANTS_DIR), { withFileTypes: true }).catch(() => []);
-    return entries.filter((e) => e.isDirectory() && TenantId.safeParse(e.name).success).map((e) => e.name);
+    const tenants = new Set<string>();
+    for await (const { key } of root.backend.list(`${TENANTS_DIR}/`)) {
+      const tenant = key.split('/')[1]!;
+      if (TenantId.safeParse(tenant).success) tenants.add(tenant);
+    }
+    return [...tenants];
   }
 
   /** What `status` reports about protection at rest. */
@@ -186,9 +213,9 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
       if (await this.layout.manifestExists(sessionId, checkpointId)) throw existsAlready(sessionId, checkpointId);
       this.pool.warm();
       // The pin and the temp packs are touched while the write runs, however long it stalls (abandoned.ts).
-      pin = await this.layout.pin(lineage, sessionId, checkpointId, () => packs?.tempPaths() ?? []);
+      pin = await this.layout.pin(lineage, sessionId, checkpointId);
       const key = this.options.keyring ? await this.keys.get(lineage, { create: true }) : null;
-      packs = new PackWriter(this.layout.packsDir(lineage), { tenant: this.tenant, lineage, key });
+      packs = new PackWriter(this.backend, { tenant: this.tenant, lineage, key });
       const parent = checkpoint.parentId ? await this.manifests.parentInfo(sessionId, checkpoint.parentId) : null;
       // The checkpoint a source's unchanged runs refer to; without it (gone, unreadable, another key) they are read.
       const base = source?.base
@@ -224,9 +251,10 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
       const digest = await pipeline.finish();
       signal?.throwIfAborted();
       await packs.close();
-      // Packs this checkpoint shares with older ones must still be there, and are touched so that a concurrent
-      // garbage collection keeps them (it spares packs touched after the oldest writer's pin).
-      await this.layout.requirePacks(lineage, pipeline.referencedPacks, sessionId, checkpointId, { touch: true });
+      // Packs this checkpoint shares with older ones are named in its pin, so that a collection on any host keeps
+      // them, and must still be there (pins.ts says why checking after naming them is enough).
+      await pin.protect(pipeline.referencedPacks);
+      await this.layout.requirePacks(lineage, pipeline.referencedPacks, sessionId, checkpointId);
       const manifest: ChunkedHeader = {
         formatVersion: this.writeFormat,
         checkpointId,
@@ -370,9 +398,8 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
     const pin = await this.layout.pin(lineage, target.sessionId, target.checkpointId);
     try {
       const key = origin.encryption.mode === 'aes-256-gcm' ? await this.keys.get(lineage) : null;
-      await this.layout.requirePacks(origin.lineage, loaded.table.packs, source.sessionId, source.checkpointId, {
-        touch: true,
-      });
+      await pin.protect(loaded.table.packs);
+      await this.layout.requirePacks(origin.lineage, loaded.table.packs, source.sessionId, source.checkpointId);
       const manifest = await make.manifest(origin, loaded.fileDigest);
       if (manifest.label === undefined) delete manifest.label;
       if (key) await this.keys.confirm(lineage, key, target);
@@ -388,7 +415,7 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
    * `<session>/claim.json`, beside the session's manifests; gc and shred leave it.
    */
   async claim(sessionId: string, owner: string): Promise<void> {
-    await claimSession(this.root, sessionId, owner);
+    await claimSession(this.backend, sessionId, owner);
   }
 
   /** Runs a step that writes to the store; a file system without room makes it a StoreFullError. */
@@ -425,11 +452,11 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
     const { lineage } = manifest;
     const key = manifest.encryption.mode === 'aes-256-gcm' ? await this.keys.get(lineage) : null;
     const packIds = manifest.chunks.map(([, , packId]) => packId);
-    await this.layout.requirePacks(lineage, packIds, sessionId, checkpointId, { touch: false });
+    await this.layout.requirePacks(lineage, packIds, sessionId, checkpointId);
     const stream = readChunks(
       manifest.chunks,
       {
-        packsDir: this.layout.packsDir(lineage),
+        backend: this.backend,
         binding: { tenant: this.tenant, lineage, key },
         readFor: { sessionId, checkpointId },
         pool: this.pool,
@@ -457,7 +484,7 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
 
   async delete(sessionId: string, checkpointId: string): Promise<void> {
     checkIds(sessionId, checkpointId);
-    await fs.rm(this.layout.manifestPath(sessionId, checkpointId), { force: true });
+    await this.backend.delete(this.layout.manifestKey(sessionId, checkpointId));
     await this.legacy.delete(sessionId, checkpointId);
   }
 
@@ -469,6 +496,12 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
 
   readTimeline(sessionId: string, options?: ReadTimelineOptions): Promise<TimelinePage> {
     return this.timeline.readTimeline(sessionId, options);
+  }
+
+  /** The directory of the file-system backend the store runs on. */
+  get root(): string {
+    if (this.fsRoot === null) throw new TypeError(`the store is on ${this.backend.location}, not a local directory`);
+    return this.fsRoot;
   }
 
   // ---- SnapshotMaintenance (maintenance.ts; documented on the interface) ----------------------------------------
@@ -493,3 +526,34 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
     return this.maintenance.shred(sessionId);
   }
 }
+
+function requireRoot(rootDir: string | undefined): string {
+  if (rootDir === undefined) throw new TypeError('a chunked store needs a backend or a rootDir');
+  return rootDir;
+}
+
+/**
+ * The directory a file-system backend (or a view of one under a prefix) keeps its objects in: packs, pins, leftovers
+ * and the timeline are still files there.
+ */
+function fsRootOf(backend: BlobBackend): string | null {
+  if (backend instanceof FsBlobBackend) return backend.root;
+  if (backend instanceof PrefixedBlobBackend) {
+    const inner = fsRootOf(backend.inner);
+    return inner === null ? null : join(inner, backend.prefixPath);
+  }
+  return null;
+}
+
+/** What reads format 1, on a backend that never held it: nothing is there. */
+type LegacyReader = Pick<FsSnapshotStore, 'readManifest' | 'open' | 'list' | 'delete'>;
+const NO_FORMAT_1: LegacyReader = {
+  readManifest: async (sessionId, checkpointId) => {
+    throw new SnapshotNotFoundError(`no checkpoint ${checkpointId} of session ${sessionId}`, sessionId, checkpointId);
+  },
+  open: async (sessionId, checkpointId) => {
+    throw new SnapshotNotFoundError(`no checkpoint ${checkpointId} of session ${sessionId}`, sessionId, checkpointId);
+  },
+  list: async () => [],
+  delete: async () => undefined,
+};

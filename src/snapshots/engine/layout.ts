@@ -1,21 +1,21 @@
 /**
- * Where the chunked store keeps what, and the small file operations on it.
+ * Where the chunked store keeps what, as keys of its blob backend (blob/backend.ts). On the file-system backend a key
+ * is a path under the store's directory, so the layout on disk is the one the store has always had.
  *
- *   <root>/<lineage>/keys/data-key.json          the lineage's data key, wrapped by a master key (lineage-keys.ts)
- *   <root>/<lineage>/packs/<packId>.pack          a header, then sealed chunks (packs.ts); immutable once renamed
- *   <root>/<lineage>/pins/<session>.<checkpoint>  present while a writer runs: garbage collection keeps its packs
- *   <root>/<sessionId>/<checkpointId>.manifest    the sealed manifest: chunk list, parent's manifest digest
- *   <root>/<sessionId>/lineage.json               of a fork only: the lineage whose key and packs it uses
- *   <root>/<sessionId>/claim.json                 who owns the session id (session-claim.ts); never removed
- *   <root>/<sessionId>/timeline/<first>.log       the session's timeline log (timeline-log.ts); removed by shred only
+ *   <lineage>/keys/data-key.json          the lineage's data key, wrapped by a master key (lineage-keys.ts)
+ *   <lineage>/packs/<packId>.pack          a header, then sealed chunks (packs.ts); immutable once written
+ *   <lineage>/pins/<session>.<checkpoint>  present while a writer runs: garbage collection keeps its packs (pins.ts)
+ *   <sessionId>/<checkpointId>.manifest    the sealed manifest: chunk list, parent's manifest digest
+ *   <sessionId>/lineage.json               of a fork only: the lineage whose key and packs it uses
+ *   <sessionId>/claim.json                 who owns the session id (session-claim.ts); never removed
+ *   <sessionId>/timeline/…                 the session's timeline log (timeline-log.ts); removed by shred only
  *
- * A session's lineage is its own id unless it is a fork.
+ * A session's lineage is its own id unless it is a fork. Manifests, claims, lineage pointers and new data keys are
+ * written with the backend's `create`: of two writers of one of them, on any two machines, exactly one publishes it.
  */
-import * as fs from 'node:fs/promises';
-import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { CheckpointId, SessionId } from '../../domain/schemas';
-import { ensureDir, exists, publish, readSmall } from '../../fs-io';
+import type { BlobBackend } from '../blob/backend';
 import { SnapshotCorruptError, SnapshotNotFoundError } from '../errors';
 import { createPin, type Pin } from './pins';
 
@@ -25,72 +25,73 @@ export const LEGACY_MANIFEST_SUFFIX = '.manifest.json';
 export const LINEAGE_FILE = 'lineage.json';
 export const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
 /** Folders of a lineage's directory where writers make temp files (a session's own directory has them too). */
-export const TEMP_DIRS = ['packs', 'keys'];
+export const TEMP_DIRS = ['packs', 'keys', 'pins'];
 
 /** `<session>/lineage.json` of a fork: the lineage whose key and packs the session uses. */
 const LineageFile = z.object({ lineage: SessionId });
+
+export function packKey(lineage: string, packId: string): string {
+  return `${lineage}/packs/${packId}.pack`;
+}
 
 export class StoreLayout {
   /** Sessions known to be forks, and their lineage. */
   private readonly lineages = new Map<string, string>();
 
-  readonly root: string;
-
   constructor(
-    root: string,
+    readonly backend: BlobBackend,
+    /**
+     * The directory the backend keeps its objects in, for what only a local directory has: temp files its writers
+     * leave when they die, and the timeline's segment files. Null on any other backend.
+     */
+    readonly root: string | null,
     private readonly touchIntervalMs: number,
-  ) {
-    this.root = resolve(root);
+  ) {}
+
+  manifestKey(sessionId: string, checkpointId: string): string {
+    return `${sessionId}/${checkpointId}${MANIFEST_SUFFIX}`;
   }
 
-  sessionDir(sessionId: string): string {
-    return join(this.root, sessionId);
+  legacyManifestKey(sessionId: string, checkpointId: string): string {
+    return `${sessionId}/${checkpointId}${LEGACY_MANIFEST_SUFFIX}`;
   }
 
-  lineageDir(lineage: string): string {
-    return join(this.root, lineage);
+  lineageFileKey(sessionId: string): string {
+    return `${sessionId}/${LINEAGE_FILE}`;
   }
 
-  packsDir(lineage: string): string {
-    return join(this.lineageDir(lineage), 'packs');
-  }
-
-  manifestPath(sessionId: string, checkpointId: string): string {
-    return join(this.root, sessionId, `${checkpointId}${MANIFEST_SUFFIX}`);
-  }
-
-  legacyManifestPath(sessionId: string, checkpointId: string): string {
-    return join(this.root, sessionId, `${checkpointId}${LEGACY_MANIFEST_SUFFIX}`);
-  }
-
-  lineageFilePath(sessionId: string): string {
-    return join(this.root, sessionId, LINEAGE_FILE);
-  }
-
-  /** The names in a session's directory (none for a session the store has never seen). */
+  /**
+   * The names directly in a session's folder: `claim.json`, manifests, and the first segment of deeper keys
+   * (`packs`, `keys`, `timeline`…). None for a session the store has never seen.
+   */
   async sessionEntries(sessionId: string): Promise<string[]> {
-    return fs.readdir(this.sessionDir(sessionId)).catch(() => [] as string[]);
+    const names = new Set<string>();
+    for await (const { key } of this.backend.list(`${sessionId}/`)) {
+      names.add(key.slice(sessionId.length + 1).split('/')[0]!);
+    }
+    return [...names];
   }
 
   /** The ids of a session's chunked manifests. */
   async chunkedManifestIds(sessionId: string): Promise<string[]> {
     return (await this.sessionEntries(sessionId))
-      .filter((n) => n.endsWith(MANIFEST_SUFFIX) && !n.startsWith('.'))
+      .filter((n) => n.endsWith(MANIFEST_SUFFIX))
       .map((n) => n.slice(0, -MANIFEST_SUFFIX.length));
   }
 
   async manifestExists(sessionId: string, checkpointId: string): Promise<boolean> {
     return (
-      (await exists(this.manifestPath(sessionId, checkpointId))) ||
-      (await exists(this.legacyManifestPath(sessionId, checkpointId)))
+      (await this.backend.stat(this.manifestKey(sessionId, checkpointId))) !== null ||
+      (await this.backend.stat(this.legacyManifestKey(sessionId, checkpointId))) !== null
     );
   }
 
-  /** A manifest file's bytes as stored, chunked or format 1, or null if there is none. */
+  /** A manifest's bytes as stored, chunked or format 1, or null if there is none. */
   async manifestFile(sessionId: string, checkpointId: string): Promise<Buffer | null> {
+    const maxBytes = MAX_MANIFEST_BYTES;
     return (
-      (await readSmall(this.manifestPath(sessionId, checkpointId), MAX_MANIFEST_BYTES)) ??
-      (await readSmall(this.legacyManifestPath(sessionId, checkpointId), MAX_MANIFEST_BYTES))
+      (await this.backend.read(this.manifestKey(sessionId, checkpointId), { maxBytes })) ??
+      (await this.backend.read(this.legacyManifestKey(sessionId, checkpointId), { maxBytes }))
     );
   }
 
@@ -98,7 +99,7 @@ export class StoreLayout {
   async lineageOf(sessionId: string): Promise<string> {
     const known = this.lineages.get(sessionId);
     if (known) return known;
-    const raw = await readSmall(this.lineageFilePath(sessionId), MAX_MANIFEST_BYTES);
+    const raw = await this.backend.read(this.lineageFileKey(sessionId), { maxBytes: MAX_MANIFEST_BYTES });
     if (raw === null) return sessionId;
     let parsed: { lineage: string };
     try {
@@ -114,48 +115,29 @@ export class StoreLayout {
   }
 
   /**
-   * Makes a new session a fork in `lineage`: publishes its `lineage.json`, once (false if the session has one
-   * already: a fork starts a new session).
+   * Makes a new session a fork in `lineage`: creates its `lineage.json`, once (false if the session has one already:
+   * a fork starts a new session).
    */
   async joinLineage(sessionId: string, lineage: string): Promise<boolean> {
-    await ensureDir(this.sessionDir(sessionId));
-    const joined = await publish(this.lineageFilePath(sessionId), Buffer.from(JSON.stringify({ lineage })), {
-      replace: false,
-    });
+    const joined = await this.backend.create(this.lineageFileKey(sessionId), Buffer.from(JSON.stringify({ lineage })));
     if (joined) this.lineages.set(sessionId, lineage);
     return joined;
   }
 
-  /** Marks a checkpoint as being written into a lineage, for gc (pins.ts); touched, with `alsoTouch`, until released. */
-  pin(lineage: string, sessionId: string, checkpointId: string, alsoTouch?: () => Iterable<string>): Promise<Pin> {
-    return createPin(this.lineageDir(lineage), sessionId, checkpointId, {
-      touchIntervalMs: this.touchIntervalMs,
-      ...(alsoTouch ? { alsoTouch } : {}),
-    });
+  /** Marks a checkpoint as being written into a lineage, for gc (pins.ts); refreshed until released. */
+  pin(lineage: string, sessionId: string, checkpointId: string): Promise<Pin> {
+    return createPin(this.backend, lineage, sessionId, checkpointId, { refreshIntervalMs: this.touchIntervalMs });
   }
 
-  /**
-   * Every pack named must exist (else SnapshotNotFound). With `touch` (a new manifest over existing chunks: a write's
-   * reused packs, a rewind's or a fork's source), each is touched too, so that a concurrent gc keeps it.
-   */
+  /** Every pack named must exist, else SnapshotNotFound. */
   async requirePacks(
     lineage: string,
     packIds: Iterable<string>,
     sessionId: string,
     checkpointId: string,
-    { touch }: { touch: boolean },
   ): Promise<void> {
-    const packsDir = this.packsDir(lineage);
     for (const packId of new Set(packIds)) {
-      const path = join(packsDir, `${packId}.pack`);
-      const now = new Date();
-      const present = touch
-        ? await fs.utimes(path, now, now).then(
-            () => true,
-            () => false,
-          )
-        : await exists(path);
-      if (!present) {
+      if ((await this.backend.stat(packKey(lineage, packId))) === null) {
         throw new SnapshotNotFoundError(
           `checkpoint ${checkpointId} of session ${sessionId} is missing pack ${packId}`,
           sessionId,
@@ -163,6 +145,16 @@ export class StoreLayout {
         );
       }
     }
+  }
+
+  /** The sessions (and lineages) the store holds anything of: the first segments of keys that are session ids. */
+  async sessionIds(): Promise<string[]> {
+    const ids = new Set<string>();
+    for await (const { key } of this.backend.list('')) {
+      const first = key.slice(0, key.indexOf('/'));
+      if (!ids.has(first) && key.includes('/') && SessionId.safeParse(first).success) ids.add(first);
+    }
+    return [...ids];
   }
 }
 

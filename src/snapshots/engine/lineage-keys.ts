@@ -1,19 +1,18 @@
 /**
- * The data key of each lineage: `<root>/<lineage>/keys/data-key.json`, wrapped by a master key.
+ * The data key of each lineage: `<lineage>/keys/data-key.json` in the store's backend, wrapped by a master key.
  *
  * A key unwrapped once is kept in memory, but every use reads the wrapped file again (a few hundred bytes) and
  * compares it with the bytes the key came from. So a key destroyed on disk (shred, or deleted by hand), damaged or
- * replaced is noticed by the next read or write, as it would be after a restart, and never used from memory: a
+ * replaced is noticed by the next read or write, as it would be after a restart (or on another worker), and never used from memory: a
  * checkpoint published under a key that no longer exists could never be restored. A file whose bytes changed is
  * unwrapped again; the same data key re-wrapped (rekey) is accepted, any other is refused.
  */
 import { hkdfSync, timingSafeEqual } from 'node:crypto';
-import * as fs from 'node:fs/promises';
-import { join } from 'node:path';
-import { exists, publish, readSmall } from '../../fs-io';
+import type { BlobBackend } from '../blob/backend';
 import type { ChunkKey } from './chunk-work';
 import { KeyUnavailableError, SnapshotTamperedError, type CryptoErrorContext } from '../errors';
 import { startsWithSealedRecord, TIMELINE_DIR } from '../timeline-log';
+import { TIMELINE_ENTRIES_DIR } from '../timeline-objects';
 import { isEncryptedObject } from './crypto';
 import { createDataKey, rewrapDataKey, unwrapDataKey, wrapDataKey, WrappedDataKey, type Keyring } from './keyring';
 
@@ -31,7 +30,7 @@ export class LineageKeys {
   private readonly held = new Map<string, Held>();
 
   constructor(
-    private readonly root: string,
+    private readonly backend: BlobBackend,
     private readonly tenant: string,
     private readonly keyring: Keyring | null,
   ) {}
@@ -49,7 +48,7 @@ export class LineageKeys {
    */
   async get(lineage: string, options: { create?: boolean } = {}): Promise<ChunkKey> {
     const keyring = this.requireKeyring();
-    const raw = (await readSmall(this.file(lineage), MAX_KEY_FILE_BYTES)) ?? (await this.missing(lineage, options));
+    const raw = (await this.read(lineage)) ?? (await this.missing(lineage, options));
     const held = this.held.get(lineage);
     if (held?.raw.equals(raw)) return held.key;
     const key = this.unwrap(lineage, raw, keyring);
@@ -104,30 +103,26 @@ export class LineageKeys {
   /** Re-wraps the lineage's data key under the primary master key; false if it already uses it. */
   async rewrap(lineage: string): Promise<boolean> {
     const keyring = this.requireKeyring();
-    const path = this.file(lineage);
-    const raw = await readSmall(path, MAX_KEY_FILE_BYTES);
+    const raw = await this.read(lineage);
     if (raw === null) throw this.gone(lineage, `the data key of ${lineage} does not exist (destroyed?)`);
     const wrapped = this.parse(lineage, raw);
     if (wrapped.masterKeyId === keyring.primaryKeyId) return false;
     const next = rewrapDataKey(keyring, wrapped, this.context(lineage));
     // The key in memory stays valid: the next use sees new bytes, unwraps them and finds the same data key.
-    await publish(path, Buffer.from(JSON.stringify(next)), { replace: true });
+    await this.backend.put(this.file(lineage), Buffer.from(JSON.stringify(next)));
     return true;
   }
 
   /** Deletes the lineage's wrapped data key: everything sealed under it is unreadable from then on. */
   async destroy(lineage: string): Promise<void> {
-    await fs.rm(this.file(lineage), { force: true });
+    await this.backend.delete(this.file(lineage));
     this.held.delete(lineage);
   }
 
   /** Lineages of the store that have a data key file. */
-  async lineages(): Promise<string[]> {
-    const dirs = await fs.readdir(this.root, { withFileTypes: true }).catch(() => []);
+  async lineages(sessions: readonly string[]): Promise<string[]> {
     const out: string[] = [];
-    for (const d of dirs) {
-      if (d.isDirectory() && (await exists(this.file(d.name)))) out.push(d.name);
-    }
+    for (const lineage of sessions) if ((await this.backend.stat(this.file(lineage))) !== null) out.push(lineage);
     return out;
   }
 
@@ -146,10 +141,9 @@ export class LineageKeys {
       );
     }
     if (!create) throw this.gone(lineage, `the data key of ${lineage} does not exist (destroyed?)`);
-    const path = this.file(lineage);
     if ((await this.hasSealedPacks(lineage)) || (await this.hasSealedTimeline(lineage))) {
       // Read again: a writer that created the key after our first look has also had time to write packs under it.
-      const raw = await readSmall(path, MAX_KEY_FILE_BYTES);
+      const raw = await this.read(lineage);
       if (raw !== null) return raw;
       throw this.gone(
         lineage,
@@ -161,23 +155,26 @@ export class LineageKeys {
     const bytes = Buffer.from(JSON.stringify(wrapDataKey(keyring, dataKey, this.context(lineage))));
     dataKey.key.fill(0);
     // Two writers may race to create the key: exactly one wins, the other reads the winner's.
-    if (await publish(path, bytes, { replace: false })) return bytes;
-    const raw = await readSmall(path, MAX_KEY_FILE_BYTES);
+    if (await this.backend.create(this.file(lineage), bytes)) return bytes;
+    const raw = await this.read(lineage);
     if (raw === null) throw new Error(`data key of lineage ${lineage} vanished while being created`);
     return raw;
   }
 
   /** Whether some pack of the lineage is encrypted: then a data key existed, whatever became of it. */
   private hasSealedPacks(lineage: string): Promise<boolean> {
-    return someFileStarts(join(this.root, lineage, 'packs'), '.pack', 8, isEncryptedObject);
+    return someObjectStarts(this.backend, `${lineage}/packs/`, '.pack', 8, isEncryptedObject);
   }
 
   /**
    * Whether the lineage's own session has encrypted timeline records (timeline-log.ts): a claimed session may have
    * appended its timeline, sealed under the key, before writing any checkpoint.
    */
-  private hasSealedTimeline(lineage: string): Promise<boolean> {
-    return someFileStarts(join(this.root, lineage, TIMELINE_DIR), '.log', 4, startsWithSealedRecord);
+  private async hasSealedTimeline(lineage: string): Promise<boolean> {
+    return (
+      (await someObjectStarts(this.backend, `${lineage}/${TIMELINE_DIR}/`, '.log', 4, startsWithSealedRecord)) ||
+      (await someObjectStarts(this.backend, `${lineage}/${TIMELINE_ENTRIES_DIR}/`, '', 4, startsWithSealedRecord))
+    );
   }
 
   private unwrap(lineage: string, raw: Buffer, keyring: Keyring): ChunkKey {
@@ -236,29 +233,26 @@ export class LineageKeys {
   }
 
   private file(lineage: string): string {
-    return join(this.root, lineage, 'keys', DATA_KEY_FILE);
+    return `${lineage}/keys/${DATA_KEY_FILE}`;
+  }
+
+  private read(lineage: string): Promise<Buffer | null> {
+    return this.backend.read(this.file(lineage), { maxBytes: MAX_KEY_FILE_BYTES });
   }
 }
 
-/** Whether some file of `dir` named `*<suffix>` starts with bytes (its first `length`) that `test` accepts. */
-async function someFileStarts(
-  dir: string,
+/** Whether some object under `prefix` named `*<suffix>` starts with bytes (its first `length`) that `test` accepts. */
+async function someObjectStarts(
+  backend: BlobBackend,
+  prefix: string,
   suffix: string,
   length: number,
   test: (prefix: Buffer) => boolean,
 ): Promise<boolean> {
-  const names = await fs.readdir(dir).catch(() => [] as string[]);
-  const prefix = Buffer.alloc(length);
-  for (const name of names) {
-    if (!name.endsWith(suffix)) continue;
-    const handle = await fs.open(join(dir, name), 'r').catch(() => null);
-    if (!handle) continue;
-    try {
-      const { bytesRead } = await handle.read(prefix, 0, prefix.length, 0);
-      if (test(prefix.subarray(0, bytesRead))) return true;
-    } finally {
-      await handle.close();
-    }
+  for await (const { key } of backend.list(prefix)) {
+    if (!key.endsWith(suffix)) continue;
+    const head = await backend.read(key, { range: { offset: 0, length } });
+    if (head && test(head)) return true;
   }
   return false;
 }

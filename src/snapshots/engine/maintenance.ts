@@ -6,12 +6,12 @@
 import * as fs from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
+import type { BlobInfo } from '../blob/backend';
 import {
   abandonedAge,
   ABANDONED_AFTER_MS,
   isTempName,
   removeAbandonedTemps,
-  sessionDirs,
   type AbandonedReport,
   type CleanAbandonedOptions,
 } from '../abandoned';
@@ -21,7 +21,7 @@ import type { GcReport, SnapshotMaintenance, VerifyResult } from '../snapshot-ma
 import { checkSessionId, LEGACY_MANIFEST_SUFFIX, MANIFEST_SUFFIX, TEMP_DIRS, type StoreLayout } from './layout';
 import type { LineageKeys } from './lineage-keys';
 import type { Loaded, Manifests } from './manifests';
-import { livePinStarts, removeAbandonedPins } from './pins';
+import { livePins, lockForGc, removeAbandonedPins } from './pins';
 
 /** Thrown when a lineage cannot be swept (gc skips it and says why). */
 class LineageSkipped extends Error {}
@@ -121,30 +121,37 @@ export class StoreMaintenance implements SnapshotMaintenance {
   }
 
   /**
-   * Removes what writers that died mid-write left: temp files (packs being written, manifests, keys, claims and
-   * lineage pointers being published, format-1 data) and pins, once untouched for `olderThanMs` (ABANDONED_AFTER_MS by
-   * default; a pin of a writer from before pins were touched, UNTOUCHED_PIN_MS). A live writer touches its pin and temp files every
-   * `touchIntervalMs`, so only a dead writer's are that old. Never touches a manifest, a pack in place, a key or a
-   * claim. Run at worker start and by gc.
+   * Removes what writers that died mid-write left: pins not refreshed for `olderThanMs` (ABANDONED_AFTER_MS by
+   * default; a pin of a writer from before pins were refreshed, UNTOUCHED_PIN_MS), judged by the backend's own
+   * timestamps and clock, and on a local directory the temp files of writes cut short (packs being streamed,
+   * manifests, keys, claims and lineage pointers being published, format-1 data), untouched as long. A live writer
+   * refreshes its pin and touches its temp files every `touchIntervalMs`, so only a dead writer's are that old. Never
+   * touches a manifest, a pack, a key or a claim. Run at worker start and by gc.
    */
   async cleanAbandoned(options: CleanAbandonedOptions = {}): Promise<AbandonedReport> {
-    const age = abandonedAge(options);
+    const age = abandonedAge({ ...options, now: options.now ?? (await this.layout.backend.now()).getTime() });
     const dryRun = options.dryRun ?? false;
     // Format-1 temp files live in the session directories too, under the same names' rule.
-    const temps = await removeAbandonedTemps(this.layout.root, age.before, { subdirs: TEMP_DIRS, dryRun });
-    const pins = await removeAbandonedPins(this.layout.root, age, dryRun);
+    const { root } = this.layout;
+    const temps =
+      root === null
+        ? { files: 0, bytes: 0 }
+        : await removeAbandonedTemps(root, age.before, { subdirs: TEMP_DIRS, dryRun });
+    const pins = await removeAbandonedPins(this.layout.backend, await this.layout.sessionIds(), age, dryRun);
     return { tempFiles: temps.files, pins: pins.pins, bytes: temps.bytes + pins.bytes };
   }
 
   /**
-   * Mark and sweep: a pack survives if any manifest of its lineage references it, if it is younger than the grace
-   * period, or if it was written or touched after the oldest running writer started (its pin). Safe while
-   * checkpoints are being written: a writer pins before its first pack and touches every older pack it reuses.
-   * Dead writers' temp files and pins go first (cleanAbandoned), so a stale pin no longer holds packs back.
+   * Mark and sweep, lineage by lineage: a pack survives if any manifest of its lineage references it, if a live
+   * writer's pin names it, if it is younger than the grace period, or if it was written after the oldest live writer
+   * started. Safe while checkpoints are being written on any host: see pins.ts for the protocol (the lineage's gc lock
+   * is held from before the pins are read until the last delete). Ages are the backend's timestamps against its
+   * clock. Dead writers' temp files and pins go first (cleanAbandoned), so a stale pin no longer holds packs back.
    */
   async gc(options: { dryRun?: boolean; now?: number } = {}): Promise<GcReport> {
+    const { backend } = this.layout;
     const dryRun = options.dryRun ?? false;
-    const startedAt = options.now ?? Date.now();
+    const startedAt = options.now ?? (await backend.now()).getTime();
     const cleaning = { olderThanMs: ABANDONED_AFTER_MS, now: startedAt };
     const abandoned = await this.cleanAbandoned({ ...cleaning, dryRun });
     const abandonedAt = abandonedAge(cleaning);
@@ -157,7 +164,7 @@ export class StoreMaintenance implements SnapshotMaintenance {
       bytesRemoved: 0,
       abandoned,
     };
-    const sessions = await sessionDirs(this.layout.root);
+    const sessions = await this.layout.sessionIds();
     // The sessions of each lineage (a lineage is itself and its forks); all their manifests keep its packs.
     const members = new Map<string, string[]>();
     const unplaced: string[] = [];
@@ -167,44 +174,79 @@ export class StoreMaintenance implements SnapshotMaintenance {
       else members.set(lineage, [...(members.get(lineage) ?? []), session]);
     }
     for (const lineage of sessions) {
-      const packsDir = this.layout.packsDir(lineage);
-      const packNames = await fs.readdir(packsDir).catch(() => [] as string[]);
-      if (packNames.length === 0) continue;
+      const packs: BlobInfo[] = [];
+      for await (const info of backend.list(`${lineage}/packs/`)) if (info.key.endsWith('.pack')) packs.push(info);
+      const temps = await this.tempPacks(lineage, abandonedAt.before);
+      if (packs.length === 0 && temps.length === 0) continue;
       report.lineages++;
       if (unplaced.length > 0) {
         // A session whose lineage is unknown might reference any lineage's packs: sweep nothing.
         report.skipped.push({ lineage, reason: `the lineage of ${unplaced.join(', ')} is unreadable` });
         continue;
       }
-      // Abandoned pins are gone (or, in a dry run, counted as gone): only live writers hold packs back.
-      const starts = await livePinStarts(this.layout.lineageDir(lineage), abandonedAt);
-      const threshold = Math.min(startedAt - this.gcGraceMs, ...starts);
-      let live: Set<string>;
-      try {
-        live = await this.referencedPacks(lineage, members.get(lineage) ?? []);
-      } catch (err) {
-        if (!(err instanceof LineageSkipped)) throw err;
-        report.skipped.push({ lineage, reason: err.message });
+      const lock = dryRun ? null : await lockForGc(backend, lineage);
+      if (!dryRun && !lock) {
+        report.skipped.push({ lineage, reason: 'another collection is sweeping it' });
         continue;
       }
-      for (const name of packNames) {
-        const path = join(packsDir, name);
-        const st = await fs.stat(path).catch(() => null);
-        if (!st) continue;
-        // Counted (and, unless a dry run, removed) by cleanAbandoned above.
-        if (isTempName(name) && st.mtimeMs < abandonedAt.before) continue;
-        const packId = name.replace(/\.pack$/, '').replace(/^\.(.*)\.tmp$/, '$1');
-        // Temp files of writers that crashed go like unreferenced packs, once they are older than the threshold.
-        if (live.has(packId) || st.mtimeMs >= threshold || !(name.endsWith('.pack') || name.endsWith('.tmp'))) {
-          report.packsKept++;
+      try {
+        // Read after the lock is taken (pins.ts). Abandoned pins are gone (or, in a dry run, counted as gone).
+        const pins = await livePins(backend, lineage, abandonedAt);
+        const threshold = Math.min(startedAt - this.gcGraceMs, ...pins.starts);
+        let live: Set<string>;
+        try {
+          live = await this.referencedPacks(lineage, members.get(lineage) ?? []);
+        } catch (err) {
+          if (!(err instanceof LineageSkipped)) throw err;
+          report.skipped.push({ lineage, reason: err.message });
           continue;
         }
-        report.packsRemoved.push({ lineage, packId, bytes: st.size });
-        report.bytesRemoved += st.size;
-        if (!dryRun) await fs.rm(path, { force: true });
+        for (const info of packs) {
+          const packId = info.key.slice(`${lineage}/packs/`.length, -'.pack'.length);
+          if (live.has(packId) || pins.packs.has(packId) || info.modifiedAt.getTime() >= threshold) {
+            report.packsKept++;
+            continue;
+          }
+          report.packsRemoved.push({ lineage, packId, bytes: info.size });
+          report.bytesRemoved += info.size;
+          if (!dryRun) await backend.delete(info.key);
+        }
+        // Temp files of writers that crashed go like unreferenced packs, once they are older than the threshold.
+        for (const temp of temps) {
+          if (temp.mtimeMs >= threshold) {
+            report.packsKept++;
+            continue;
+          }
+          report.packsRemoved.push({ lineage, packId: temp.packId, bytes: temp.size });
+          report.bytesRemoved += temp.size;
+          if (!dryRun) await fs.rm(temp.path, { force: true });
+        }
+      } finally {
+        await lock?.release();
       }
     }
     return report;
+  }
+
+  /**
+   * The temp files in a lineage's packs folder on a local directory (packs a writer was streaming when it died), but
+   * those cleanAbandoned counts (older than `abandonedBefore`).
+   */
+  private async tempPacks(
+    lineage: string,
+    abandonedBefore: number,
+  ): Promise<{ path: string; packId: string; size: number; mtimeMs: number }[]> {
+    if (this.layout.root === null) return [];
+    const dir = join(this.layout.root, lineage, 'packs');
+    const found = [];
+    for (const name of await fs.readdir(dir).catch(() => [] as string[])) {
+      if (!isTempName(name)) continue;
+      const path = join(dir, name);
+      const st = await fs.stat(path).catch(() => null);
+      if (!st?.isFile() || st.mtimeMs < abandonedBefore) continue;
+      found.push({ path, packId: name.replace(/^\.(.*)\.tmp$/, '$1'), size: st.size, mtimeMs: st.mtimeMs });
+    }
+    return found;
   }
 
   /** Re-wraps every lineage's data key under the primary master key. Chunks are not rewritten. */
@@ -212,7 +254,7 @@ export class StoreMaintenance implements SnapshotMaintenance {
     this.keys.requireKeyring();
     let rewrapped = 0;
     let unchanged = 0;
-    for (const lineage of await this.keys.lineages()) {
+    for (const lineage of await this.keys.lineages(await this.layout.sessionIds())) {
       if (await this.keys.rewrap(lineage)) rewrapped++;
       else unchanged++;
     }
@@ -229,7 +271,7 @@ export class StoreMaintenance implements SnapshotMaintenance {
     checkSessionId(sessionId);
     const lineage = await this.layout.lineageOf(sessionId);
     await this.keys.destroy(lineage);
-    for (const session of await sessionDirs(this.layout.root)) {
+    for (const session of await this.layout.sessionIds()) {
       // A session whose lineage cannot be read is not known to be this lineage's: its timeline stays.
       if ((await this.layout.lineageOf(session).catch(() => null)) === lineage) await this.removeTimeline(session);
     }

@@ -6,7 +6,6 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { CheckpointId, SessionId } from '../../domain/schemas';
-import { publish, readSmall } from '../../fs-io';
 import {
   KeyUnavailableError,
   SnapshotCorruptError,
@@ -73,7 +72,7 @@ export class Manifests {
     private readonly keys: LineageKeys,
     private readonly tenant: string,
     /** Reads format-1 manifests, which live beside the chunked ones. */
-    private readonly legacy: FsSnapshotStore,
+    private readonly legacy: Pick<FsSnapshotStore, 'readManifest'>,
   ) {}
 
   /**
@@ -110,11 +109,12 @@ export class Manifests {
           'readers accept: the state has too many chunks (a larger DS_CHUNK_KIB, or format 3, lists fewer bytes per GiB)',
       );
     }
-    // Linked, not renamed, into place: of two writers of one id the second fails instead of replacing the first
-    // (a runtime told the second had stored its capture would then describe a checkpoint that is not on disk).
-    const published = await publish(this.layout.manifestPath(manifest.sessionId, manifest.checkpointId), sealed, {
-      replace: false,
-    });
+    // Created, never replaced: of two writers of one id (two workers on two hosts) the second fails instead of
+    // replacing the first (a runtime told the second had stored its capture would describe a checkpoint not stored).
+    const published = await this.layout.backend.create(
+      this.layout.manifestKey(manifest.sessionId, manifest.checkpointId),
+      sealed,
+    );
     if (!published) throw existsAlready(manifest.sessionId, manifest.checkpointId);
   }
 
@@ -168,8 +168,9 @@ export class Manifests {
     if (!SessionId.safeParse(sessionId).success || !CheckpointId.safeParse(checkpointId).success) {
       throw new SnapshotNotFoundError(`no checkpoint ${checkpointId} of session ${sessionId}`, sessionId, checkpointId);
     }
-    const path = this.layout.manifestPath(sessionId, checkpointId);
-    const sealed = await readSmall(path, MAX_MANIFEST_BYTES);
+    const sealed = await this.layout.backend.read(this.layout.manifestKey(sessionId, checkpointId), {
+      maxBytes: MAX_MANIFEST_BYTES,
+    });
     if (sealed === null) return { kind: 'v1', manifest: await this.legacy.readManifest(sessionId, checkpointId) };
     const lineage = await this.layout.lineageOf(sessionId);
     const peek = isEncryptedObject(sealed);

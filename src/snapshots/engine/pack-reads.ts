@@ -4,6 +4,7 @@
  * pool thread or on the calling thread, and yielded in manifest order.
  */
 import { Readable } from 'node:stream';
+import type { BlobBackend } from '../blob/backend';
 import { SnapshotCorruptError, SnapshotReadError, SnapshotTamperedError } from '../errors';
 import { CHUNKED_FORMAT_VERSION } from '../format';
 import type { StoreProgress } from '../snapshot-store';
@@ -15,16 +16,16 @@ import { BATCH_BYTES, PackReader, type PackBinding, type PackReadFor } from './p
 /** Read batches in flight ahead of a restore's consumer. */
 const READ_AHEAD_BATCHES = 4;
 
-/** The plaintext of `chunks`, read from the packs in `packsDir`; fails with the checkpoint's typed error. */
+/** The plaintext of `chunks`, read from the lineage's packs in `backend`; fails with the checkpoint's typed error. */
 export function readChunks(
   chunks: readonly Location[],
-  from: { packsDir: string; binding: PackBinding; readFor: PackReadFor; pool: ChunkPool },
+  from: { backend: BlobBackend; binding: PackBinding; readFor: PackReadFor; pool: ChunkPool },
   options: StoreProgress = {},
 ): Readable {
   const { binding, readFor, pool } = from;
   const { sessionId, checkpointId } = readFor;
   const { key } = binding;
-  const reader = new PackReader(from.packsDir, binding, readFor, BATCH_BYTES * 1.5);
+  const reader = new PackReader(from.backend, binding, readFor, BATCH_BYTES * 1.5);
   const context = {
     tenant: binding.tenant,
     lineage: binding.lineage,

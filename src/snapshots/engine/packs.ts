@@ -1,5 +1,7 @@
 /**
- * Pack files: `<lineage>/packs/<packId>.pack`, sealed chunks back to back, written once and renamed into place.
+ * Packs: objects `<lineage>/packs/<packId>.pack` of the store's blob backend, sealed chunks back to back, each streamed
+ * into the backend as it is written (created under a new random id: a pack is never replaced) and visible whole or
+ * not at all.
  *
  * Packs written since pack headers have ids ending in `-h` and begin with a header: a sealed object of kind `pack`
  * whose object id is the pack id, bound like any object to the tenant and lineage (and, encrypted, to the data key).
@@ -14,17 +16,19 @@
  *   (`truncated`), as is a pack too short to hold its header;
  * - a pack that is not there is SnapshotNotFound (the store checks before reading).
  *
+ * Memory: a pack streams through. The writer holds the batches the seal pipeline has in flight (MAX_INFLIGHT) and
+ * no more; the reader holds the ranges of the batches it reads ahead.
+ *
  * Packs without a header (ids without `-h`, written before headers) are read as before: each chunk authenticates
  * itself, so a swapped one never yields wrong bytes, but one cut short or swapped may read as corrupt rather than
  * tampered. Offsets count from the start of the file, so readers that predate headers read headed packs unchanged.
  */
 import { randomBytes } from 'node:crypto';
-import * as fs from 'node:fs/promises';
-import { join } from 'node:path';
-import { ensureDir, fsyncDir, writevAll } from '../../fs-io';
+import type { BlobBackend } from '../blob/backend';
 import type { ChunkKey, OpenEntry } from './chunk-work';
-import { SnapshotTamperedError } from '../errors';
+import { SnapshotNotFoundError, SnapshotTamperedError } from '../errors';
 import { openObject, sealedObjectLength, sealObject, sealPlaintextObject } from './crypto';
+import { packKey } from './layout';
 import type { Location } from './manifest-codec';
 
 /** A pack is closed and a new one started beyond this size, so one checkpoint of gigabytes is several files. */
@@ -58,42 +62,122 @@ export interface PackReadFor {
 }
 
 /**
- * Appends sealed chunks to pack files; each pack is fsynced and renamed into place when full or closed. Writes are
- * positional, so several are in flight at once while the caller goes on chunking and sealing (bounded, so memory
- * stays flat).
+ * One pack being streamed into the backend: the objects appended to it, handed to the backend's upload in order. A
+ * batch counts as written once the upload has asked for what follows it (a backend is done with a piece of a streamed
+ * body when it asks for the next, or has copied it).
+ */
+class PackUpload {
+  readonly done: Promise<void>;
+  size = 0;
+  private readonly queue: { objects: Buffer[]; written: () => void; failed: (err: unknown) => void }[] = [];
+  private wake: (() => void) | null = null;
+  private ended = false;
+  private failure: { error: unknown } | null = null;
+
+  constructor(
+    readonly id: string,
+    backend: BlobBackend,
+    key: string,
+  ) {
+    this.done = backend.create(key, this.body()).then(
+      (created) => {
+        // A random id of 8 bytes after a timestamp: taken only if something else wrote it.
+        if (!created) throw new Error(`pack ${id} exists already`);
+      },
+      (err: unknown) => {
+        // The backend may fail before it reads the body at all: what is queued fails with it.
+        this.fail(err);
+        throw err;
+      },
+    );
+    this.done.catch(() => undefined); // awaited by the writer's close or abort
+  }
+
+  /** Appends `objects`; settles once the backend has taken them. */
+  append(objects: Buffer[]): Promise<void> {
+    if (this.ended) throw new Error(`pack ${this.id} is closed`);
+    for (const object of objects) this.size += object.length;
+    const written = new Promise<void>((resolve, reject) => {
+      this.queue.push({ objects, written: resolve, failed: reject });
+    });
+    written.catch(() => undefined); // awaited by the caller or by the writer's window
+    this.poke();
+    return written;
+  }
+
+  /** No more objects: the upload completes with what it has. */
+  end(): void {
+    this.ended = true;
+    this.poke();
+  }
+
+  /** Fails the upload (the backend keeps nothing of it) and every append not written yet. */
+  fail(error: unknown): void {
+    this.failure ??= { error };
+    this.ended = true;
+    for (const item of this.queue.splice(0)) item.failed(error);
+    this.poke();
+  }
+
+  private poke(): void {
+    const wake = this.wake;
+    this.wake = null;
+    wake?.();
+  }
+
+  private async *body(): AsyncGenerator<Buffer> {
+    let item: PackUpload['queue'][number] | undefined;
+    try {
+      for (;;) {
+        if (this.failure) throw this.failure.error;
+        item = this.queue.shift();
+        if (!item) {
+          if (this.ended) return;
+          await new Promise<void>((resolve) => (this.wake = resolve));
+          continue;
+        }
+        for (const object of item.objects) if (object.length > 0) yield object;
+        item.written();
+        item = undefined;
+      }
+    } finally {
+      // The upload stopped early (it failed): neither the batch it was taking nor any queued will be written.
+      const stopped = new Error(`the upload of pack ${this.id} stopped`);
+      item?.failed(stopped);
+      this.fail(stopped);
+    }
+  }
+}
+
+/**
+ * Appends sealed chunks to packs, each streamed into the backend and closed when full or at the end. Several batches
+ * are in flight at once while the caller goes on chunking and sealing (bounded, so memory stays flat).
  */
 export class PackWriter {
-  private current: { id: string; tmp: string; handle: fs.FileHandle; size: number; writes: Promise<unknown>[] } | null =
-    null;
-  /** Writes in flight, across packs (bounded by MAX_INFLIGHT). */
+  private current: PackUpload | null = null;
+  /** Appends in flight, across packs (bounded by MAX_INFLIGHT). */
   private inflight: Promise<unknown>[] = [];
-  /** Full packs being synced and renamed: one while the next is written (see append). */
-  private sealing: Promise<void>[] = [];
-  /** Temp files not renamed yet: the current pack's and those being synced. */
-  private readonly temps: string[] = [];
-  private wrote = false;
+  /** Full packs whose uploads are completing: one while the next is written (see append). */
+  private sealing: PackUpload[] = [];
   private static readonly MAX_INFLIGHT = 8;
 
   constructor(
-    private readonly dir: string,
+    private readonly backend: BlobBackend,
     private readonly binding: PackBinding,
   ) {}
 
   /**
-   * Appends `objects` back to back (one vectored write); returns the pack, the offset of the first, and the write
-   * (settled once the bytes are written: `objects` may be reused then).
+   * Appends `objects` back to back; returns the pack, the offset of the first, and the write (settled once the
+   * backend has taken the bytes: `objects` may be reused then).
    */
   async append(objects: Buffer[]): Promise<[string, number, Promise<void>]> {
     if (!this.current || this.current.size >= PACK_TARGET_BYTES) {
-      // A full pack is synced and renamed in the background while the next one is written (an fsync of a pack takes
-      // as long as writing a good part of it); one at a time. close() waits for all of them.
+      // A full pack completes in the background while the next one is written (a file's fsync, an object store's
+      // last part); one at a time. close() waits for all of them.
       this.startSeal();
-      while (this.sealing.length > 1) await this.sealing.shift();
-      await ensureDir(this.dir);
+      while (this.sealing.length > 1) await this.sealing.shift()!.done;
       const id = `${Date.now().toString(36)}-${randomBytes(8).toString('hex')}${HEADED}`;
-      const tmp = join(this.dir, `.${id}.tmp`);
-      this.temps.push(tmp);
-      this.current = { id, tmp, handle: await fs.open(tmp, 'wx'), size: 0, writes: [] };
+      this.current = new PackUpload(id, this.backend, packKey(this.binding.lineage, id));
       // The header is the pack's first object; its failure reaches the caller like any write's (see write).
       void this.write(this.current, [packHeader(id, this.binding)]);
     }
@@ -102,69 +186,58 @@ export class PackWriter {
     const write = this.write(pack, objects);
     // A sliding window: wait for the oldest write only, so that writing overlaps with chunking and sealing.
     while (this.inflight.length >= PackWriter.MAX_INFLIGHT) await this.inflight.shift();
-    return [pack.id, offset, write.then(() => undefined)];
-  }
-
-  /** The temp files being written or synced, which the writer keeps touched (abandoned.ts). */
-  tempPaths(): readonly string[] {
-    return this.temps;
+    return [pack.id, offset, write];
   }
 
   async close(): Promise<void> {
     this.startSeal();
-    // Every pack settles before a failure is reported, so that abort() never runs beside a pack still being synced.
-    const failed = (await Promise.allSettled(this.sealing)).find((r) => r.status === 'rejected');
+    // Every pack settles before a failure is reported, so that abort() never runs beside a pack still completing.
+    const failed = (await Promise.allSettled(this.sealing.map((p) => p.done))).find((r) => r.status === 'rejected');
     this.sealing = [];
     if (failed) throw failed.reason;
-    if (this.wrote) await fsyncDir(this.dir);
   }
 
   async abort(): Promise<void> {
-    await Promise.allSettled([...this.inflight, ...this.sealing]);
-    this.inflight = [];
-    this.sealing = [];
-    await this.current?.handle.close().catch(() => undefined);
+    const uploads = [...this.sealing, ...(this.current ? [this.current] : [])];
     this.current = null;
-    await Promise.all(this.temps.map((t) => fs.rm(t, { force: true })));
-    // Renamed packs of a failed write are unreferenced: garbage collection removes them after the grace period.
+    this.sealing = [];
+    const aborted = new Error('the checkpoint write was abandoned');
+    // A pack still streaming is dropped by the backend; one complete already is unreferenced, for gc.
+    for (const upload of uploads) upload.fail(aborted);
+    await Promise.allSettled([...this.inflight, ...uploads.map((u) => u.done)]);
+    this.inflight = [];
   }
 
-  private write(pack: NonNullable<PackWriter['current']>, objects: Buffer[]): Promise<void> {
-    const offset = pack.size;
-    for (const object of objects) pack.size += object.length;
-    const write = writevAll(pack.handle, objects, offset);
-    write.catch(() => undefined); // awaited by append or when the pack is sealed; must not count as unhandled meanwhile
-    this.inflight.push(write);
-    pack.writes.push(write);
-    return write;
+  private write(pack: PackUpload, objects: Buffer[]): Promise<void> {
+    const write = pack.append(objects);
+    // A write fails when its pack's upload does: the upload's own error is the one to report.
+    const settled = write.then(
+      () => undefined,
+      async (err: unknown) => {
+        await pack.done;
+        throw err;
+      },
+    );
+    settled.catch(() => undefined); // awaited by append's caller or the window
+    this.inflight.push(settled);
+    return settled;
   }
 
-  /** Syncs, closes and renames the current pack once its writes are done. */
+  /** Ends the current pack's upload; it completes in the background. */
   private startSeal(): void {
     const pack = this.current;
     if (!pack) return;
     this.current = null;
-    const sealed = (async () => {
-      try {
-        await Promise.all(pack.writes);
-        await pack.handle.sync();
-      } finally {
-        await pack.handle.close().catch(() => undefined);
-      }
-      await fs.rename(pack.tmp, join(this.dir, `${pack.id}.pack`));
-      this.temps.splice(this.temps.indexOf(pack.tmp), 1);
-      this.wrote = true;
-    })();
-    sealed.catch(() => undefined); // awaited by append, close or abort
-    this.sealing.push(sealed);
+    pack.end();
+    this.sealing.push(pack);
   }
 }
 
-/** Reads sealed chunks from packs, keeping one handle per pack open; a headed pack is checked when it is opened. */
+/** Reads sealed chunks from packs by range; a headed pack is checked the first time it is read. */
 export class PackReader {
-  private readonly handles = new Map<string, Promise<fs.FileHandle>>();
+  private readonly checked = new Map<string, Promise<void>>();
   constructor(
-    private readonly dir: string,
+    private readonly backend: BlobBackend,
     private readonly binding: PackBinding,
     private readonly readFor: PackReadFor,
     /** Read buffers are at least this large, so that one serves the next batch too. */
@@ -172,8 +245,8 @@ export class PackReader {
   ) {}
 
   /**
-   * Reads the sealed objects of `batch` into one buffer (`into`, if it is large enough), with one read per run of
-   * objects adjacent in a pack. An object cut short by the end of its pack is handed on short, so that opening it
+   * Reads the sealed objects of `batch` into one buffer (`into`, if it is large enough), with one ranged read per run
+   * of objects adjacent in a pack. An object cut short by the end of its pack is handed on short, so that opening it
    * reports it as truncated.
    */
   async readBatch(batch: readonly Location[], into?: Buffer): Promise<{ sealed: Buffer; entries: OpenEntry[] }> {
@@ -204,10 +277,11 @@ export class PackReader {
       });
       entries.push(...runEntries);
       reads.push(
-        this.handle(packId).then(async (handle) => {
-          const { bytesRead } = await handle.read(sealed, start, runLength, offset);
-          if (bytesRead < runLength) {
-            for (const e of runEntries) e.length = Math.max(0, Math.min(e.length, start + bytesRead - e.at));
+        this.check(packId).then(async () => {
+          const bytes = await this.readPack(packId, offset, runLength);
+          bytes.copy(sealed, start);
+          if (bytes.length < runLength) {
+            for (const e of runEntries) e.length = Math.max(0, Math.min(e.length, start + bytes.length - e.at));
           }
         }),
       );
@@ -218,31 +292,46 @@ export class PackReader {
   }
 
   async close(): Promise<void> {
-    const handles = [...this.handles.values()].map((h) => h.catch(() => null));
-    this.handles.clear();
-    await Promise.all(handles.map(async (h) => (await h)?.close().catch(() => undefined)));
+    this.checked.clear();
   }
 
-  private handle(packId: string): Promise<fs.FileHandle> {
-    let handle = this.handles.get(packId);
-    if (!handle) {
-      handle = this.openChecked(packId);
-      handle.catch(() => undefined); // awaited by readBatch
-      this.handles.set(packId, handle);
+  private async readPack(packId: string, offset: number, length: number): Promise<Buffer> {
+    const bytes = await this.backend.read(packKey(this.binding.lineage, packId), { range: { offset, length } });
+    if (bytes === null) {
+      throw new SnapshotNotFoundError(
+        `checkpoint ${this.readFor.checkpointId} of session ${this.readFor.sessionId} is missing pack ${packId}`,
+        this.readFor.sessionId,
+        this.readFor.checkpointId,
+      );
     }
-    return handle;
+    return bytes;
   }
 
-  private async openChecked(packId: string): Promise<fs.FileHandle> {
-    const handle = await fs.open(join(this.dir, `${packId}.pack`), 'r');
-    if (!packId.endsWith(HEADED)) return handle;
-    try {
-      checkHeader(await readFirstObject(handle), packId, this.binding, this.readFor);
-      return handle;
-    } catch (err) {
-      await handle.close().catch(() => undefined);
-      throw err;
+  private check(packId: string): Promise<void> {
+    let checked = this.checked.get(packId);
+    if (!checked) {
+      checked = packId.endsWith(HEADED) ? this.checkHeaded(packId) : Promise.resolve();
+      checked.catch(() => undefined); // awaited by readBatch
+      this.checked.set(packId, checked);
     }
+    return checked;
+  }
+
+  private async checkHeaded(packId: string): Promise<void> {
+    checkHeader(await this.readFirstObject(packId), packId, this.binding, this.readFor);
+  }
+
+  /** The object at the start of a pack, whole if the pack holds it, as much as there is otherwise. */
+  private async readFirstObject(packId: string): Promise<Buffer> {
+    const head = await this.readPack(packId, 0, HEADER_READ_BYTES);
+    const length = sealedObjectLength(head);
+    // Exactly the object when the prefix can say how long it is, and all there is of a pack shorter than the read.
+    if (length === null || length <= head.length || head.length < HEADER_READ_BYTES) {
+      return head.subarray(0, Math.min(length ?? head.length, head.length));
+    }
+    // Larger than any header: another kind of object (a chunk of a pack without a header) where the header should
+    // be. Read whole, so that opening it names what it is rather than calling it cut short.
+    return this.readPack(packId, 0, Math.min(length, MAX_FIRST_OBJECT_BYTES));
   }
 }
 
@@ -259,22 +348,6 @@ function packHeader(packId: string, binding: PackBinding): Buffer {
   return key
     ? sealObject(EMPTY_BODY, key.key, { ...header, dataKeyId: key.dataKeyId })
     : sealPlaintextObject(EMPTY_BODY, header);
-}
-
-/** The object at the start of a pack, whole if the file holds it, as much as there is otherwise. */
-async function readFirstObject(handle: fs.FileHandle): Promise<Buffer> {
-  const head = Buffer.alloc(HEADER_READ_BYTES);
-  const { bytesRead } = await handle.read(head, 0, head.length, 0);
-  const length = sealedObjectLength(head.subarray(0, bytesRead));
-  // Exactly the object when the prefix can say how long it is, and all there is of a file shorter than the read.
-  if (length === null || length <= bytesRead || bytesRead < head.length) {
-    return head.subarray(0, Math.min(length ?? bytesRead, bytesRead));
-  }
-  // Larger than any header: another kind of object (a chunk of a pack without a header) where the header should be.
-  // Read whole, so that opening it names what it is rather than calling it cut short.
-  const whole = Buffer.alloc(Math.min(length, MAX_FIRST_OBJECT_BYTES));
-  const { bytesRead: read } = await handle.read(whole, 0, whole.length, 0);
-  return whole.subarray(0, read);
 }
 
 /** Throws unless `sealed` is the header of pack `packId` of this tenant and lineage, under this key or plaintext. */

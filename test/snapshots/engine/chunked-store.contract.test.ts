@@ -4,8 +4,8 @@ import { runSnapshotStoreContract } from '../store.contract';
 
 runSnapshotStoreContract({
   name: 'the chunked store, encrypted',
-  newStore: (rootDir) =>
-    new ChunkedSnapshotStore({ rootDir, keyring: new Keyring([{ id: 'k1', key: randomBytes(32) }]) }),
+  newStore: (backend) =>
+    new ChunkedSnapshotStore({ backend, keyring: new Keyring([{ id: 'k1', key: randomBytes(32) }]) }),
   capabilities: {
     formatVersion: 3,
     encryption: 'aes-256-gcm',
@@ -17,7 +17,7 @@ runSnapshotStoreContract({
 
 runSnapshotStoreContract({
   name: 'the chunked store, plaintext',
-  newStore: (rootDir) => new ChunkedSnapshotStore({ rootDir, keyring: null }),
+  newStore: (backend) => new ChunkedSnapshotStore({ backend, keyring: null }),
   capabilities: {
     formatVersion: 3,
     encryption: 'none',
