@@ -262,7 +262,8 @@ export async function runWorker(
   // Before any activity can run here: what a worker that died on this host left running or on disk goes first, so a
   // recovered session never runs beside its old copy.
   await workspace.recoverHost();
-  // However this process ends (process.exit included), no session process outlives it.
+  // However this process ends (process.exit included), no session process outlives it. (A kill -9 runs no handler:
+  // each session's lifeline ends its group then.)
   process.on('exit', () => workspace.killAll());
   const workers = await createWorkers({
     connection,
