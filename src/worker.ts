@@ -1,7 +1,7 @@
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { ActivityDeps } from './activities';
-import { createActivities, DEFAULT_MAX_SESSIONS, HostState } from './activities';
+import { createActivities, DEFAULT_MAX_SESSIONS, HostFence, HostState } from './activities';
 import {
   drainUpdate,
   hostStartedSignal,
@@ -265,9 +265,17 @@ export async function runWorker(
   // However this process ends (process.exit included), no session process outlives it. (A kill -9 runs no handler:
   // each session's lifeline ends its group then.)
   process.on('exit', () => workspace.killAll());
+  const client = new Client({ connection: clientConnection, namespace: config.temporal.namespace, dataConverter });
+  // Heartbeats the client records are answered, unlike the SDK's: the host knows when the server last heard from it.
+  const fence = new HostFence({
+    target: workspace,
+    // A call that hangs on a dead connection must not hold its slot: it ends at its deadline.
+    recordHeartbeat: (taskToken) =>
+      clientConnection.withDeadline(Date.now() + 10_000, () => client.activity.heartbeat(taskToken)),
+  });
   const workers = await createWorkers({
     connection,
-    client: new Client({ connection: clientConnection, namespace: config.temporal.namespace, dataConverter }),
+    client,
     dataConverter,
     namespace: config.temporal.namespace,
     taskQueue: config.taskQueue,
@@ -278,6 +286,7 @@ export async function runWorker(
       runtimes: { workspace, memory: new MemoryRuntime(), conversation: new ConversationRuntime() },
       hostTaskQueue: config.hostTaskQueue,
       maxSessions: config.maxSessions,
+      host: new HostState({ fence }),
     },
   });
   console.log(`worker ${config.workerId} polling ${config.taskQueue} and ${config.hostTaskQueue} on ${address}`);
@@ -296,6 +305,7 @@ export async function runWorker(
     await workers.run();
   } finally {
     stopOnSignal();
+    fence.close();
     // What was not drained ends with this host; those sessions recover from their newest checkpoints.
     await workspace.stopAll();
     await Promise.allSettled([connection.close(), clientConnection.close()]);
