@@ -56,6 +56,8 @@ export interface CreateWorkersOptions {
   dataConverter?: SessionDataConverter;
 }
 
+const STICKY_TIMEOUT = '2s';
+
 /**
  * Two workers in one process: the shared one runs workflows and activities any host can do; the host one
  * runs the activities that touch runtime instances living in this process (the worker-specific task queue
@@ -77,6 +79,10 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     namespace: options.namespace,
     taskQueue: options.taskQueue,
     activities,
+    // A workflow task goes to the worker that has the workflow cached; if that worker died, the task waits this long
+    // before any other worker may take it (the SDK's default, 10 s, was most of a failover). A live worker that is
+    // slower than this only costs a replay elsewhere.
+    stickyQueueScheduleToStartTimeout: STICKY_TIMEOUT,
     ...dataConverter,
     ...(options.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: options.maxCachedWorkflows } : {}),
     ...heartbeats,
