@@ -386,7 +386,11 @@ export function createActivities(deps: ActivityDeps) {
           host.fence?.wantsFreshLease
         ) {
           const quiet = missing.length === 0 && news.length === 0;
-          host.fence?.leaseReturned(quiet ? deps.leaseRestMs : 0);
+          const ended = new Set([...exits.map((e) => e.instanceId), ...missing]);
+          host.fence?.leaseReturned(
+            quiet ? deps.leaseRestMs : 0,
+            input.instances.filter((id) => !ended.has(id)).length,
+          );
           return {
             cursor: host.cursor,
             exits: news.map(({ instanceId, exit }) => ({ instanceId, exit })),
