@@ -1,7 +1,7 @@
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { ActivityDeps } from './activities';
-import { createActivities, DEFAULT_MAX_SESSIONS, HostState } from './activities';
+import { createActivities, DEFAULT_MAX_SESSIONS, HostFence, HostState } from './activities';
 import { FleetMember } from './activities/placement';
 import {
   drainUpdate,
@@ -59,6 +59,8 @@ export interface CreateWorkersOptions {
   fleet?: { workerId?: string; labels?: string[]; everyMs?: number };
 }
 
+const STICKY_TIMEOUT = '2s';
+
 /**
  * Two workers in one process: the shared one runs workflows and activities any host can do; the host one
  * runs the activities that touch runtime instances living in this process (the worker-specific task queue
@@ -95,6 +97,10 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     namespace: options.namespace,
     taskQueue: options.taskQueue,
     activities,
+    // A workflow task goes to the worker that has the workflow cached; if that worker died, the task waits this long
+    // before any other worker may take it (the SDK's default, 10 s, was most of a failover). A live worker that is
+    // slower than this only costs a replay elsewhere.
+    stickyQueueScheduleToStartTimeout: STICKY_TIMEOUT,
     ...dataConverter,
     ...(options.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: options.maxCachedWorkflows } : {}),
     ...heartbeats,
@@ -289,11 +295,20 @@ export async function runWorker(
   // Before any activity can run here: what a worker that died on this host left running or on disk goes first, so a
   // recovered session never runs beside its old copy.
   await workspace.recoverHost();
-  // However this process ends (process.exit included), no session process outlives it.
+  // However this process ends (process.exit included), no session process outlives it. (A kill -9 runs no handler:
+  // each session's lifeline ends its group then.)
   process.on('exit', () => workspace.killAll());
+  const client = new Client({ connection: clientConnection, namespace: config.temporal.namespace, dataConverter });
+  // Heartbeats the client records are answered, unlike the SDK's: the host knows when the server last heard from it.
+  const fence = new HostFence({
+    target: workspace,
+    // A call that hangs on a dead connection must not hold its slot: it ends at its deadline.
+    recordHeartbeat: (taskToken) =>
+      clientConnection.withDeadline(Date.now() + 10_000, () => client.activity.heartbeat(taskToken)),
+  });
   const workers = await createWorkers({
     connection,
-    client: new Client({ connection: clientConnection, namespace: config.temporal.namespace, dataConverter }),
+    client,
     dataConverter,
     namespace: config.temporal.namespace,
     taskQueue: config.taskQueue,
@@ -305,6 +320,7 @@ export async function runWorker(
       runtimes: { workspace, memory: new MemoryRuntime(), conversation: new ConversationRuntime() },
       hostTaskQueue: config.hostTaskQueue,
       maxSessions: config.maxSessions,
+      host: new HostState({ fence }),
     },
   });
   const labels = config.workerLabels.length ? ` (labels ${config.workerLabels.join(', ')})` : '';
@@ -326,6 +342,7 @@ export async function runWorker(
     await workers.run();
   } finally {
     stopOnSignal();
+    fence.close();
     // What was not drained ends with this host; those sessions recover from their newest checkpoints.
     await workspace.stopAll();
     await Promise.allSettled([connection.close(), clientConnection.close()]);

@@ -180,8 +180,41 @@ async function startHost(layout: Layout, exitHook = false): Promise<Host> {
   return { child, exited, ...started };
 }
 
+/** The lifelines (process-group.ts) that watch the groups `pgids`, by their command line. */
+function lifelinesOf(pgids: readonly number[]): number[] {
+  return readdirSync('/proc')
+    .filter((name) => /^\d+$/.test(name))
+    .filter((pid) => {
+      try {
+        const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+        return argv[3] === 'ds-lifeline' && pgids.includes(Number(argv[4]));
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
 describe('a worker killed with SIGKILL', () => {
-  test('leaves its groups running, one frozen; recoverHost kills them and removes every workspace', async () => {
+  test('takes its groups with it, the frozen one too: their lifelines end them', async () => {
+    const layout = newLayout();
+    const host = await startHost(layout);
+    const [running, frozen] = host.instances;
+    expect(membersOf(running.pid!)).toHaveLength(3);
+    await waitFor(() => allStopped(frozen.pid!));
+    expect(lifelinesOf([running.pid!, frozen.pid!])).toHaveLength(2);
+
+    host.child.kill('SIGKILL');
+    await host.exited;
+    // No worker starts again on the host: nothing but the lifelines is left to end the groups.
+    await waitFor(() => (membersOf(running.pid!).length === 0 && membersOf(frozen.pid!).length === 0) || undefined);
+    await waitFor(() => lifelinesOf([running.pid!, frozen.pid!]).length === 0 || undefined);
+
+    const next = newRuntime(layout);
+    expect(await next.recoverHost()).toEqual({ killed: 0, removedDirs: 3, bytes: 1000 + 2345 + 500, keptFailed: 0 });
+  });
+
+  test('with its lifelines gone too, leaves its groups running, one frozen; recoverHost kills them and removes every workspace', async () => {
     const layout = newLayout();
     const host = await startHost(layout);
     const [running, frozen, stopped] = host.instances;
@@ -199,6 +232,10 @@ describe('a worker killed with SIGKILL', () => {
         'another workspace runtime uses this root, and two must not share one',
     });
 
+    // Ended by someone (an operator, the OOM killer) an instant before the worker: it has no time to start others.
+    host.child.kill('SIGSTOP');
+    for (const pid of lifelinesOf([running.pid!, frozen.pid!])) process.kill(pid, 'SIGKILL');
+    await waitFor(() => lifelinesOf([running.pid!, frozen.pid!]).length === 0 || undefined);
     host.child.kill('SIGKILL');
     expect(await host.exited).toEqual({ code: null, signal: 'SIGKILL' });
     // What the operator found: the groups run on without their worker, the frozen one stopped for good.

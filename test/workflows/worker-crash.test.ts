@@ -10,8 +10,9 @@ import { ApiKeys, generateKey, hashKey, startGateway } from '../../src/gateway';
 import { eventually, runningStatus } from '../helpers/temporal';
 
 /**
- * Real worker processes, killed with SIGKILL: no handler runs, the session's command is orphaned. The next worker on
- * the same host must kill that copy before the session is recovered, so two copies never run.
+ * Real worker processes, killed with SIGKILL: no handler runs. The session's lifeline ends its command with the worker,
+ * and the next worker on the same host still fences whatever its predecessor left before the session is recovered, so
+ * two copies never run.
  */
 const root = path.resolve(__dirname, '..', '..');
 const address = process.env.DS_TEST_TEMPORAL_ADDRESS!;
@@ -99,13 +100,12 @@ test('kill -9 of a worker: the next one on the host kills the orphaned copy, the
   const checkpoint = await session.checkpoint();
 
   await killed(worker);
-  // The command outlives a worker killed this way: nothing ran to stop it.
-  const orphans = processesWith(marker);
-  expect(orphans).toContain(first.runtime.pid);
+  // No handler ran in the worker, but its end closed the lifeline: the command goes with it.
+  await eventually(() => processesWith(marker).length === 0);
 
   worker = await startWorker();
-  // Fenced before the new worker took any work: the old copy is gone, not merely stopped.
-  for (const pid of orphans) expect(fs.existsSync(`/proc/${pid}`)).toBe(false);
+  // What the dead worker left on disk goes before the new one takes any work.
+  expect(fs.existsSync(`/proc/${first.runtime.pid}`)).toBe(false);
   expect(fs.existsSync(first.runtime.location)).toBe(false);
 
   const after = await eventually(async () => {

@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import * as fsp from 'node:fs/promises';
 import type { WorkspaceRuntimeSpec } from '../../domain/schemas';
 import { isErrnoError, toError } from '../../errors';
@@ -42,6 +42,10 @@ export interface WorkspaceInstance {
   committed?: CommittedIndex;
   /** Set by `stop`: captures still in flight no longer commit their index. */
   indexDropped: boolean;
+  /** The process that ends the group once this worker is gone (see {@link holdLifeline}). */
+  lifeline?: ChildProcess;
+  /** Set while the worker fences itself off (it cannot renew its host's lease): the group is frozen until `unfence`. */
+  fenced?: () => void;
 }
 
 /** What spawning an instance needs of its runtime. */
@@ -111,6 +115,7 @@ export async function spawnInstance(
         // command that exited by itself, would run on unaccounted for. The group id cannot have been
         // reused yet: it stays taken while any member lives.
         signalGroup(pid, 'SIGKILL');
+        releaseLifeline(instance);
         // The write must land before the removal. A record left behind names a process that is gone: harmless.
         await instance.recorded?.catch(() => undefined);
         await removeInstanceRecord(context.stateDir, instance.instanceId).catch(() => undefined);
@@ -119,6 +124,7 @@ export async function spawnInstance(
     };
     // Registered at once, so that `killAll` reaches it from here on.
     context.register(instance);
+    holdLifeline(instance);
     if (identity) {
       instance.recorded = recordInstance(context.stateDir, instance, identity);
       instance.recorded.catch(() => undefined); // awaited by launch
@@ -130,6 +136,48 @@ export async function spawnInstance(
     // The child holds its own copy of the descriptor.
     await log.close();
   }
+}
+
+/**
+ * Reads its standard input, whose other end only this worker holds, until end of file; then kills the group named by
+ * its argument. The kernel closes a process's descriptors however it ends (kill -9 and the OOM killer included), so
+ * the group goes within milliseconds of its worker, even when no worker starts again on the host. SIGCONT after
+ * SIGKILL: a frozen member must not keep the kill pending.
+ */
+const LIFELINE_SCRIPT = 'while read -r _; do :; done; kill -s KILL -- "-$1"; kill -s CONT -- "-$1"';
+
+/**
+ * Gives the instance's group a lifeline: a small shell, in a process group and session of its own (so that neither a
+ * capture's SIGSTOP of the session's group nor a Ctrl-C aimed at the worker reaches it), that ends the group once this
+ * worker is gone. Node opens the pipe close-on-exec, so no other child of the worker holds its write end. Node has no
+ * PR_SET_PDEATHSIG, and the command's own children could not be given one anyway. A process of the session that
+ * leaves the group (setsid, setpgid) leaves its lifeline too.
+ */
+function holdLifeline(instance: WorkspaceInstance): void {
+  if (instance.exit) return;
+  const lifeline = spawn('/bin/sh', ['-c', LIFELINE_SCRIPT, 'ds-lifeline', String(instance.pid)], {
+    cwd: '/',
+    env: {},
+    detached: true,
+    stdio: ['pipe', 'ignore', 'ignore'],
+  });
+  instance.lifeline = lifeline;
+  // Neither keeps the worker's event loop alive; the pipe stays open as long as the worker lives.
+  lifeline.unref();
+  (lifeline.stdin as (NodeJS.WritableStream & { unref?: () => void }) | null)?.unref?.();
+  lifeline.stdin?.on('error', () => undefined);
+  lifeline.once('error', () => undefined);
+  // Ended by anything but the worker (an operator, the OOM killer): the group needs another.
+  lifeline.once('exit', () => {
+    if (instance.lifeline === lifeline && !instance.exit) holdLifeline(instance);
+  });
+}
+
+/** The group has ended: its lifeline has nothing left to end, and must not outlive it to name a reused group id. */
+function releaseLifeline(instance: WorkspaceInstance): void {
+  const lifeline = instance.lifeline;
+  instance.lifeline = undefined;
+  if (lifeline && lifeline.exitCode === null && lifeline.signalCode === null) lifeline.kill('SIGKILL');
 }
 
 /** Writes the record a later incarnation of the worker fences the instance's group by. */

@@ -55,10 +55,15 @@ export function identityOf(pid: number): ProcessIdentity | undefined {
   return stat && { pid, startTime: stat.startTime, bootId: bootId() };
 }
 
-/** Whether `identity` names a process that still runs, and not a later one with its pid. */
+/**
+ * Whether `identity` names a process that still runs, and not a later one with its pid. A zombie has ended: it only
+ * waits for its parent to reap it (a worker killed with -9 stays one until its supervisor does, ~1 s under load).
+ */
 export function isRunning(identity: ProcessIdentity): boolean {
-  const now = identityOf(identity.pid);
-  return now !== undefined && now.startTime === identity.startTime && now.bootId === identity.bootId;
+  if (!hasProcfs) return identityOf(identity.pid) !== undefined;
+  const text = readOrUndefined(() => readFileSync(`/proc/${identity.pid}/stat`, 'utf8'));
+  const stat = text === undefined ? undefined : parseProcessStat(identity.pid, text);
+  return stat !== undefined && !isDead(stat) && stat.startTime === identity.startTime && bootId() === identity.bootId;
 }
 
 function isAlive(pid: number): boolean {
