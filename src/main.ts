@@ -46,7 +46,8 @@ async function main(): Promise<void> {
     });
     console.log(`Temporal server  ${server.address} (SQLite: ${path.join(config.dataDir, 'temporal.db')})`);
     console.log(`Temporal Web UI  ${server.uiUrl}`);
-    console.log(`Snapshots        ${config.snapshotDir}`);
+    const store = config.snapshotStore;
+    console.log(`Snapshots        ${store.kind === 's3' ? `s3://${store.bucket}/${store.prefix}` : store.dir}`);
   }
   const address = server?.address ?? config.temporal.address;
   let gateway: Awaited<ReturnType<typeof runGateway>> | undefined;

@@ -1,6 +1,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Config } from '../config';
+import { openBlobBackend } from './blob/open';
 import { ChunkedSnapshotStore } from './engine/chunked-store';
 import { chunkerFor } from './engine/chunker';
 import { CODECS, isCodecAvailable, type CodecId } from './engine/codec';
@@ -64,19 +65,24 @@ export function chunkCodecFor(
 
 /**
  * The store a worker or the CLI uses, as the configuration describes it: chunked, encrypted under the configured
- * master keys unless plaintext is asked for explicitly. Creates the store's directory (mode 0700).
+ * master keys unless plaintext is asked for explicitly, on the backend it names (a bucket for `DS_SNAPSHOT_STORE=s3://…`,
+ * else the directory, created with mode 0700).
  * @throws MissingMasterKeyError, KeyringConfigError for keys that are missing or cannot be loaded.
  */
 export async function openSnapshotStore(config: Config): Promise<ChunkedSnapshotStore> {
   const codec = chunkCodecFor(config.snapshots.codec);
-  // Only the worker reads the store: a session's command (DS_WORKSPACE_USER) must not even list it.
-  await fs.mkdir(config.snapshotDir, { recursive: true, mode: 0o700 });
-  return new ChunkedSnapshotStore({
-    rootDir: config.snapshotDir,
+  const keyring = await keyringFromConfig(config);
+  const options = {
     tenant: config.snapshots.tenant,
-    keyring: await keyringFromConfig(config),
+    keyring,
     formatVersion: config.snapshots.formatVersion,
     chunker: chunkerFor(config.snapshots.chunkBytes),
     ...(codec !== undefined ? { codec } : {}),
-  });
+  };
+  if (config.snapshotStore.kind === 's3') {
+    return new ChunkedSnapshotStore({ ...options, backend: openBlobBackend(config) });
+  }
+  // Only the worker reads the store: a session's command (DS_WORKSPACE_USER) must not even list it.
+  await fs.mkdir(config.snapshotDir, { recursive: true, mode: 0o700 });
+  return new ChunkedSnapshotStore({ ...options, rootDir: config.snapshotDir });
 }

@@ -1,9 +1,12 @@
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import type { BlobBackend, BlobBody, BlobInfo, BlobRange } from '../../../src/snapshots/blob/backend';
 import { FsBlobBackend } from '../../../src/snapshots/blob/fs-backend';
+import { S3BlobBackend } from '../../../src/snapshots/blob/s3-backend';
+import { startS3Server, type S3TestServer } from '../../helpers/s3-server';
 
 /**
  * The backends the store contract suites run on. A backend joins by adding its harness to `contractBackends` (the S3
@@ -110,5 +113,46 @@ export const opaqueFsBackend: BackendHarness = {
   },
 };
 
-/** Every backend the store contracts run on; the S3 harness is added here. */
-export const contractBackends: BackendHarness[] = [fsBackend, opaqueFsBackend];
+let server: Promise<S3TestServer> | undefined;
+// Registered as the test file imports this module: the server stops with the file that started it.
+afterAll(async () => {
+  const started = server;
+  server = undefined;
+  if (started) await (await started).stop();
+});
+
+/**
+ * A bucket prefix of its own per `open`, on one real S3 server (versitygw) per test file, started on first use and
+ * stopped after the file's tests.
+ */
+export const s3Backend: BackendHarness = {
+  name: 'an S3 bucket (versitygw)',
+  async open() {
+    const s3 = await (server ??= startS3Server());
+    const backend = new S3BlobBackend({
+      bucket: s3.bucket,
+      prefix: `contract-${randomUUID()}`,
+      endpoint: s3.endpoint,
+      region: s3.region,
+      credentials: s3.credentials,
+      forcePathStyle: true,
+    });
+    const everything = async () => {
+      const keys: string[] = [];
+      for await (const info of backend.list('')) keys.push(info.key);
+      return keys;
+    };
+    return {
+      backend,
+      everything,
+      tamper: (prefix) => tamperLargest(backend, prefix),
+      dispose: async () => {
+        for (const key of await everything()) await backend.delete(key);
+        await backend.close();
+      },
+    };
+  },
+};
+
+/** Every backend the store contracts run on. */
+export const contractBackends: BackendHarness[] = [fsBackend, opaqueFsBackend, s3Backend];

@@ -99,6 +99,13 @@ describe.each(contractBackends)('two stores on one backend ($name)', (harness) =
     const base = randomBytes(2 * MiB);
     await a.write(cp(1), Readable.from([base]));
     const [oldPack] = await keys(opened.backend, 's1/packs/');
+    // Ages are by the backend's clock, to the second on S3: A's pin must start after the pack was written, or gc keeps
+    // the pack as possibly A's (rightly) and the race below never happens.
+    const written = (await opened.backend.stat(oldPack!))!.modifiedAt.getTime();
+    await eventually(
+      async () => (await opened.backend.now()).getTime() > written,
+      "the backend's clock to pass the pack",
+    );
 
     // A writes cp-2 over cp-1's chunks; its source stalls, so its pin is up and names no pack yet.
     const input = new PassThrough();
