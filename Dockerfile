@@ -43,8 +43,9 @@ COPY --from=build /app/package.json ./
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 
-# Sessions' workspaces and the snapshot store live here. The snapshots directory exists in the image so that a
-# fresh named volume mounted on it starts out owned by the worker's user.
+# Sessions' workspaces live here, and the snapshots too with the filesystem store (the default without
+# DS_SNAPSHOT_STORE). The directories exist in the image so that a fresh named volume mounted on the data directory or
+# the snapshots one starts out owned by the worker's user.
 RUN mkdir -p /var/lib/durable-sessions/snapshots /var/lib/durable-sessions/workspaces \
   && chown -R node:node /var/lib/durable-sessions
 

@@ -26,7 +26,11 @@ interface Service {
   command?: string | string[];
 }
 
-const compose = YAML.parse(read('docker-compose.yml')) as { services: Record<string, Service>; volumes?: object };
+// Merge keys (`<<: *worker`) as compose reads them.
+const compose = YAML.parse(read('docker-compose.yml'), { merge: true }) as {
+  services: Record<string, Service>;
+  volumes?: object;
+};
 const services = compose.services;
 const service = (name: string): Service => {
   const s = services[name];
@@ -92,21 +96,78 @@ function finalStage(dockerfile: string): { keyword: string; args: string }[] {
   return instructions.slice(from);
 }
 
-const worker = service('worker');
-const workerEnv = environment(worker);
+/**
+ * Values for what compose demands from the environment of `docker compose up` (`${VAR:?message}`), shaped as an
+ * operator would give them, so that the services' environments can be checked as the containers receive them.
+ */
+const OPERATOR_ENV: Record<string, string> = {
+  DS_MASTER_KEYS: `prod-1:${Buffer.alloc(32, 1).toString('base64')}`,
+  DS_PAYLOAD_KEYS: `payload-1:${Buffer.alloc(32, 2).toString('base64')}`,
+  AWS_ACCESS_KEY_ID: 'ds-compose-test',
+  AWS_SECRET_ACCESS_KEY: 'ds-compose-test-secret',
+};
+
+/**
+ * Compose's interpolation of one value: `${VAR:?message}` from OPERATOR_ENV (the test fails on one it does not know),
+ * `${VAR:-default}` to its default (the operator's environment is otherwise empty here), `$$` to `$`.
+ */
+function interpolate(value: string): string {
+  return value.replace(/\$\$|\$\{(\w+)(?::([?-])([^}]*))?\}/g, (whole, name?: string, op?: string, arg?: string) => {
+    if (whole === '$$') return '$';
+    if (op === '-') return arg!;
+    const given = OPERATOR_ENV[name!];
+    if (given === undefined) throw new Error(`docker-compose.yml needs ${name}, which this test does not supply`);
+    return given;
+  });
+}
+
+/** Variables the project's image reads that are not the configuration schema's, and who reads them. */
+const OUTSIDE_SCHEMA: Record<string, string> = {
+  // The S3 backend's credentials come from the AWS SDK's standard chain, which reads these itself.
+  AWS_ACCESS_KEY_ID: 'AWS SDK credential chain',
+  AWS_SECRET_ACCESS_KEY: 'AWS SDK credential chain',
+  AWS_SESSION_TOKEN: 'AWS SDK credential chain',
+  // glibc's allocator (see the comment in docker-compose.yml).
+  MALLOC_ARENA_MAX: 'glibc',
+};
+
 const temporal = service('temporal');
 const setup = service('temporal-setup');
+const s3 = service('s3');
+const bucketJob = service('s3-bucket');
+const gateway = service('gateway');
+const WORKERS = ['worker-1', 'worker-2'];
+const workerEnvs = WORKERS.map((name) => environment(service(name)));
+const workerEnv = workerEnvs[0]!;
+/** The services that run the project's image: everything built from this repository's Dockerfile. */
+const projectServices = Object.entries(services).filter(([, s]) => s.build !== undefined);
+
+/** The server's global flags and backend from its command (`--flag value … posix <dir>`). */
+function versitygwCommand(s: Service): { flags: Record<string, string>; backend: string[] } {
+  const args = [s.command ?? []].flat();
+  const flags: Record<string, string> = {};
+  let i = 0;
+  for (; i < args.length && args[i]!.startsWith('--'); i += 2) flags[args[i]!.slice(2)] = args[i + 1]!;
+  return { flags, backend: args.slice(i) };
+}
 
 describe('docker-compose.yml', () => {
-  test('defines the database, server, setup, UI and worker services', () => {
-    expect(Object.keys(services)).toEqual(
-      expect.arrayContaining(['postgresql', 'temporal', 'temporal-setup', 'temporal-ui', 'worker', 'gateway']),
+  test('defines the database, server, setup, UI, S3 server, bucket job, two workers and the gateway', () => {
+    expect(Object.keys(services).sort()).toEqual(
+      ['postgresql', 'temporal', 'temporal-setup', 'temporal-ui', 's3', 's3-bucket', ...WORKERS, 'gateway'].sort(),
     );
     expect(service('postgresql').image).toMatch(/^postgres:16\b/);
     expect(temporal.image).toMatch(/^temporalio\/auto-setup:/);
     expect(setup.image).toMatch(/^temporalio\/admin-tools:/);
     expect(service('temporal-ui').image).toMatch(/^temporalio\/ui:/);
-    expect(worker.build).toBeDefined();
+    expect(projectServices.map(([name]) => name).sort()).toEqual([...WORKERS, 'gateway'].sort());
+  });
+
+  test('the S3 server is versitygw at the version the tests run against', () => {
+    const version = /^VERSITYGW_VERSION="([^"]+)"/m.exec(read('scripts/install-s3-server.sh'))?.[1];
+    expect(version).toMatch(/^v\d+\.\d+\.\d+$/);
+    expect(s3.image).toBe(`versity/versitygw:${version}`);
+    expect(bucketJob.image).toBe(s3.image);
   });
 
   test('every image is pinned to an explicit tag', () => {
@@ -130,38 +191,132 @@ describe('docker-compose.yml', () => {
     expect(new Set(hostPorts).size).toBe(hostPorts.length);
   });
 
-  test("the worker's environment uses only variables of the configuration schema, with valid values", () => {
+  test("every service of the project's image uses only variables of the configuration schema, with valid values", () => {
     const known = Object.keys(EnvConfig.shape);
-    for (const key of Object.keys(workerEnv)) expect(known).toContain(key);
-
-    const config = loadConfig(workerEnv);
-    expect(config.temporal.address).toBe('temporal:7233');
-    expect(config.temporal.namespace).toBe(environment(temporal).DEFAULT_NAMESPACE);
-    expect(config.temporal.tls).toBeUndefined();
-    expect(config.workerId).toBe(workerEnv.DS_WORKER_ID);
-    expect(config.snapshotDir).toBe(workerEnv.DS_SNAPSHOT_DIR);
-    // Encryption stays on, and the key is demanded from the operator's environment rather than baked in.
-    expect(config.snapshots.encryption).toBe('aes-256-gcm');
-    expect(workerEnv.DS_MASTER_KEYS).toMatch(/^\$\{DS_MASTER_KEYS:\?.+\}$/);
+    for (const [name, s] of projectServices) {
+      const env = environment(s);
+      for (const key of Object.keys(env)) {
+        expect({ name, key, known: known.includes(key) || key in OUTSIDE_SCHEMA }).toEqual({ name, key, known: true });
+      }
+      const config = loadConfig(Object.fromEntries(Object.entries(env).map(([k, v]) => [k, interpolate(v)])));
+      expect(config.temporal.address).toBe('temporal:7233');
+      expect(config.temporal.namespace).toBe(environment(temporal).DEFAULT_NAMESPACE);
+      expect(config.temporal.tls).toBeUndefined();
+      // The SDK's threads allocate through glibc too: its arenas keep freed memory (bench/README.md).
+      expect({ name, MALLOC_ARENA_MAX: env.MALLOC_ARENA_MAX }).toEqual({ name, MALLOC_ARENA_MAX: '2' });
+    }
   });
 
-  test('the gateway runs the compiled gateway with keys from a secret, no store and no master key', () => {
-    const gateway = service('gateway');
+  test('the workers share one S3 store and differ in their ids', () => {
+    const configs = workerEnvs.map((env) =>
+      loadConfig(Object.fromEntries(Object.entries(env).map(([k, v]) => [k, interpolate(v)]))),
+    );
+    for (const config of configs) {
+      expect(config.snapshotStore).toEqual({
+        kind: 's3',
+        bucket: expect.any(String),
+        prefix: expect.any(String),
+        endpoint: expect.any(String),
+        region: expect.any(String),
+        forcePathStyle: true,
+      });
+      expect(config.snapshotStore).toEqual(configs[0]!.snapshotStore);
+      expect(config.taskQueue).toBe(configs[0]!.taskQueue);
+      // Encryption stays on, and the keys are demanded from the operator's environment rather than baked in.
+      expect(config.snapshots.encryption).toBe('aes-256-gcm');
+    }
+    expect(new Set(configs.map((c) => c.workerId)).size).toBe(WORKERS.length);
+    expect(new Set(configs.map((c) => c.hostTaskQueue)).size).toBe(WORKERS.length);
+    for (const env of workerEnvs) {
+      expect(env.DS_WORKER_ID).toBeDefined();
+      expect(env.DS_SNAPSHOT_DIR).toBeUndefined();
+      expect(env.DS_MASTER_KEYS).toMatch(/^\$\{DS_MASTER_KEYS:\?.+\}$/);
+      expect(env.AWS_ACCESS_KEY_ID).toMatch(/^\$\{AWS_ACCESS_KEY_ID:\?.+\}$/);
+      expect(env.AWS_SECRET_ACCESS_KEY).toMatch(/^\$\{AWS_SECRET_ACCESS_KEY:\?.+\}$/);
+      // Alike but for the id: the same store, keys, credentials and settings.
+      expect({ ...env, DS_WORKER_ID: undefined }).toEqual({ ...workerEnv, DS_WORKER_ID: undefined });
+    }
+  });
+
+  test('the S3 endpoint is the s3 service on the port it listens on, with its region and root credentials', () => {
+    const config = loadConfig(Object.fromEntries(Object.entries(workerEnv).map(([k, v]) => [k, interpolate(v)])));
+    if (config.snapshotStore.kind !== 's3') throw new Error('the workers do not use an S3 store');
+    const endpoint = new URL(config.snapshotStore.endpoint!);
+    expect(endpoint.hostname).toBe('s3');
+    const { flags, backend } = versitygwCommand(s3);
+    expect(Number(/:(\d+)$/.exec(flags.port ?? '')?.[1])).toBe(Number(endpoint.port));
+    expect(backend[0]).toBe('posix');
+    // Path-style addressing: the server is not given a virtual domain for bucket-in-host names.
+    expect(flags['virtual-domain']).toBeUndefined();
+    const env = environment(s3);
+    expect(env.VGW_REGION).toBe(config.snapshotStore.region);
+    // The server's root user is the key pair the workers sign with, both from the operator's environment.
+    expect(env.ROOT_ACCESS_KEY_ID).toBe(workerEnv.AWS_ACCESS_KEY_ID);
+    expect(env.ROOT_SECRET_ACCESS_KEY).toBe(workerEnv.AWS_SECRET_ACCESS_KEY);
+    // Its data outlives the container, on a named volume of its own.
+    const data = mounts(s3).find((m) => m.target === backend[1]);
+    expect(Object.keys(compose.volumes ?? {})).toContain(data?.source);
+    const healthcheck = [s3.healthcheck?.test ?? []].flat().join(' ');
+    expect(env.VGW_HEALTH).toMatch(/^\//);
+    expect(healthcheck).toContain(`:${endpoint.port}${env.VGW_HEALTH}`);
+  });
+
+  test('the bucket job makes the workers’ bucket once the server is healthy, and the workers wait for it', () => {
+    const config = loadConfig(Object.fromEntries(Object.entries(workerEnv).map(([k, v]) => [k, interpolate(v)])));
+    if (config.snapshotStore.kind !== 's3') throw new Error('the workers do not use an S3 store');
+    const script = [bucketJob.entrypoint ?? [], bucketJob.command ?? []]
+      .flat()
+      .join(' ')
+      .replace(/\\\r?\n/g, ' ');
+    expect(script).toMatch(/versitygw admin --endpoint-url (\S+) create-bucket/);
+    expect(/--endpoint-url (\S+)/.exec(script)?.[1]).toBe(config.snapshotStore.endpoint);
+    expect(/--bucket (\S+)/.exec(script)?.[1]).toBe(config.snapshotStore.bucket);
+    // A second `up` finds the bucket there: that is success, not a failed job the workers would never start after.
+    expect(script).toMatch(/BucketAlreadyOwnedByYou\*?\) exit 0/);
+    const env = environment(bucketJob);
+    expect(env.ADMIN_ACCESS_KEY_ID).toBe(workerEnv.AWS_ACCESS_KEY_ID);
+    expect(env.ADMIN_SECRET_ACCESS_KEY).toBe(workerEnv.AWS_SECRET_ACCESS_KEY);
+    expect(env.ADMIN_REGION ?? 'us-east-1').toBe(config.snapshotStore.region);
+    expect(dependencies(bucketJob)).toMatchObject({ s3: 'service_healthy' });
+    for (const name of WORKERS) {
+      expect({ name, ...dependencies(service(name)) }).toMatchObject({
+        name,
+        's3-bucket': 'service_completed_successfully',
+      });
+    }
+  });
+
+  test('no volume is shared: each worker has a data volume of its own, and nothing mounts a snapshots volume', () => {
+    const named = Object.keys(compose.volumes ?? {});
+    expect(named).not.toContain('snapshots');
+    const users = new Map<string, string[]>();
+    for (const [name, s] of Object.entries(services)) {
+      for (const m of mounts(s)) {
+        expect({ name, target: m.target }).not.toEqual({ name, target: expect.stringMatching(/snapshots/) });
+        if (m.source && named.includes(m.source)) users.set(m.source, [...(users.get(m.source) ?? []), name]);
+      }
+    }
+    for (const [volume, by] of users) expect({ volume, by: by.length }).toEqual({ volume, by: 1 });
+    for (const [i, name] of WORKERS.entries()) {
+      const data = mounts(service(name)).find((m) => m.target === workerEnvs[i]!.DS_DATA_DIR);
+      expect({ name, volume: data?.source && named.includes(data.source) }).toEqual({ name, volume: true });
+    }
+  });
+
+  test('the gateway runs the compiled gateway with keys from a secret, no store, no bucket and no master key', () => {
     const env = environment(gateway);
-    const known = Object.keys(EnvConfig.shape);
-    for (const key of Object.keys(env)) expect(known).toContain(key);
     expect(gateway.command).toEqual(['node', 'dist/gateway/main.js']);
-    const config = loadConfig(env);
+    const config = loadConfig(Object.fromEntries(Object.entries(env).map(([k, v]) => [k, interpolate(v)])));
     expect(config.temporal.address).toBe(workerEnv.TEMPORAL_ADDRESS);
-    expect(config.taskQueue).toBe(loadConfig(workerEnv).taskQueue);
+    expect(config.taskQueue).toBe(workerEnv.DS_TASK_QUEUE);
     expect(config.gateway).toMatchObject({ host: '0.0.0.0', keysFile: '/run/secrets/api-keys' });
     expect(publishedPorts(gateway)).toEqual([{ host: 7280, container: config.gateway.port }]);
     const secrets = (compose as { secrets?: Record<string, { file?: string }> }).secrets ?? {};
     expect((gateway as { secrets?: string[] }).secrets).toEqual(['api-keys']);
     expect(secrets['api-keys']?.file).toBeDefined();
     expect(env.DS_PAYLOAD_KEYS).toBe(workerEnv.DS_PAYLOAD_KEYS);
-    // Workers read old timeline pages for it: no master key, no store.
-    expect(Object.keys(env).filter((k) => /MASTER_KEY|SNAPSHOT/.test(k))).toEqual([]);
+    // Workers read old timeline pages for it: no master key, no store, no bucket credential.
+    expect(Object.keys(env).filter((k) => /MASTER_KEY|SNAPSHOT|S3|^AWS_/.test(k))).toEqual([]);
     expect(gateway.volumes ?? []).toEqual([]);
     expect(fs.existsSync(path.join(root, 'src', 'gateway', 'main.ts'))).toBe(true);
   });
@@ -172,18 +327,14 @@ describe('docker-compose.yml', () => {
     expect(publishedPorts(temporal).map((p) => p.container)).toContain(frontend.port);
     expect(environment(temporal).TEMPORAL_ADDRESS).toBe(workerEnv.TEMPORAL_ADDRESS);
     expect(environment(service('temporal-ui')).TEMPORAL_ADDRESS).toBe(workerEnv.TEMPORAL_ADDRESS);
+    for (const [name, s] of projectServices) {
+      expect({ name, address: environment(s).TEMPORAL_ADDRESS }).toEqual({ name, address: workerEnv.TEMPORAL_ADDRESS });
+    }
     const healthcheck = [temporal.healthcheck?.test ?? []].flat().join(' ');
     expect(healthcheck).toContain(`--address ${workerEnv.TEMPORAL_ADDRESS}`);
   });
 
-  test('the snapshot store is a named volume mounted at DS_SNAPSHOT_DIR', () => {
-    const mount = mounts(worker).find((m) => m.target === workerEnv.DS_SNAPSHOT_DIR);
-    expect(mount).toBeDefined();
-    expect(Object.keys(compose.volumes ?? {})).toContain(mount!.source);
-    expect(path.posix.relative(workerEnv.DS_DATA_DIR!, workerEnv.DS_SNAPSHOT_DIR!)).not.toMatch(/^\.\./);
-  });
-
-  test('the setup service registers every search attribute, with its type, before the worker starts', () => {
+  test('the setup service registers every search attribute, with its type, before the workers start', () => {
     const script = [setup.entrypoint ?? [], setup.command ?? []]
       .flat()
       .join(' ')
@@ -196,14 +347,21 @@ describe('docker-compose.yml', () => {
     expect(script).toMatch(/already exists/);
 
     expect(dependencies(setup)).toMatchObject({ temporal: 'service_healthy' });
-    expect(dependencies(worker)).toMatchObject({ 'temporal-setup': 'service_completed_successfully' });
+    for (const name of WORKERS) {
+      expect({ name, ...dependencies(service(name)) }).toMatchObject({
+        name,
+        'temporal-setup': 'service_completed_successfully',
+      });
+    }
   });
 
   test("the README's production paragraph names everything compose refuses to start without", () => {
     const text = read('docker-compose.yml');
     const required = [...text.matchAll(/\$\{(\w+):\?/g)].map((m) => m[1]!);
     const files = [...text.matchAll(/file: \$\{\w+:-([^}]+)\}/g)].map((m) => m[1]!);
-    expect(required).toEqual(expect.arrayContaining(['DS_MASTER_KEYS', 'DS_PAYLOAD_KEYS']));
+    expect(required).toEqual(
+      expect.arrayContaining(['DS_MASTER_KEYS', 'DS_PAYLOAD_KEYS', 'AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY']),
+    );
     expect(files).toContain('./gateway-keys.json');
     const readme = read('README.md');
     const production = readme.slice(
@@ -250,9 +408,18 @@ describe('Dockerfile', () => {
     expect(last('USER')).not.toMatch(/^(root|0)(:|$)/);
   });
 
-  test("the image creates the compose file's snapshot directory, so a fresh volume there is the user's", () => {
-    expect(runtime.some((i) => i.keyword === 'RUN' && i.args.includes(workerEnv.DS_SNAPSHOT_DIR!))).toBe(true);
-    expect(runtime.some((i) => i.keyword === 'RUN' && /chown\b.*\/var\/lib\/durable-sessions/.test(i.args))).toBe(true);
+  test("the image creates every worker's data directory, owned by its user, so a fresh volume there is the user's", () => {
+    const user = last('USER')!;
+    for (const env of workerEnvs) {
+      const dir = env.DS_DATA_DIR!;
+      expect(runtime.some((i) => i.keyword === 'RUN' && new RegExp(`mkdir\\b.*${dir}(/|\\s|$)`).test(i.args))).toBe(
+        true,
+      );
+      const chown = runtime.find((i) => i.keyword === 'RUN' && new RegExp(`chown -R \\S+ ${dir}(\\s|$)`).test(i.args));
+      const owner = /chown -R (\S+)/.exec(chown?.args ?? '')?.[1];
+      // node:node is uid:gid 1000:1000 in the official image; the USER line names it by number.
+      expect({ owner, user }).toEqual({ owner: expect.stringMatching(/^(node:node|1000:1000)$/), user: '1000:1000' });
+    }
   });
 
   test('its environment defaults are variables of the configuration schema', () => {
@@ -289,9 +456,11 @@ const hasCompose = spawnSync('docker', ['compose', 'version'], { stdio: 'ignore'
 
 // Needs only the compose plugin, not a Docker engine.
 (hasCompose ? test : test.skip)('docker compose validates docker-compose.yml', () => {
+  // With what compose demands from the operator: without it, it refuses the file.
   const result = spawnSync('docker', ['compose', '-f', 'docker-compose.yml', 'config', '--quiet'], {
     cwd: root,
     encoding: 'utf8',
+    env: { ...process.env, ...OPERATOR_ENV },
   });
   expect({ status: result.status, stderr: result.stderr }).toEqual({ status: 0, stderr: '' });
 });
