@@ -30,6 +30,10 @@ export const SECRET_VARIABLES = [
   'TEMPORAL_TLS_KEY_PATH',
   'DS_GATEWAY_TLS_KEY',
   'DS_GATEWAY_CURSOR_KEY',
+  // The S3 store's credentials, as the standard AWS chain reads them.
+  'AWS_ACCESS_KEY_ID',
+  'AWS_SECRET_ACCESS_KEY',
+  'AWS_SESSION_TOKEN',
 ] as const;
 
 /** The prefixes of the worker's own variables: a session's environment holds none of them. */
@@ -57,6 +61,10 @@ export function envAllowProblem(pattern: string): string | undefined {
   if (WORKER_VARIABLE_PREFIXES.some(reaches) || isWorkerVariable(pattern)) {
     return `${pattern} would pass the worker's own variables (DS_*, TEMPORAL_*) to sessions`;
   }
+  const secret = SECRET_VARIABLES.find((name) =>
+    pattern.endsWith('*') ? name.startsWith(pattern.slice(0, -1)) : name === pattern,
+  );
+  if (secret !== undefined) return `${pattern} would pass the worker's secret ${secret} to sessions`;
   return undefined;
 }
 

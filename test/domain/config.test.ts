@@ -107,7 +107,7 @@ describe('what workspace commands inherit and who runs them', () => {
   });
 
   test('DS_WORKSPACE_ENV_ALLOW refuses entries that would pass the worker variables', () => {
-    const error = catchConfigError({ DS_WORKSPACE_ENV_ALLOW: 'PATH,DS_*,TEMPORAL_API_KEY,*,a-b' });
+    const error = catchConfigError({ DS_WORKSPACE_ENV_ALLOW: 'PATH,DS_*,TEMPORAL_API_KEY,*,a-b,AWS_*,AWS_REGION' });
     expect(error.message).toBe(
       [
         'invalid configuration:',
@@ -115,6 +115,7 @@ describe('what workspace commands inherit and who runs them', () => {
         "  DS_WORKSPACE_ENV_ALLOW: TEMPORAL_API_KEY would pass the worker's own variables (DS_*, TEMPORAL_*) to sessions",
         "  DS_WORKSPACE_ENV_ALLOW: * would pass the worker's own variables (DS_*, TEMPORAL_*) to sessions",
         '  DS_WORKSPACE_ENV_ALLOW: "a-b" is not a variable name or a prefix ending in *',
+        "  DS_WORKSPACE_ENV_ALLOW: AWS_* would pass the worker's secret AWS_ACCESS_KEY_ID to sessions",
       ].join('\n'),
     );
   });
@@ -133,7 +134,7 @@ describe('what workspace commands inherit and who runs them', () => {
     );
   });
 
-  test("the secret variables are the master and payload keys, the Temporal credentials and the gateway's TLS and cursor keys", () => {
+  test("the secret variables are the master and payload keys, the Temporal and S3 credentials and the gateway's TLS and cursor keys", () => {
     expect(SECRET_VARIABLES).toEqual([
       'DS_MASTER_KEYS',
       'DS_MASTER_KEY_DIR',
@@ -143,6 +144,9 @@ describe('what workspace commands inherit and who runs them', () => {
       'TEMPORAL_TLS_KEY_PATH',
       'DS_GATEWAY_TLS_KEY',
       'DS_GATEWAY_CURSOR_KEY',
+      'AWS_ACCESS_KEY_ID',
+      'AWS_SECRET_ACCESS_KEY',
+      'AWS_SESSION_TOKEN',
     ]);
   });
 
