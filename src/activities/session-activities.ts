@@ -172,6 +172,17 @@ export function createActivities(deps: ActivityDeps) {
      */
     async placeSession(request: PlacementRequest = {}): Promise<{ hostTaskQueue: string }> {
       const queue = deps.hostTaskQueue;
+      if (host.draining) {
+        // A worker on its way out asks nothing of the directory (its shutdown would cancel the question): it hands the
+        // placement back to another worker, with one line in the log and no warning with a stack for every attempt.
+        const refusal = `worker host ${queue} is draining: it takes no new sessions`;
+        if (host.firstRefusal()) log.info(`${refusal}: placements go to other workers`);
+        throw ApplicationFailure.create({
+          type: 'HostRefused',
+          message: refusal,
+          category: ApplicationFailureCategory.BENIGN,
+        });
+      }
       const decision = await deps.placement?.place(request, Context.current().cancellationSignal);
       if (decision?.ok) return { hostTaskQueue: decision.hostTaskQueue };
       if (decision?.reason === 'unsatisfiable') {
@@ -193,21 +204,11 @@ export function createActivities(deps: ActivityDeps) {
         throw toFailure(new HostRefusedError(`worker host ${queue} does not satisfy the placement`, queue));
       }
       const limit = deps.maxSessions ?? DEFAULT_MAX_SESSIONS;
-      const refusal = host.draining
-        ? `worker host ${queue} is draining: it takes no new sessions`
-        : host.sessions().length >= limit
-          ? `worker host ${queue} runs ${limit} sessions, its limit: placing elsewhere`
-          : undefined;
-      if (refusal && host.draining) {
-        // Expected while the worker goes: one line in the log, and no warning with a stack for every attempt.
-        if (host.firstRefusal()) log.info(`${refusal}: placements go to other workers`);
-        throw ApplicationFailure.create({
-          type: 'HostRefused',
-          message: refusal,
-          category: ApplicationFailureCategory.BENIGN,
-        });
+      if (host.sessions().length >= limit) {
+        throw toFailure(
+          new HostRefusedError(`worker host ${queue} runs ${limit} sessions, its limit: placing elsewhere`, queue),
+        );
       }
-      if (refusal) throw toFailure(new HostRefusedError(refusal, queue));
       return { hostTaskQueue: deps.hostTaskQueue };
     },
 

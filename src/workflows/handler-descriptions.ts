@@ -50,6 +50,7 @@ export const UPDATE_DOCS = {
         backgroundVerify: 'read each checkpoint back after it is written',
         description: 'shown in the Web UI',
         labels: 'search attribute SessionLabels',
+        placement: 'host (a worker id) or workerLabels it must run on',
       },
       examples: [{ sessionId: 'build-42', runtime: { kind: 'memory' } }],
     },

@@ -140,7 +140,8 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
     const hostConverter = hostCodec ? sessionDataConverter(hostCodec) : dataConverter;
     const workers = await createWorkers({
       connection: nativeConnection,
-      client,
+      // What this host sends Temporal itself (its fleet reports) goes through its own codec, as a worker's does.
+      client: hostCodec ? new Client({ connection: client.connection, dataConverter: hostConverter }) : client,
       namespace: 'default',
       taskQueue,
       hostTaskQueue,
