@@ -258,16 +258,11 @@ export class HostFence {
       .finally(() => this.recordsInFlight--);
   }
 
-  /**
-   * The lease returns now, still watching `watched` of its instances; the monitor waits `restMs` before the next. One
-   * that watches nothing any more may be the last: the monitor leases again only once a session attaches, and until
-   * that lease is acknowledged nothing here is fenced (a fresh instance would be frozen at its start otherwise).
-   */
-  leaseReturned(restMs = 0, watched = 1): void {
+  /** The lease returns now; the monitor waits `restMs` before the next. */
+  leaseReturned(restMs = 0): void {
     this.freshLeaseWanted = false;
     this.returnedAt = Date.now();
-    this.deadline =
-      watched === 0 ? Number.POSITIVE_INFINITY : Math.min(this.deadline, Date.now() + restMs + BETWEEN_LEASES_MS);
+    this.deadline = Math.min(this.deadline, Date.now() + restMs + BETWEEN_LEASES_MS);
   }
 
   /** Fenced instances wait for the monitor's current list: the lease under way should end now. */

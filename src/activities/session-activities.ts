@@ -418,11 +418,7 @@ export function createActivities(deps: ActivityDeps) {
           host.fence?.wantsFreshLease
         ) {
           const quiet = missing.length === 0 && news.length === 0;
-          const ended = new Set([...exits.map((e) => e.instanceId), ...missing]);
-          host.fence?.leaseReturned(
-            quiet ? deps.leaseRestMs : 0,
-            input.instances.filter((id) => !ended.has(id)).length,
-          );
+          host.fence?.leaseReturned(quiet ? deps.leaseRestMs : 0);
           return {
             cursor: host.cursor,
             exits: news.map(({ instanceId, exit }) => ({ instanceId, exit })),
