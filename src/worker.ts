@@ -1,7 +1,7 @@
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { ActivityDeps } from './activities';
-import { createActivities, DEFAULT_MAX_SESSIONS, HostFence, HostState } from './activities';
+import { createActivities, DEFAULT_MAX_SESSIONS, HostState } from './activities';
 import { FleetMember } from './activities/placement';
 import {
   drainUpdate,
@@ -298,17 +298,9 @@ export async function runWorker(
   // However this process ends (process.exit included), no session process outlives it. (A kill -9 runs no handler:
   // each session's lifeline ends its group then.)
   process.on('exit', () => workspace.killAll());
-  const client = new Client({ connection: clientConnection, namespace: config.temporal.namespace, dataConverter });
-  // Heartbeats the client records are answered, unlike the SDK's: the host knows when the server last heard from it.
-  const fence = new HostFence({
-    target: workspace,
-    // A call that hangs on a dead connection must not hold its slot: it ends at its deadline.
-    recordHeartbeat: (taskToken) =>
-      clientConnection.withDeadline(Date.now() + 10_000, () => client.activity.heartbeat(taskToken)),
-  });
   const workers = await createWorkers({
     connection,
-    client,
+    client: new Client({ connection: clientConnection, namespace: config.temporal.namespace, dataConverter }),
     dataConverter,
     namespace: config.temporal.namespace,
     taskQueue: config.taskQueue,
@@ -320,7 +312,6 @@ export async function runWorker(
       runtimes: { workspace, memory: new MemoryRuntime(), conversation: new ConversationRuntime() },
       hostTaskQueue: config.hostTaskQueue,
       maxSessions: config.maxSessions,
-      host: new HostState({ fence }),
     },
   });
   const labels = config.workerLabels.length ? ` (labels ${config.workerLabels.join(', ')})` : '';
@@ -342,7 +333,6 @@ export async function runWorker(
     await workers.run();
   } finally {
     stopOnSignal();
-    fence.close();
     // What was not drained ends with this host; those sessions recover from their newest checkpoints.
     await workspace.stopAll();
     await Promise.allSettled([connection.close(), clientConnection.close()]);

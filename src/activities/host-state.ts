@@ -43,8 +43,6 @@ export interface ExitCursor {
 export class HostState {
   /** Differs for every process: a worker restarted on the same host is a new incarnation of it. */
   readonly incarnation = randomUUID();
-  /** Stops this host's instances when it cannot renew its lease (none: nothing here to fence). */
-  readonly fence: HostFence | undefined;
   private readonly hosted = new Map<string, string>();
   private readonly watched = new Set<string>();
   private readonly stopsBySession = new Set<string>();
@@ -59,10 +57,6 @@ export class HostState {
   /** Starts and restores begun by this incarnation: the fleet directory matches them to its placements. */
   private begunCount = 0;
   private drainingSince: number | undefined;
-
-  constructor(options: { fence?: HostFence } = {}) {
-    this.fence = options.fence;
-  }
 
   /** An instance of `sessionId` now runs here; `exited` settles when it ends. */
   hosting(instanceId: string, sessionId: string, exited?: Promise<ExitInfo>): void {
@@ -175,151 +169,5 @@ export class HostState {
     if (this.exits.length > MAX_UNACKNOWLEDGED_EXITS)
       this.exits.splice(0, this.exits.length - MAX_UNACKNOWLEDGED_EXITS);
     for (const wake of [...this.waiters]) wake();
-  }
-}
-
-/** What a host fences: the instances that run as processes of their own on it (the workspace runtime's). */
-export interface FenceTarget {
-  /** Freezes every running instance not fenced yet; returns their ids. */
-  fence(): string[];
-  fencedInstances(): string[];
-  /** Resumes those of `ids` that are fenced. */
-  unfence(ids: Iterable<string>): number;
-  /** Kills those of `ids` that are fenced, without resuming them first. */
-  killFenced(ids: Iterable<string>): number;
-}
-
-export interface HostFenceOptions {
-  target: FenceTarget;
-  /**
-   * Records a heartbeat of the lease (by its task token) and resolves once the server has acknowledged it: unlike the
-   * SDK's own heartbeats, which are sent in the background, this says when the server last heard from the host.
-   */
-  recordHeartbeat: (taskToken: Uint8Array) => Promise<void>;
-  log?: (message: string) => void;
-  /** How often the deadline is checked (default 100 ms). */
-  checkEveryMs?: number;
-}
-
-/**
- * Between two leases (one returned, the next not yet acknowledged): the monitor schedules the next lease as it takes
- * the last one's result, and declares the host lost only after that lease was not picked up within the host timeout,
- * and a question to the host was not either: twice the host timeout, which is at least 1 s.
- */
-const BETWEEN_LEASES_MS = 1_500;
-
-/** Lease heartbeats recorded at once, at most: a server that does not answer does not pile them up. */
-const MAX_RECORDS_IN_FLIGHT = 3;
-
-/**
- * Self-fencing. The host's monitor declares the host lost, and its sessions may be restored on another worker, no
- * sooner than the lease's heartbeat timeout plus the host timeout (≥ 1 s) after the last heartbeat the server recorded
- * (docs/design.md §6). The host counts from the moment it sent the last heartbeat the server acknowledged, which the
- * server recorded no earlier: once the heartbeat timeout has passed from there without another, it freezes its
- * instances (SIGSTOP), so they are stopped before any copy of them can start elsewhere. A lease acknowledged again
- * (the host was only cut off, and its monitor still counts it live) resumes the instances it lists; those it does not
- * list twice in a row are no longer attached to the monitor (their sessions were told the host was lost), and are
- * killed. The stop a recovering session sends its old host also kills a fenced instance at once.
- */
-export class HostFence {
-  private deadline = Number.POSITIVE_INFINITY;
-  private readonly timer: NodeJS.Timeout;
-  private recordsInFlight = 0;
-  /** Fenced instances a lease did not list, and which lease that was. */
-  private readonly unlisted = new Map<string, string>();
-  private freshLeaseWanted = false;
-  private returnedAt = 0;
-  private readonly log: (message: string) => void;
-
-  constructor(private readonly options: HostFenceOptions) {
-    this.log = options.log ?? ((message) => console.log(message));
-    this.timer = setInterval(() => this.check(), options.checkEveryMs ?? 100);
-    this.timer.unref();
-  }
-
-  /**
-   * A beat of the lease `taskToken`, with `heartbeatTimeoutMs`, that watches `instances`. Never throws: an unanswered
-   * record only leaves the deadline where it was.
-   */
-  beat(lease: { taskToken: Uint8Array; heartbeatTimeoutMs: number; instances: readonly string[] }): void {
-    if (this.recordsInFlight >= MAX_RECORDS_IN_FLIGHT) return;
-    this.recordsInFlight++;
-    const sentAt = Date.now();
-    this.options
-      .recordHeartbeat(lease.taskToken)
-      .then(
-        () => this.acknowledged(sentAt, lease),
-        (err: unknown) => {
-          // Cancelled: the monitor ended the lease itself (a tighter attachment, a restarted worker), so it is live.
-          if ((err as { name?: string } | undefined)?.name === 'ActivityCancelledError')
-            this.acknowledged(sentAt, lease);
-        },
-      )
-      .finally(() => this.recordsInFlight--);
-  }
-
-  /** The lease returns now; the monitor waits `restMs` before the next. */
-  leaseReturned(restMs = 0): void {
-    this.freshLeaseWanted = false;
-    this.returnedAt = Date.now();
-    this.deadline = Math.min(this.deadline, Date.now() + restMs + BETWEEN_LEASES_MS);
-  }
-
-  /** Fenced instances wait for the monitor's current list: the lease under way should end now. */
-  get wantsFreshLease(): boolean {
-    return this.freshLeaseWanted;
-  }
-
-  /** Whether the host is fenced now. */
-  get fenced(): boolean {
-    return Date.now() >= this.deadline;
-  }
-
-  close(): void {
-    clearInterval(this.timer);
-  }
-
-  private acknowledged(
-    sentAt: number,
-    lease: { taskToken: Uint8Array; heartbeatTimeoutMs: number; instances: readonly string[] },
-  ): void {
-    // A beat of a lease that has returned since says nothing of the next lease, which the monitor now waits on.
-    if (sentAt < this.returnedAt) return;
-    const deadline = sentAt + lease.heartbeatTimeoutMs;
-    this.deadline = this.deadline === Number.POSITIVE_INFINITY ? deadline : Math.max(this.deadline, deadline);
-    if (this.fenced) return;
-    const fenced = this.options.target.fencedInstances();
-    if (fenced.length === 0) return;
-    const leaseId = Buffer.from(lease.taskToken).toString('base64');
-    const listed = new Set(lease.instances);
-    const resumed = this.options.target.unfence(fenced.filter((id) => listed.has(id)));
-    const gone: string[] = [];
-    for (const id of fenced.filter((i) => !listed.has(i))) {
-      const earlier = this.unlisted.get(id);
-      if (earlier !== undefined && earlier !== leaseId) gone.push(id);
-      else if (earlier === undefined) {
-        this.unlisted.set(id, leaseId);
-        this.freshLeaseWanted = true;
-      }
-    }
-    for (const id of [...fenced.filter((i) => listed.has(i)), ...gone]) this.unlisted.delete(id);
-    const killed = this.options.target.killFenced(gone);
-    if (resumed + killed > 0) {
-      this.log(
-        `host lease renewed: resumed ${resumed} fenced session process group(s)` +
-          (killed > 0 ? `, killed ${killed} no longer attached to this host` : ''),
-      );
-    }
-  }
-
-  private check(): void {
-    if (!this.fenced) return;
-    const fenced = this.options.target.fence();
-    if (fenced.length > 0) {
-      this.log(
-        `host lease not renewed within its heartbeat timeout: froze ${fenced.length} session process group(s) ` +
-          `until it is (their sessions may be recovered on another worker)`,
-      );
-    }
   }
 }

@@ -401,24 +401,16 @@ export function createActivities(deps: ActivityDeps) {
       const heartbeatMs = Math.min(deps.watchHeartbeatMs ?? MAX_HEARTBEAT_MS, heartbeatEvery(ctx));
       const roundEnds = Date.now() + (deps.leaseRoundMs ?? 10 * 60_000);
       const missing = input.instances.filter((id) => !host.knows(id));
-      const lease = {
-        taskToken: ctx.info.taskToken,
-        heartbeatTimeoutMs: ctx.info.heartbeatTimeoutMs ?? 30_000,
-        instances: input.instances,
-      };
       for (;;) {
-        host.fence?.beat(lease);
         const exits = host.exitsAfter(input.after);
         const news = exits.filter((e) => !e.bySession);
         if (
           missing.length > 0 ||
           news.length > 0 ||
           exits.length >= MAX_RELEASED_PER_ROUND ||
-          Date.now() >= roundEnds ||
-          host.fence?.wantsFreshLease
+          Date.now() >= roundEnds
         ) {
           const quiet = missing.length === 0 && news.length === 0;
-          host.fence?.leaseReturned(quiet ? deps.leaseRestMs : 0);
           return {
             cursor: host.cursor,
             exits: news.map(({ instanceId, exit }) => ({ instanceId, exit })),
@@ -432,10 +424,7 @@ export function createActivities(deps: ActivityDeps) {
         await host.nextExit(wake);
         // An exit seldom comes alone (a shutdown, a crashed process group): let its companions join the report.
         if (!wake.aborted) await delay(50);
-        if (ctx.cancellationSignal.aborted) {
-          host.fence?.leaseReturned();
-          throw ctx.cancellationSignal.reason;
-        }
+        if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason;
       }
     },
 

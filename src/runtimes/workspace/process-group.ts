@@ -44,8 +44,6 @@ export interface WorkspaceInstance {
   indexDropped: boolean;
   /** The process that ends the group once this worker is gone (see {@link holdLifeline}). */
   lifeline?: ChildProcess;
-  /** Set while the worker fences itself off (it cannot renew its host's lease): the group is frozen until `unfence`. */
-  fenced?: () => void;
 }
 
 /** What spawning an instance needs of its runtime. */

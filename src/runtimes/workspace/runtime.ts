@@ -298,8 +298,6 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     instance.committed = undefined;
     instance.indexDropped = true;
     if (instance.exit) return instance.exit;
-    // A fenced group may already run again on another host: a grace period would let it run beside that copy.
-    if (instance.fenced) this.killFenced([instanceId]);
     instance.stopping ??= terminate(instance, options.graceMs ?? instance.stopGraceMs ?? this.defaultStopGraceMs);
     return instance.stopping;
   }
@@ -362,61 +360,6 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     }
     if (failures.length > 0) throw failures[0];
     return signalled;
-  }
-
-  /**
-   * Freezes every running instance's process group (SIGSTOP) until {@link unfence}: the worker cannot renew its host's
-   * lease, and another worker may soon run these sessions (docs/design.md §6). Frozen, not killed: a host that was only
-   * cut off from Temporal, and is still counted live once the server answers again, resumes them with nothing lost.
-   * Returns the ids of the instances fenced by this call.
-   */
-  fence(): string[] {
-    const fenced: string[] = [];
-    for (const instance of this.instances.values()) {
-      if (instance.exit || instance.fenced) continue;
-      // The freeze of a capture, held until unfenced: a capture that ends meanwhile does not resume the group.
-      let release: (() => void) | undefined;
-      instance.fenced = () => release?.();
-      void freeze(instance).then((thaw) => (instance.fenced ? (release = thaw) : thaw()));
-      fenced.push(instance.instanceId);
-    }
-    return fenced;
-  }
-
-  /** The ids of the instances fenced and not yet resumed or killed. */
-  fencedInstances(): string[] {
-    return [...this.instances.values()].filter((i) => i.fenced && !i.exit).map((i) => i.instanceId);
-  }
-
-  /** Resumes the fenced instances among `instanceIds`: their host is still counted live. Returns how many. */
-  unfence(instanceIds: Iterable<string>): number {
-    let resumed = 0;
-    for (const id of instanceIds) {
-      const instance = this.instances.get(id);
-      const thaw = instance?.fenced;
-      if (!instance || !thaw) continue;
-      instance.fenced = undefined;
-      thaw();
-      if (!instance.exit) resumed++;
-    }
-    return resumed;
-  }
-
-  /**
-   * Kills the fenced instances among `instanceIds` without resuming them for a grace period: their sessions may run
-   * elsewhere already. Their exits are reported as asked for by the host. Returns how many groups were signalled.
-   */
-  killFenced(instanceIds: Iterable<string>): number {
-    let killed = 0;
-    for (const id of instanceIds) {
-      const instance = this.instances.get(id);
-      if (!instance?.fenced || instance.exit || instance.killed) continue;
-      instance.killed = true;
-      instance.stopRequested = true;
-      killGroup(instance.pid);
-      killed++;
-    }
-    return killed;
   }
 
   private get(instanceId: string): WorkspaceInstance {
