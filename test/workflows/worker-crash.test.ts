@@ -8,6 +8,7 @@ import { sessionWorkflowId } from '../../src/api';
 import { SessionClient, WorkerUnavailableError } from '../../src/client';
 import { ApiKeys, generateKey, hashKey, startGateway } from '../../src/gateway';
 import { eventually, runningStatus } from '../helpers/temporal';
+import { processesWith } from '../helpers/worker-process';
 
 /**
  * Real worker processes, killed with SIGKILL: no handler runs. The session's lifeline ends its command with the worker,
@@ -60,22 +61,6 @@ async function startWorker(): Promise<ChildProcess> {
   child.stderr.on('data', (d: Buffer) => (output += d.toString()));
   await eventually(() => output.includes(' polling '), 90_000);
   return child;
-}
-
-/** Pids of the processes whose command line holds `marker`. */
-function processesWith(marker: string): number[] {
-  return fs
-    .readdirSync('/proc')
-    .filter((name) => /^\d+$/.test(name))
-    .filter((pid) => {
-      try {
-        return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(marker);
-      } catch {
-        return false;
-      }
-    })
-    .map(Number)
-    .filter((pid) => pid !== process.pid);
 }
 
 function killed(child: ChildProcess): Promise<void> {

@@ -92,14 +92,8 @@ export class FsBlobBackend implements BlobBackend {
   }
 
   async read(key: string, options: { range?: BlobRange; maxBytes?: number } = {}): Promise<Buffer | null> {
-    const path = this.path(key);
-    let handle: fs.FileHandle;
-    try {
-      handle = await fs.open(path, 'r');
-    } catch (err) {
-      if (absent(err)) return null;
-      throw err;
-    }
+    const handle = await openIfPresent(this.path(key));
+    if (!handle) return null;
     try {
       const { size } = await handle.stat();
       const offset = options.range?.offset ?? 0;
@@ -121,14 +115,8 @@ export class FsBlobBackend implements BlobBackend {
   }
 
   async stream(key: string, options: { range?: BlobRange } = {}): Promise<Readable | null> {
-    const path = this.path(key);
-    let handle: fs.FileHandle;
-    try {
-      handle = await fs.open(path, 'r');
-    } catch (err) {
-      if (absent(err)) return null;
-      throw err;
-    }
+    const handle = await openIfPresent(this.path(key));
+    if (!handle) return null;
     const { range } = options;
     if (range?.length === 0) {
       await handle.close();
@@ -195,6 +183,15 @@ export class FsBlobBackend implements BlobBackend {
   }
 
   async close(): Promise<void> {}
+}
+
+async function openIfPresent(path: string): Promise<fs.FileHandle | null> {
+  try {
+    return await fs.open(path, 'r');
+  } catch (err) {
+    if (absent(err)) return null;
+    throw err;
+  }
 }
 
 function absent(err: unknown): boolean {
