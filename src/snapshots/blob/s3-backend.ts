@@ -181,6 +181,16 @@ export class S3BlobBackend implements BlobBackend {
         httpsAgent: new HttpsAgent(agentOptions),
       },
     });
+    // For the same reason, bodies are sent as UNSIGNED-PAYLOAD: SigV4 would otherwise hash every part with SHA-256
+    // on the calling thread, the one that also cuts chunks (bench/README.md, S3). The headers stay signed.
+    this.client.middlewareStack.add(
+      (next) => async (args) => {
+        const request = args.request as { method?: string; headers?: Record<string, string> };
+        if (request.method === 'PUT' && request.headers) request.headers['x-amz-content-sha256'] = 'UNSIGNED-PAYLOAD';
+        return next(args);
+      },
+      { step: 'build', name: 'unsignedPayload' },
+    );
   }
 
   async create(key: string, body: BlobBody): Promise<boolean> {
