@@ -23,7 +23,7 @@ export async function runBare(ctx: ScaleContext, bundlePath: string): Promise<Ba
   return withScenarioWorker(
     ctx,
     { mode: 'bare', bundlePath, maxSessions: ctx.options.sessions },
-    async ({ worker, files, taskQueue }) => {
+    async ({ fleet, files, taskQueue }) => {
       const start = async (calls: Calls, workflowId: string): Promise<WorkflowHandle> => {
         const startWorkflowOperation = new WithStartWorkflowOperation(bareSessionWorkflow, {
           workflowId,
@@ -53,7 +53,7 @@ export async function runBare(ctx: ScaleContext, bundlePath: string): Promise<Ba
         await calls.time('result', () => handle.result());
       };
 
-      const measured = await measureLifecycle(ctx, worker, files, {
+      const measured = await measureLifecycle(ctx, fleet, files, {
         prefix: 'bare',
         start,
         run: lifecycle,

@@ -16,7 +16,7 @@ export class Calls {
       this.latencies.set(name, list);
       return result;
     } catch (err) {
-      this.errors.push(`${name}: ${err instanceof Error ? err.message : String(err)}`);
+      this.errors.push(`${name}: ${describeError(err)}`);
       throw err;
     }
   }
@@ -49,4 +49,14 @@ export function percentile(values: number[], p: number): number {
   if (values.length === 0) return NaN;
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
+}
+
+/** An error and its causes, one message each: "Workflow Update failed" alone says nothing of why. */
+function describeError(err: unknown): string {
+  const messages: string[] = [];
+  for (let e: unknown = err, depth = 0; e !== undefined && depth < 5; depth++) {
+    messages.push(e instanceof Error ? e.message : String(e));
+    e = e instanceof Error ? e.cause : undefined;
+  }
+  return messages.join(' ← ');
 }

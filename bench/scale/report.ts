@@ -69,14 +69,24 @@ export function report(options: ScaleOptions, sessions: SessionResult, bare: Bar
   const ws = sessions.workspace;
   const peakFiles = Math.max(ws.openFiles.starting, ws.openFiles.checkpoints);
   const checkpointsInFlight = Math.min(c, ws.sessions);
+  const workers = options.workers === 1 ? 'worker' : `${options.workers} workers`;
+  /** Each worker's RSS at the three samples, `a · b · c` per worker. */
+  const eachWorker = (r: { memory: BareResult['memory'] }) =>
+    r.memory.empty.perWorker
+      .map((empty, i) =>
+        [empty, r.memory.loaded.perWorker[i]!, r.memory.after.perWorker[i]!].map((m) => mib(m.rss)).join(' · '),
+      )
+      .join('; ');
 
   const targets = table(
     ['measure', 'sessions', 'baseline (same run, same server)', 'ratio', 'target', 'result'],
     [
       [
-        `${n} memory sessions: start, checkpoint, pause, resume, stop (${c} in flight), wall time`,
+        `${n} memory sessions on ${options.workers === 1 ? 'one worker' : workers}, ${options.store} store: ` +
+          `start, checkpoint, pause, resume, stop (${c} in flight), wall time`,
         `${seconds(total)}, ${errors} errors`,
-        `bare workflow, same updates, one no-op activity each: ${seconds(bareTotal)}, ${bare.calls.errors.length} errors`,
+        `bare workflow, same updates, one no-op activity each (${workers}): ${seconds(bareTotal)}, ` +
+          `${bare.calls.errors.length} errors`,
         ratio(total, bareTotal),
         `≤ ${TARGETS.lifecycleRatio}×, 0 errors`,
         verdict(lifecycleOk),
@@ -90,7 +100,7 @@ export function report(options: ScaleOptions, sessions: SessionResult, bare: Bar
         '—',
       ],
       [
-        `worker RSS per idle running session (${n} running − none)`,
+        `${workers} RSS per idle running session (${n} running − none)`,
         mib(rss),
         `bare worker, per idle bare workflow: ${mib(bareRss)}`,
         `${mib(above)} above`,
@@ -114,7 +124,8 @@ export function report(options: ScaleOptions, sessions: SessionResult, bare: Bar
         verdict(idle <= TARGETS.idleCpuShare),
       ],
       [
-        `peak open files of the worker, ${ws.sessions} workspace sessions, ${checkpointsInFlight} checkpoints in flight`,
+        `peak open files of the ${options.workers === 1 ? 'worker' : 'busiest worker'}, ${ws.sessions} workspace ` +
+          `sessions, ${checkpointsInFlight} checkpoints in flight`,
         `${peakFiles} (starting ${ws.openFiles.starting}, checkpoints ${ws.openFiles.checkpoints})`,
         `same worker, nothing running: ${ws.openFiles.empty}; bare worker: ${bare.openFiles.peak}`,
         ratio(peakFiles, ws.openFiles.empty),
@@ -164,6 +175,9 @@ export function report(options: ScaleOptions, sessions: SessionResult, bare: Bar
         `${mib(bare.memory.empty.rss)} · ${mib(bare.memory.loaded.rss)} · ${mib(bare.memory.after.rss)}`,
         '—',
       ],
+      ...(options.workers > 1
+        ? [['RSS of each worker: nothing running · N idle · all stopped', eachWorker(sessions), eachWorker(bare), '—']]
+        : []),
       [
         'worker RSS per session, second half of the starts only',
         mib(perSessionSecondHalf(sessions, n)),
@@ -208,7 +222,8 @@ export function report(options: ScaleOptions, sessions: SessionResult, bare: Bar
     '# durable-sessions scale benchmark',
     '',
     `${new Date().toISOString()} · ${n} sessions, ${ws.sessions} workspace sessions, ${c} in flight, ` +
-      `idle window ${options.idleSeconds} s, ${options.warmup} warm-up lifecycles per worker`,
+      `idle window ${options.idleSeconds} s, ${options.warmup} warm-up lifecycles per scenario, ${workers}, ` +
+      `${options.store === 's3' ? 'S3 store (versitygw)' : 'local store'}`,
     '',
     targets,
     '',

@@ -1,15 +1,16 @@
 /**
- * Scale benchmark: many sessions on one worker, each target printed as a ratio against a bare-workflow baseline
- * measured in the same run, on the same Temporal dev server. The workers under test run in child processes
- * (bench/scale/worker-process.ts), so the memory, CPU and open files measured are theirs alone.
+ * Scale benchmark: many sessions on one worker or several, each target printed as a ratio against a bare-workflow
+ * baseline measured in the same run, on the same Temporal dev server (with as many bare workers). The workers under
+ * test run in child processes (bench/scale/worker-process.ts), so the memory, CPU and open files measured are theirs.
  *
  *   npm run bench:scale            # 1,000 sessions, 200 workspace sessions, 30 s idle window
  *   npx tsx bench/scale/run.ts --quick
  *   npx tsx bench/scale/run.ts --sessions 500 --concurrency 25
+ *   npx tsx bench/scale/run.ts --workers 2 --store s3   # two workers sharing nothing but Temporal and a bucket
  *
  * Nothing here asserts: it prints (and writes to .bench/scale.md) what it measured, with PASS/MISS beside each target.
  */
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -17,13 +18,14 @@ import { parseArgs } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
 import { bundleWorkflowCode } from '@temporalio/worker';
 import { freePort, startDevServer } from '../../src/dev-server';
+import { startS3Server } from '../../test/helpers/s3-server';
 import { runBare } from './bare-scenario';
 import { report } from './report';
 import type { ScaleContext, ScaleOptions } from './scenario';
 import { runSessions } from './session-scenario';
 
 const PROJECT_DIR = path.resolve(__dirname, '..', '..');
-const RESULTS_FILE = path.join(PROJECT_DIR, '.bench', 'scale.md');
+const RESULTS_DIR = path.join(PROJECT_DIR, '.bench');
 
 function parseOptions(): ScaleOptions {
   const { values } = parseArgs({
@@ -34,8 +36,12 @@ function parseOptions(): ScaleOptions {
       'workspace-sessions': { type: 'string' },
       concurrency: { type: 'string', default: '50' },
       'idle-seconds': { type: 'string' },
+      workers: { type: 'string', default: '1' },
+      store: { type: 'string', default: 'local' },
     },
   });
+  if (values.store !== 'local' && values.store !== 's3')
+    throw new Error(`--store must be local or s3, got ${values.store}`);
   const num = (name: string, raw: string | undefined, fallback: number): number => {
     if (raw === undefined) return fallback;
     const n = Number(raw);
@@ -49,6 +55,8 @@ function parseOptions(): ScaleOptions {
     concurrency: num('concurrency', values.concurrency, 50),
     idleSeconds: num('idle-seconds', values['idle-seconds'], quick ? 10 : 30),
     warmup: 10,
+    workers: num('workers', values.workers, 1),
+    store: values.store,
   };
 }
 
@@ -71,8 +79,11 @@ async function main(): Promise<void> {
   try {
     console.log(
       `scale: ${options.sessions} sessions, ${options.workspaceSessions} workspace sessions, ` +
-        `${options.concurrency} in flight, idle window ${options.idleSeconds} s (temp dir ${dir})`,
+        `${options.concurrency} in flight, idle window ${options.idleSeconds} s, ${options.workers} worker(s), ` +
+        `${options.store} store (temp dir ${dir})`,
     );
+    const s3 = options.store === 's3' ? await startS3Server({ bucket: 'ds-scale' }) : undefined;
+    if (s3) finals.push(() => s3.stop());
     const metricsPort = await freePort();
     const server = await startDevServer({
       port: await freePort(),
@@ -94,6 +105,19 @@ async function main(): Promise<void> {
       metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`,
       address: server.address,
       runId: randomUUID().slice(0, 8),
+      masterKey: randomBytes(32).toString('hex'),
+      ...(s3
+        ? {
+            s3: {
+              endpoint: s3.endpoint,
+              region: s3.region,
+              bucket: s3.bucket,
+              credentials: s3.credentials,
+              forcePathStyle: true,
+              prefix: 'scale',
+            },
+          }
+        : {}),
     };
 
     console.log('scale: baselines (bare workflows)…');
@@ -110,9 +134,12 @@ async function main(): Promise<void> {
         .join(' ')}`;
     const markdown = report(options, sessions, bare, machine);
     console.log(`\n${markdown}`);
-    fs.mkdirSync(path.dirname(RESULTS_FILE), { recursive: true });
-    fs.writeFileSync(RESULTS_FILE, markdown);
-    console.log(`scale: written to ${path.relative(process.cwd(), RESULTS_FILE)}`);
+    // One file per shape of run, so that the one-worker run and the fleet run of `npm run bench` keep both.
+    const shape = options.workers === 1 && options.store === 'local' ? '' : `-${options.workers}w-${options.store}`;
+    const file = path.join(RESULTS_DIR, `scale${shape}.md`);
+    fs.mkdirSync(RESULTS_DIR, { recursive: true });
+    fs.writeFileSync(file, markdown);
+    console.log(`scale: written to ${path.relative(process.cwd(), file)}`);
   } finally {
     for (const step of finals.reverse()) {
       await step().catch((err: unknown) => console.error(`cleanup failed: ${String(err)}`));

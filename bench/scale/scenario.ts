@@ -7,6 +7,7 @@ import { cpuWindow, OpenFilesSampler } from './procfs';
 import { frontendRequests, requestRates, type RequestCounts } from './server-metrics';
 import { startWorkerProcess, type MemorySample, type WorkerHandle } from './worker-handle';
 import type { WorkerProcessConfig } from './worker-process';
+import type { S3BlobBackendOptions } from '../../src/snapshots';
 
 export interface ScaleOptions {
   sessions: number;
@@ -15,6 +16,10 @@ export interface ScaleOptions {
   idleSeconds: number;
   /** Full lifecycles run (and not measured) before the idle sample: bundles loaded, code paths warm. */
   warmup: number;
+  /** Worker processes per scenario, all polling one task queue, each with a host queue and directory of its own. */
+  workers: number;
+  /** Where the session workers keep checkpoints: one directory they share, or a bucket on a local S3 server. */
+  store: 'local' | 's3';
 }
 
 export interface ScaleContext {
@@ -24,8 +29,12 @@ export interface ScaleContext {
   metricsUrl: string;
   address: string;
   runId: string;
-  /** A fresh directory for this scenario's worker. */
+  /** A fresh directory for this scenario's workers. */
   dir: string;
+  /** The bucket of `--store s3` (a prefix of its own per run); absent for the local store. */
+  s3?: S3BlobBackendOptions;
+  /** The master key (hex) the session workers share. */
+  masterKey: string;
 }
 
 export interface IdleWindow {
@@ -37,31 +46,73 @@ export interface IdleWindow {
   requests: [string, number][];
 }
 
-/** One worker driven through N workflows: the lifecycle timed, its memory at rest and loaded, its idle cost. */
+/** The workers of a scenario sampled together: the sums, and each worker's own. */
+export interface FleetSample extends MemorySample {
+  perWorker: MemorySample[];
+}
+
+/** The workers of one scenario, measured as one: memory summed (each kept), CPU summed, open files the busiest's. */
+export class WorkerFleet {
+  readonly files: FilesSampler;
+
+  constructor(readonly workers: WorkerHandle[]) {
+    const samplers = workers.map((w) => new OpenFilesSampler(w.pid));
+    this.files = {
+      enter: (phase) => samplers.forEach((s) => s.enter(phase)),
+      peak: (phase) => {
+        const peaks = samplers.map((s) => s.peak(phase)).filter((p): p is number => p !== undefined);
+        return peaks.length ? Math.max(...peaks) : undefined;
+      },
+      stop: () => samplers.forEach((s) => s.stop()),
+    };
+  }
+
+  get pids(): number[] {
+    return this.workers.map((w) => w.pid);
+  }
+
+  async sample(): Promise<FleetSample> {
+    const perWorker = await Promise.all(this.workers.map((w) => w.sample()));
+    return {
+      rss: perWorker.reduce((n, s) => n + s.rss, 0),
+      heapUsed: perWorker.reduce((n, s) => n + s.heapUsed, 0),
+      perWorker,
+    };
+  }
+}
+
+/** Open files of one process or the busiest of several, per phase (OpenFilesSampler's interface). */
+export type FilesSampler = Pick<OpenFilesSampler, 'enter' | 'peak' | 'stop'>;
+
+/** The workers driven through N workflows: the lifecycle timed, their memory at rest and loaded, their idle cost. */
 export interface ScenarioResult {
   startMs: number;
   controlsMs: number;
   calls: Calls;
   /** With nothing running (after the warm-up), with N/2 and N running and idle, and after all were stopped. */
-  memory: { empty: MemorySample; half: MemorySample; loaded: MemorySample; after: MemorySample };
+  memory: { empty: FleetSample; half: FleetSample; loaded: FleetSample; after: FleetSample };
   /** Frontend requests per workflow through its start and controls (not the idle window), busiest first. */
   requestsPerWorkflow: [string, number][];
   idle: IdleWindow;
-  /** Open files of the worker: with nothing running, and the peak while the N ran. */
+  /** Open files of the (busiest) worker: with nothing running, and the peak while the N ran. */
   openFiles: { empty: number; peak: number };
 }
 
-/** Lets the start's stragglers settle, then measures the worker's and the server's CPU over the idle window. */
-export async function measureIdle(ctx: ScaleContext, workerPid: number): Promise<IdleWindow> {
+/** Lets the start's stragglers settle, then measures the workers' and the server's CPU over the idle window. */
+export async function measureIdle(ctx: ScaleContext, workerPids: number[]): Promise<IdleWindow> {
   await delay(3_000);
   const before = await frontendRequests(ctx.metricsUrl);
-  const window = cpuWindow({ worker: workerPid, server: ctx.serverPid });
+  const window = cpuWindow({
+    server: ctx.serverPid,
+    ...Object.fromEntries(workerPids.map((pid, i) => [`w${i}`, pid])),
+  });
   const t0 = performance.now();
   await delay(ctx.options.idleSeconds * 1_000);
-  const cpu = window.stop();
+  const { server, ...workers } = window.stop();
   const seconds = (performance.now() - t0) / 1_000;
   const after = await frontendRequests(ctx.metricsUrl);
-  return { seconds, workerCpu: cpu.worker!, serverCpu: cpu.server!, requests: requestRates(before, after, seconds) };
+  const workerCpu = Object.values(workers).reduce((a, b) => a + b, 0);
+  return { seconds, workerCpu, serverCpu: server!, requests: requestRates(before, after, seconds) };
 }
 
 /**
@@ -72,8 +123,8 @@ export async function startInHalves<T>(
   ctx: ScaleContext,
   items: T[],
   start: (item: T) => Promise<unknown>,
-  sample: () => Promise<MemorySample>,
-): Promise<{ ms: number; half: MemorySample; loaded: MemorySample }> {
+  sample: () => Promise<FleetSample>,
+): Promise<{ ms: number; half: FleetSample; loaded: FleetSample }> {
   const middle = Math.floor(items.length / 2);
   const first = await inPool(items.slice(0, middle), ctx.options.concurrency, start);
   const half = await sample();
@@ -103,32 +154,51 @@ export class RequestCounter {
   }
 }
 
-/** A scenario's own worker process: its task queue, and a sampler of its open files from the start. */
+/** A scenario's own worker processes: their task queue, and a sampler of their open files from the start. */
 export interface ScenarioWorker {
-  worker: WorkerHandle;
-  files: OpenFilesSampler;
+  fleet: WorkerFleet;
+  files: FilesSampler;
   taskQueue: string;
 }
 
-/** Starts a worker of `mode` on a task queue and directory of its own, runs `fn` with it, then stops it. */
+/**
+ * Starts `--workers` workers of `mode` on a task queue of their own (each with its own host queue and directory; the
+ * session workers share the store), runs `fn` with them, then stops them.
+ */
 export async function withScenarioWorker<T>(
   ctx: ScaleContext,
   config: Pick<WorkerProcessConfig, 'mode' | 'bundlePath' | 'maxSessions'>,
   fn: (scenario: ScenarioWorker) => Promise<T>,
 ): Promise<T> {
   const taskQueue = `scale-${config.mode}-${ctx.runId}`;
-  const worker = await startWorkerProcess({
-    ...config,
-    address: ctx.address,
-    taskQueue,
-    dir: path.join(ctx.dir, config.mode),
-  });
-  const files = new OpenFilesSampler(worker.pid);
+  const dir = path.join(ctx.dir, config.mode);
+  const store: WorkerProcessConfig['store'] = ctx.s3
+    ? { kind: 's3', s3: { ...ctx.s3, prefix: `${ctx.s3.prefix ?? ''}/${config.mode}-${ctx.runId}` } }
+    : { kind: 'local', dir: path.join(dir, 'snapshots') };
+  const workers: WorkerHandle[] = [];
   try {
-    return await fn({ worker, files, taskQueue });
+    // One after another: two bundles loading at once on a small machine only make both slower.
+    for (let i = 0; i < ctx.options.workers; i++) {
+      workers.push(
+        await startWorkerProcess({
+          ...config,
+          address: ctx.address,
+          taskQueue,
+          dir: path.join(dir, `host-${i + 1}`),
+          host: `host-${i + 1}`,
+          store,
+          masterKey: ctx.masterKey,
+        }),
+      );
+    }
+    const fleet = new WorkerFleet(workers);
+    try {
+      return await fn({ fleet, files: fleet.files, taskQueue });
+    } finally {
+      fleet.files.stop();
+    }
   } finally {
-    files.stop();
-    await worker.stop();
+    await Promise.all(workers.map((w) => w.stop()));
   }
 }
 
@@ -152,8 +222,8 @@ export interface Lifecycle<H> {
  */
 export async function measureLifecycle<H>(
   ctx: ScaleContext,
-  worker: { pid: number; sample(): Promise<MemorySample> },
-  files: OpenFilesSampler,
+  worker: WorkerFleet,
+  files: FilesSampler,
   kind: Lifecycle<H>,
 ): Promise<ScenarioResult> {
   const warm = new Calls();
@@ -177,7 +247,7 @@ export async function measureLifecycle<H>(
       () => worker.sample(),
     ),
   );
-  const idle = await measureIdle(ctx, worker.pid);
+  const idle = await measureIdle(ctx, worker.pids);
   const controlsMs = await requests.around(() => inPool(handles, ctx.options.concurrency, (h) => kind.run(calls, h)));
   const after = await worker.sample();
   const peak = files.peak('run')!;

@@ -2,9 +2,15 @@
 import { DEFAULT_MAX_SESSIONS } from '../../src/activities';
 import { SessionClient, type SessionHandle } from '../../src/client';
 import { Calls, inPool } from './load';
-import type { OpenFilesSampler } from './procfs';
-import { ids, measureLifecycle, withScenarioWorker, type ScaleContext, type ScenarioResult } from './scenario';
-import type { WorkerHandle } from './worker-handle';
+import {
+  ids,
+  measureLifecycle,
+  withScenarioWorker,
+  type FilesSampler,
+  type ScaleContext,
+  type ScenarioResult,
+  type WorkerFleet,
+} from './scenario';
 
 export interface WorkspaceResult {
   sessions: number;
@@ -24,33 +30,29 @@ const WORKSPACE_COMMAND = ['sh', '-c', 'while true; do sleep 10; done'];
 export async function runSessions(ctx: ScaleContext, bundlePath: string): Promise<SessionResult> {
   // The benchmark may ask for more sessions on one worker than the default limit.
   const maxSessions = Math.max(DEFAULT_MAX_SESSIONS, ctx.options.sessions, ctx.options.workspaceSessions);
-  return withScenarioWorker(
-    ctx,
-    { mode: 'sessions', bundlePath, maxSessions },
-    async ({ worker, files, taskQueue }) => {
-      const client = new SessionClient({ client: ctx.client, taskQueue });
-      const start = (calls: Calls, sessionId: string): Promise<SessionHandle> =>
-        calls.time('start', () => client.start({ sessionId, runtime: { kind: 'memory', initialState: sessionId } }));
-      const lifecycle = async (calls: Calls, session: SessionHandle): Promise<void> => {
-        await calls.time('checkpoint', () => session.checkpoint());
-        await calls.time('pause', () => session.pause());
-        await calls.time('resume', () => session.resume());
-        await calls.time('stop', () => session.stop());
-      };
+  return withScenarioWorker(ctx, { mode: 'sessions', bundlePath, maxSessions }, async ({ fleet, files, taskQueue }) => {
+    const client = new SessionClient({ client: ctx.client, taskQueue });
+    const start = (calls: Calls, sessionId: string): Promise<SessionHandle> =>
+      calls.time('start', () => client.start({ sessionId, runtime: { kind: 'memory', initialState: sessionId } }));
+    const lifecycle = async (calls: Calls, session: SessionHandle): Promise<void> => {
+      await calls.time('checkpoint', () => session.checkpoint());
+      await calls.time('pause', () => session.pause());
+      await calls.time('resume', () => session.resume());
+      await calls.time('stop', () => session.stop());
+    };
 
-      const measured = await measureLifecycle(ctx, worker, files, { prefix: 'memory', start, run: lifecycle });
-      const workspace = await runWorkspaces(ctx, client, worker, files);
-      return { ...measured, workspace };
-    },
-  );
+    const measured = await measureLifecycle(ctx, fleet, files, { prefix: 'memory', start, run: lifecycle });
+    const workspace = await runWorkspaces(ctx, client, fleet, files);
+    return { ...measured, workspace };
+  });
 }
 
 /** Workspace sessions (a real process each) all running, then checkpointed `concurrency` at a time, then stopped. */
 async function runWorkspaces(
   ctx: ScaleContext,
   client: SessionClient,
-  worker: WorkerHandle,
-  files: OpenFilesSampler,
+  worker: WorkerFleet,
+  files: FilesSampler,
 ): Promise<WorkspaceResult> {
   const { concurrency, workspaceSessions } = ctx.options;
   files.enter('workspace-idle');

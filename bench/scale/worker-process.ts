@@ -2,14 +2,14 @@
  * The worker under test, in a process of its own so that its memory, CPU and open files are its own:
  * `node --import tsx --expose-gc bench/scale/worker-process.ts '<WorkerProcessConfig as JSON>'`, driven over IPC by
  * bench/scale/worker-handle.ts. `sessions` runs the project's workers (createWorkers: shared, host and watch queues)
- * with a memory and a workspace runtime; `bare` runs one worker with the baseline workflows and a no-op activity.
+ * with a memory and a workspace runtime, on the local store or a bucket; `bare` runs one worker with the baseline
+ * workflows and a no-op activity. Several of either may poll one task queue, each with a host queue of its own.
  */
-import { randomBytes } from 'node:crypto';
 import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import { MemoryRuntime, WorkspaceRuntime } from '../../src/runtimes';
-import { ChunkedSnapshotStore, Keyring } from '../../src/snapshots';
+import { ChunkedSnapshotStore, Keyring, S3BlobBackend, type S3BlobBackendOptions } from '../../src/snapshots';
 import { createWorkers } from '../../src/worker';
 import type { BareActivities } from './bare-workflows';
 
@@ -19,8 +19,14 @@ export interface WorkerProcessConfig {
   taskQueue: string;
   /** A prebuilt workflow bundle: the parent bundles once, so bundling costs no child anything. */
   bundlePath: string;
-  /** Snapshots and workspaces (sessions mode). */
+  /** This worker's workspaces (sessions mode). */
   dir: string;
+  /** This worker's host: its host queue is `<taskQueue>@<host>`, its worker id the host. */
+  host: string;
+  /** Where checkpoints go (sessions mode): a directory the fleet's workers share, or a bucket. */
+  store: { kind: 'local'; dir: string } | { kind: 's3'; s3: S3BlobBackendOptions };
+  /** The master key (hex) every worker of the fleet shares: any of them restores what another captured. */
+  masterKey: string;
   maxSessions: number;
 }
 
@@ -44,18 +50,21 @@ async function startSessions(config: WorkerProcessConfig, connection: NativeConn
     defaultStopGraceMs: 2_000,
     log: () => {},
   });
-  const hostTaskQueue = `${config.taskQueue}@host-1`;
+  const hostTaskQueue = `${config.taskQueue}@${config.host}`;
+  const keyring = new Keyring([{ id: 'bench', key: Buffer.from(config.masterKey, 'hex') }]);
+  const store =
+    config.store.kind === 's3'
+      ? new ChunkedSnapshotStore({ backend: new S3BlobBackend(config.store.s3), keyring })
+      : new ChunkedSnapshotStore({ rootDir: config.store.dir, keyring });
   const workers = await createWorkers({
     connection,
     client: new Client({ connection: clientConnection }),
     namespace: 'default',
     taskQueue: config.taskQueue,
     hostTaskQueue,
+    fleet: { workerId: config.host },
     deps: {
-      store: new ChunkedSnapshotStore({
-        rootDir: path.join(config.dir, 'snapshots'),
-        keyring: new Keyring([{ id: 'bench', key: randomBytes(32) }]),
-      }),
+      store,
       runtimes: { workspace, memory: new MemoryRuntime() },
       hostTaskQueue,
       maxSessions: config.maxSessions,
@@ -67,6 +76,7 @@ async function startSessions(config: WorkerProcessConfig, connection: NativeConn
     shutdown: () => workers.shutdown(),
     close: async () => {
       await workspace.stopAll();
+      await store.backend.close();
       await clientConnection.close();
     },
     kill: () => workspace.killAll(),
