@@ -230,14 +230,22 @@ async function runPhase({ server: ref, masterKey, parts, spec }: Job): Promise<O
     partConcurrency: parts.concurrency,
     ...('prefix' in spec ? { prefix: spec.prefix } : {}),
   });
-  // The SDK as the backend configures it for checksums (the engine authenticates its objects itself), otherwise its
-  // defaults: the comparison is of what runs around the requests, not of the work per byte.
+  // The SDK as the backend configures it for checksums and payload signing (the engine authenticates its objects
+  // itself), otherwise its defaults: the comparison is of what runs around the requests, not of the work per byte.
   const client = new S3Client({
     ...ref,
     forcePathStyle: true,
     requestChecksumCalculation: 'WHEN_REQUIRED',
     responseChecksumValidation: 'WHEN_REQUIRED',
   });
+  client.middlewareStack.add(
+    (next) => async (args) => {
+      const request = args.request as { method?: string; headers?: Record<string, string> };
+      if (request.method === 'PUT' && request.headers) request.headers['x-amz-content-sha256'] = 'UNSIGNED-PAYLOAD';
+      return next(args);
+    },
+    { step: 'build', name: 'unsignedPayload' },
+  );
   const store = new ChunkedSnapshotStore({ backend, keyring });
   const writes = spec.phase === 'engine-put' || spec.phase === 'engine-incremental';
   const before = writes ? await storedBytes(backend) : 0;
