@@ -51,6 +51,8 @@ export interface HostLeaseInput {
   instances: string[];
   /** Exits up to here were passed on. */
   after?: ExitCursor;
+  /** The monitor's host timeout for this lease: with the heartbeat timeout, the bound of the host's fence. */
+  hostTimeoutMs?: number;
 }
 
 export interface HostLeaseResult {

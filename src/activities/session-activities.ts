@@ -35,6 +35,7 @@ import type {
   VerifyCheckpointInput,
   WatchResult,
 } from './activity-inputs';
+import type { HostFence } from './host-fence';
 import { HostRefusedError, HostState } from './host-state';
 import type { FleetMember } from './placement';
 import { ConversationRuntime, RuntimeExitedError, RuntimeNotFoundError } from '../runtimes';
@@ -61,6 +62,8 @@ export interface ActivityDeps {
   hostTaskQueue: string;
   /** The sessions this host runs, and whether it is draining (a fresh one when not given). */
   host?: HostState;
+  /** Freezes this host's session processes when it cannot renew its lease (docs/design.md §6); none without it. */
+  fence?: HostFence;
   /** Placement skips a host that runs this many sessions (default 1000): a full host is never taken for a dead one. */
   maxSessions?: number;
   /** Where sessions go: the fleet directory this host reports to. Without it, whichever worker asks takes them. */
@@ -401,30 +404,50 @@ export function createActivities(deps: ActivityDeps) {
       const heartbeatMs = Math.min(deps.watchHeartbeatMs ?? MAX_HEARTBEAT_MS, heartbeatEvery(ctx));
       const roundEnds = Date.now() + (deps.leaseRoundMs ?? 10 * 60_000);
       const missing = input.instances.filter((id) => !host.knows(id));
-      for (;;) {
-        const exits = host.exitsAfter(input.after);
-        const news = exits.filter((e) => !e.bySession);
-        if (
-          missing.length > 0 ||
-          news.length > 0 ||
-          exits.length >= MAX_RELEASED_PER_ROUND ||
-          Date.now() >= roundEnds
-        ) {
-          const quiet = missing.length === 0 && news.length === 0;
-          return {
-            cursor: host.cursor,
-            exits: news.map(({ instanceId, exit }) => ({ instanceId, exit })),
-            released: exits.filter((e) => e.bySession).map((e) => e.instanceId),
-            missing,
-            ...(quiet && deps.leaseRestMs ? { restMs: deps.leaseRestMs } : {}),
-          };
+      const heartbeatTimeoutMs = ctx.info.heartbeatTimeoutMs ?? MAX_HEARTBEAT_MS;
+      const lease = {
+        taskToken: ctx.info.taskToken,
+        instances: new Set(input.instances),
+        heartbeatTimeoutMs,
+        hostTimeoutMs: input.hostTimeoutMs ?? heartbeatTimeoutMs,
+      };
+      deps.fence?.leaseStarted(lease);
+      let returned = false;
+      try {
+        const result = await leaseRounds();
+        returned = true;
+        return result;
+      } finally {
+        deps.fence?.leaseEnded(lease, returned);
+      }
+
+      async function leaseRounds(): Promise<HostLeaseResult> {
+        for (;;) {
+          const exits = host.exitsAfter(input.after);
+          const news = exits.filter((e) => !e.bySession);
+          if (
+            missing.length > 0 ||
+            news.length > 0 ||
+            exits.length >= MAX_RELEASED_PER_ROUND ||
+            Date.now() >= roundEnds
+          ) {
+            const quiet = missing.length === 0 && news.length === 0;
+            return {
+              cursor: host.cursor,
+              exits: news.map(({ instanceId, exit }) => ({ instanceId, exit })),
+              released: exits.filter((e) => e.bySession).map((e) => e.instanceId),
+              missing,
+              ...(quiet && deps.leaseRestMs ? { restMs: deps.leaseRestMs } : {}),
+            };
+          }
+          ctx.heartbeat();
+          void deps.fence?.beat(lease);
+          const wake = AbortSignal.any([ctx.cancellationSignal, AbortSignal.timeout(heartbeatMs)]);
+          await host.nextExit(wake);
+          // An exit seldom comes alone (a shutdown, a crashed process group): let its companions join the report.
+          if (!wake.aborted) await delay(50);
+          if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason;
         }
-        ctx.heartbeat();
-        const wake = AbortSignal.any([ctx.cancellationSignal, AbortSignal.timeout(heartbeatMs)]);
-        await host.nextExit(wake);
-        // An exit seldom comes alone (a shutdown, a crashed process group): let its companions join the report.
-        if (!wake.aborted) await delay(50);
-        if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason;
       }
     },
 
