@@ -38,10 +38,11 @@ const TICK_MS = 200;
 /**
  * Self-fencing (docs/design.md §6). The host's monitor may declare this host lost, and skip stopping the instances its
  * lease listed, no sooner than the lease's heartbeatTimeoutMs + hostTimeoutMs after the last beat the server recorded
- * (or 2 × hostTimeoutMs after the lease was asked for, if it never started). So an instance with no contact for
- * min(heartbeatTimeoutMs, hostTimeoutMs) — no lease started and no lease beat acknowledged since it started or since
- * the last one — is frozen first, at least hostTimeoutMs before any recovery. Frozen rather than killed: a host only
- * cut off from Temporal for a while loses no work. What lifts the fence:
+ * (or 2 × hostTimeoutMs after the lease was asked for, if it never started), and only if the host did not answer it.
+ * So an instance with no contact for min(heartbeatTimeoutMs, hostTimeoutMs) since it started — no answer to the probe
+ * sent every quarter of that, no lease started, no lease beat acknowledged — is frozen first, at least hostTimeoutMs
+ * before any recovery. Frozen rather than killed: a host only cut off from Temporal for a while loses no work. What
+ * lifts the fence:
  * - an acknowledged beat of a lease that lists the instance: the monitor still holds it, so it resumes;
  * - one that does not list it, while an earlier lease did or a lease died (timed out, cancelled) while it was frozen:
  *   the monitor may have let it go and its session may run elsewhere, so it is killed;
@@ -61,6 +62,7 @@ export class HostFence {
   private readonly condemned = new Set<string>();
   private answeredAt: number | undefined;
   private probing = false;
+  private probedAt = -Infinity;
   private timer: NodeJS.Timeout | undefined;
 
   constructor(options: HostFenceOptions) {
@@ -119,6 +121,7 @@ export class HostFence {
   /** Checks the bound: freezes what ran too long without contact, kills what no lease took back. */
   tick(): void {
     const now = this.now();
+    if (now - this.probedAt >= this.boundMs / 4) this.probeServer();
     const due = this.target
       .runningInstances()
       .filter((i) => now - Math.max(this.lastContact, i.startedAtMs - performance.timeOrigin) > this.boundMs)
@@ -133,8 +136,10 @@ export class HostFence {
       this.answeredAt = undefined;
       return;
     }
-    if (this.answeredAt === undefined) this.probeServer();
-    else if (now - this.answeredAt > (this.options.orphanAfterMs ?? DEFAULT_ORPHAN_AFTER_MS)) {
+    if (
+      this.answeredAt !== undefined &&
+      now - this.answeredAt > (this.options.orphanAfterMs ?? DEFAULT_ORPHAN_AFTER_MS)
+    ) {
       const killed = this.target.killFenced(held);
       if (killed > 0) this.log(`killed ${killed} fenced session process group(s): no lease took them back`);
     }
@@ -165,12 +170,18 @@ export class HostFence {
     for (const id of this.condemned) if (!running.has(id)) this.condemned.delete(id);
   }
 
+  /**
+   * Asks the server anything: an answer is contact too, so a host that only waits for its monitor's next lease (a
+   * busy monitor, a fresh instance not yet attached) is not fenced while the server hears it.
+   */
   private probeServer(): void {
     if (this.probing) return;
     this.probing = true;
+    const sentAt = (this.probedAt = this.now());
     this.options.probe().then(
       () => {
         this.probing = false;
+        this.lastContact = Math.max(this.lastContact, sentAt);
         if (this.target.fencedInstances().length > 0) this.answeredAt ??= this.now();
       },
       () => {
