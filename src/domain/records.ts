@@ -369,13 +369,7 @@ export const RuntimeReport = z.discriminatedUnion('outcome', [
     /** Stopped by its host (a shutdown that could not drain it), not by the session. */
     stoppedByHost: z.boolean(),
   }),
-  strictObject({
-    outcome: z.literal('lost'),
-    instanceId: z.string().min(1).max(300),
-    reason: Text,
-    /** The monitor's lease listed the instance when the host went silent: the host has frozen it (design §6). */
-    hostGone: z.boolean().optional(),
-  }),
+  strictObject({ outcome: z.literal('lost'), instanceId: z.string().min(1).max(300), reason: Text }),
 ]);
 export type RuntimeReport = z.infer<typeof RuntimeReport>;
 

@@ -78,11 +78,10 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
     restarted = false;
     const timeouts = (leaseTimeouts = timeoutsOf(attached));
     const scope = (lease = new CancellationScope());
-    const leased = [...attached.keys()];
     try {
       const result = await scope.run(() =>
         leaseOn(input.hostTaskQueue, timeouts).holdHostLease({
-          instances: leased,
+          instances: [...attached.keys()],
           after: cursor,
           hostTimeoutMs: timeouts.hostTimeoutMs,
         }),
@@ -96,7 +95,7 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
       if (isCancellation(err)) throw err;
       // Lost contact with the lease. A Temporal outage does that to a live host too: ask before declaring anything.
       if (await answers(input.hostTaskQueue, timeouts)) continue;
-      await hostLost(`its worker host ${input.hostTaskQueue} stopped answering: ${failureMessage(err)}`, leased);
+      await hostLost(`its worker host ${input.hostTaskQueue} stopped answering: ${failureMessage(err)}`);
     } finally {
       lease = undefined;
       leaseTimeouts = undefined;
@@ -128,12 +127,10 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
     await tell(reports);
   }
 
-  /** Only the instances the silent lease listed are surely frozen on their host: the others are stopped first. */
-  async function hostLost(reason: string, leased: string[]): Promise<void> {
-    const frozen = new Set(leased);
+  async function hostLost(reason: string): Promise<void> {
     const reports = [...attached.values()].map((a): [HostAttachment, RuntimeReport] => [
       a,
-      { outcome: 'lost', instanceId: a.instanceId, reason, ...(frozen.has(a.instanceId) ? { hostGone: true } : {}) },
+      { outcome: 'lost', instanceId: a.instanceId, reason },
     ]);
     attached.clear();
     log.warn('worker host lost', { hostTaskQueue: input.hostTaskQueue, sessions: reports.length, reason });

@@ -43,7 +43,10 @@ const EXITED = 'runtime exited';
 export class Recovery {
   /** The watcher activity under way (sessions from before the host monitor). */
   private watchScope: CancellationScope | null = null;
-  /** Instances whose host's monitor said the host is gone, having frozen them first (design §6). */
+  /**
+   * Instances whose host's monitor reported them lost: their host restarted without them, or went silent, and then it
+   * froze them itself before the monitor could give it up (design §6).
+   */
   private readonly goneWithHost = new Set<string>();
 
   constructor(
@@ -110,7 +113,7 @@ export class Recovery {
     const runtime = this.session.state.runtime;
     if (!runtime || runtime.instanceId !== report.instanceId) return;
     if (report.outcome === 'lost') {
-      if (report.hostGone) this.goneWithHost.add(report.instanceId);
+      this.goneWithHost.add(report.instanceId);
       void this.queue.serial(() => this.onRuntimeLost(runtime, report.reason), RECOVER);
     } else if (report.stoppedByHost)
       void this.queue.serial(() => this.onRuntimeLost(runtime, 'the runtime was stopped by its host'), RECOVER);
