@@ -33,6 +33,7 @@ const SCENARIOS = [
   'placement-constraints',
   'drain',
   'timeline-read',
+  'checkpoint-verify',
   'restart-from-spec',
   'pause-through-host-loss',
 ] as const;
@@ -215,6 +216,23 @@ async function main(): Promise<void> {
         args: [{ sessionId: t.sessionId, tenant: 'default', from: 1, limit: 1000 }],
       });
       write(server.address, out, `${label}-timeline-read.json`, workflowId);
+    }
+
+    if (wanted('checkpoint-verify')) {
+      // An ended session's stored checkpoints, verified on a worker (what every surface does once a session ended).
+      const v = await sessions.start({
+        sessionId: `replay-verify-${crypto.randomUUID().slice(0, 8)}`,
+        runtime: { kind: 'memory', initialState: 'a' },
+      });
+      await v.checkpoint();
+      await v.stop();
+      const workflowId = `checkpoint-verify-${v.sessionId}`;
+      await client.workflow.execute('checkpointVerifyWorkflow', {
+        taskQueue,
+        workflowId,
+        args: [{ sessionId: v.sessionId, tenant: 'default' }],
+      });
+      write(server.address, out, `${label}-checkpoint-verify.json`, workflowId);
     }
 
     if (wanted('drain')) {
