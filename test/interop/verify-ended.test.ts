@@ -86,6 +86,21 @@ test('the TypeScript client verifies an ended session through a worker, and refu
   await running.stop({ checkpoint: false });
 });
 
+test('a session that failed is verified through a worker too', async () => {
+  const failing = await storeless.start({
+    sessionId: `failed-${crypto.randomUUID().slice(0, 8)}`,
+    // Runs until told to fail: its checkpoint is taken first.
+    runtime: { kind: 'workspace', command: ['sh', '-c', 'while [ ! -f fail-now ]; do sleep 0.1; done; exit 3'] },
+  });
+  const { runtime } = await runningStatus(failing);
+  const checkpoint = await failing.checkpoint();
+  fs.writeFileSync(path.join(runtime.location, 'fail-now'), '');
+  await eventually(async () => (await failing.status()).phase === 'failed', 60_000);
+  expect(await failing.verify()).toEqual([
+    expect.objectContaining({ checkpointId: checkpoint.checkpointId, status: 'ok' }),
+  ]);
+});
+
 test('the CLI verifies an ended session with --through-session and no store settings, exit 1 when one fails', async () => {
   const cli = (...args: string[]) =>
     new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
