@@ -183,3 +183,27 @@ test('a gateway process with no master key and no store setting verifies an ende
     detail: `session ${sessionId} has no checkpoint 000099-0badc0de`,
   });
 });
+
+test('with no worker on its queue, verifying an ended session says so within a minute, and leaves nothing running', async () => {
+  const taskQueue = `nobody-${crypto.randomUUID().slice(0, 8)}`;
+  const unserved = new SessionClient({ client: sys.client, taskQueue });
+  const err: unknown = await unserved
+    .get(sessionId)
+    .verify()
+    .catch((e: unknown) => e);
+  expect(err).toMatchObject({
+    code: 'RuntimeFailed',
+    sessionId,
+    message: `no worker verified the checkpoints of session ${sessionId} within 60 s: is a worker polling task queue ${taskQueue}?`,
+  });
+  const left = await eventually(async () => {
+    const runs = [];
+    for await (const run of sys.client.workflow.list({
+      query: `WorkflowType = 'checkpointVerifyWorkflow' AND TaskQueue = '${taskQueue}'`,
+    })) {
+      runs.push(run.status.name);
+    }
+    return runs.length > 0 && runs.every((s) => s !== 'RUNNING') && runs;
+  });
+  expect(left).toEqual(['TERMINATED']);
+}, 180_000);
