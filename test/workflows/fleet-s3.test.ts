@@ -8,7 +8,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { ListMultipartUploadsCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { temporal } from '@temporalio/proto';
 import { Client, Connection } from '@temporalio/client';
 import { fleetQuery, fleetWorkflowId, sessionWorkflowId } from '../../src/api';
@@ -272,6 +272,9 @@ test('a graceful stop of a worker moves its sessions to the other with no work l
   const movingSession = [one, two][moving]!;
   const { runtime } = before[moving]!;
   await eventually(() => countOf(runtime.location) > 3);
+  // State larger than an upload part: the drain checkpoint goes up in parts and comes back whole.
+  const state = crypto.randomBytes(12 * 1024 * 1024);
+  fs.writeFileSync(path.join(runtime.location, 'state.bin'), state);
   const counted = countOf(runtime.location);
 
   const worker = workers.get('alpha')!;
@@ -287,6 +290,7 @@ test('a graceful stop of a worker moves its sessions to the other with no work l
   const starts = await restartedFrom(after.runtime.location);
   expect(starts).toHaveLength(2);
   expect(starts[1]).toBeGreaterThanOrEqual(counted);
+  expect(fs.readFileSync(path.join(after.runtime.location, 'state.bin')).equals(state)).toBe(true);
   const timeline = await movingSession.timeline();
   expect(timeline.map((e) => e.kind)).toEqual(['checkpoint', 'restored']);
   expect(timeline[1]).toMatchObject({ cause: 'drain', checkpointId: after.head!.checkpointId });
@@ -310,7 +314,7 @@ test('a full worker (DS_MAX_SESSIONS=1) is passed by at once, never waited for',
   expect(hosts.filter((h) => h === hostOf('beta'))).toHaveLength(3);
 }, 300_000);
 
-test('every checkpoint the fleet wrote is in the bucket and verifies, and none on a worker', async () => {
+test('every checkpoint the fleet wrote is in the bucket and verifies; nothing half-written, none on a worker', async () => {
   expect(kept.length).toBeGreaterThan(0);
   const listed = new Set<string>();
   let token: string | undefined;
@@ -323,6 +327,9 @@ test('every checkpoint the fleet wrote is in the bucket and verifies, and none o
       for (const o of page.Contents ?? []) listed.add(o.Key!);
       token = page.NextContinuationToken;
     } while (token);
+    // Every upload was completed or aborted, the killed worker's included: nothing invisible takes space.
+    const uploads = await s3client.send(new ListMultipartUploadsCommand({ Bucket: s3.bucket, Prefix: `${prefix}/` }));
+    expect(uploads.Uploads ?? []).toEqual([]);
   } finally {
     s3client.destroy();
   }
