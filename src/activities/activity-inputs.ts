@@ -83,6 +83,16 @@ export interface ReadTimelineInput extends Tenancy {
   limit: number;
 }
 
+/**
+ * The checkpoints of a session as the store keeps them, read back on a worker (`verifyStoredCheckpoints`): for readers
+ * that hold no store key, when the session has ended and cannot verify them itself.
+ */
+export interface VerifyStoredInput extends Tenancy {
+  sessionId: string;
+  /** Only this checkpoint; by default every one the store keeps of the session. */
+  checkpointId?: string;
+}
+
 export interface FindCheckpointInput extends Tenancy {
   sessionId: string;
   index?: number;

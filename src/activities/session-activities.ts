@@ -33,6 +33,7 @@ import type {
   StartRuntimeInput,
   Tenancy,
   VerifyCheckpointInput,
+  VerifyStoredInput,
   WatchResult,
 } from './activity-inputs';
 import type { HostFence } from './host-fence';
@@ -44,6 +45,7 @@ import {
   type CheckpointManifest,
   SnapshotError,
   SnapshotIncompatibleError,
+  type SnapshotMaintenance,
   SnapshotNotFoundError,
   type SnapshotStore,
   SnapshotTamperedError,
@@ -586,6 +588,54 @@ export function createActivities(deps: ActivityDeps) {
       try {
         return await timelineOf(deps, input).readTimeline(input.sessionId, { from: input.from, limit: input.limit });
       } catch (err) {
+        throw toFailure(err);
+      }
+    },
+
+    /**
+     * The checkpoints the store keeps of a session that has ended, read back as the CLI's store `verify` reads them
+     * (manifest, link to its parent, every chunk authenticated), oldest first: how clients, the CLI and the gateway,
+     * which hold no store key, verify what no workflow holds any more (through `checkpointVerifyWorkflow`).
+     */
+    async verifyStoredCheckpoints(input: VerifyStoredInput): Promise<VerificationResult[]> {
+      const store = storeOf(deps, input) as SnapshotStore & Partial<Pick<SnapshotMaintenance, 'verifyLineage'>>;
+      const result = (checkpointId: string, status: VerificationStatus, detail?: string): VerificationResult => ({
+        checkpointId,
+        status,
+        ...(detail !== undefined ? { detail } : {}),
+        at: new Date().toISOString(),
+      });
+      try {
+        const results: VerificationResult[] = [];
+        if (typeof store.verifyLineage === 'function') {
+          for (const r of await store.verifyLineage(input.sessionId)) {
+            results.push(result(r.checkpointId, r.status, r.detail));
+          }
+        } else {
+          // A store without maintenance (format 1): each checkpoint it lists, read back on its own.
+          for (const { checkpointId } of await store.list(input.sessionId)) {
+            try {
+              await store.verify(input.sessionId, checkpointId);
+              results.push(result(checkpointId, 'ok'));
+            } catch (err) {
+              if (!(err instanceof SnapshotError)) throw err;
+              results.push(result(checkpointId, verificationStatusOf(err), err.message));
+            }
+          }
+        }
+        if (input.checkpointId === undefined) return results;
+        const one = results.filter((r) => r.checkpointId === input.checkpointId);
+        if (one.length === 0) {
+          // The words and type of a running session's refusal of a checkpoint it does not have.
+          throw ApplicationFailure.nonRetryable(
+            `session ${input.sessionId} has no checkpoint ${input.checkpointId}`,
+            ERROR_CODES.SnapshotNotFound,
+          );
+        }
+        return one;
+      } catch (err) {
+        const kind = storeErrorKind(err);
+        if (kind) metrics.storeError('verify', kind);
         throw toFailure(err);
       }
     },
