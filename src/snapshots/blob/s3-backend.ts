@@ -604,7 +604,7 @@ export class S3BlobBackend implements BlobBackend {
     return created;
   }
 
-  /** Best effort: an upload left behind is invisible, and a bucket lifecycle rule removes it in the end. */
+  /** Best effort: an upload left behind is invisible, and removeAbandonedWrites aborts it once it is old. */
   private async abort(objectKey: string, uploadId: string): Promise<void> {
     try {
       await this.attempt('abort an upload', () =>
