@@ -170,6 +170,8 @@ export class Host {
             DS_S3_FORCE_PATH_STYLE: 'true',
             AWS_ACCESS_KEY_ID: this.bucket.credentials.accessKeyId,
             AWS_SECRET_ACCESS_KEY: this.bucket.credentials.secretAccessKey,
+            // Nothing to ask an instance metadata service on this machine.
+            AWS_EC2_METADATA_DISABLED: 'true',
           }
         : {}),
     };
