@@ -1,7 +1,8 @@
 /**
  * Failover: two worker processes, each with its own data directory, workspace root, worker id and host queue, sharing
- * a Temporal dev server and the snapshot store directory (until an object-store backend exists). A session with a
- * checkpoint runs on one of them; that worker is killed with -9 and not restarted until the session runs on the other.
+ * a Temporal dev server and one snapshot store directory (test/workflows/fleet-s3.test.ts does the same on a bucket).
+ * A session with a checkpoint runs on one of them; that worker is killed with -9 and not restarted until the session
+ * runs on the other.
  * Each trial prints the seconds from the kill to the session running again elsewhere, and the 100 ms samples in which
  * two copies of the session's command ran at once (stopped and dead processes do not run). The killed worker is
  * restarted for the next trial.

@@ -92,19 +92,42 @@ export async function readSmall(path: string, maxBytes: number): Promise<Buffer 
   }
 }
 
+/** What `publish` writes: the bytes whole, or streamed (a file of unknown length, never held in memory). */
+export type PublishBody = Buffer | AsyncIterable<Buffer>;
+
+export interface PublishOptions {
+  /** Rename over a file already there (the default); false: link, which leaves one already there alone. */
+  replace?: boolean;
+  /**
+   * Called with the temp file's path when a streamed body starts; what it returns is called when the stream ends.
+   * A slow write keeps its temp file touched with it, so that a cleaning of leftovers never takes it for a dead one.
+   */
+  whileStreaming?: (tempPath: string) => () => void;
+}
+
 /**
- * Writes `bytes` to a temp file, fsyncs it, and renames (or, without `replace`, links) it into place, then fsyncs
- * the directory. Returns false when `replace` is false and the target exists. Whatever fails, the temp file goes:
+ * Writes `body` to a temp file beside `path` (`.<16 hex>.tmp`, a dot-name no listing shows), fsyncs it, and renames
+ * (or, without `replace`, links) it into place, then fsyncs the directory: a crash leaves the old file or the new one,
+ * never part of one. Returns false when `replace` is false and the target exists. Whatever fails, the temp file goes:
  * a full disk must not be left fuller.
  */
-export async function publish(path: string, bytes: Buffer, options: { replace?: boolean } = {}): Promise<boolean> {
+export async function publish(path: string, body: PublishBody, options: PublishOptions = {}): Promise<boolean> {
   const dir = dirname(path);
   await ensureDir(dir);
   const tmp = join(dir, `.${randomBytes(8).toString('hex')}.tmp`);
   try {
     const handle = await fs.open(tmp, 'wx');
     try {
-      await handle.writeFile(bytes);
+      if (Buffer.isBuffer(body)) {
+        await handle.writeFile(body);
+      } else {
+        const done = options.whileStreaming?.(tmp);
+        try {
+          for await (const piece of body) await handle.write(piece);
+        } finally {
+          done?.();
+        }
+      }
       await handle.sync();
     } finally {
       await handle.close();

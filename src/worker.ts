@@ -1,7 +1,7 @@
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { ActivityDeps } from './activities';
-import { createActivities, DEFAULT_MAX_SESSIONS, HostState } from './activities';
+import { createActivities, DEFAULT_MAX_SESSIONS, HostFence, HostState } from './activities';
 import { FleetMember } from './activities/placement';
 import {
   drainUpdate,
@@ -298,9 +298,19 @@ export async function runWorker(
   // However this process ends (process.exit included), no session process outlives it. (A kill -9 runs no handler:
   // each session's lifeline ends its group then.)
   process.on('exit', () => workspace.killAll());
+  const client = new Client({ connection: clientConnection, namespace: config.temporal.namespace, dataConverter });
+  // The SDK's own heartbeats are never answered to the activity: the fence records its beats with a call that is, so
+  // the host knows when the server last heard from it. A call that hangs on a dead connection ends at its deadline.
+  const answered = <T>(call: () => Promise<T>) => clientConnection.withDeadline(Date.now() + 5_000, call);
+  const fence = new HostFence({
+    target: workspace,
+    recordHeartbeat: (taskToken) => answered(() => client.activity.heartbeat(taskToken)),
+    probe: () => answered(() => clientConnection.workflowService.getSystemInfo({})).then(() => undefined),
+  });
+  fence.start();
   const workers = await createWorkers({
     connection,
-    client: new Client({ connection: clientConnection, namespace: config.temporal.namespace, dataConverter }),
+    client,
     dataConverter,
     namespace: config.temporal.namespace,
     taskQueue: config.taskQueue,
@@ -312,6 +322,7 @@ export async function runWorker(
       runtimes: { workspace, memory: new MemoryRuntime(), conversation: new ConversationRuntime() },
       hostTaskQueue: config.hostTaskQueue,
       maxSessions: config.maxSessions,
+      fence,
     },
   });
   const labels = config.workerLabels.length ? ` (labels ${config.workerLabels.join(', ')})` : '';
@@ -333,6 +344,7 @@ export async function runWorker(
     await workers.run();
   } finally {
     stopOnSignal();
+    fence.close();
     // What was not drained ends with this host; those sessions recover from their newest checkpoints.
     await workspace.stopAll();
     await Promise.allSettled([connection.close(), clientConnection.close()]);

@@ -400,6 +400,7 @@ class Session:
     def verify(
         self, *, checkpoint_id: Optional[str] = None, timeout: Optional[float] = None
     ) -> builtins.list[VerificationResult]:
+        """Each checkpoint read back from the store on a worker; of a session that has ended, what it left there."""
         body = build(VerifyInput, checkpoint_id=checkpoint_id)
         return self._do(
             control(self.session_id, "verify", body, keyed=False, timeout=timeout), VerificationResults
@@ -845,6 +846,7 @@ class AsyncSession:
     async def verify(
         self, *, checkpoint_id: Optional[str] = None, timeout: Optional[float] = None
     ) -> builtins.list[VerificationResult]:
+        """Each checkpoint read back from the store on a worker; of a session that has ended, what it left there."""
         body = build(VerifyInput, checkpoint_id=checkpoint_id)
         req = control(self.session_id, "verify", body, keyed=False, timeout=timeout)
         return (await self._do(req, VerificationResults)).results

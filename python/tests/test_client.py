@@ -25,6 +25,7 @@ from durable_sessions import (
     SessionClosedError,
     SessionNotFoundError,
     SessionPolicies,
+    SnapshotNotFoundError,
     UnauthorizedError,
     UnavailableError,
     WorkspaceRuntime,
@@ -125,6 +126,21 @@ def test_typed_errors(client: Client, session_id: str, gateway_url: str) -> None
     # Every code the domain has is a class of its own here.
     for code in json.loads(os.environ["SESSIONS_ERROR_CODES"]):
         assert ERROR_CLASSES[code] is not DurableSessionsError and ERROR_CLASSES[code].code == code
+
+
+def test_an_ended_session_is_verified_through_a_worker(client: Client, session_id: str) -> None:
+    # No workflow is left to ask: a worker reads what the session left in the store.
+    session = client.start(session_id, MemoryRuntime(initial_state="v1"))
+    first = session.checkpoint(label="first")
+    final = session.stop().final_checkpoint
+    assert final is not None
+    results = session.verify()
+    assert [(v.checkpoint_id, v.status) for v in results] == [(first.checkpoint_id, "ok"), (final.checkpoint_id, "ok")]
+    assert [v.checkpoint_id for v in session.verify(checkpoint_id=first.checkpoint_id)] == [first.checkpoint_id]
+    # The refusal a running session gives a checkpoint it does not have.
+    with pytest.raises(SnapshotNotFoundError) as unknown:
+        session.verify(checkpoint_id="000099-0badc0de")
+    assert unknown.value.status == 404 and unknown.value.session_id == session_id
 
 
 def test_events_stream_a_pause(client: Client, session_id: str) -> None:

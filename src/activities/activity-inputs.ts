@@ -51,6 +51,8 @@ export interface HostLeaseInput {
   instances: string[];
   /** Exits up to here were passed on. */
   after?: ExitCursor;
+  /** The monitor's host timeout for this lease: with the heartbeat timeout, the bound of the host's fence. */
+  hostTimeoutMs?: number;
 }
 
 export interface HostLeaseResult {
@@ -79,6 +81,16 @@ export interface ReadTimelineInput extends Tenancy {
   sessionId: string;
   from: number;
   limit: number;
+}
+
+/**
+ * The checkpoints of a session as the store keeps them, read back on a worker (`verifyStoredCheckpoints`): for readers
+ * that hold no store key, when the session has ended and cannot verify them itself.
+ */
+export interface VerifyStoredInput extends Tenancy {
+  sessionId: string;
+  /** Only this checkpoint; by default every one the store keeps of the session. */
+  checkpointId?: string;
 }
 
 export interface FindCheckpointInput extends Tenancy {

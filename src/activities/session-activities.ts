@@ -33,8 +33,10 @@ import type {
   StartRuntimeInput,
   Tenancy,
   VerifyCheckpointInput,
+  VerifyStoredInput,
   WatchResult,
 } from './activity-inputs';
+import type { HostFence } from './host-fence';
 import { HostRefusedError, HostState } from './host-state';
 import type { FleetMember } from './placement';
 import { ConversationRuntime, RuntimeExitedError, RuntimeNotFoundError } from '../runtimes';
@@ -43,6 +45,7 @@ import {
   type CheckpointManifest,
   SnapshotError,
   SnapshotIncompatibleError,
+  type SnapshotMaintenance,
   SnapshotNotFoundError,
   type SnapshotStore,
   SnapshotTamperedError,
@@ -61,6 +64,8 @@ export interface ActivityDeps {
   hostTaskQueue: string;
   /** The sessions this host runs, and whether it is draining (a fresh one when not given). */
   host?: HostState;
+  /** Freezes this host's session processes when it cannot renew its lease (docs/design.md §6); none without it. */
+  fence?: HostFence;
   /** Placement skips a host that runs this many sessions (default 1000): a full host is never taken for a dead one. */
   maxSessions?: number;
   /** Where sessions go: the fleet directory this host reports to. Without it, whichever worker asks takes them. */
@@ -404,30 +409,50 @@ export function createActivities(deps: ActivityDeps) {
       const heartbeatMs = Math.min(deps.watchHeartbeatMs ?? MAX_HEARTBEAT_MS, heartbeatEvery(ctx));
       const roundEnds = Date.now() + (deps.leaseRoundMs ?? 10 * 60_000);
       const missing = input.instances.filter((id) => !host.knows(id));
-      for (;;) {
-        const exits = host.exitsAfter(input.after);
-        const news = exits.filter((e) => !e.bySession);
-        if (
-          missing.length > 0 ||
-          news.length > 0 ||
-          exits.length >= MAX_RELEASED_PER_ROUND ||
-          Date.now() >= roundEnds
-        ) {
-          const quiet = missing.length === 0 && news.length === 0;
-          return {
-            cursor: host.cursor,
-            exits: news.map(({ instanceId, exit }) => ({ instanceId, exit })),
-            released: exits.filter((e) => e.bySession).map((e) => e.instanceId),
-            missing,
-            ...(quiet && deps.leaseRestMs ? { restMs: deps.leaseRestMs } : {}),
-          };
+      const heartbeatTimeoutMs = ctx.info.heartbeatTimeoutMs ?? MAX_HEARTBEAT_MS;
+      const lease = {
+        taskToken: ctx.info.taskToken,
+        instances: new Set(input.instances),
+        heartbeatTimeoutMs,
+        hostTimeoutMs: input.hostTimeoutMs ?? heartbeatTimeoutMs,
+      };
+      deps.fence?.leaseStarted(lease);
+      let returned = false;
+      try {
+        const result = await leaseRounds();
+        returned = true;
+        return result;
+      } finally {
+        deps.fence?.leaseEnded(lease, returned);
+      }
+
+      async function leaseRounds(): Promise<HostLeaseResult> {
+        for (;;) {
+          const exits = host.exitsAfter(input.after);
+          const news = exits.filter((e) => !e.bySession);
+          if (
+            missing.length > 0 ||
+            news.length > 0 ||
+            exits.length >= MAX_RELEASED_PER_ROUND ||
+            Date.now() >= roundEnds
+          ) {
+            const quiet = missing.length === 0 && news.length === 0;
+            return {
+              cursor: host.cursor,
+              exits: news.map(({ instanceId, exit }) => ({ instanceId, exit })),
+              released: exits.filter((e) => e.bySession).map((e) => e.instanceId),
+              missing,
+              ...(quiet && deps.leaseRestMs ? { restMs: deps.leaseRestMs } : {}),
+            };
+          }
+          ctx.heartbeat();
+          void deps.fence?.beat(lease);
+          const wake = AbortSignal.any([ctx.cancellationSignal, AbortSignal.timeout(heartbeatMs)]);
+          await host.nextExit(wake);
+          // An exit seldom comes alone (a shutdown, a crashed process group): let its companions join the report.
+          if (!wake.aborted) await delay(50);
+          if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason;
         }
-        ctx.heartbeat();
-        const wake = AbortSignal.any([ctx.cancellationSignal, AbortSignal.timeout(heartbeatMs)]);
-        await host.nextExit(wake);
-        // An exit seldom comes alone (a shutdown, a crashed process group): let its companions join the report.
-        if (!wake.aborted) await delay(50);
-        if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason;
       }
     },
 
@@ -566,6 +591,54 @@ export function createActivities(deps: ActivityDeps) {
       try {
         return await timelineOf(deps, input).readTimeline(input.sessionId, { from: input.from, limit: input.limit });
       } catch (err) {
+        throw toFailure(err);
+      }
+    },
+
+    /**
+     * The checkpoints the store keeps of a session that has ended, read back as the CLI's store `verify` reads them
+     * (manifest, link to its parent, every chunk authenticated), oldest first: how clients, the CLI and the gateway,
+     * which hold no store key, verify what no workflow holds any more (through `checkpointVerifyWorkflow`).
+     */
+    async verifyStoredCheckpoints(input: VerifyStoredInput): Promise<VerificationResult[]> {
+      const store = storeOf(deps, input) as SnapshotStore & Partial<Pick<SnapshotMaintenance, 'verifyLineage'>>;
+      const result = (checkpointId: string, status: VerificationStatus, detail?: string): VerificationResult => ({
+        checkpointId,
+        status,
+        ...(detail !== undefined ? { detail } : {}),
+        at: new Date().toISOString(),
+      });
+      try {
+        const results: VerificationResult[] = [];
+        if (typeof store.verifyLineage === 'function') {
+          for (const r of await store.verifyLineage(input.sessionId)) {
+            results.push(result(r.checkpointId, r.status, r.detail));
+          }
+        } else {
+          // A store without maintenance (format 1): each checkpoint it lists, read back on its own.
+          for (const { checkpointId } of await store.list(input.sessionId)) {
+            try {
+              await store.verify(input.sessionId, checkpointId);
+              results.push(result(checkpointId, 'ok'));
+            } catch (err) {
+              if (!(err instanceof SnapshotError)) throw err;
+              results.push(result(checkpointId, verificationStatusOf(err), err.message));
+            }
+          }
+        }
+        if (input.checkpointId === undefined) return results;
+        const one = results.filter((r) => r.checkpointId === input.checkpointId);
+        if (one.length === 0) {
+          // The words and type of a running session's refusal of a checkpoint it does not have.
+          throw ApplicationFailure.nonRetryable(
+            `session ${input.sessionId} has no checkpoint ${input.checkpointId}`,
+            ERROR_CODES.SnapshotNotFound,
+          );
+        }
+        return one;
+      } catch (err) {
+        const kind = storeErrorKind(err);
+        if (kind) metrics.storeError('verify', kind);
         throw toFailure(err);
       }
     },

@@ -158,7 +158,9 @@ export const CONTROLS = {
     input: VerifyInput,
     queued: false,
     runtimes: RUNTIME_KINDS,
-    summary: "read the session's checkpoints back from the store on a worker (every chunk authenticated)",
+    summary:
+      "read the session's checkpoints back from the store on a worker (every chunk authenticated), " +
+      'also after the session ended',
     doc: {
       does: 'Read checkpoints back from the store (every chunk authenticated); returns what each one is.',
       fields: { checkpointId: 'verify this one only (default: every checkpoint the session keeps)' },

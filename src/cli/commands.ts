@@ -241,7 +241,11 @@ export const COMMANDS = {
         help: 'only this checkpoint',
       },
     },
-    notes: ['Exit code 1 when a checkpoint does not verify.'],
+    notes: [
+      'Exit code 1 when a checkpoint does not verify.',
+      'With --through-session a worker reads them back, also once the session has ended: this machine then needs',
+      'only Temporal, no store setting and no master key.',
+    ],
   },
   gc: {
     args: [],
@@ -319,8 +323,9 @@ export function commandUsage(name: CommandName): string {
 
 /** What a store command needs of the machine it runs on. */
 const STORE_NEEDS =
-  'Opens the snapshot store itself, as a worker does: run it on a worker host, where DS_SNAPSHOT_DIR\n' +
-  'and the master keys (DS_MASTER_KEYS or DS_MASTER_KEY_DIR) are configured.';
+  'Opens the snapshot store itself, as a worker does: run it on a worker host, where the store (DS_SNAPSHOT_DIR,\n' +
+  'or DS_SNAPSHOT_STORE=s3://... with its AWS credentials) and the master keys (DS_MASTER_KEYS or\n' +
+  'DS_MASTER_KEY_DIR) are configured.';
 
 /** `durable-sessions --help`. */
 export function topUsage(): string {
@@ -341,7 +346,7 @@ export function topUsage(): string {
     'sessions (through Temporal):',
     ...rows(false),
     '',
-    'snapshot store (reads DS_SNAPSHOT_DIR and the master keys directly, as a worker would):',
+    'snapshot store (opens DS_SNAPSHOT_DIR or DS_SNAPSHOT_STORE with the master keys, as a worker would):',
     ...rows(true),
     '',
     `Every command takes --json and -h, --help; "${BIN} <command> --help" lists its options.`,

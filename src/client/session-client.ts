@@ -57,7 +57,7 @@ import { createHmac, randomBytes, randomUUID, timingSafeEqual } from 'node:crypt
 import { setTimeout as delay } from 'node:timers/promises';
 import { inputFingerprint } from '../domain/fingerprint';
 import { DEFAULT_TENANT, forkSessionIds } from '../domain/names';
-import { workerTimeline } from './worker-timeline';
+import { workerTimeline, workerVerify } from './worker-reads';
 import { describeEntry, foldTimeline, inView, mergeByIndex, nearestIndex } from '../domain/timeline';
 import type { SnapshotStore, TimelineLog } from '../snapshots';
 import {
@@ -77,7 +77,7 @@ import {
   StartSessionInput,
   type StopInput,
   TenantId,
-  type VerifyInput,
+  VerifyInput,
   type CheckpointRef,
   type VerificationResult,
 } from '../domain/schemas';
@@ -216,6 +216,7 @@ export class SessionClient {
         : workerTimeline(options.client, this.taskQueue, this.tenant),
       ...(options.statusTimeoutMs !== undefined ? { statusTimeoutMs: options.statusTimeoutMs } : {}),
       forkEnded: (source, input, from) => this.forkEnded(source, input, from),
+      verifyEnded: workerVerify(options.client, this.taskQueue, this.tenant),
     };
   }
 
@@ -481,6 +482,7 @@ interface HandleContext {
   timeline?: Pick<TimelineLog, 'readTimeline'>;
   statusTimeoutMs?: number;
   forkEnded?: (source: SessionHandle, input: ForkInput, from: CheckpointRef) => Promise<ForkResult>;
+  verifyEnded?: (sessionId: string, checkpointId?: string) => Promise<VerificationResult[]>;
 }
 
 /**
@@ -629,10 +631,19 @@ export class SessionHandle implements ControlMethods {
   /**
    * Reads the session's checkpoints (or one) back from the store on a worker — each manifest against what the
    * session recorded, every chunk authenticated — and returns what each one is: `ok`, `missing`, `corrupt`,
-   * `tampered`, `incompatible` or `key-unavailable`. Changes nothing; the results also go to the timeline.
+   * `tampered`, `incompatible` or `key-unavailable`. Changes nothing; the results also go to the timeline. A session
+   * that has ended is verified by a worker from the store (every checkpoint it keeps there; nothing goes to a timeline).
    */
-  verify(input: VerifyInput = {}): Promise<VerificationResult[]> {
-    return this.control('verify', input);
+  async verify(input: VerifyInput = {}): Promise<VerificationResult[]> {
+    try {
+      return await this.control('verify', input);
+    } catch (err) {
+      // An ended session has no workflow to ask: a worker reads what it left in the store (no key is needed here).
+      const ended = err instanceof SessionClosedError || err instanceof SessionFailedError;
+      if (!ended || !this.context.verifyEnded) throw err;
+      const { checkpointId } = parseInput(VerifyInput, input, this.sessionId);
+      return this.call(() => this.context.verifyEnded!(this.sessionId, checkpointId));
+    }
   }
 
   /**

@@ -212,8 +212,9 @@ export const RUNTIME_KINDS: readonly RuntimeKind[] = RuntimeKindSchema.options;
  */
 export const LivenessOptions = strictObject({
   /**
-   * How long a host may go without a heartbeat before its runtime is declared lost (default 30 s). Activities on the
-   * host beat three times within it (at most every 5 s), so it is at least 3 s.
+   * How long a host may go without a heartbeat before its runtime is declared lost: the host's monitor takes the
+   * tightest of its sessions' and at most 5 s; a control's activities on the host beat within it (default 30 s).
+   * They beat three times within it (at most every 5 s), so it is at least 3 s.
    */
   heartbeatTimeoutMs: z
     .number()
@@ -221,7 +222,10 @@ export const LivenessOptions = strictObject({
     .min(3_000, 'heartbeatTimeoutMs must be at least 3000: three heartbeats must fit in it')
     .max(3_600_000)
     .optional(),
-  /** A host must pick up work on its queue within this time (default 60 s). */
+  /**
+   * A host must pick up work on its queue within this time: the monitor's question to a silent host (at most 5 s, the
+   * tightest of its sessions'), and a control's work (default 60 s).
+   */
   hostTimeoutMs: z.number().int().min(1_000).max(3_600_000).optional(),
 });
 export type LivenessOptions = z.infer<typeof LivenessOptions>;

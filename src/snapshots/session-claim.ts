@@ -58,13 +58,13 @@ export async function claimSession(backend: BlobBackend, sessionId: string, owne
 /** Whether the claim at `key` is `owner`'s: false if there is none, SessionIdTakenError if it is another's. */
 async function sameOwner(backend: BlobBackend, key: string, sessionId: string, owner: string): Promise<boolean> {
   // A claim that cannot be parsed (or is too large to be one) is still a claim: the id is taken, whoever made it.
-  // I/O errors (they have an errno code) stay what they are: retryable.
-  const unreadable = (cause: unknown) =>
+  // Every error of the read is the store's (a full disk, a bucket that refuses the credentials): it stays what it is.
+  const unreadable = (cause?: unknown) =>
     new SessionIdTakenError(`session id ${sessionId} is taken: its claim is unreadable`, sessionId, { cause });
-  const raw = await backend.read(key, { maxBytes: MAX_CLAIM_BYTES }).catch((err: unknown) => {
-    throw (err as { code?: unknown }).code === undefined ? unreadable(err) : err;
-  });
+  // One byte past the limit says "too large" without reading more, and without an error to tell from the store's.
+  const raw = await backend.read(key, { range: { offset: 0, length: MAX_CLAIM_BYTES + 1 } });
   if (raw === null) return false;
+  if (raw.length > MAX_CLAIM_BYTES) throw unreadable();
   let claimed: string;
   try {
     claimed = ClaimFile.parse(JSON.parse(raw.toString('utf8'))).owner;

@@ -16,9 +16,13 @@ import { HostAttachment, HostWorkflowInput, type RuntimeReport } from '../domain
 import { issueSummary, parse } from './inputs';
 import { failureMessage } from './failures';
 
-/** Without a session's own setting, a host is lost after 30 s without a heartbeat or 60 s without polling. */
-const DEFAULT_HEARTBEAT_TIMEOUT_MS = 30_000;
-const DEFAULT_HOST_TIMEOUT_MS = 60_000;
+/**
+ * Without a session's own setting, a host is lost once its lease went 5 s without a heartbeat and the host then did
+ * not answer for 5 s more. A live host freezes its instances 5 s after it last heard from the server (HostFence), at
+ * least 5 s before then.
+ */
+export const DEFAULT_MONITOR_HEARTBEAT_TIMEOUT_MS = 5_000;
+export const DEFAULT_MONITOR_HOST_TIMEOUT_MS = 5_000;
 
 /**
  * One per worker host: the host's liveness and its instances' ends, for all of its sessions at once. It holds one
@@ -76,7 +80,11 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
     const scope = (lease = new CancellationScope());
     try {
       const result = await scope.run(() =>
-        leaseOn(input.hostTaskQueue, timeouts).holdHostLease({ instances: [...attached.keys()], after: cursor }),
+        leaseOn(input.hostTaskQueue, timeouts).holdHostLease({
+          instances: [...attached.keys()],
+          after: cursor,
+          hostTimeoutMs: timeouts.hostTimeoutMs,
+        }),
       );
       cursor = result.cursor;
       await passOn(result);
@@ -144,11 +152,11 @@ interface Timeouts {
 
 /** The tightest of the attached sessions' liveness options. */
 function timeoutsOf(attached: Map<string, HostAttachment>): Timeouts {
-  let heartbeatTimeoutMs = DEFAULT_HEARTBEAT_TIMEOUT_MS;
-  let hostTimeoutMs = DEFAULT_HOST_TIMEOUT_MS;
+  let heartbeatTimeoutMs = DEFAULT_MONITOR_HEARTBEAT_TIMEOUT_MS;
+  let hostTimeoutMs = DEFAULT_MONITOR_HOST_TIMEOUT_MS;
   for (const a of attached.values()) {
-    heartbeatTimeoutMs = Math.min(heartbeatTimeoutMs, a.heartbeatTimeoutMs ?? DEFAULT_HEARTBEAT_TIMEOUT_MS);
-    hostTimeoutMs = Math.min(hostTimeoutMs, a.hostTimeoutMs ?? DEFAULT_HOST_TIMEOUT_MS);
+    heartbeatTimeoutMs = Math.min(heartbeatTimeoutMs, a.heartbeatTimeoutMs ?? DEFAULT_MONITOR_HEARTBEAT_TIMEOUT_MS);
+    hostTimeoutMs = Math.min(hostTimeoutMs, a.hostTimeoutMs ?? DEFAULT_MONITOR_HOST_TIMEOUT_MS);
   }
   return { heartbeatTimeoutMs, hostTimeoutMs };
 }

@@ -1,5 +1,6 @@
 import {
   CancellationScope,
+  condition,
   getExternalWorkflowHandle,
   isCancellation,
   log,
@@ -20,11 +21,16 @@ import {
   CONTRACTS_PATCH,
   FAILURE_DETAILS_PATCH,
   HOST_MONITOR_PATCH,
+  MONITOR_DECIDES_PATCH,
   RESTART_FROM_SPEC_PATCH,
   retiredPatch,
 } from './patches';
+import { DEFAULT_MONITOR_HEARTBEAT_TIMEOUT_MS, DEFAULT_MONITOR_HOST_TIMEOUT_MS } from './host-workflow';
 import { restoreFailed, restoreWithFallback, resumed, startFromSpec } from './restore';
 import { now, type Session } from './session';
+
+/** What a control whose host went silent waits beyond the monitor's own bound for its word. */
+const MONITOR_SLACK_MS = 10_000;
 
 /** How the pending operations in the Web UI's details name what recovery queued. */
 const RECOVER = 'recovery (runtime lost)';
@@ -37,6 +43,11 @@ const EXITED = 'runtime exited';
 export class Recovery {
   /** The watcher activity under way (sessions from before the host monitor). */
   private watchScope: CancellationScope | null = null;
+  /**
+   * Instances whose host's monitor reported them lost: their host restarted without them, or went silent, and then it
+   * froze them itself before the monitor could give it up (design §6).
+   */
+  private readonly goneWithHost = new Set<string>();
 
   constructor(
     private readonly session: Session,
@@ -101,8 +112,10 @@ export class Recovery {
     const report = parsed.data;
     const runtime = this.session.state.runtime;
     if (!runtime || runtime.instanceId !== report.instanceId) return;
-    if (report.outcome === 'lost') void this.queue.serial(() => this.onRuntimeLost(runtime, report.reason), RECOVER);
-    else if (report.stoppedByHost)
+    if (report.outcome === 'lost') {
+      this.goneWithHost.add(report.instanceId);
+      void this.queue.serial(() => this.onRuntimeLost(runtime, report.reason), RECOVER);
+    } else if (report.stoppedByHost)
       void this.queue.serial(() => this.onRuntimeLost(runtime, 'the runtime was stopped by its host'), RECOVER);
     else void this.queue.serial(() => this.onRuntimeExited(runtime, report.exitCode, report.signal), EXITED);
   }
@@ -192,7 +205,40 @@ export class Recovery {
   async lostBy(runtime: RuntimeInstanceRef, err: unknown): Promise<boolean> {
     const type = typeOf(err);
     if (type === ERROR_CODES.RuntimeLost) return true;
-    return type === undefined && !(await this.stillRunsOnHost(runtime));
+    if (type !== undefined) return false;
+    if (!patched(MONITOR_DECIDES_PATCH)) return !(await this.stillRunsOnHost(runtime));
+    return this.lostByMonitor(runtime);
+  }
+
+  /**
+   * A host that did not answer may be cut off but alive, its instance still running: only its monitor, which waits
+   * until the host has frozen its instances, may declare it lost. Whichever comes first: the host's answer, or the
+   * monitor's word; a silent host the monitor does not give up within its bound keeps the instance.
+   */
+  private async lostByMonitor(runtime: RuntimeInstanceRef): Promise<boolean> {
+    const { state } = this.session;
+    const id = runtime.instanceId;
+    const monitorSaidGone = () => this.goneWithHost.has(id);
+    const asked = this.askRunning(runtime);
+    const first = await Promise.race([asked, condition(monitorSaidGone).then(() => 'gone' as const)]);
+    if (first !== 'silent') return first === 'gone';
+    const { heartbeatTimeoutMs, hostTimeoutMs } = state.spec.liveness ?? {};
+    const bound =
+      Math.min(heartbeatTimeoutMs ?? Infinity, DEFAULT_MONITOR_HEARTBEAT_TIMEOUT_MS) +
+      2 * Math.min(hostTimeoutMs ?? Infinity, DEFAULT_MONITOR_HOST_TIMEOUT_MS) +
+      MONITOR_SLACK_MS;
+    return condition(monitorSaidGone, bound);
+  }
+
+  /** The host's answer to whether it still runs the instance: `silent` when it does not answer in hostTimeoutMs. */
+  private async askRunning(runtime: RuntimeInstanceRef): Promise<'running' | 'gone' | 'silent'> {
+    try {
+      const host = askHost(runtime.hostTaskQueue, this.session.state.spec.liveness);
+      const summary = `ask ${runtime.hostTaskQueue} whether the runtime still runs`;
+      return (await summarized(summary, host.describeInstance, { instance: runtime })).running ? 'running' : 'gone';
+    } catch {
+      return 'silent';
+    }
   }
 
   /**
@@ -211,14 +257,17 @@ export class Recovery {
     const recovering = retiredPatch(CONTRACTS_PATCH) && (state.head !== null || fromSpec);
     if (recovering) session.apply({ type: 'runtimeLost' });
     // A host that is only slow may still run the old instance: stop it before starting another copy. A host
-    // that is really gone fails this fast (hostTimeoutMs).
-    try {
-      const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
-      await stopAndDispose(host, runtime, 'recovery: a slow host may still run it');
-    } catch {
-      // Gone with its host. If the host is only cut off from Temporal, its worker stops the instance when it
-      // shuts down; until then a stale copy may run beside the recovered one (see docs/design.md).
+    // that is really gone fails this fast (hostTimeoutMs). One its monitor gave up has frozen it already.
+    const frozenByHost = this.goneWithHost.has(runtime.instanceId) && patched(MONITOR_DECIDES_PATCH);
+    if (!frozenByHost) {
+      try {
+        const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
+        await stopAndDispose(host, runtime, 'recovery: a slow host may still run it');
+      } catch {
+        // Gone with its host; if only cut off from Temporal, that host froze the instance itself (design §6).
+      }
     }
+    this.goneWithHost.delete(runtime.instanceId);
     if (fromSpec) {
       await this.restartFromSpec(reason);
       return;

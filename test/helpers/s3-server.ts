@@ -112,3 +112,20 @@ export async function startS3Server(options: { bucket?: string } = {}): Promise<
   };
   return { endpoint, region, credentials, bucket, dir: data, port, client, kill, restart, stop };
 }
+
+/**
+ * What a worker's environment says to keep its snapshot store under `prefix` in the server's bucket: the settings a
+ * deployment sets, credentials through the standard AWS chain (its environment variables).
+ */
+export function s3StoreEnv(server: S3TestServer, prefix: string): NodeJS.ProcessEnv {
+  return {
+    DS_SNAPSHOT_STORE: `s3://${server.bucket}/${prefix}`,
+    DS_S3_ENDPOINT: server.endpoint,
+    DS_S3_REGION: server.region,
+    DS_S3_FORCE_PATH_STYLE: 'true',
+    AWS_ACCESS_KEY_ID: server.credentials.accessKeyId,
+    AWS_SECRET_ACCESS_KEY: server.credentials.secretAccessKey,
+    // Nothing to ask an instance metadata service on a test machine.
+    AWS_EC2_METADATA_DISABLED: 'true',
+  };
+}

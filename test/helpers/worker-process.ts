@@ -13,6 +13,8 @@ export interface WorkerProcess {
   output(): string;
   /** kill -9; resolves once the process has exited (been reaped). */
   kill(): Promise<void>;
+  /** SIGTERM, as a supervisor stops a worker (it drains first); resolves with its exit code once it has exited. */
+  stop(): Promise<number | null>;
 }
 
 export interface WorkerProcessOptions {
@@ -20,8 +22,10 @@ export interface WorkerProcessOptions {
   taskQueue: string;
   workerId: string;
   dataDir: string;
-  /** A snapshot store shared with other workers (default: the worker's data directory's own). */
+  /** A snapshot store directory shared with other workers (default: the worker's data directory's own). */
   snapshotDir?: string;
+  /** The store's settings instead, say an S3 bucket's (`DS_SNAPSHOT_STORE`, `DS_S3_*`, credentials and keys). */
+  storeEnv?: NodeJS.ProcessEnv;
   /** Runs the worker under this program (its argv gets the worker's command appended). */
   wrapper?: readonly string[];
   env?: NodeJS.ProcessEnv;
@@ -38,6 +42,7 @@ export async function startWorkerProcess(options: WorkerProcessOptions): Promise
     DS_DATA_DIR: options.dataDir,
     ...(options.snapshotDir && { DS_SNAPSHOT_DIR: options.snapshotDir }),
     DS_SNAPSHOT_ENCRYPTION: 'none',
+    ...options.storeEnv,
     // The test's client has no payload codec: the worker writes what it reads.
     DS_PAYLOAD_ENCRYPTION: 'none',
     LOG_LEVEL: 'WARN',
@@ -56,6 +61,11 @@ export async function startWorkerProcess(options: WorkerProcessOptions): Promise
     async kill() {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       await exited;
+    },
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      await exited;
+      return child.exitCode;
     },
   };
   if (options.waitUntilPolling !== false) {

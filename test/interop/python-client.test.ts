@@ -30,7 +30,8 @@ test('the pytest suite of the Python client passes against the real gateway', as
   gateway = started.gateway;
   const { keysFile } = started;
   const key = started.keys.py!;
-  // A gateway process of the suite's own, for its restart test: the same server, queue, store and keys.
+  // A gateway process of the suite's own, for its restart test: the same server, queue and API keys; like any
+  // gateway, no master key and no store setting.
   const restartable = {
     command: JSON.stringify([process.execPath, '--import', 'tsx', 'src/gateway/main.ts']),
     cwd: ROOT,
@@ -38,8 +39,6 @@ test('the pytest suite of the Python client passes against the real gateway', as
       TEMPORAL_ADDRESS: process.env.DS_TEST_TEMPORAL_ADDRESS,
       DS_TASK_QUEUE: sys.taskQueue,
       DS_DATA_DIR: sys.dir,
-      DS_SNAPSHOT_DIR: path.join(sys.dir, 'snapshots'),
-      DS_MASTER_KEYS: sys.masterKeys,
       // Payloads as the suite's workers write them: without a codec.
       DS_PAYLOAD_ENCRYPTION: 'none',
       DS_API_KEYS_FILE: keysFile,
@@ -74,7 +73,7 @@ test('the pytest suite of the Python client passes against the real gateway', as
     );
   });
   if (run.code !== 0) throw new Error(`pytest failed (exit ${run.code}):\n${run.output}`);
-  // The live suite's eleven passed, whatever the offline checks beside them (test_openapi_models.py) count;
+  // The live suite's twelve passed, whatever the offline checks beside them (test_openapi_models.py) count;
   // python/README.md's flows run in test/docs.
-  expect(run.output.match(/^PASSED \S*\btest_client\.py::/gm)).toHaveLength(11);
+  expect(run.output.match(/^PASSED \S*\btest_client\.py::/gm)).toHaveLength(12);
 }, 300_000);

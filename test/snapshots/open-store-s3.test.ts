@@ -60,3 +60,24 @@ test('a store opened from the configuration keeps its checkpoints in the bucket'
   const { stream } = await other.open('s1', 'cp-1');
   expect((await readAll(stream)).equals(state)).toBe(true);
 });
+
+test('a bucket that refuses the credentials fails a claim with its own error, and takes no session id', async () => {
+  const env = {
+    DS_DATA_DIR: dataDir,
+    DS_SNAPSHOT_STORE: `s3://${server.bucket}/fleet-refused`,
+    DS_S3_ENDPOINT: server.endpoint,
+    DS_S3_REGION: server.region,
+    DS_S3_FORCE_PATH_STYLE: 'true',
+    DS_SNAPSHOT_ENCRYPTION: 'none',
+  };
+  process.env.AWS_SECRET_ACCESS_KEY = 'not-the-secret';
+  const refused = await openSnapshotStore(loadConfig(env));
+  const error = await refused.claim('s2', 'run-a').catch((err: unknown) => err);
+  // What the server said, not "taken": a start on a worker with the wrong secret fails for what is wrong.
+  expect(error).toMatchObject({ name: 'SignatureDoesNotMatch' });
+  expect((error as { code?: string }).code).not.toBe('SessionAlreadyExists');
+
+  process.env.AWS_SECRET_ACCESS_KEY = server.credentials.secretAccessKey;
+  const store = await openSnapshotStore(loadConfig(env));
+  await store.claim('s2', 'run-a');
+});

@@ -327,10 +327,15 @@ function runOn(
         const s = store;
         await opened.backend.put('s1/claim.json', Buffer.from('{"owner":'));
         await expect(s.claim('s1', 'run-a')).rejects.toMatchObject(taken(/its claim is unreadable/));
+        await opened.backend.put('s3/claim.json', Buffer.from(`{"owner":"${'x'.repeat(5000)}","claimedAt":""}`));
+        await expect(s.claim('s3', 'run-a')).rejects.toMatchObject({
+          ...taken(/its claim is unreadable/),
+          sessionId: 's3',
+        });
         await expect(s.claim('../escape', 'run-a')).rejects.toThrow(TypeError);
         await expect(s.claim('s2', '')).rejects.toThrow(TypeError);
         await expect(s.claim('s2', 'line\nbreak')).rejects.toThrow(TypeError);
-        expect(await everything()).toEqual(['s1/claim.json']);
+        expect(await everything()).toEqual(['s1/claim.json', 's3/claim.json']);
       });
     });
   });

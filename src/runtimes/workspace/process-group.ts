@@ -44,6 +44,8 @@ export interface WorkspaceInstance {
   indexDropped: boolean;
   /** The process that ends the group once this worker is gone (see {@link holdLifeline}). */
   lifeline?: ChildProcess;
+  /** Set while its host fences it off (it cannot renew its lease): the freeze that holds the group, until lifted. */
+  fence?: Promise<() => void>;
 }
 
 /** What spawning an instance needs of its runtime. */

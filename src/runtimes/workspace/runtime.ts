@@ -298,6 +298,8 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     instance.committed = undefined;
     instance.indexDropped = true;
     if (instance.exit) return instance.exit;
+    // A fenced group may already run again on another host: a grace period would let it run beside that copy.
+    if (instance.fence) this.killFenced([instanceId]);
     instance.stopping ??= terminate(instance, options.graceMs ?? instance.stopGraceMs ?? this.defaultStopGraceMs);
     return instance.stopping;
   }
@@ -360,6 +362,68 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     }
     if (failures.length > 0) throw failures[0];
     return signalled;
+  }
+
+  /**
+   * The running instances and when each started: what a host that can no longer renew its lease must freeze in time
+   * (docs/design.md §6).
+   */
+  runningInstances(): { instanceId: string; startedAtMs: number }[] {
+    return [...this.instances.values()]
+      .filter((i) => !i.exit && !i.killed)
+      .map((i) => ({ instanceId: i.instanceId, startedAtMs: Date.parse(i.startedAt) }));
+  }
+
+  /**
+   * Freezes the groups of the running instances among `instanceIds` (SIGSTOP, held like a capture's freeze) until
+   * {@link unfence} or {@link killFenced}: another worker may soon run these sessions. Returns the ids fenced by this call.
+   */
+  fence(instanceIds: Iterable<string>): string[] {
+    const fenced: string[] = [];
+    for (const id of instanceIds) {
+      const instance = this.instances.get(id);
+      if (!instance || instance.exit || instance.killed || instance.fence) continue;
+      // The hold's thaw runs exactly once, whenever the freeze settles: a fence lifted before then thaws it then.
+      instance.fence = freeze(instance);
+      fenced.push(id);
+    }
+    return fenced;
+  }
+
+  /** The ids of the instances fenced and neither resumed nor ended. */
+  fencedInstances(): string[] {
+    return [...this.instances.values()].filter((i) => i.fence && !i.exit).map((i) => i.instanceId);
+  }
+
+  /** Resumes the fenced instances among `instanceIds`: their host still holds their lease. Returns how many. */
+  unfence(instanceIds: Iterable<string>): number {
+    let resumed = 0;
+    for (const id of instanceIds) {
+      const instance = this.instances.get(id);
+      const hold = instance?.fence;
+      if (!instance || !hold) continue;
+      instance.fence = undefined;
+      void hold.then((thaw) => thaw());
+      if (!instance.exit) resumed++;
+    }
+    return resumed;
+  }
+
+  /**
+   * Kills the fenced instances among `instanceIds` at once, without a grace period in which they would run again:
+   * their sessions may run elsewhere already. Their exits count as stopped by the host. Returns how many.
+   */
+  killFenced(instanceIds: Iterable<string>): number {
+    let killed = 0;
+    for (const id of instanceIds) {
+      const instance = this.instances.get(id);
+      if (!instance?.fence || instance.exit || instance.killed) continue;
+      instance.killed = true;
+      instance.stopRequested = true;
+      killGroup(instance.pid);
+      killed++;
+    }
+    return killed;
   }
 
   private get(instanceId: string): WorkspaceInstance {

@@ -7,14 +7,13 @@
  * For one host, or hosts sharing a POSIX file system that keeps link and rename atomic; many hosts share an object
  * store instead.
  */
-import { randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import * as fs from 'node:fs/promises';
-import { dirname, join, resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pathToFileURL } from 'node:url';
 import { isErrnoError } from '../../errors';
-import { ensureDir, fsyncDir } from '../../fs-io';
+import { publish } from '../../fs-io';
 import { keepTouched, TOUCH_INTERVAL_MS } from '../abandoned';
 import {
   checkBlobKey,
@@ -53,42 +52,10 @@ export class FsBlobBackend implements BlobBackend {
     await this.write(this.path(key), body, true);
   }
 
-  private async write(path: string, body: BlobBody, replace: boolean): Promise<boolean> {
-    const dir = dirname(path);
-    await ensureDir(dir);
-    const tmp = join(dir, `.${randomBytes(8).toString('hex')}.tmp`);
-    try {
-      const handle = await fs.open(tmp, 'wx');
-      try {
-        if (Buffer.isBuffer(body)) {
-          await handle.writeFile(body);
-        } else {
-          const stop = keepTouched(() => [tmp], this.options.touchIntervalMs ?? TOUCH_INTERVAL_MS);
-          try {
-            for await (const piece of body) await handle.write(piece);
-          } finally {
-            stop();
-          }
-        }
-        await handle.sync();
-      } finally {
-        await handle.close();
-      }
-      if (replace) {
-        await fs.rename(tmp, path);
-      } else {
-        try {
-          await fs.link(tmp, path);
-        } catch (err) {
-          if (isErrnoError(err, 'EEXIST')) return false;
-          throw err;
-        }
-      }
-    } finally {
-      await fs.rm(tmp, { force: true });
-    }
-    await fsyncDir(dir);
-    return true;
+  /** One write path for the directory stores: fs-io's `publish`, its temp file kept touched while it streams. */
+  private write(path: string, body: BlobBody, replace: boolean): Promise<boolean> {
+    const every = this.options.touchIntervalMs ?? TOUCH_INTERVAL_MS;
+    return publish(path, body, { replace, whileStreaming: (tmp) => keepTouched(() => [tmp], every) });
   }
 
   async read(key: string, options: { range?: BlobRange; maxBytes?: number } = {}): Promise<Buffer | null> {
