@@ -16,7 +16,7 @@ import { SessionClient } from '../../src/client';
 import { loadConfig } from '../../src/config';
 import { freePort, startDevServer, type DevServer } from '../../src/dev-server';
 import { PayloadEncryptionCodec, sessionDataConverter } from '../../src/payloads';
-import { ChunkedSnapshotStore, Keyring } from '../../src/snapshots';
+import { ChunkedSnapshotStore, Keyring, S3BlobBackend } from '../../src/snapshots';
 
 const PROJECT_DIR = path.resolve(__dirname, '..', '..');
 /** A worker bundles the workflow code at start: on a busy 2-core machine that takes a while. */
@@ -36,8 +36,22 @@ export interface WorkerProcess {
   exited(): Promise<void>;
 }
 
+/** A host whose snapshot store is a bucket: its workers reach it at `workerEndpoint`, this process at `endpoint`. */
+export interface HostBucket {
+  bucket: string;
+  prefix: string;
+  region: string;
+  credentials: { accessKeyId: string; secretAccessKey: string };
+  /** Where this process reads the store, past whatever stands between the workers and the server. */
+  endpoint: string;
+  /** Where the workers reach the server (a fault-injecting proxy, say). */
+  workerEndpoint: string;
+}
+
 export class Cluster {
   readonly hosts: Host[] = [];
+  /** What scenarios started beside the cluster (an S3 server, a proxy): stopped by `close`, before the temp dir goes. */
+  readonly closers: (() => Promise<void>)[] = [];
   readonly masterKey = randomBytes(32);
   /** Payloads are encrypted, as the embedded default and compose run them; the workers and the client share it. */
   readonly payloadKey = randomBytes(32);
@@ -91,8 +105,8 @@ export class Cluster {
   }
 
   /** A host of its own: data directory, worker id and task queue; no worker yet. */
-  host(name: string): Host {
-    const host = new Host(this, name);
+  host(name: string, bucket?: HostBucket): Host {
+    const host = new Host(this, name, bucket);
     this.hosts.push(host);
     return host;
   }
@@ -102,6 +116,7 @@ export class Cluster {
     for (const host of this.hosts) for (const worker of host.workers) await killGroup(worker.child);
     await this.connection?.close().catch(() => undefined);
     await this.killServer();
+    for (const close of this.closers.splice(0).reverse()) await close().catch(() => undefined);
     if (!keep) fs.rmSync(this.dir, { recursive: true, force: true });
   }
 }
@@ -120,6 +135,8 @@ export class Host {
   constructor(
     private readonly cluster: Cluster,
     readonly name: string,
+    /** Unset: the store is a directory of the host's data directory. */
+    readonly bucket?: HostBucket,
   ) {
     this.taskQueue = `reliability-${name}`;
     this.workerId = `host-${name}`;
@@ -145,6 +162,18 @@ export class Host {
       DS_DRAIN_TIMEOUT_MS: String(DRAIN_TIMEOUT_MS),
       DS_STOP_GRACE_MS: '2000',
       LOG_LEVEL: 'WARN',
+      ...(this.bucket
+        ? {
+            DS_SNAPSHOT_STORE: `s3://${this.bucket.bucket}/${this.bucket.prefix}`,
+            DS_S3_ENDPOINT: this.bucket.workerEndpoint,
+            DS_S3_REGION: this.bucket.region,
+            DS_S3_FORCE_PATH_STYLE: 'true',
+            AWS_ACCESS_KEY_ID: this.bucket.credentials.accessKeyId,
+            AWS_SECRET_ACCESS_KEY: this.bucket.credentials.secretAccessKey,
+            // Nothing to ask an instance metadata service on this machine.
+            AWS_EC2_METADATA_DISABLED: 'true',
+          }
+        : {}),
     };
   }
 
@@ -210,10 +239,14 @@ export class Host {
     return { exitedBySelf: exited };
   }
 
-  /** The snapshot store this host's workers write, opened here to read what its checkpoints hold. */
+  /**
+   * The snapshot store this host's workers write, opened here to read what its checkpoints hold (a bucket directly,
+   * past any proxy in the workers' way).
+   */
   store(): ChunkedSnapshotStore {
+    const b = this.bucket;
     this.storeOpened ??= new ChunkedSnapshotStore({
-      rootDir: this.snapshotDir,
+      ...(b ? { backend: new S3BlobBackend({ ...b, forcePathStyle: true }) } : { rootDir: this.snapshotDir }),
       tenant: loadConfig(this.workerEnv()).snapshots.tenant,
       keyring: new Keyring([{ id: MASTER_KEY_ID, key: this.cluster.masterKey }]),
     });

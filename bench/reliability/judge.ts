@@ -57,7 +57,8 @@ export class Subject {
     readonly row: string,
     readonly spec: StartSessionInput,
     readonly handle: SessionHandle,
-    readonly expected: 'running' | 'paused' = 'running',
+    /** Where the session should settle; a scenario may change it once it knows how a control answered. */
+    public expected: 'running' | 'paused' = 'running',
   ) {}
 
   get sessionId(): string {

@@ -1,11 +1,13 @@
 /**
  * Fault injection against real worker processes: kill -9 and SIGTERM of the worker while sessions start, capture,
- * restore and drain; an outage of the Temporal server; many pause/resume cycles. Prints one table, and below it what
+ * restore and drain; an outage of the Temporal server; many pause/resume cycles; and on a store in an S3 bucket
+ * (bench/reliability/s3.ts), faults of the worker, the S3 server and the path between them. Prints one table, and below it what
  * went wrong in full. Exits 1 when anything was lost, corrupt, stuck, orphaned or leaked.
  *
  *   npm run reliability                 # the full run (≥ 50 kill points in scenario 1; outages of 10, 60, 300 s)
  *   npx tsx bench/reliability/run.ts --quick
  *   npx tsx bench/reliability/run.ts --scenarios outage,cycles
+ *   npx tsx bench/reliability/run.ts --quick --scenarios s3
  *   npx tsx bench/reliability/run.ts --quick --keep   # keeps the temp dir: worker logs, server log, data
  *
  * Everything runs on 127.0.0.1: its own dev server (a free port, SQLite in a temp dir) and workers; all of it is
@@ -13,15 +15,16 @@
  */
 import { randomBytes } from 'node:crypto';
 import { parseArgs } from 'node:util';
-import { Cluster } from './cluster';
+import { Cluster, type Host } from './cluster';
 import { Context, markerPrefix, progress } from './context';
 import { sessionProcesses } from './host';
 import { calibrate, drainRound, FAULT_NAMES, operationsRound, rowNames, type Durations, type Fault } from './crash';
 import { cycles, cyclesRow } from './cycles';
 import { outage, outageRow } from './outage';
+import { s3RowNames, s3Scenarios, type S3Plan } from './s3';
 import { Tally } from './tally';
 
-const SCENARIOS = ['crash', 'outage', 'cycles'] as const;
+const SCENARIOS = ['crash', 'outage', 'cycles', 's3'] as const;
 const FAULTS: readonly Fault[] = ['kill', 'term'];
 type Scenario = (typeof SCENARIOS)[number];
 
@@ -34,8 +37,9 @@ interface Plan {
   outagesS: number[];
   cycles: number;
   cycleSessions: number;
-  /** The whole run stops (and fails) after this long. */
-  budgetMs: number;
+  s3: S3Plan;
+  /** The whole run stops (and fails) after this long: the first for crash, outage and cycles, the second for s3. */
+  budgetMs: [number, number];
   /** Keep the temp dir (worker logs, the server's log and SQLite file, the data) for a look afterwards. */
   keep: boolean;
 }
@@ -46,7 +50,8 @@ const QUICK: Omit<Plan, 'scenarios' | 'keep'> = {
   outagesS: [10],
   cycles: 20,
   cycleSessions: 1,
-  budgetMs: 4 * 60_000,
+  s3: { trials: 2, stormMs: 4_000, pastBound: false, cutsS: [10] },
+  budgetMs: [4 * 60_000, 7 * 60_000],
 };
 // Each round kills once, striking `perOp` sessions of each operation (and of the drain) at their own points.
 const FULL: Omit<Plan, 'scenarios' | 'keep'> = {
@@ -55,7 +60,8 @@ const FULL: Omit<Plan, 'scenarios' | 'keep'> = {
   outagesS: [10, 60, 300],
   cycles: 20,
   cycleSessions: 2,
-  budgetMs: 75 * 60_000,
+  s3: { trials: 6, stormMs: 8_000, pastBound: true, cutsS: [10, 60, 300] },
+  budgetMs: [75 * 60_000, 30 * 60_000],
 };
 
 function plan(): Plan {
@@ -69,7 +75,7 @@ function plan(): Plan {
     },
   });
   if (values.help) {
-    console.log('usage: tsx bench/reliability/run.ts [--quick] [--scenarios crash,outage,cycles] [--keep]');
+    console.log('usage: tsx bench/reliability/run.ts [--quick] [--scenarios crash,outage,cycles,s3] [--keep]');
     process.exit(0);
   }
   const scenarios = values.scenarios.split(',').map((s) => s.trim());
@@ -81,11 +87,23 @@ function plan(): Plan {
 
 async function runScenarios(cluster: Cluster, tally: Tally, runId: string, p: Plan): Promise<void> {
   const contexts: Context[] = [];
-  const context = (name: string) => {
-    const ctx = new Context(cluster, cluster.host(name), tally, runId);
+  const contextOf = (host: Host) => {
+    const ctx = new Context(cluster, host, tally, runId);
     contexts.push(ctx);
     return ctx;
   };
+  const context = (name: string) => contextOf(cluster.host(name));
+  if (p.scenarios.some((s) => s !== 's3')) await hostScenarios(tally, context, p);
+  if (p.scenarios.includes('s3')) await s3Scenarios(cluster, contextOf, p.s3);
+  // Whatever is still there now was left by some scenario, not by a session still running: there is none.
+  for (const ctx of contexts) {
+    ctx.orphans(ctx.processes(), 'at the end of the run');
+    ctx.leaks([], 'at the end of the run', 'files of no session');
+  }
+}
+
+/** The scenarios on hosts whose store is a directory: crash, outage, cycles. */
+async function hostScenarios(tally: Tally, context: (name: string) => Context, p: Plan): Promise<void> {
   const main = context('a');
   if (p.scenarios.includes('crash')) {
     // kill -9 on one host, SIGTERM on another, at once: each host's rounds wait mostly on its own worker's restart.
@@ -123,11 +141,6 @@ async function runScenarios(cluster: Cluster, tally: Tally, runId: string, p: Pl
     }
   }
   if (!cycled) await cycling();
-  // Whatever is still there now was left by some scenario, not by a session still running: there is none.
-  for (const ctx of contexts) {
-    ctx.orphans(ctx.processes(), 'at the end of the run');
-    ctx.leaks([], 'at the end of the run', 'files of no session');
-  }
 }
 
 async function main(): Promise<number> {
@@ -137,6 +150,7 @@ async function main(): Promise<number> {
   if (p.scenarios.includes('crash')) for (const name of FAULTS.flatMap(rowNames)) tally.row(name);
   if (p.scenarios.includes('outage')) for (const s of p.outagesS) tally.row(outageRow(s));
   if (p.scenarios.includes('cycles')) tally.row(cyclesRow(p.cycles));
+  if (p.scenarios.includes('s3')) for (const name of s3RowNames(p.s3)) tally.row(name);
 
   const runId = randomBytes(4).toString('hex');
   const cluster = await Cluster.start();
@@ -163,11 +177,10 @@ async function main(): Promise<number> {
   let failure: unknown;
   let timer: NodeJS.Timeout | undefined;
   try {
+    const [hosts, s3] = p.budgetMs;
+    const budgetMs = (p.scenarios.some((s) => s !== 's3') ? hosts : 0) + (p.scenarios.includes('s3') ? s3 : 0);
     const budget = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new Error(`the run took longer than ${p.budgetMs / 60_000} minutes`)),
-        p.budgetMs,
-      );
+      timer = setTimeout(() => reject(new Error(`the run took longer than ${budgetMs / 60_000} minutes`)), budgetMs);
     });
     await Promise.race([runScenarios(cluster, tally, runId, p), budget]);
   } catch (error) {

@@ -13,9 +13,21 @@ interface Row {
   verdicts: Record<Verdict, number>;
   orphans: number;
   leakedBytes: number;
+  /** Leaked files and objects, an object store's unfinished uploads included. */
+  leakedObjects: number;
 }
 
-const COLUMNS = ['scenario', 'trials', 'survived', 'lost', 'corrupt', 'stuck', 'orphans', 'leaked bytes'];
+const COLUMNS = [
+  'scenario',
+  'trials',
+  'survived',
+  'lost',
+  'corrupt',
+  'stuck',
+  'orphans',
+  'leaked bytes',
+  'leaked objects',
+];
 
 export class Tally {
   private readonly rows = new Map<string, Row>();
@@ -34,6 +46,7 @@ export class Tally {
         verdicts: { survived: 0, lost: 0, corrupt: 0, stuck: 0 },
         orphans: 0,
         leakedBytes: 0,
+        leakedObjects: 0,
       };
       this.rows.set(name, row);
     }
@@ -100,8 +113,19 @@ export class Tally {
     }
     for (const [name, list] of byRow) {
       this.row(name).leakedBytes += list.reduce((n, f) => n + f.bytes, 0);
+      this.row(name).leakedObjects += list.length;
       this.findings.push(`LEAKED — ${name}: ${when}:\n` + list.map((f) => `  ${f.bytes} bytes ${f.path}`).join('\n'));
     }
+  }
+
+  /**
+   * A trial with no session of its own (a store probed directly): its verdict, and what was wrong when not survived.
+   */
+  trial(rowName: string, verdict: Verdict, detail: string): void {
+    const row = this.row(rowName);
+    row.trials++;
+    row.verdicts[verdict]++;
+    if (verdict !== 'survived') this.findings.push(`${verdict.toUpperCase()} — ${rowName} — ${detail}`);
   }
 
   /** How many faults came while the operation they were aimed at was under way, per row that aims at one. */
@@ -113,7 +137,7 @@ export class Tally {
   /** Whether every trial survived and nothing was orphaned or leaked. */
   get clean(): boolean {
     return [...this.rows.values()].every(
-      (r) => r.verdicts.survived === r.trials && r.orphans === 0 && r.leakedBytes === 0,
+      (r) => r.verdicts.survived === r.trials && r.orphans === 0 && r.leakedBytes === 0 && r.leakedObjects === 0,
     );
   }
 
@@ -128,6 +152,7 @@ export class Tally {
       r.verdicts.stuck,
       r.orphans,
       r.leakedBytes,
+      r.leakedObjects,
     ]);
     const cells = [COLUMNS, ...body].map((line) => line.map(String));
     const widths = COLUMNS.map((_, i) => Math.max(...cells.map((line) => line[i]!.length)));

@@ -57,12 +57,15 @@ export function memorySpec(sessionId: string, liveness?: LivenessOptions): Start
 /** The digest of each blob file, by name: one version of the files a session was given. */
 export type BlobVersion = ReadonlyMap<string, string>;
 
-/** Writes fresh incompressible blob files into a running instance's directory (fsynced, each replaced whole). */
-export async function writeBlobs(location: string): Promise<BlobVersion> {
+/**
+ * Writes fresh incompressible blob files of `bytesEach` into a running instance's directory (fsynced, each replaced
+ * whole).
+ */
+export async function writeBlobs(location: string, bytesEach = BLOB_BYTES): Promise<BlobVersion> {
   const version = new Map<string, string>();
   for (let i = 0; i < BLOB_FILES; i++) {
     const name = `blob-${i}`;
-    const bytes = randomBytes(BLOB_BYTES);
+    const bytes = randomBytes(bytesEach);
     await publish(path.join(location, name), bytes);
     version.set(name, sha256(bytes));
   }

@@ -246,60 +246,63 @@ export function createActivities(deps: ActivityDeps) {
 
     async captureCheckpoint(input: CaptureInput): Promise<CheckpointRef> {
       const runtime = runtimeFor(input.instance.kind);
-      // Idempotent: a retry after the manifest was published returns the checkpoint that exists.
-      const store = storeOf(deps, input);
-      const published = await readManifestIfExists(store, input.sessionId, input.checkpointId);
-      if (published) return toCheckpointRef(published);
-      // Timeline entries the session has recorded since its last append: they go first, so they are never later
-      // than the checkpoint that follows them.
-      if (input.timeline?.length) {
-        try {
-          await timelineOf(deps, input).appendTimeline(input.sessionId, records(input.timeline));
-        } catch (err) {
-          throw toFailure(err);
-        }
-      }
       const ctx = Context.current();
-      const started = process.hrtime.bigint();
-      const labels = { runtime: runtime.kind, trigger: input.trigger };
       // Heartbeats from progress come per batch; a capture that reads nothing for a while (walking a large tree that
-      // did not change, say) must not look like a lost worker.
+      // did not change, say) must not look like a lost worker, nor must a store that answers slowly (retried through
+      // 503s or a cut path) before the first byte: the timer beats from the first store call on.
       let bytesDone = 0;
       const beat = setInterval(() => ctx.heartbeat({ phase: 'capture', bytesDone }), heartbeatEvery(ctx));
-      const report = throttled((done) => ctx.heartbeat({ phase: 'capture', bytesDone: done }));
       try {
-        // A runtime that can tell what is unchanged since its last stored checkpoint lets the store skip reading it.
-        const state = runtime.captureState
-          ? await runtime.captureState(input.instance.instanceId)
-          : await runtime.capture(input.instance.instanceId);
-        // The store releases the state whatever happens (SnapshotStore.write).
-        const manifest = await store.write(
-          {
-            checkpointId: input.checkpointId,
-            sessionId: input.sessionId,
-            sequence: input.sequence,
-            parentId: input.parentId,
-            runtime: { kind: runtime.kind, version: runtime.version },
-            trigger: input.trigger,
-            label: input.label,
-          },
-          state,
-          {
-            onProgress: (done) => {
-              // Every report counts for the timer's heartbeats, also those the throttle leaves out.
-              bytesDone = done;
-              report(done);
+        // Idempotent: a retry after the manifest was published returns the checkpoint that exists.
+        const store = storeOf(deps, input);
+        const published = await readManifestIfExists(store, input.sessionId, input.checkpointId);
+        if (published) return toCheckpointRef(published);
+        // Timeline entries the session has recorded since its last append: they go first, so they are never later
+        // than the checkpoint that follows them.
+        if (input.timeline?.length) {
+          try {
+            await timelineOf(deps, input).appendTimeline(input.sessionId, records(input.timeline));
+          } catch (err) {
+            throw toFailure(err);
+          }
+        }
+        const started = process.hrtime.bigint();
+        const labels = { runtime: runtime.kind, trigger: input.trigger };
+        const report = throttled((done) => ctx.heartbeat({ phase: 'capture', bytesDone: done }));
+        try {
+          // A runtime that can tell what is unchanged since its last stored checkpoint lets the store skip reading it.
+          const state = runtime.captureState
+            ? await runtime.captureState(input.instance.instanceId)
+            : await runtime.capture(input.instance.instanceId);
+          // The store releases the state whatever happens (SnapshotStore.write).
+          const manifest = await store.write(
+            {
+              checkpointId: input.checkpointId,
+              sessionId: input.sessionId,
+              sequence: input.sequence,
+              parentId: input.parentId,
+              runtime: { kind: runtime.kind, version: runtime.version },
+              trigger: input.trigger,
+              label: input.label,
             },
-            signal: ctx.cancellationSignal,
-          },
-        );
-        if ('stored' in state) state.stored(manifest.checkpointId);
-        log.info('checkpoint written', { checkpointId: manifest.checkpointId, size: manifest.size });
-        metrics.checkpoint({ ...labels, outcome: 'ok' }, measured('capture', started), manifest.size);
-        return toCheckpointRef(manifest);
-      } catch (err) {
-        metrics.checkpoint({ ...labels, outcome: outcomeOf(err) }, measured('capture', started, err));
-        throw toFailure(err);
+            state,
+            {
+              onProgress: (done) => {
+                // Every report counts for the timer's heartbeats, also those the throttle leaves out.
+                bytesDone = done;
+                report(done);
+              },
+              signal: ctx.cancellationSignal,
+            },
+          );
+          if ('stored' in state) state.stored(manifest.checkpointId);
+          log.info('checkpoint written', { checkpointId: manifest.checkpointId, size: manifest.size });
+          metrics.checkpoint({ ...labels, outcome: 'ok' }, measured('capture', started), manifest.size);
+          return toCheckpointRef(manifest);
+        } catch (err) {
+          metrics.checkpoint({ ...labels, outcome: outcomeOf(err) }, measured('capture', started, err));
+          throw toFailure(err);
+        }
       } finally {
         clearInterval(beat);
       }

@@ -29,6 +29,7 @@ export interface CleanAbandonedOptions {
 
 /** What a cleaning removed (or, in a dry run, would remove). */
 export interface AbandonedReport {
+  /** Temp files, and on an object store the multipart uploads of writes cut short. */
   tempFiles: number;
   pins: number;
   bytes: number;

@@ -35,7 +35,7 @@ export { CODECS, isCodecAvailable } from './engine/codec';
 
 // The operator's verbs: verify, gc, rekey, shred.
 export type { GcReport, SnapshotMaintenance, VerifyResult } from './snapshot-maintenance';
-export type { AbandonedReport, CleanAbandonedOptions } from './abandoned';
+export { ABANDONED_AFTER_MS, type AbandonedReport, type CleanAbandonedOptions } from './abandoned';
 
 // Errors.
 export * from './errors';

@@ -32,12 +32,14 @@ export class FaultProxy {
   /** Requests seen, and how many of them a fault hit. */
   requests = 0;
   faulted = 0;
+  private severed = false;
 
   private constructor(
     private readonly upstreamPort: number,
     readonly port: number,
   ) {
     this.server = http.createServer((req, res) => void this.handle(req, res));
+    this.server.on('connection', (socket) => this.severed && socket.destroy());
   }
 
   static async start(upstreamPort: number): Promise<FaultProxy> {
@@ -55,6 +57,19 @@ export class FaultProxy {
 
   inject(rule: FaultRule): void {
     this.rules.push({ ...rule, left: rule.times ?? Infinity });
+  }
+
+  /**
+   * Cuts the path to the server, as a broken network does: open connections are dropped and new ones are reset until
+   * `mend`. The rules stay.
+   */
+  sever(): void {
+    this.severed = true;
+    this.server.closeAllConnections();
+  }
+
+  mend(): void {
+    this.severed = false;
   }
 
   /** Removes every rule and zeroes the counts. */
@@ -78,6 +93,7 @@ export class FaultProxy {
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     this.requests++;
+    if (this.severed) return void req.socket.destroy();
     const fault = this.take(req.method ?? 'GET', req.url ?? '/');
     if (fault) this.faulted++;
     if (fault?.kind === 'status') {
@@ -91,6 +107,7 @@ export class FaultProxy {
     }
     if (fault?.kind === 'delay') await new Promise((r) => setTimeout(r, fault.ms));
     if (req.destroyed) return;
+    if (this.severed) return void req.socket.destroy();
     const upstream = http.request({
       host: '127.0.0.1',
       port: this.upstreamPort,

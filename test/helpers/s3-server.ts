@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
+import { CreateBucketCommand, HeadBucketCommand, S3Client } from '@aws-sdk/client-s3';
 import { freePort } from '../../src/dev-server';
 
 /** The S3 server scripts/install-s3-server.sh builds. */
@@ -21,6 +21,10 @@ export interface S3TestServer {
   port: number;
   /** A plain client of the server, with the SDK's defaults, for what the tests check behind the backend's back. */
   client(): S3Client;
+  /** kill -9 of the server (its objects stay on disk); resolves once it is gone. */
+  kill(): Promise<void>;
+  /** Starts the server again, killed or not, on the same port and directory; resolves once it answers. */
+  restart(): Promise<void>;
   /** Stops the server and removes its directory; safe to call twice. */
   stop(): Promise<void>;
 }
@@ -41,52 +45,72 @@ export async function startS3Server(options: { bucket?: string } = {}): Promise<
   const credentials = { accessKeyId: 'ds-test-root', secretAccessKey: randomBytes(18).toString('base64url') };
   const region = 'us-east-1';
   const bucket = options.bucket ?? 'ds-test';
-  const log = fs.openSync(path.join(dir, 'versitygw.log'), 'a');
   const args = ['--port', `127.0.0.1:${port}`, '--region', region, '--quiet', 'posix', data];
   const lifeline =
     'trap "" PIPE; "$0" "$@" </dev/null & server=$!; read -r _; kill -9 $server 2>/dev/null; wait $server';
-  const child = spawn('bash', ['-c', lifeline, VERSITYGW_BIN, ...args], {
-    stdio: ['pipe', log, log],
-    env: {
-      ...process.env,
-      ROOT_ACCESS_KEY_ID: credentials.accessKeyId,
-      ROOT_SECRET_ACCESS_KEY: credentials.secretAccessKey,
-    },
-  });
-  fs.closeSync(log);
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const logFile = path.join(dir, 'versitygw.log');
+  const launch = () => {
+    const log = fs.openSync(logFile, 'a');
+    const child = spawn('bash', ['-c', lifeline, VERSITYGW_BIN, ...args], {
+      stdio: ['pipe', log, log],
+      env: {
+        ...process.env,
+        ROOT_ACCESS_KEY_ID: credentials.accessKeyId,
+        ROOT_SECRET_ACCESS_KEY: credentials.secretAccessKey,
+      },
+    });
+    fs.closeSync(log);
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    return { child, exited };
+  };
+  let current = launch();
+  // Closing the lifeline is a kill -9 of the server.
+  const kill = async () => {
+    current.child.stdin?.end();
+    await current.exited;
+  };
   let stopped = false;
   const stop = async () => {
     if (!stopped) {
       stopped = true;
-      child.stdin?.end();
-      await exited;
+      await kill();
     }
     fs.rmSync(dir, { recursive: true, force: true });
   };
   const endpoint = `http://127.0.0.1:${port}`;
   const client = () => new S3Client({ endpoint, region, credentials, forcePathStyle: true });
-  const admin = client();
-  try {
-    const deadline = Date.now() + 60_000;
-    for (;;) {
-      if (child.exitCode !== null) throw new Error('versitygw exited');
-      try {
-        await admin.send(new CreateBucketCommand({ Bucket: bucket }));
-        break;
-      } catch (err) {
-        if (Date.now() > deadline) throw err;
-        await new Promise((r) => setTimeout(r, 100));
+  /** Waits until the server answers `request`, at most a minute. */
+  const answers = async (request: (admin: S3Client) => Promise<unknown>) => {
+    const admin = client();
+    try {
+      const deadline = Date.now() + 60_000;
+      for (;;) {
+        if (current.child.exitCode !== null) throw new Error('versitygw exited');
+        try {
+          await request(admin);
+          return;
+        } catch (err) {
+          if (Date.now() > deadline) throw err;
+          await new Promise((r) => setTimeout(r, 100));
+        }
       }
+    } finally {
+      admin.destroy();
     }
+  };
+  try {
+    await answers((admin) => admin.send(new CreateBucketCommand({ Bucket: bucket })));
   } catch (err) {
-    const output = fs.readFileSync(path.join(dir, 'versitygw.log'), 'utf8').slice(-2000);
+    const output = fs.readFileSync(logFile, 'utf8').slice(-2000);
     await stop();
     throw new Error(`versitygw did not start on ${endpoint}: ${String(err)}\n${output}`, { cause: err });
-  } finally {
-    admin.destroy();
   }
-  return { endpoint, region, credentials, bucket, dir: data, port, client, stop };
+  const restart = async () => {
+    await kill();
+    current = launch();
+    await answers((admin) => admin.send(new HeadBucketCommand({ Bucket: bucket })));
+  };
+  return { endpoint, region, credentials, bucket, dir: data, port, client, kill, restart, stop };
 }
 
 /**

@@ -1,12 +1,10 @@
-import { spawn } from 'node:child_process';
-import path from 'node:path';
+import { findingsOf, runReliability, tableOf, type ReliabilityRow as Row } from '../helpers/reliability-run';
 
 /**
  * The quick reliability run (`npx tsx bench/reliability/run.ts --quick`), as an operator runs it: its own dev server
  * and real worker processes, killed (-9) and stopped (SIGTERM) while sessions start, capture, restore and drain; a
  * server outage; pause/resume cycles. What it prints is what is asserted: its table, and the findings below it.
  */
-const root = path.resolve(__dirname, '..', '..');
 /** The quick run gives up after 4 minutes by itself (and prints what it has); this is the backstop. */
 const RUN_MS = 4 * 60_000 + 20_000;
 
@@ -23,22 +21,11 @@ const KNOWN_LOSSES: Record<string, RegExp> = {};
  */
 const KNOWN_LEAKS = ['kill -9 during start', 'kill -9 during capture', 'kill -9 during drain'];
 
-interface Row {
-  scenario: string;
-  trials: number;
-  survived: number;
-  lost: number;
-  corrupt: number;
-  stuck: number;
-  orphans: number;
-  leakedBytes: number;
-}
-
 let run: { code: number | null; stdout: string };
 let rows: Row[];
 
 beforeAll(async () => {
-  run = await runQuick();
+  run = await runReliability(['--quick', '--scenarios', 'crash,outage,cycles'], RUN_MS);
   rows = tableOf(run.stdout);
 }, RUN_MS + 20_000);
 
@@ -81,47 +68,3 @@ test('no session is lost, but for the known defects, and those only as they are 
   });
   expect(unlike).toEqual([]);
 });
-
-function runQuick(): Promise<{ code: number | null; stdout: string }> {
-  return new Promise((resolve, reject) => {
-    // Its own process group: if the run outlasts its time, it is stopped with everything it started.
-    const child = spawn('npx', ['tsx', 'bench/reliability/run.ts', '--quick'], {
-      cwd: root,
-      detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.resume();
-    const timer = setTimeout(() => {
-      // SIGTERM first: the run stops its workers, sessions and server; then whatever is left.
-      process.kill(-child.pid!, 'SIGTERM');
-      setTimeout(() => child.exitCode === null && process.kill(-child.pid!, 'SIGKILL'), 20_000).unref();
-    }, RUN_MS);
-    child.once('error', reject);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout });
-    });
-  });
-}
-
-/** The rows of the table the run prints: `| scenario | trials | survived | … |`. */
-function tableOf(stdout: string): Row[] {
-  return stdout
-    .split('\n')
-    .filter((line) => /^\| .* \| +\d+ \|/.test(line))
-    .map((line) => {
-      const [scenario, ...counts] = line
-        .split('|')
-        .slice(1, -1)
-        .map((cell) => cell.trim());
-      const [trials, survived, lost, corrupt, stuck, orphans, leakedBytes] = counts.map(Number);
-      return { scenario: scenario!, trials, survived, lost, corrupt, stuck, orphans, leakedBytes } as Row;
-    });
-}
-
-/** The findings below the table: blocks that start with `LOST —`, `CORRUPT —`, `STUCK —`, `ORPHANS —`, `LEAKED —`. */
-function findingsOf(stdout: string): string[] {
-  return stdout.split('\n\n').filter((block) => /^(LOST|CORRUPT|STUCK|ORPHANS|LEAKED) — /.test(block));
-}

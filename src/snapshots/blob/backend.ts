@@ -62,6 +62,17 @@ export interface BlobBackend {
   /** The backend's clock, to compare with `modifiedAt`. */
   now(): Promise<Date>;
 
+  /**
+   * Removes the hidden state of writes that were begun and never finished (an object store's multipart uploads of a
+   * writer killed mid-write) and saw nothing written since `before`, by the backend's clock: no visible object is
+   * ever touched; only writes of keys under `prefix` (all by default). Returns how many and their bytes. A backend
+   * whose writes leave nothing hidden has no such method.
+   */
+  removeAbandonedWrites?(
+    before: Date,
+    options?: { prefix?: string; dryRun?: boolean },
+  ): Promise<{ writes: number; bytes: number }>;
+
   /** Releases connections and handles; the backend is not used after. */
   close(): Promise<void>;
 }

@@ -60,6 +60,14 @@ export class PrefixedBlobBackend implements BlobBackend {
     return this.inner.now();
   }
 
+  removeAbandonedWrites(
+    before: Date,
+    options: { prefix?: string; dryRun?: boolean } = {},
+  ): Promise<{ writes: number; bytes: number }> {
+    if (!this.inner.removeAbandonedWrites) return Promise.resolve({ writes: 0, bytes: 0 });
+    return this.inner.removeAbandonedWrites(before, { ...options, prefix: this.prefix + (options.prefix ?? '') });
+  }
+
   /** The view does not own the backend: closing it closes nothing. */
   async close(): Promise<void> {}
 }

@@ -23,7 +23,9 @@ import {
   type GetObjectCommandOutput,
   HeadBucketCommand,
   HeadObjectCommand,
+  ListMultipartUploadsCommand,
   ListObjectsV2Command,
+  ListPartsCommand,
   PutObjectCommand,
   S3Client,
   type S3ClientConfig,
@@ -296,8 +298,79 @@ export class S3BlobBackend implements BlobBackend {
     });
   }
 
+  /**
+   * Aborts the multipart uploads under the prefix that a writer began and neither completed nor aborted — killed
+   * mid-write: their parts are invisible but stored (and billed) until aborted. An upload counts as abandoned once it
+   * was begun before `before` and none of its parts was uploaded since, both by the server's clock: a live writer
+   * uploads a part every few seconds while it streams.
+   */
+  async removeAbandonedWrites(
+    before: Date,
+    options: { prefix?: string; dryRun?: boolean } = {},
+  ): Promise<{ writes: number; bytes: number }> {
+    const full = this.root + checkBlobPrefix(options.prefix ?? '');
+    const found = { writes: 0, bytes: 0 };
+    let keyMarker: string | undefined;
+    let uploadIdMarker: string | undefined;
+    do {
+      const page = await this.attempt('list uploads', () =>
+        this.client.send(
+          new ListMultipartUploadsCommand({
+            Bucket: this.bucket,
+            Prefix: full,
+            ...(keyMarker !== undefined ? { KeyMarker: keyMarker } : {}),
+            ...(uploadIdMarker !== undefined ? { UploadIdMarker: uploadIdMarker } : {}),
+          }),
+        ),
+      );
+      for (const upload of page.Uploads ?? []) {
+        const { Key: objectKey, UploadId: uploadId, Initiated: initiated } = upload;
+        if (!objectKey?.startsWith(full) || !uploadId || !initiated || initiated >= before) continue;
+        const parts = await this.uploadedParts(objectKey, uploadId);
+        if (parts === null || parts.some((p) => p.modifiedAt >= before)) continue;
+        found.writes++;
+        found.bytes += parts.reduce((n, p) => n + p.size, 0);
+        if (!options.dryRun) await this.abort(objectKey, uploadId);
+      }
+      keyMarker = page.IsTruncated ? page.NextKeyMarker : undefined;
+      uploadIdMarker = page.IsTruncated ? page.NextUploadIdMarker : undefined;
+    } while (keyMarker !== undefined);
+    return found;
+  }
+
   async close(): Promise<void> {
     this.client.destroy();
+  }
+
+  /** The parts an upload holds so far; null if the upload is gone (completed or aborted meanwhile). */
+  private async uploadedParts(
+    objectKey: string,
+    uploadId: string,
+  ): Promise<{ size: number; modifiedAt: Date }[] | null> {
+    const parts: { size: number; modifiedAt: Date }[] = [];
+    let marker: string | undefined;
+    do {
+      const page = await this.attempt('list the parts of an upload', async () => {
+        try {
+          return await this.client.send(
+            new ListPartsCommand({
+              Bucket: this.bucket,
+              Key: objectKey,
+              UploadId: uploadId,
+              ...(marker !== undefined ? { PartNumberMarker: marker } : {}),
+            }),
+          );
+        } catch (err) {
+          if ((err as S3ErrorShape).name === 'NoSuchUpload' || statusOf(err) === 404) return null;
+          throw err;
+        }
+      });
+      if (page === null) return null;
+      for (const part of page.Parts ?? [])
+        parts.push({ size: part.Size ?? 0, modifiedAt: part.LastModified ?? new Date(0) });
+      marker = page.IsTruncated ? page.NextPartNumberMarker : undefined;
+    } while (marker !== undefined);
+    return parts;
   }
 
   private objectKey(key: string): string {
@@ -547,7 +620,7 @@ export class S3BlobBackend implements BlobBackend {
     return created;
   }
 
-  /** Best effort: an upload left behind is invisible, and a bucket lifecycle rule removes it in the end. */
+  /** Best effort: an upload left behind is invisible, and removeAbandonedWrites aborts it once it is old. */
   private async abort(objectKey: string, uploadId: string): Promise<void> {
     try {
       await this.attempt('abort an upload', () =>

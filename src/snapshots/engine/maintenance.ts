@@ -124,7 +124,8 @@ export class StoreMaintenance implements SnapshotMaintenance {
    * Removes what writers that died mid-write left: pins not refreshed for `olderThanMs` (ABANDONED_AFTER_MS by
    * default; a pin of a writer from before pins were refreshed, UNTOUCHED_PIN_MS), judged by the backend's own
    * timestamps and clock, and on a local directory the temp files of writes cut short (packs being streamed,
-   * manifests, keys, claims and lineage pointers being published, format-1 data), untouched as long. A live writer
+   * manifests, keys, claims and lineage pointers being published, format-1 data), untouched as long; on an object
+   * store, the multipart uploads of writes cut short (counted as temp files), no part uploaded for as long. A live writer
    * refreshes its pin and touches its temp files every `touchIntervalMs`, so only a dead writer's are that old. Never
    * touches a manifest, a pack, a key or a claim. Run at worker start and by gc.
    */
@@ -138,7 +139,16 @@ export class StoreMaintenance implements SnapshotMaintenance {
         ? { files: 0, bytes: 0 }
         : await removeAbandonedTemps(root, age.before, { subdirs: TEMP_DIRS, dryRun });
     const pins = await removeAbandonedPins(this.layout.backend, await this.layout.sessionIds(), age, dryRun);
-    return { tempFiles: temps.files, pins: pins.pins, bytes: temps.bytes + pins.bytes };
+    // An object store's uploads cut short are its temp files: invisible, but stored until aborted.
+    const writes = (await this.layout.backend.removeAbandonedWrites?.(new Date(age.before), { dryRun })) ?? {
+      writes: 0,
+      bytes: 0,
+    };
+    return {
+      tempFiles: temps.files + writes.writes,
+      pins: pins.pins,
+      bytes: temps.bytes + pins.bytes + writes.bytes,
+    };
   }
 
   /**
