@@ -36,6 +36,7 @@ const SCENARIOS = [
   'checkpoint-verify',
   'restart-from-spec',
   'pause-through-host-loss',
+  'checkpoint-through-host-loss',
 ] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
@@ -270,7 +271,7 @@ async function main(): Promise<void> {
       await secondNative.close();
     }
 
-    if (wanted('restart-from-spec') || wanted('pause-through-host-loss')) {
+    if (wanted('restart-from-spec') || wanted('pause-through-host-loss') || wanted('checkpoint-through-host-loss')) {
       await recordHostLoss(server.address, client, path.join(dir, 'crash'), out, label, wanted);
     }
   } finally {
@@ -287,7 +288,8 @@ async function main(): Promise<void> {
 /**
  * Sessions whose worker is killed with -9 and started again on the same host (real worker processes, as
  * test/workflows/worker-crash.test.ts runs them): one lost before its first checkpoint, which starts again from its
- * spec, and one lost while a pause captures, which is paused on the recovered session.
+ * spec, one lost while a pause captures, which is paused on the recovered session, and one lost while a checkpoint
+ * captures, whose checkpoint fails as not taken.
  */
 async function recordHostLoss(
   address: string,
@@ -326,10 +328,11 @@ async function recordHostLoss(
       write(address, out, `${label}-restart-from-spec.json`, sessionWorkflowId(s.sessionId));
     }
 
-    if (wanted('pause-through-host-loss')) {
+    for (const control of ['pause', 'checkpoint'] as const) {
+      if (!wanted(`${control}-through-host-loss`)) continue;
       const s = await sessions.start({
-        sessionId: `replay-pausecrash-${crypto.randomUUID().slice(0, 8)}`,
-        runtime: { kind: 'workspace', command: loop(`${taskQueue}-pause`) },
+        sessionId: `replay-${control}crash-${crypto.randomUUID().slice(0, 8)}`,
+        runtime: { kind: 'workspace', command: loop(`${taskQueue}-${control}`) },
         liveness,
       });
       await waitFor(async () => (await s.status()).phase === 'running');
@@ -337,8 +340,8 @@ async function recordHostLoss(
       // A state large enough that its capture is still under way when the worker is killed.
       const location = (await s.status()).runtime!.location;
       fs.writeFileSync(path.join(location, 'large.bin'), crypto.randomBytes(128 * 1024 * 1024));
-      const pausing = s.pause({ reason: 'recording' });
-      pausing.catch(() => undefined);
+      const capturing = control === 'pause' ? s.pause({ reason: 'recording' }) : s.checkpoint({ label: 'lost' });
+      capturing.catch(() => undefined);
       await waitFor(async () => {
         const { raw } = await client.workflow.getHandle(sessionWorkflowId(s.sessionId)).describe();
         // PENDING_ACTIVITY_STATE_STARTED: a worker is running the capture.
@@ -348,11 +351,18 @@ async function recordHostLoss(
       }, 30_000);
       await killed(worker);
       worker = await startWorker(address, taskQueue, dataDir);
-      await pausing;
+      // A pause is carried out on the recovered session; a checkpoint fails as not taken, the session running again.
+      const failed = await capturing.then(
+        () => undefined,
+        (err: unknown) => err as Error,
+      );
       const status = await s.status();
-      if (status.phase !== 'paused') throw new Error(`the pause was not carried out: ${status.phase}`);
-      await s.stop();
-      write(address, out, `${label}-pause-through-host-loss.json`, sessionWorkflowId(s.sessionId));
+      const expected = control === 'pause' ? 'paused' : 'running';
+      if (status.phase !== expected || (control === 'pause') !== (failed === undefined)) {
+        throw new Error(`the ${control} through the loss ended ${status.phase}: ${failed?.message ?? 'answered'}`);
+      }
+      await s.stop({ checkpoint: false });
+      write(address, out, `${label}-${control}-through-host-loss.json`, sessionWorkflowId(s.sessionId));
     }
   } finally {
     await killed(worker);

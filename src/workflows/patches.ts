@@ -105,7 +105,8 @@ export const PAUSE_THROUGH_LOSS_PATCH = 'pause-through-host-loss';
  * Whom a lost host's sessions believe. The host's monitor, which declares a host lost only after its lease went
  * unrenewed and the host did not answer (by then the host has frozen its instances itself: docs/design.md §6), or
  * once the host restarted without the instance, is believed at once: recovery no longer first waits hostTimeoutMs
- * more on a stop the dead host cannot take. A control
- * whose host does not answer no longer decides the host is lost by itself: it waits for the monitor's word.
+ * more on a stop the dead host cannot take. A control whose host does not answer no longer decides the host is lost
+ * by itself: it waits for the monitor's word. A checkpoint whose runtime was lost under it recovers the session at
+ * once and fails typed (RuntimeLost, "checkpoint not taken").
  */
 export const MONITOR_DECIDES_PATCH = 'monitor-decides-host-loss';

@@ -19,7 +19,7 @@ import { local, onHost, shared, stopAndDispose, summarized, verifier } from './a
 import type { ControlQueue } from './control-queue';
 import { asFailure, exitDetailsOf, failure, failureMessage, typeOf } from './failures';
 import { parseControl } from './inputs';
-import { CONTRACTS_PATCH, LEAN_PATCH, PAUSE_THROUGH_LOSS_PATCH } from './patches';
+import { CONTRACTS_PATCH, LEAN_PATCH, MONITOR_DECIDES_PATCH, PAUSE_THROUGH_LOSS_PATCH } from './patches';
 
 /** Timeline entries a capture takes to the store at most (the rest go with the next one, or the next flush). */
 const FLUSH_WITH_CAPTURE = 200;
@@ -110,15 +110,36 @@ export class SessionController {
   async checkpoint(input: CheckpointInput): Promise<CheckpointRef> {
     const { session } = this;
     session.apply({ type: 'checkpointRequested' });
+    const runtime = session.state.runtime;
     try {
       const ref = await this.capture('manual', input.label);
       session.apply({ type: 'checkpointSucceeded' });
       return ref;
     } catch (err) {
       session.apply({ type: 'checkpointFailed' });
+      // The runtime died under the capture: the caller hears so, typed, and the session is recovered now, not once
+      // the monitor's report has queued behind whatever else waits.
+      if (runtime && patched(MONITOR_DECIDES_PATCH) && (await this.recovery.lostBy(runtime, err))) {
+        throw await this.checkpointLost(runtime, err);
+      }
       session.controlFailed('checkpoint', err);
       throw asFailure(err, 'checkpoint failed');
     }
+  }
+
+  /** Recovers the session whose runtime was lost mid-checkpoint; the failure says the checkpoint was not taken. */
+  private async checkpointLost(lost: RuntimeInstanceRef, err: unknown): Promise<ApplicationFailure> {
+    const { session } = this;
+    const { state } = session;
+    const why = `the runtime was lost while it was being checkpointed: ${failureMessage(err)}`;
+    this.recovery.cancelWatch();
+    if (state.runtime?.instanceId === lost.instanceId) await this.recovery.recoverLost(lost, why);
+    const where = state.failure ? `${state.phase} (${state.failure.type}: ${state.failure.message})` : state.phase;
+    const from = state.head ? `from checkpoint ${state.head.checkpointId}` : 'from its spec';
+    const outcome = state.phase === 'running' ? `the session runs again ${from}` : `the session is ${where}`;
+    const lostFailure = failure(ERROR_CODES.RuntimeLost, `checkpoint not taken: ${why}; ${outcome}`);
+    session.controlFailed('checkpoint', lostFailure);
+    return lostFailure;
   }
 
   async pause(input: PauseInput): Promise<CheckpointRef> {

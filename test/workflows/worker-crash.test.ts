@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { sessionWorkflowId } from '../../src/api';
-import { SessionClient, WorkerUnavailableError } from '../../src/client';
+import { SessionClient, SessionError, WorkerUnavailableError } from '../../src/client';
 import { ApiKeys, generateKey, hashKey, startGateway } from '../../src/gateway';
 import { eventually, runningStatus } from '../helpers/temporal';
 import { processesWith } from '../helpers/worker-process';
@@ -196,6 +196,49 @@ test('kill -9 while a pause captures: the pause is carried out on the recovered 
   expect(processesWith(marker)).toEqual([]);
 
   await session.stop();
+  await killed(worker);
+}, 240_000);
+
+test('kill -9 while a checkpoint captures: the checkpoint fails typed as not taken, the session runs again', async () => {
+  const marker = `${taskQueue}-checkpoint`;
+  let worker = await startWorker();
+  const session = await sessions.start({
+    sessionId: `ckptcrash-${crypto.randomUUID().slice(0, 8)}`,
+    runtime: { kind: 'workspace', command: ['sh', '-c', 'while :; do sleep 0.1; done', marker] },
+    liveness: { heartbeatTimeoutMs: 3_000, hostTimeoutMs: 3_000 },
+  });
+  const first = await runningStatus(session);
+  const checkpoint = await session.checkpoint();
+  // A state large enough that its capture is still under way when the worker is killed.
+  fs.writeFileSync(path.join(first.runtime.location, 'large.bin'), crypto.randomBytes(128 * 1024 * 1024));
+
+  const checkpointing = session.checkpoint({ label: 'lost' });
+  checkpointing.catch(() => undefined);
+  await eventually(async () => {
+    const { raw } = await temporal.workflow.getHandle(sessionWorkflowId(session.sessionId)).describe();
+    return raw.pendingActivities?.some((a) => a.activityType?.name === 'captureCheckpoint' && Number(a.state) === 2);
+  }, 30_000);
+  await killed(worker);
+  worker = await startWorker();
+
+  const error = await checkpointing.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+  expect(error).toBeInstanceOf(SessionError);
+  expect(error).toMatchObject({ code: 'RuntimeLost' });
+  expect((error as Error).message).toContain('checkpoint not taken');
+  expect((error as Error).message).toContain(`runs again from checkpoint ${checkpoint.checkpointId}`);
+  const status = await runningStatus(session);
+  expect(status.runtime.instanceId).not.toBe(first.runtime.instanceId);
+  expect(status.head?.checkpointId).toBe(checkpoint.checkpointId);
+  const timeline = await session.timeline();
+  expect(timeline.map((e) => e.kind)).toEqual(['checkpoint', 'runtime-lost', 'restored', 'control-failed']);
+  expect(timeline[2]).toMatchObject({ kind: 'restored', cause: 'recovery', checkpointId: checkpoint.checkpointId });
+  expect(JSON.stringify(timeline[3])).toContain('checkpoint not taken');
+  expect(processesWith(marker)).toHaveLength(1);
+
+  await session.stop({ checkpoint: false });
   await killed(worker);
 }, 240_000);
 
