@@ -109,6 +109,20 @@ describe.each(['layout1', 'layout1-plaintext'])('segment files of an earlier rel
     expect((await store().readTimeline(FIXTURE_SESSION, { limit: 1 })).entries.map((e) => e.index)).toEqual([1]);
   });
 
+  test('a torn tail an earlier release left is read as what precedes it and is not cut', async () => {
+    const { expected, store } = copyOf(corpus);
+    const log = path.join(dir, FIXTURE_SESSION, 'timeline', '0000000000000001.log');
+    // The last frame of the segment (index 5, appended last) cut short by a crash.
+    fs.truncateSync(log, fs.statSync(log).size - 7);
+    const torn = fs.readFileSync(log);
+    const before = expected.filter((e) => e.index !== 5);
+    expect(await readAll(store(), 1000)).toEqual(before);
+    // The retried append stores index 5 as an object; the segment keeps its bytes.
+    await store().appendTimeline(FIXTURE_SESSION, [expected.find((e) => e.index === 5)!]);
+    expect(await readAll(store(), 1000)).toEqual(expected);
+    expect(fs.readFileSync(log).equals(torn)).toBe(true);
+  });
+
   test('the same entry in both reads once', async () => {
     const { expected, store } = copyOf(corpus);
     const log = path.join(dir, FIXTURE_SESSION, 'timeline', '0000000000000001.log');
