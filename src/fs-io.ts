@@ -107,13 +107,20 @@ export interface PublishOptions {
 
 /**
  * Writes `body` to a temp file beside `path` (`.<16 hex>.tmp`, a dot-name no listing shows), fsyncs it, and renames
- * (or, without `replace`, links) it into place, then fsyncs the directory: a crash leaves the old file or the new one,
- * never part of one. Returns false when `replace` is false and the target exists. Whatever fails, the temp file goes:
- * a full disk must not be left fuller.
+ * (or, without `replace`, links) it into place, then fsyncs the directory (and the parents of directories it made): a
+ * crash leaves the old file or the new one, never part of one. Returns false when `replace` is false and the target
+ * exists. Whatever fails, the temp file goes: a full disk must not be left fuller.
  */
 export async function publish(path: string, body: PublishBody, options: PublishOptions = {}): Promise<boolean> {
   const dir = dirname(path);
-  await ensureDir(dir);
+  const created = await ensureDir(dir);
+  // A directory made here is made durable in its parent first: else a crash could take a published file with it.
+  if (created !== undefined) {
+    for (let made = dir; ; made = dirname(made)) {
+      await fsyncDir(dirname(made));
+      if (made === created || dirname(made) === made) break;
+    }
+  }
   const tmp = join(dir, `.${randomBytes(8).toString('hex')}.tmp`);
   try {
     const handle = await fs.open(tmp, 'wx');

@@ -80,7 +80,8 @@ export async function sessionDirs(root: string): Promise<string[]> {
 
 /**
  * Removes the temp files (isTempName) of every session directory of `root`, and of its folders `subdirs`, whose mtime
- * is before `before`. Returns how many and their bytes.
+ * is before `before`. Returns how many and their bytes. A subdir `x/*` stands for every folder in `x` (a timeline's
+ * entries are in a folder per segment).
  */
 export async function removeAbandonedTemps(
   root: string,
@@ -89,7 +90,17 @@ export async function removeAbandonedTemps(
 ): Promise<{ files: number; bytes: number }> {
   const found = { files: 0, bytes: 0 };
   for (const session of await sessionDirs(root)) {
-    for (const dir of [join(root, session), ...subdirs.map((sub) => join(root, session, sub))]) {
+    const dirs = [join(root, session)];
+    for (const sub of subdirs) {
+      if (!sub.endsWith('/*')) {
+        dirs.push(join(root, session, sub));
+        continue;
+      }
+      const parent = join(root, session, sub.slice(0, -2));
+      const children = await fs.readdir(parent, { withFileTypes: true }).catch(() => []);
+      for (const child of children) if (child.isDirectory()) dirs.push(join(parent, child.name));
+    }
+    for (const dir of dirs) {
       const names = await fs.readdir(dir).catch(() => [] as string[]);
       for (const name of names) {
         if (!isTempName(name)) continue;

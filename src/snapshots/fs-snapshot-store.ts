@@ -30,9 +30,9 @@ import { FsBlobBackend } from './blob/fs-backend';
 import { claimSession } from './session-claim';
 import { isStateSource, sourceStream, type StateSource } from './state-source';
 import { asStoreFull } from './store-full';
+import { TimelineObjects } from './timeline-objects';
 import {
   plainTimelineSealer,
-  TimelineSegments,
   type ReadTimelineOptions,
   type TimelineLog,
   type TimelinePage,
@@ -40,6 +40,8 @@ import {
 } from './timeline-log';
 
 const DATA_SUFFIX = '.data';
+/** Where the timeline's writes leave temp files when they die (see engine/layout.ts TEMP_DIRS). */
+const TIMELINE_TEMP_DIRS = ['timeline', 'timeline-entries/*'];
 const MANIFEST_SUFFIX = '.manifest.json';
 /** Manifests are a few hundred bytes; anything far bigger is not one of ours and is not read into memory. */
 const MAX_MANIFEST_BYTES = 64 * 1024;
@@ -58,12 +60,12 @@ const ManifestHeader = z.object({ formatVersion: z.number() });
  * nothing a reader can see (at worst an orphaned data file or temp file, which readers never look at;
  * cleanAbandoned removes the temp file).
  * Ids are validated against the domain schemas before they touch a path, so they cannot escape the root.
- * Each session's timeline log (timeline-log.ts) is in `<root>/<sessionId>/timeline/`, its records in plaintext.
+ * Each session's timeline log (timeline-objects.ts, layout 2) is under `<root>/<sessionId>/`, its records in plaintext.
  */
 export class FsSnapshotStore implements SnapshotStore, TimelineLog {
   private readonly root: string;
   private readonly touchIntervalMs: number;
-  private readonly timeline: TimelineSegments;
+  private readonly timeline: TimelineObjects;
 
   /**
    * `touchIntervalMs`: how often a write touches its temp file (TOUCH_INTERVAL_MS by default), so that
@@ -72,7 +74,9 @@ export class FsSnapshotStore implements SnapshotStore, TimelineLog {
   constructor(rootDir: string, options: { touchIntervalMs?: number } = {}) {
     this.root = resolve(rootDir);
     this.touchIntervalMs = options.touchIntervalMs ?? TOUCH_INTERVAL_MS;
-    this.timeline = new TimelineSegments(this.root, async (sessionId) => plainTimelineSealer(sessionId));
+    this.timeline = new TimelineObjects(new FsBlobBackend(this.root), async (sessionId) =>
+      plainTimelineSealer(sessionId),
+    );
   }
 
   async write(
@@ -264,7 +268,10 @@ export class FsSnapshotStore implements SnapshotStore, TimelineLog {
    */
   async cleanAbandoned(options: CleanAbandonedOptions = {}): Promise<AbandonedReport> {
     const { before } = abandonedAge(options);
-    const temps = await removeAbandonedTemps(this.root, before, { subdirs: [], dryRun: options.dryRun ?? false });
+    const temps = await removeAbandonedTemps(this.root, before, {
+      subdirs: TIMELINE_TEMP_DIRS,
+      dryRun: options.dryRun ?? false,
+    });
     return { tempFiles: temps.files, pins: 0, bytes: temps.bytes };
   }
 

@@ -2,7 +2,12 @@
  * A session's timeline log: durable, append-only, crash-safe entries `{ index, ... }` kept in the store beside the
  * session's checkpoints, so the timeline outlives the workflow and never grows its history.
  *
- * Layout: `<root>/<sessionId>/timeline/<first index, 16 digits>.log`, one segment file per SEGMENT_SPAN indices
+ * This module holds what both layouts share (the record format, the TimelineLog interface) and layout 1, the segment
+ * files of earlier releases, which the store reads (timeline-objects.ts) but no longer writes: every store now writes
+ * layout 2, one object per entry. TimelineSegments, layout 1's writer, stays for the benches that compare the two and
+ * for tests that make stores as earlier releases left them.
+ *
+ * Layout 1: `<root>/<sessionId>/timeline/<first index, 16 digits>.log`, one segment file per SEGMENT_SPAN indices
  * (index i lives in the segment starting at ⌊(i-1)/SEGMENT_SPAN⌋·SEGMENT_SPAN + 1), so a page reads one or two files
  * and an append rewrites nothing: at 100,000 entries a session has 100 segments, not 100,000 files.
  *
@@ -190,7 +195,10 @@ export interface Pending {
   json: Buffer;
 }
 
-/** The segment files of the sessions under `root`, each record sealed by `sealerFor`. See the module doc. */
+/**
+ * Layout 1: the segment files of the sessions under `root`, each record sealed by `sealerFor`, as earlier releases
+ * wrote them (see the module doc). No store writes it.
+ */
 export class TimelineSegments implements TimelineLog {
   /** The tail of each session's queue of appends in this process. */
   private readonly queues = new Map<string, Promise<unknown>>();

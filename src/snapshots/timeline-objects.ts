@@ -1,12 +1,17 @@
 /**
- * Timeline format 2, for stores on a blob backend that is not a local directory: one object per entry, written with
- * the backend's `create`, so that the index is the commit point and two appenders on two machines never both store
- * one index — no shared file, no append, no lock.
+ * Timeline layout 2, what every store writes (on a local directory too): one object per entry, written with the
+ * backend's `create`, so that the index is the commit point and two appenders, in one process or on two machines,
+ * never both store one index — no shared file, no append, no lock. A crash mid-write leaves at most the backend's
+ * temp file (a dot-name on a local directory), which no listing shows: an entry is whole or absent.
  *
  *   <session>/timeline/<first index, 16 digits>.seg            empty: segment `first` has entries (a listing of
  *                                                              `timeline/` finds segments without listing entries)
  *   <session>/timeline-entries/<first, 16 digits>/<index, 16>  the entry: one frame, as in a format-1 segment
- *   <session>/timeline/<first, 16 digits>.log                  format-1 segments (timeline-log.ts), read as before
+ *   <session>/timeline/<first, 16 digits>.log                  layout-1 segments (timeline-log.ts) of earlier
+ *                                                              releases: read, never written nor rewritten
+ *
+ * A page merges both by index; where an index is in both, the segment's record is the one (it was stored first, and
+ * an append checks it before creating the object, so only a writer of layout 1 racing this one could add the other).
  *
  * An entry object holds exactly the frame a format-1 segment would (header with the index, CRC, sealed record), so
  * records are sealed, bound and opened the same way. Idempotency is as in format 1: the same index with
@@ -39,12 +44,25 @@ import {
 } from './timeline-log';
 
 export const TIMELINE_ENTRIES_DIR = 'timeline-entries';
-/** The version of the timeline's layout this module writes (format 1: segment files, timeline-log.ts). */
+/**
+ * The version of the timeline's layout this module writes (layout 1: segment files, timeline-log.ts). The store
+ * records no number: the layout of a record is its key (`timeline/*.log` or `timeline-entries/…`), and a store of an
+ * earlier release is read as it is, never rewritten.
+ */
 export const TIMELINE_LAYOUT_VERSION = 2;
 /** A format-1 segment holds at most SEGMENT_SPAN records, each a header and at most this much. */
 const MAX_SEGMENT_BYTES = SEGMENT_SPAN * (MAX_TIMELINE_RECORD_BYTES + 1024);
 const MAX_ENTRY_BYTES = MAX_TIMELINE_RECORD_BYTES + 1024;
 const LISTED = /^(\d{16})\.(log|seg)$/;
+/** Entry objects read or written at once by one append or page. */
+const ENTRIES_AT_ONCE = 16;
+
+/** An index a page lists: how to load its record, and whether a layout-1 record and an object both hold it. */
+interface Listed {
+  index: number;
+  load: () => Promise<Stored>;
+  twin: boolean;
+}
 
 /** A stored record: its frame and the bytes its body is in. */
 interface Stored {
@@ -74,33 +92,45 @@ export class TimelineObjects implements TimelineLog {
 
   private async append(sessionId: string, pending: Pending[]): Promise<void> {
     // First every repeated index is checked, so a conflict writes nothing.
-    const legacy = new Map<number, Map<number, Stored>>();
+    const starts = [...new Set(pending.map((e) => segmentStart(e.index)))];
+    const legacy = new Map(
+      await Promise.all(starts.map(async (start) => [start, await this.legacySegment(sessionId, start)] as const)),
+    );
+    const stored = await atMostAtOnce(
+      pending,
+      async (entry) =>
+        legacy.get(segmentStart(entry.index))!.get(entry.index) ?? (await this.entry(sessionId, entry.index)),
+    );
     const fresh: Pending[] = [];
     let reader: Awaited<ReturnType<SealerFor>> | null = null;
-    for (const entry of pending) {
-      const start = segmentStart(entry.index);
-      if (!legacy.has(start)) legacy.set(start, await this.legacySegment(sessionId, start));
-      const stored = legacy.get(start)!.get(entry.index) ?? (await this.entry(sessionId, entry.index));
-      if (!stored) {
+    for (const [i, entry] of pending.entries()) {
+      const found = stored[i];
+      if (!found) {
         fresh.push(entry);
         continue;
       }
       reader ??= await this.sealerFor(sessionId, 'read');
-      this.checkSame(sessionId, entry, stored, reader);
+      this.checkSame(sessionId, entry, found, reader);
     }
     if (fresh.length === 0) return;
     const sealer = await this.sealerFor(sessionId, 'append');
     for (const start of new Set(fresh.map((e) => segmentStart(e.index)))) {
-      await this.backend.create(`${sessionId}/${TIMELINE_DIR}/${segmentKey(start)}.seg`, Buffer.alloc(0));
+      // Looked up first: a create that finds the marker there has already paid for a durable write.
+      const marker = `${sessionId}/${TIMELINE_DIR}/${segmentKey(start)}.seg`;
+      if (!(await this.backend.stat(marker))) await this.backend.create(marker, Buffer.alloc(0));
     }
-    for (const entry of fresh) {
+    // Each entry is its own commit point, so they are written side by side (see bench/README.md, "Timeline").
+    const lost = await atMostAtOnce(fresh, async (entry) => {
       const frame = frameOf(sealer.kind, entry.index, sealer.seal(entry.index, entry.json));
-      if (await this.backend.create(this.entryKey(sessionId, entry.index), frame)) continue;
+      return (await this.backend.create(this.entryKey(sessionId, entry.index), frame)) ? null : entry;
+    });
+    for (const entry of lost) {
+      if (!entry) continue;
       // Another appender stored this index meanwhile: the same entry (a retried activity), or a conflict.
-      const stored = await this.entry(sessionId, entry.index);
-      if (!stored) throw new Error(`timeline entry ${entry.index} of session ${sessionId} vanished`);
+      const winner = await this.entry(sessionId, entry.index);
+      if (!winner) throw new Error(`timeline entry ${entry.index} of session ${sessionId} vanished`);
       reader ??= await this.sealerFor(sessionId, 'read');
-      this.checkSame(sessionId, entry, stored, reader);
+      this.checkSame(sessionId, entry, winner, reader);
     }
   }
 
@@ -125,44 +155,53 @@ export class TimelineObjects implements TimelineLog {
       if (match && Number(match[1]) + SEGMENT_SPAN > from) starts.add(Number(match[1]));
     }
     // One entry more than the page, to know where the next page starts.
-    const found: (() => Promise<Stored>)[] = [];
-    const indices: number[] = [];
+    const found: Listed[] = [];
     for (const start of [...starts].sort((a, b) => a - b)) {
-      const inSegment = new Map<number, () => Promise<Stored>>();
+      const inSegment = new Map<number, Listed>();
       for (const [index, stored] of await this.legacySegment(sessionId, start)) {
-        inSegment.set(index, async () => stored);
+        inSegment.set(index, { index, load: async () => stored, twin: false });
       }
       const prefix = `${sessionId}/${TIMELINE_ENTRIES_DIR}/${segmentKey(start)}/`;
       for await (const { key } of this.backend.list(prefix)) {
         const index = Number(key.slice(prefix.length));
-        // The first stored wins, as in format 1: a format-1 record of an index is never shadowed.
-        if (Number.isSafeInteger(index) && !inSegment.has(index)) {
-          inSegment.set(index, async () => {
-            const stored = await this.entry(sessionId, index);
-            if (!stored) throw new Error(`timeline entry ${index} of session ${sessionId} vanished`);
-            return stored;
-          });
-        }
+        if (!Number.isSafeInteger(index)) continue;
+        const legacy = inSegment.get(index);
+        // A layout-1 record of an index is the one (stored first); an object beside it must say the same.
+        if (legacy) legacy.twin = true;
+        else inSegment.set(index, { index, load: () => this.present(sessionId, index), twin: false });
       }
-      for (const index of [...inSegment.keys()].filter((i) => i >= from).sort((a, b) => a - b)) {
-        if (indices.length > limit) break;
-        indices.push(index);
-        found.push(inSegment.get(index)!);
-      }
-      if (indices.length > limit) break;
+      const wanted = [...inSegment.values()].filter((e) => e.index >= from).sort((a, b) => a.index - b.index);
+      found.push(...wanted.slice(0, limit + 1 - found.length));
+      if (found.length > limit) break;
     }
-    const next = indices[limit] ?? null;
-    const page = await Promise.all(found.slice(0, limit).map((load) => load()));
+    const next = found[limit]?.index ?? null;
+    const listed = found.slice(0, limit);
+    const page = await atMostAtOnce(listed, ({ load }) => load());
     if (page.length === 0) return { entries: [], next };
     const sealer = await this.sealerFor(sessionId, 'read');
-    const entries = page.map(({ frame, bytes }) =>
-      entryOf(
-        sessionId,
-        frame,
-        sealer.open(frame.index, frame.kind, bytes.subarray(frame.at, frame.at + frame.length)),
-      ),
-    );
+    const open = ({ frame, bytes }: Stored): Buffer =>
+      sealer.open(frame.index, frame.kind, bytes.subarray(frame.at, frame.at + frame.length));
+    const entries: TimelineRecord[] = [];
+    for (const [i, stored] of page.entries()) {
+      const json = open(stored);
+      if (listed[i]!.twin && !open(await this.present(sessionId, stored.frame.index)).equals(json)) {
+        throw new TimelineConflictError(
+          `timeline index ${stored.frame.index} of session ${sessionId} is stored twice with other content: in a ` +
+            'segment file of an earlier release and as an entry object',
+          sessionId,
+          stored.frame.index,
+        );
+      }
+      entries.push(entryOf(sessionId, stored.frame, json));
+    }
     return { entries, next };
+  }
+
+  /** The entry object of `index`, which a listing found. */
+  private async present(sessionId: string, index: number): Promise<Stored> {
+    const stored = await this.entry(sessionId, index);
+    if (!stored) throw new Error(`timeline entry ${index} of session ${sessionId} vanished`);
+    return stored;
   }
 
   /** Removes the session's timeline, both formats (shred). */
@@ -202,6 +241,20 @@ export class TimelineObjects implements TimelineLog {
     }
     return out;
   }
+}
+
+/** `run` of every item, at most ENTRIES_AT_ONCE at a time; the results in the items' order. */
+async function atMostAtOnce<T, R>(items: readonly T[], run: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array<R>(items.length);
+  let next = 0;
+  const lane = async (): Promise<void> => {
+    while (next < items.length) {
+      const i = next++;
+      results[i] = await run(items[i]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(ENTRIES_AT_ONCE, items.length) }, lane));
+  return results;
 }
 
 function segmentKey(start: number): string {

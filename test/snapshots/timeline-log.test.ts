@@ -11,13 +11,18 @@ import {
   SnapshotCorruptError,
   SnapshotTamperedError,
   TimelineConflictError,
+  type SnapshotMaintenance,
   type SnapshotStore,
   type TimelineLog,
   type TimelineRecord,
 } from '../../src/snapshots';
 import { cp } from '../helpers/checkpoints';
 
-/** The timeline log of both stores, on real files: what a caller sees after appends, crashes and damage. */
+/**
+ * The timeline log of both stores on a local directory (layout 2: one file per entry), on real files: what a caller
+ * sees after appends, crashes and damage. Layout 1 (segment files of earlier releases) is read in
+ * timeline-fixtures.test.ts.
+ */
 let dir: string;
 beforeEach(() => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-timeline-'));
@@ -51,8 +56,29 @@ const entry = (index: number, extra: Record<string, unknown> = {}): TimelineReco
 });
 const range = (first: number, last: number): number[] => Array.from({ length: last - first + 1 }, (_, i) => first + i);
 const indices = (entries: readonly TimelineRecord[]) => entries.map((e) => e.index);
-const segment = (session: string, first = 1) =>
-  path.join(dir, session, 'timeline', `${String(first).padStart(16, '0')}.log`);
+const digits = (n: number) => String(n).padStart(16, '0');
+/** The file of an entry (layout 2). */
+const entryFile = (session: string, index: number) =>
+  path.join(dir, session, 'timeline-entries', digits(Math.floor((index - 1) / 1000) * 1000 + 1), digits(index));
+
+/** Every file of a session's timeline (both folders), by path under the session, with its bytes. */
+function timelineFiles(session: string): Map<string, Buffer> {
+  const files = new Map<string, Buffer>();
+  for (const folder of ['timeline', 'timeline-entries']) {
+    const base = path.join(dir, session, folder);
+    if (!fs.existsSync(base)) continue;
+    for (const name of fs.readdirSync(base, { recursive: true }) as string[]) {
+      const file = path.join(base, name);
+      if (fs.statSync(file).isFile()) files.set(path.join(folder, name), fs.readFileSync(file));
+    }
+  }
+  return files;
+}
+/** The entry files of a session (temp files are not entries). */
+const entryFiles = (session: string) =>
+  [...timelineFiles(session).keys()].filter(
+    (f) => f.startsWith('timeline-entries') && !path.basename(f).startsWith('.'),
+  );
 
 /** Every entry of a session's timeline, page by page. */
 async function readAllPages(store: TimelineLog, sessionId: string, limit?: number): Promise<TimelineRecord[]> {
@@ -69,17 +95,8 @@ async function readAllPages(store: TimelineLog, sessionId: string, limit?: numbe
   return all;
 }
 
-/** The frames of a segment file: where each starts, its index, its body. */
-function framesOf(file: string): { at: number; index: number; bodyAt: number; length: number }[] {
-  const bytes = fs.readFileSync(file);
-  const frames = [];
-  for (let at = 0; at + 20 <= bytes.length;) {
-    const length = bytes.readUInt32BE(at + 4);
-    frames.push({ at, index: bytes.readUInt32BE(at + 12), bodyAt: at + 20, length });
-    at += 20 + length;
-  }
-  return frames;
-}
+/** The frame of an entry file: its body's length (the body starts after the 20-byte header). */
+const bodyLength = (file: string) => fs.readFileSync(file).readUInt32BE(4);
 
 /** Rewrites the index in a frame's header (and its CRC): a genuine record filed under another index. */
 function refile(file: string, frameAt: number, index: number): void {
@@ -121,18 +138,19 @@ describe.each(STORES)('the timeline log: $name', ({ open, authenticated }) => {
     expect(await store.readTimeline('never-written')).toEqual({ entries: [], next: null });
   });
 
-  test('a repeated append (a retried activity) is a no-op: the file does not change', async () => {
+  test('a repeated append (a retried activity) is a no-op: no file changes', async () => {
     await store.appendTimeline(
       's1',
       range(1, 20).map((i) => entry(i)),
     );
-    const before = fs.readFileSync(segment('s1'));
+    const before = timelineFiles('s1');
+    expect(entryFiles('s1')).toHaveLength(20);
     await store.appendTimeline(
       's1',
       range(1, 20).map((i) => entry(i)),
     );
     await store.appendTimeline('s1', [entry(7), entry(7)]);
-    expect(fs.readFileSync(segment('s1')).equals(before)).toBe(true);
+    expect(timelineFiles('s1')).toEqual(before);
   });
 
   test('other content at a stored index is refused, and nothing of that append is written', async () => {
@@ -147,28 +165,25 @@ describe.each(STORES)('the timeline log: $name', ({ open, authenticated }) => {
     expect(indices((await store.readTimeline('s1')).entries)).toEqual([1, 2]);
   });
 
-  test('a torn tail (a crash mid-write) reads as everything before it and is replaced by the next append', async () => {
+  test('a crash mid-write leaves no half-visible entry: a temp file is not an entry', async () => {
     await store.appendTimeline(
       's1',
       range(1, 9).map((i) => entry(i)),
     );
-    await store.appendTimeline('s1', [entry(10)]);
-    const file = segment('s1');
-    const size = fs.statSync(file).size;
-    fs.truncateSync(file, size - 7);
-    expect(indices((await open(dir).readTimeline('s1')).entries)).toEqual(range(1, 9));
-    // The retried append writes index 10 again, after the last complete record.
+    // What a writer killed between its write and its link leaves: part of entry 10 in a temp file beside the entries.
+    const whole = fs.readFileSync(entryFile('s1', 9));
+    const temp = path.join(path.dirname(entryFile('s1', 10)), '.0123456789abcdef.tmp');
+    fs.writeFileSync(temp, whole.subarray(0, whole.length - 7));
+    expect(await open(dir).readTimeline('s1')).toEqual({ entries: range(1, 9).map((i) => entry(i)), next: null });
+    // The retried append stores index 10 whole.
     await store.appendTimeline('s1', [entry(10), entry(11)]);
     expect(await readAllPages(open(dir), 's1')).toEqual(range(1, 11).map((i) => entry(i)));
-
-    // A file system that extended the file before writing its data: zeros to the end.
-    fs.appendFileSync(file, Buffer.alloc(300));
-    expect(indices((await store.readTimeline('s1')).entries)).toEqual(range(1, 11));
-    await store.appendTimeline('s1', [entry(12)]);
-    expect(indices((await store.readTimeline('s1')).entries)).toEqual(range(1, 12));
-    // Cut inside a frame's header.
-    fs.truncateSync(file, fs.statSync(file).size - (framesOf(file).at(-1)!.length + 10));
-    expect(indices((await store.readTimeline('s1')).entries)).toEqual(range(1, 11));
+    // Cleaning leftovers removes it once it is old; the entries stay.
+    const old = new Date(Date.now() - 2 * 60 * 60_000);
+    fs.utimesSync(temp, old, old);
+    expect(await (store as Store & SnapshotMaintenance).cleanAbandoned()).toMatchObject({ tempFiles: 1 });
+    expect(fs.existsSync(temp)).toBe(false);
+    expect(entryFiles('s1')).toHaveLength(11);
   });
 
   test('an altered byte in a record is refused on read, never returned', async () => {
@@ -176,10 +191,9 @@ describe.each(STORES)('the timeline log: $name', ({ open, authenticated }) => {
       's1',
       range(1, 5).map((i) => entry(i)),
     );
-    const file = segment('s1');
-    const third = framesOf(file)[2]!;
+    const file = entryFile('s1', 3);
     const bytes = fs.readFileSync(file);
-    bytes[third.bodyAt + third.length - 20]! ^= 0x04; // the ciphertext or the digest, not the envelope's header
+    bytes[20 + bodyLength(file) - 20]! ^= 0x04; // the ciphertext or the digest, not the envelope's header
     fs.writeFileSync(file, bytes);
     const read = store.readTimeline('s1');
     await expect(read).rejects.toBeInstanceOf(SnapshotTamperedError);
@@ -188,17 +202,19 @@ describe.each(STORES)('the timeline log: $name', ({ open, authenticated }) => {
     expect(indices((await store.readTimeline('s1', { limit: 2 })).entries)).toEqual([1, 2]);
   });
 
-  test('a damaged frame header before the end is corruption, not a torn tail', async () => {
+  test('a damaged frame header is corruption, never an entry', async () => {
     await store.appendTimeline(
       's1',
       range(1, 5).map((i) => entry(i)),
     );
-    const file = segment('s1');
+    const file = entryFile('s1', 2);
     const bytes = fs.readFileSync(file);
-    bytes[framesOf(file)[1]!.at + 5]! ^= 0x01; // the second frame's length
+    bytes[5]! ^= 0x01; // the frame's length
     fs.writeFileSync(file, bytes);
     await expect(store.readTimeline('s1')).rejects.toBeInstanceOf(SnapshotCorruptError);
-    await expect(store.appendTimeline('s1', [entry(6)])).rejects.toMatchObject({ code: 'SnapshotCorrupt' });
+    // A retried append of that index cannot tell whether it is the same entry: refused, nothing written.
+    await expect(store.appendTimeline('s1', [entry(2)])).rejects.toMatchObject({ code: 'SnapshotCorrupt' });
+    expect(fs.readFileSync(file).equals(bytes)).toBe(true);
   });
 
   test('a record moved to another index or another session is refused', async () => {
@@ -207,19 +223,19 @@ describe.each(STORES)('the timeline log: $name', ({ open, authenticated }) => {
       range(1, 3).map((i) => entry(i)),
     );
     await store.appendTimeline('s2', [entry(1, { text: 'of s2' })]);
-    const moved = path.join(dir, 'moved.log');
-    fs.copyFileSync(segment('s1'), moved);
 
-    // Index 2's genuine record filed as index 4.
-    const file = segment('s1');
-    const second = framesOf(file)[1]!;
-    refile(file, second.at, 4);
+    // Index 2's genuine record as index 4's file, its header saying 2: not one record of its index.
+    fs.mkdirSync(path.dirname(entryFile('s1', 4)), { recursive: true });
+    fs.copyFileSync(entryFile('s1', 2), entryFile('s1', 4));
+    await expect(store.readTimeline('s1', { from: 3 })).rejects.toMatchObject({ code: 'SnapshotCorrupt' });
+    // The header rewritten too (and its CRC): the sealed record itself is bound to index 2.
+    refile(entryFile('s1', 4), 0, 4);
     await expect(store.readTimeline('s1', { from: 3 })).rejects.toMatchObject({
       code: authenticated ? 'SnapshotTampered' : 'SnapshotCorrupt',
     });
 
-    // s1's segment in s2's place.
-    fs.copyFileSync(moved, segment('s2'));
+    // s1's record in s2's place.
+    fs.copyFileSync(entryFile('s1', 1), entryFile('s2', 1));
     await expect(store.readTimeline('s2')).rejects.toMatchObject({
       code: authenticated ? 'SnapshotTampered' : 'SnapshotCorrupt',
     });
@@ -236,26 +252,42 @@ describe.each(STORES)('the timeline log: $name', ({ open, authenticated }) => {
   test('appends racing in one process all land, once each', async () => {
     await Promise.all(range(1, 40).map((i) => store.appendTimeline('s1', [entry(i), entry(Math.max(1, i - 1))])));
     expect(indices(await readAllPages(store, 's1'))).toEqual(range(1, 40));
-    expect(framesOf(segment('s1'))).toHaveLength(40);
+    expect(entryFiles('s1')).toHaveLength(40);
   });
 
-  test('appenders that share nothing but the files (two workers) take turns by the lock file', async () => {
+  test('appenders that share nothing but the files (two workers): each index is stored once', async () => {
     const others = [store, open(dir), open(dir)];
     await Promise.all(
       range(1, 60).map((i) => others[i % 3]!.appendTimeline('s1', [entry(i), entry(Math.max(1, i - 2))])),
     );
     expect(indices(await readAllPages(open(dir), 's1'))).toEqual(range(1, 60));
-    expect(framesOf(segment('s1'))).toHaveLength(60);
+    expect(entryFiles('s1')).toHaveLength(60);
   });
 
-  test('a lock left by a dead appender is broken once stale', async () => {
+  test('two writers racing on one index with other content: one stores it, the other gets a Conflict', async () => {
+    for (let round = 1; round <= 10; round++) {
+      const [a, b] = [open(dir), open(dir)];
+      const results = await Promise.allSettled([
+        a.appendTimeline('s1', [entry(round, { writer: 'a' })]),
+        b.appendTimeline('s1', [entry(round, { writer: 'b' })]),
+      ]);
+      const stored = (await open(dir).readTimeline('s1', { from: round, limit: 1 })).entries[0]!;
+      const winner = stored.writer === 'a' ? 0 : 1;
+      expect(results[winner].status).toBe('fulfilled');
+      expect(results[1 - winner]).toMatchObject({
+        status: 'rejected',
+        reason: expect.objectContaining({ code: 'Conflict', sessionId: 's1', index: round }),
+      });
+      expect((results[1 - winner] as PromiseRejectedResult).reason).toBeInstanceOf(TimelineConflictError);
+    }
+    expect(entryFiles('s1')).toHaveLength(10);
+  });
+
+  test('a lock file an earlier release left is neither an obstacle nor an entry', async () => {
     await store.appendTimeline('s1', [entry(1)]);
     const lock = path.join(dir, 's1', 'timeline', '.lock');
     fs.writeFileSync(lock, 'dead-appender');
-    const old = new Date(Date.now() - 120_000);
-    fs.utimesSync(lock, old, old);
     await store.appendTimeline('s1', [entry(2)]);
-    expect(fs.existsSync(lock)).toBe(false);
     expect(indices((await store.readTimeline('s1')).entries)).toEqual([1, 2]);
   });
 
@@ -273,8 +305,9 @@ describe.each(STORES)('the timeline log: $name', ({ open, authenticated }) => {
     expect(fs.readdirSync(dir)).toEqual([]);
   });
 
-  test('100,000 entries: appended in batches, paged through (timings printed, not asserted)', async () => {
-    const total = 100_000;
+  test('5,000 entries: appended in batches, paged through (timings printed, not asserted)', async () => {
+    // A file per entry: 5,000 are enough to page through many segments (bench/timeline.ts measures the layouts).
+    const total = 5_000;
     const batch = 1000;
     let started = performance.now();
     for (let first = 1; first <= total; first += batch) {
@@ -296,11 +329,9 @@ describe.each(STORES)('the timeline log: $name', ({ open, authenticated }) => {
     expect(byMax).toHaveLength(total);
     expect(byDefault).toHaveLength(total);
     expect(byDefault[total - 1]!.index).toBe(total);
-    const bytes = fs
-      .readdirSync(path.join(dir, 'big', 'timeline'))
-      .reduce((sum, name) => sum + fs.statSync(path.join(dir, 'big', 'timeline', name)).size, 0);
+    const bytes = [...timelineFiles('big').values()].reduce((sum, b) => sum + b.length, 0);
     console.log(
-      `timeline 100k (${expect.getState().currentTestName}): append ${total / batch}×${batch} ${appendMs.toFixed(0)} ms, ` +
+      `timeline 5k (${expect.getState().currentTestName}): append ${total / batch}×${batch} ${appendMs.toFixed(0)} ms, ` +
         `page by 1000 ${pageMaxMs.toFixed(0)} ms, by 100 ${pageDefaultMs.toFixed(0)} ms, ` +
         `one more append ${oneMoreMs.toFixed(1)} ms, ${(bytes / 1024 / 1024).toFixed(1)} MiB on disk`,
     );
@@ -337,7 +368,7 @@ describe('the chunked store: timelines, lineages and maintenance', () => {
   test('records are sealed: no plaintext on disk; a store without keys cannot read them', async () => {
     const store = chunked();
     await store.appendTimeline('s1', [entry(1, { text: 'secret words' })]);
-    expect(fs.readFileSync(segment('s1')).includes('secret words')).toBe(false);
+    expect([...timelineFiles('s1').values()].some((b) => b.includes('secret words'))).toBe(false);
     await expect(chunked({ keyring: null }).readTimeline('s1')).rejects.toMatchObject({ code: 'KeyUnavailable' });
     // And the other way: a plaintext record in a store with keys is not one it wrote.
     await store.appendTimeline('p1', [entry(2)]);
@@ -352,6 +383,19 @@ describe('the chunked store: timelines, lineages and maintenance', () => {
     fs.rmSync(path.join(dir, 's1', 'keys', 'data-key.json'));
     await expect(chunked().appendTimeline('s1', [entry(2)])).rejects.toMatchObject({ code: 'KeyUnavailable' });
     await expect(chunked().readTimeline('s1')).rejects.toMatchObject({ code: 'KeyUnavailable' });
+  });
+
+  test('rekey covers timeline entries: after it, a keyring without the old master key reads them', async () => {
+    const store = chunked();
+    await store.claim('s1', 'run-a');
+    await store.appendTimeline('s1', [entry(1, { text: 'before the rotation' }), entry(2)]);
+    const k2 = { id: 'k2', key: randomBytes(32) };
+    const rotated = chunked({ keyring: keyring.withKey(k2.id, k2.key, { primary: true }) });
+    expect(await rotated.rekey()).toEqual({ rewrapped: 1, unchanged: 0 });
+    const onlyNew = chunked({ keyring: new Keyring([k2]) });
+    expect((await onlyNew.readTimeline('s1')).entries).toEqual([entry(1, { text: 'before the rotation' }), entry(2)]);
+    await onlyNew.appendTimeline('s1', [entry(3)]);
+    expect(indices((await onlyNew.readTimeline('s1')).entries)).toEqual([1, 2, 3]);
   });
 
   test.each([
@@ -371,8 +415,8 @@ describe('the chunked store: timelines, lineages and maintenance', () => {
     expect((await store.readTimeline('s1')).entries).toEqual([entry(1)]);
     expect((await store.readTimeline('s2')).entries).toEqual([entry(1)]);
     await store.shred('s2');
-    expect(fs.existsSync(path.join(dir, 's1', 'timeline'))).toBe(false);
-    expect(fs.existsSync(path.join(dir, 's2', 'timeline'))).toBe(false);
+    expect(timelineFiles('s1').size).toBe(0);
+    expect(timelineFiles('s2').size).toBe(0);
     expect((await store.readTimeline('s1')).entries).toEqual([]);
     expect((await store.readTimeline('other')).entries).toEqual([entry(1)]);
   });

@@ -1,10 +1,15 @@
 import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { FIXTURE_MASTER_KEY } from '../../scripts/make-snapshot-fixtures';
+import type { FsBlobBackend } from '../../src/snapshots/blob/fs-backend';
 import { ChunkedSnapshotStore } from '../../src/snapshots/engine/chunked-store';
 import { Keyring } from '../../src/snapshots/engine/keyring';
 import { TimelineConflictError } from '../../src/snapshots/errors';
+import type { TimelineRecord } from '../../src/snapshots/timeline-log';
 import { asOpaque, fsBackend, opaqueFsBackend, type OpenedBackend } from './blob/backends';
 
-/** The timeline as one object per entry (layout 2), as a store on an object store keeps it. */
+/** The timeline as one object per entry (layout 2), as a store on an object store (or any store) keeps it. */
 
 const keyring = new Keyring([{ id: 'k1', key: randomBytes(32) }]);
 const entry = (index: number, text = `entry ${index}`) => ({ index, kind: 'note', text });
@@ -36,26 +41,33 @@ test('appenders on two hosts racing for one index: exactly one stores it, the ot
   );
 });
 
-test('a timeline written as segment files reads the same from the object layout, and goes on there', async () => {
-  // The same directory, first as a local directory (segment files), then as an object store would hold it.
+test('a timeline an earlier release wrote as segment files reads the same on an object store, and goes on there', async () => {
+  // The layout-1 corpus (test/fixtures/timelines), copied as is into a backend the store takes for an object store.
   const onDisk = await fsBackend.open();
   try {
-    const before = new ChunkedSnapshotStore({ backend: onDisk.backend, keyring });
-    await before.claim('s1', 'run-a');
-    await before.appendTimeline('s1', [entry(1), entry(2), entry(1500)]);
-    expect(await onDisk.everything()).toContain('s1/timeline/0000000000000001.log');
+    fs.cpSync(
+      path.join(__dirname, '..', 'fixtures', 'timelines', 'layout1', 'fixture'),
+      (onDisk.backend as FsBlobBackend).root,
+      {
+        recursive: true,
+      },
+    );
+    const expected = JSON.parse(
+      fs.readFileSync(path.join(__dirname, '..', 'fixtures', 'timelines', 'layout1', 'expected.json'), 'utf8'),
+    ) as TimelineRecord[];
+    expect(await onDisk.everything()).toContain('fixture/timeline/0000000000000001.log');
     const after = new ChunkedSnapshotStore({
       backend: asOpaque(onDisk.backend),
-      keyring,
+      keyring: new Keyring([FIXTURE_MASTER_KEY]),
     });
-    expect(await after.readTimeline('s1')).toEqual({ entries: [entry(1), entry(2), entry(1500)], next: null });
-    await after.appendTimeline('s1', [entry(2), entry(3)]);
-    await expect(after.appendTimeline('s1', [entry(1, 'other')])).rejects.toBeInstanceOf(TimelineConflictError);
-    expect(await after.readTimeline('s1', { limit: 3 })).toEqual({
-      entries: [1, 2, 3].map((i) => entry(i)),
-      next: 1500,
+    expect(await after.readTimeline('fixture')).toEqual({ entries: expected, next: null });
+    await after.appendTimeline('fixture', [expected[1]!, entry(4)]);
+    await expect(after.appendTimeline('fixture', [entry(1, 'other')])).rejects.toBeInstanceOf(TimelineConflictError);
+    expect(await after.readTimeline('fixture', { limit: 4 })).toEqual({
+      entries: [...expected.slice(0, 3), entry(4)],
+      next: 5,
     });
-    expect(await onDisk.everything()).toContain('s1/timeline-entries/0000000000000001/0000000000000003');
+    expect(await onDisk.everything()).toContain('fixture/timeline-entries/0000000000000001/0000000000000004');
   } finally {
     await onDisk.dispose();
   }

@@ -418,10 +418,11 @@ test('a tampered timeline record is a typed refusal: the rewind that needs it ch
   await eventually(async () => (await session.status()).timelineLength >= timelineLength + 70);
   // The next turn's checkpoint takes what waited to the store.
   await session.append({ messages: [{ role: 'assistant', content: 'later' }], checkpoint: true });
-  const segment = path.join(sys.dir, 'snapshots', sessionId, 'timeline', `${'1'.padStart(16, '0')}.log`);
-  const bytes = fs.readFileSync(segment);
+  const first = '1'.padStart(16, '0');
+  const record = path.join(sys.dir, 'snapshots', sessionId, 'timeline-entries', first, first);
+  const bytes = fs.readFileSync(record);
   bytes[40] = bytes[40]! ^ 0xff; // inside the first record's sealed body
-  fs.writeFileSync(segment, bytes);
+  fs.writeFileSync(record, bytes);
 
   const before = await session.status();
   await expect(session.rewind({ messageIndex: 1 })).rejects.toMatchObject({ code: 'SnapshotTampered' });

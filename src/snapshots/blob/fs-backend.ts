@@ -24,6 +24,9 @@ import {
   type BlobRange,
 } from './backend';
 
+/** How many files `list` stats at once. */
+const LIST_STATS_AT_ONCE = 64;
+
 export class FsBlobBackend implements BlobBackend {
   readonly root: string;
   readonly location: string;
@@ -113,9 +116,10 @@ export class FsBlobBackend implements BlobBackend {
     await this.collect(base, prefix, keys);
     // A key's order is its bytes' order, as S3 lists them (not the order a directory walk meets them).
     keys.sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
-    for (const key of keys) {
-      const info = await this.stat(key);
-      if (info) yield info; // deleted since the walk
+    // Stats side by side, a batch at a time: one by one they were most of a 1,000-entry timeline page.
+    for (let at = 0; at < keys.length; at += LIST_STATS_AT_ONCE) {
+      const infos = await Promise.all(keys.slice(at, at + LIST_STATS_AT_ONCE).map((key) => this.stat(key)));
+      for (const info of infos) if (info) yield info; // null: deleted since the walk
     }
   }
 

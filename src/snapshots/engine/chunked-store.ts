@@ -13,7 +13,6 @@ import { CLAIM_FILE, claimSession } from '../session-claim';
 import { isStateSource, type StateSource } from '../state-source';
 import { asStoreFull } from '../store-full';
 import {
-  TimelineSegments,
   type ReadTimelineOptions,
   type SealerFor,
   type TimelineLog,
@@ -93,7 +92,7 @@ export interface ChunkedStoreOptions {
 
 /**
  * A SnapshotStore writing format 3 (or 2 on request) and reading formats 1, 2 and 3, with each session's timeline
- * log (timeline-log.ts) sealed under its lineage's data key (timeline-seal.ts).
+ * log (timeline-objects.ts) sealed under its lineage's data key (timeline-seal.ts).
  */
 export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, SnapshotMaintenance {
   /** The directory of the file-system backend the store runs on; null on any other backend. */
@@ -135,10 +134,9 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
       const key = options.keyring ? await this.keys.get(lineage, { create: purpose === 'append' }) : null;
       return timelineSealer({ tenant: this.tenant, lineage, sessionId }, key);
     };
-    // A local directory keeps format 1's segment files (read and appended as before); any other backend gets one
-    // object per entry (timeline-objects.ts), which also reads segment files copied there.
-    this.timeline =
-      this.fsRoot !== null ? new TimelineSegments(this.fsRoot, sealerFor) : new TimelineObjects(backend, sealerFor);
+    // One object per entry on every backend, a local directory too (layout 2); the segment files earlier releases
+    // appended to (layout 1) are read beside them, never written.
+    this.timeline = new TimelineObjects(backend, sealerFor);
     this.maintenance = new StoreMaintenance({
       layout: this.layout,
       manifests: this.manifests,

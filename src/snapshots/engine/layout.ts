@@ -8,7 +8,8 @@
  *   <sessionId>/<checkpointId>.manifest    the sealed manifest: chunk list, parent's manifest digest
  *   <sessionId>/lineage.json               of a fork only: the lineage whose key and packs it uses
  *   <sessionId>/claim.json                 who owns the session id (session-claim.ts); never removed
- *   <sessionId>/timeline/…                 the session's timeline log (timeline-log.ts); removed by shred only
+ *   <sessionId>/timeline/…                 the session's timeline: segment markers (and layout 1's segment files)
+ *   <sessionId>/timeline-entries/…         one object per timeline entry (timeline-objects.ts); removed by shred only
  *
  * A session's lineage is its own id unless it is a fork. Manifests, claims, lineage pointers and new data keys are
  * written with the backend's `create`: of two writers of one of them, on any two machines, exactly one publishes it.
@@ -24,8 +25,11 @@ export const MANIFEST_SUFFIX = '.manifest';
 export const LEGACY_MANIFEST_SUFFIX = '.manifest.json';
 export const LINEAGE_FILE = 'lineage.json';
 export const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
-/** Folders of a lineage's directory where writers make temp files (a session's own directory has them too). */
-export const TEMP_DIRS = ['packs', 'keys', 'pins'];
+/**
+ * Folders of a lineage's or session's directory where writers make temp files (the directory itself has them too):
+ * the file-system backend writes every object through a temp file beside it, timeline entries included.
+ */
+export const TEMP_DIRS = ['packs', 'keys', 'pins', 'timeline', 'timeline-entries/*'];
 
 /** `<session>/lineage.json` of a fork: the lineage whose key and packs the session uses. */
 const LineageFile = z.object({ lineage: SessionId });
@@ -42,7 +46,7 @@ export class StoreLayout {
     readonly backend: BlobBackend,
     /**
      * The directory the backend keeps its objects in, for what only a local directory has: temp files its writers
-     * leave when they die, and the timeline's segment files. Null on any other backend.
+     * leave when they die. Null on any other backend.
      */
     readonly root: string | null,
     private readonly touchIntervalMs: number,
