@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { DEFAULT_TENANT } from '../../domain/names';
 import { SessionId, TenantId } from '../../domain/schemas';
 import { TOUCH_INTERVAL_MS, type AbandonedReport, type CleanAbandonedOptions } from '../abandoned';
-import { SnapshotIncompatibleError, SnapshotNotFoundError } from '../errors';
+import { SnapshotError, SnapshotIncompatibleError, SnapshotNotFoundError, StoreUnavailableError } from '../errors';
 import { CHUNKED_FORMAT_VERSION, ENGINE_FORMAT_VERSION, LEGACY_FORMAT_VERSION } from '../format';
 import { FsSnapshotStore } from '../fs-snapshot-store';
 import { checkNew, NewCheckpointSchema } from '../manifest';
@@ -474,7 +474,16 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
   async list(sessionId: string): Promise<CheckpointManifest[]> {
     if (!SessionId.safeParse(sessionId).success) return [];
     const ids = await this.layout.chunkedManifestIds(sessionId);
-    const manifests = await Promise.all(ids.map((id) => this.readManifest(sessionId, id).catch(() => null)));
+    // A manifest that is gone (deleted since the listing), damaged or sealed under a missing key is left out: the list
+    // shows what can be read. A store that does not answer fails the list: a short list would pass for the truth.
+    const manifests = await Promise.all(
+      ids.map((id) =>
+        this.readManifest(sessionId, id).catch((err: unknown) => {
+          if (err instanceof SnapshotError && !(err instanceof StoreUnavailableError)) return null;
+          throw err;
+        }),
+      ),
+    );
     const v2 = manifests.filter((m): m is CheckpointManifest => m !== null);
     const v1 = await this.legacy.list(sessionId);
     return [...v1, ...v2].sort((a, b) => a.sequence - b.sequence);

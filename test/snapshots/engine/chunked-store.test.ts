@@ -5,7 +5,8 @@ import path from 'node:path';
 import { Readable } from 'node:stream';
 import { ChunkedSnapshotStore } from '../../../src/snapshots/engine/chunked-store';
 import { openObject, sealPlaintextObject } from '../../../src/snapshots/engine/crypto';
-import { KeyUnavailableError, SnapshotTamperedError } from '../../../src/snapshots/errors';
+import { KeyUnavailableError, SnapshotTamperedError, StoreUnavailableError } from '../../../src/snapshots/errors';
+import { FsBlobBackend } from '../../../src/snapshots/blob/fs-backend';
 import { Keyring } from '../../../src/snapshots/engine/keyring';
 import {
   decodeTable,
@@ -556,4 +557,28 @@ describe('the manifest format written', () => {
       message: expect.stringMatching(/version 4 .*supports 1, 2, 3/),
     });
   });
+});
+
+test('a list fails typed while the store does not answer; a damaged manifest is left out of it', async () => {
+  let unavailable = false;
+  class StallingBackend extends FsBlobBackend {
+    override async read(key: string, options?: Parameters<FsBlobBackend['read']>[1]) {
+      if (unavailable && key.endsWith('.manifest')) throw new StoreUnavailableError(`${key}: no answer`);
+      return super.read(key, options);
+    }
+  }
+  const s = new ChunkedSnapshotStore({ backend: new StallingBackend(dir), keyring: keyring() });
+  await s.write(cp(1), Readable.from([randomBytes(1000)]));
+  await s.write(cp(2, 'cp-1'), Readable.from([randomBytes(1000)]));
+  expect((await s.list('s1')).map((m) => m.checkpointId)).toEqual(['cp-1', 'cp-2']);
+
+  unavailable = true;
+  await expect(s.list('s1')).rejects.toBeInstanceOf(StoreUnavailableError);
+  unavailable = false;
+
+  const manifest = path.join(dir, 's1', 'cp-2.manifest');
+  const bytes = fs.readFileSync(manifest);
+  bytes.writeUInt8(bytes.readUInt8(bytes.length - 5) ^ 0xff, bytes.length - 5);
+  fs.writeFileSync(manifest, bytes);
+  expect((await s.list('s1')).map((m) => m.checkpointId)).toEqual(['cp-1']);
 });
