@@ -150,7 +150,7 @@ export class TimelineObjects implements TimelineLog {
     checkSession(sessionId);
     const { from, limit } = pageOptions(options);
     const starts = new Set<number>();
-    for await (const { key } of this.backend.list(`${sessionId}/${TIMELINE_DIR}/`)) {
+    for await (const key of this.backend.listKeys(`${sessionId}/${TIMELINE_DIR}/`)) {
       const match = LISTED.exec(key.slice(sessionId.length + TIMELINE_DIR.length + 2));
       if (match && Number(match[1]) + SEGMENT_SPAN > from) starts.add(Number(match[1]));
     }
@@ -162,7 +162,7 @@ export class TimelineObjects implements TimelineLog {
         inSegment.set(index, { index, load: async () => stored, twin: false });
       }
       const prefix = `${sessionId}/${TIMELINE_ENTRIES_DIR}/${segmentKey(start)}/`;
-      for await (const { key } of this.backend.list(prefix)) {
+      for await (const key of this.backend.listKeys(prefix)) {
         const index = Number(key.slice(prefix.length));
         if (!Number.isSafeInteger(index)) continue;
         const legacy = inSegment.get(index);

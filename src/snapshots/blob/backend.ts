@@ -56,6 +56,12 @@ export interface BlobBackend {
   /** Every object whose key starts with `prefix`, in key order. */
   list(prefix: string): AsyncIterable<BlobInfo>;
 
+  /**
+   * The keys `list` would give, without their sizes and times: cheaper where those cost a call each (a directory). A
+   * key may name an object deleted since; a read of it then finds none.
+   */
+  listKeys(prefix: string): AsyncIterable<string>;
+
   /** Removes the object; one that is not there is not an error. */
   delete(key: string): Promise<void>;
 

@@ -52,6 +52,10 @@ export class PrefixedBlobBackend implements BlobBackend {
     }
   }
 
+  async *listKeys(prefix: string): AsyncIterable<string> {
+    for await (const key of this.inner.listKeys(this.prefix + prefix)) yield key.slice(this.prefix.length);
+  }
+
   delete(key: string): Promise<void> {
     return this.inner.delete(this.key(key));
   }

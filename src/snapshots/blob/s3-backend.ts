@@ -247,6 +247,10 @@ export class S3BlobBackend implements BlobBackend {
     });
   }
 
+  async *listKeys(prefix: string): AsyncIterable<string> {
+    for await (const { key } of this.list(prefix)) yield key;
+  }
+
   async *list(prefix: string): AsyncIterable<BlobInfo> {
     const full = this.root + checkBlobPrefix(prefix);
     let token: string | undefined;

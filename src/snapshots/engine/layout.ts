@@ -70,7 +70,7 @@ export class StoreLayout {
    */
   async sessionEntries(sessionId: string): Promise<string[]> {
     const names = new Set<string>();
-    for await (const { key } of this.backend.list(`${sessionId}/`)) {
+    for await (const key of this.backend.listKeys(`${sessionId}/`)) {
       names.add(key.slice(sessionId.length + 1).split('/')[0]!);
     }
     return [...names];
@@ -154,7 +154,7 @@ export class StoreLayout {
   /** The sessions (and lineages) the store holds anything of: the first segments of keys that are session ids. */
   async sessionIds(): Promise<string[]> {
     const ids = new Set<string>();
-    for await (const { key } of this.backend.list('')) {
+    for await (const key of this.backend.listKeys('')) {
       const first = key.slice(0, key.indexOf('/'));
       if (!ids.has(first) && key.includes('/') && SessionId.safeParse(first).success) ids.add(first);
     }

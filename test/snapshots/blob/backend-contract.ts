@@ -134,7 +134,12 @@ export function describeBlobBackendContract(
       // No key is also another's folder ('l/a' beside 'l/a/b'): a filesystem cannot hold both, so no store writes both.
       const keys = ['l/a-b', 'l/a.c', 'l/a/b', 'l/a/c/d', 'l/b', 'l/ab', 'm/x', 'l0'];
       await Promise.all(keys.map((k, i) => backend.put(k, Buffer.alloc(i))));
-      const under = (prefix: string) => collect(backend.list(prefix)).then((all) => all.map((i) => i.key));
+      const under = async (prefix: string) => {
+        const listed = (await collect(backend.list(prefix))).map((i) => i.key);
+        // The keys alone are the same keys, in the same order.
+        expect(await collect(backend.listKeys(prefix))).toEqual(listed);
+        return listed;
+      };
       // Byte order, as S3 lists: '-' (0x2d) < '.' (0x2e) < '/' (0x2f) < letters.
       expect(await under('l/')).toEqual(['l/a-b', 'l/a.c', 'l/a/b', 'l/a/c/d', 'l/ab', 'l/b']);
       expect(await under('l/a/')).toEqual(['l/a/b', 'l/a/c/d']);
@@ -153,6 +158,7 @@ export function describeBlobBackendContract(
       await eachLimited(keys, 32, (key) => backend.put(key, Buffer.from(key)));
       const listed = await collect(backend.list('many/'));
       expect(listed.map((i) => i.key)).toEqual(keys);
+      expect(await collect(backend.listKeys('many/'))).toEqual(keys);
     });
 
     test('delete removes a key; deleting a missing key is not an error; the key can be created again', async () => {

@@ -88,6 +88,9 @@ class OpaqueBackend implements BlobBackend {
   list(prefix: string): AsyncIterable<BlobInfo> {
     return this.inner.list(prefix);
   }
+  listKeys(prefix: string): AsyncIterable<string> {
+    return this.inner.listKeys(prefix);
+  }
   delete(key: string): Promise<void> {
     return this.inner.delete(key);
   }

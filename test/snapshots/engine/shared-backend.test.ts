@@ -64,6 +64,9 @@ class HeldBackend implements BlobBackend {
   list(prefix: string): AsyncIterable<BlobInfo> {
     return this.inner.list(prefix);
   }
+  listKeys(prefix: string): AsyncIterable<string> {
+    return this.inner.listKeys(prefix);
+  }
   async delete(key: string): Promise<void> {
     await this.pass('delete', key);
     return this.inner.delete(key);
