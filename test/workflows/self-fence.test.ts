@@ -42,6 +42,14 @@ afterAll(async () => {
   fs.rmSync(tmp, { recursive: true, force: true });
 });
 
+/**
+ * Stopped (state T). A process stopped in the middle of a write to disk shows D until the write is done: on a busy
+ * disk that takes a moment, so the state is waited for rather than sampled once.
+ */
+async function frozen(pid: number): Promise<void> {
+  await eventually(() => processState(pid) === 'T', 15_000);
+}
+
 async function worker(workerId: string, through: string): Promise<WorkerProcess> {
   const w = await startWorkerProcess({
     address: through,
@@ -78,7 +86,7 @@ test('a worker cut off from Temporal freezes its session before another worker r
   const samples = sampler.stop();
 
   // The old copy is frozen on its cut-off host, not running: the recovered one is the only copy that runs.
-  expect(processState(first.runtime.pid!)).toBe('T');
+  await frozen(first.runtime.pid!);
   expect(a.output()).toContain('froze 1 session process group(s)');
   expect(samples.filter((copies) => copies.length > 1)).toEqual([]);
   expect(runningCopies(marker)).toEqual([after.runtime!.pid]);
@@ -107,7 +115,7 @@ test('a worker cut off until it would be given up freezes its session, then resu
 
     briefProxy.sever();
     await eventually(() => a.output().includes('froze 1 session process group(s)'), 30_000);
-    expect(processState(first.runtime.pid!)).toBe('T');
+    await frozen(first.runtime.pid!);
     briefProxy.restore();
 
     await eventually(() => a.output().includes('resumed 1 fenced session process group(s)'), 60_000);
@@ -144,7 +152,7 @@ test('a cut-off worker whose session was recovered elsewhere kills its frozen co
       const s = await session.status();
       return s.phase === 'running' && s.runtime && s.runtime.instanceId !== first.runtime.instanceId ? s : undefined;
     }, 90_000);
-    expect(processState(first.runtime.pid!)).toBe('T');
+    await frozen(first.runtime.pid!);
     cutProxy.restore();
 
     // Back in touch, the worker learns no lease holds the frozen copy any more: it ends it, never resumes it.
