@@ -146,13 +146,7 @@ export class Recovery {
   private async stillRunsOnHost(runtime: RuntimeInstanceRef): Promise<boolean> {
     const { state } = this.session;
     if (!retiredPatch(ASK_HOST_PATCH) || state.runtime?.instanceId !== runtime.instanceId) return false;
-    try {
-      const host = askHost(runtime.hostTaskQueue, state.spec.liveness);
-      const summary = `ask ${runtime.hostTaskQueue} whether the runtime still runs`;
-      return (await summarized(summary, host.describeInstance, { instance: runtime })).running;
-    } catch {
-      return false;
-    }
+    return (await this.askRunning(runtime)) === 'running';
   }
 
   private async onRuntimeExited(
