@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { sessionWorkflowId } from '../../src/api';
-import { SessionClient, SessionError, WorkerUnavailableError } from '../../src/client';
+import { SessionClient, SessionError, WorkerUnavailableError, type SessionHandle } from '../../src/client';
 import { ApiKeys, generateKey, hashKey, startGateway } from '../../src/gateway';
 import { eventually, runningStatus } from '../helpers/temporal';
 import { processesWith } from '../helpers/worker-process';
@@ -158,11 +158,15 @@ test('kill -9 before the first checkpoint: the session starts again from its spe
   expect(processesWith(marker)).toEqual([]);
 }, 240_000);
 
-test('kill -9 while a pause captures: the pause is carried out on the recovered session, which ends paused', async () => {
-  const marker = `${taskQueue}-pause`;
-  let worker = await startWorker();
+/**
+ * A workspace session with one checkpoint and 128 MiB more state, whose worker is killed with -9 while `control`
+ * captures (a worker is running the capture activity), then started again. Returns what the control answered.
+ */
+async function killedMidCapture<T>(name: string, control: (session: SessionHandle) => Promise<T>) {
+  const marker = `${taskQueue}-${name}`;
+  const worker = await startWorker();
   const session = await sessions.start({
-    sessionId: `pausecrash-${crypto.randomUUID().slice(0, 8)}`,
+    sessionId: `${name}crash-${crypto.randomUUID().slice(0, 8)}`,
     runtime: { kind: 'workspace', command: ['sh', '-c', 'while :; do sleep 0.1; done', marker] },
     liveness: { heartbeatTimeoutMs: 3_000, hostTimeoutMs: 3_000 },
   });
@@ -171,17 +175,23 @@ test('kill -9 while a pause captures: the pause is carried out on the recovered 
   // A state large enough that its capture is still under way when the worker is killed.
   fs.writeFileSync(path.join(first.runtime.location, 'large.bin'), crypto.randomBytes(128 * 1024 * 1024));
 
-  const pausing = session.pause({ reason: 'for the night' });
-  pausing.catch(() => undefined);
+  const answered = control(session);
+  answered.catch(() => undefined);
   await eventually(async () => {
     const { raw } = await temporal.workflow.getHandle(sessionWorkflowId(session.sessionId)).describe();
     // PENDING_ACTIVITY_STATE_STARTED: a worker is running the capture.
     return raw.pendingActivities?.some((a) => a.activityType?.name === 'captureCheckpoint' && Number(a.state) === 2);
   }, 30_000);
   await killed(worker);
-  worker = await startWorker();
+  return { marker, session, first, checkpoint, answered, worker: await startWorker() };
+}
 
-  const paused = await pausing;
+test('kill -9 while a pause captures: the pause is carried out on the recovered session, which ends paused', async () => {
+  const { marker, session, first, checkpoint, answered, worker } = await killedMidCapture('pause', (s) =>
+    s.pause({ reason: 'for the night' }),
+  );
+
+  const paused = await answered;
   expect(paused.trigger).toBe('pause');
   expect(paused.parentId).toBe(checkpoint.checkpointId);
   const status = await session.status();
@@ -200,28 +210,11 @@ test('kill -9 while a pause captures: the pause is carried out on the recovered 
 }, 240_000);
 
 test('kill -9 while a checkpoint captures: the checkpoint fails typed as not taken, the session runs again', async () => {
-  const marker = `${taskQueue}-checkpoint`;
-  let worker = await startWorker();
-  const session = await sessions.start({
-    sessionId: `ckptcrash-${crypto.randomUUID().slice(0, 8)}`,
-    runtime: { kind: 'workspace', command: ['sh', '-c', 'while :; do sleep 0.1; done', marker] },
-    liveness: { heartbeatTimeoutMs: 3_000, hostTimeoutMs: 3_000 },
-  });
-  const first = await runningStatus(session);
-  const checkpoint = await session.checkpoint();
-  // A state large enough that its capture is still under way when the worker is killed.
-  fs.writeFileSync(path.join(first.runtime.location, 'large.bin'), crypto.randomBytes(128 * 1024 * 1024));
+  const { marker, session, first, checkpoint, answered, worker } = await killedMidCapture('ckpt', (s) =>
+    s.checkpoint({ label: 'lost' }),
+  );
 
-  const checkpointing = session.checkpoint({ label: 'lost' });
-  checkpointing.catch(() => undefined);
-  await eventually(async () => {
-    const { raw } = await temporal.workflow.getHandle(sessionWorkflowId(session.sessionId)).describe();
-    return raw.pendingActivities?.some((a) => a.activityType?.name === 'captureCheckpoint' && Number(a.state) === 2);
-  }, 30_000);
-  await killed(worker);
-  worker = await startWorker();
-
-  const error = await checkpointing.then(
+  const error = await answered.then(
     () => undefined,
     (err: unknown) => err,
   );
