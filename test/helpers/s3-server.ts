@@ -45,7 +45,9 @@ export async function startS3Server(options: { bucket?: string } = {}): Promise<
   const credentials = { accessKeyId: 'ds-test-root', secretAccessKey: randomBytes(18).toString('base64url') };
   const region = 'us-east-1';
   const bucket = options.bucket ?? 'ds-test';
-  const args = ['--port', `127.0.0.1:${port}`, '--region', region, '--quiet', 'posix', data];
+  // --keep-alive: versitygw closes every connection after one response unless told otherwise, which no S3 service
+  // does; a restore's ranged reads would each pay a new connection (bench/README.md, S3).
+  const args = ['--port', `127.0.0.1:${port}`, '--region', region, '--keep-alive', '--quiet', 'posix', data];
   const lifeline =
     'trap "" PIPE; "$0" "$@" </dev/null & server=$!; read -r _; kill -9 $server 2>/dev/null; wait $server';
   const logFile = path.join(dir, 'versitygw.log');
