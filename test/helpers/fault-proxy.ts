@@ -10,7 +10,10 @@ export type Fault =
   | { kind: 'delay'; ms: number }
   /** Passes on this many bytes of the request's body, then drops both connections. */
   | { kind: 'drop-request'; afterBytes: number }
-  /** Passes the request on whole, then drops the connection after this many bytes of the answer's body (0: none). */
+  /**
+   * Passes the request on whole, then drops the connection after this many bytes of the answer's body (0: none); a
+   * shorter answer passes whole.
+   */
   | { kind: 'drop-response'; afterBytes: number };
 
 export interface FaultRule {
@@ -32,6 +35,8 @@ export class FaultProxy {
   /** Requests seen, and how many of them a fault hit. */
   requests = 0;
   faulted = 0;
+  /** Each request seen, as `METHOD url`, in order. */
+  log: string[] = [];
   private severed = false;
 
   private constructor(
@@ -77,6 +82,7 @@ export class FaultProxy {
     this.rules = [];
     this.requests = 0;
     this.faulted = 0;
+    this.log = [];
   }
 
   async stop(): Promise<void> {
@@ -93,6 +99,7 @@ export class FaultProxy {
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     this.requests++;
+    this.log.push(`${req.method ?? 'GET'} ${req.url ?? '/'}`);
     if (this.severed) return void req.socket.destroy();
     const fault = this.take(req.method ?? 'GET', req.url ?? '/');
     if (fault) this.faulted++;
@@ -135,6 +142,8 @@ export class FaultProxy {
           // Flushed before the drop, so the client has the part it was given.
           if (sent >= fault.afterBytes) res.socket?.write('', () => drop());
         });
+        // An answer shorter than that passes whole.
+        answer.once('end', () => sent < fault.afterBytes && res.end());
         return;
       }
       res.writeHead(answer.statusCode ?? 502, answer.headers);

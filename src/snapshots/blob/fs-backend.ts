@@ -27,6 +27,9 @@ import {
 /** How many files `list` stats at once. */
 const LIST_STATS_AT_ONCE = 64;
 
+/** The size of each read a stream makes. */
+const STREAM_READ_BYTES = 1024 * 1024;
+
 export class FsBlobBackend implements BlobBackend {
   readonly root: string;
   readonly location: string;
@@ -94,6 +97,8 @@ export class FsBlobBackend implements BlobBackend {
     }
     return createReadStream('', {
       fd: handle,
+      // Reads of a MiB, as `read` makes them: a restore streams its packs, and 64 KiB reads cost it a third more.
+      highWaterMark: STREAM_READ_BYTES,
       ...(range ? { start: range.offset, end: range.offset + range.length - 1 } : {}),
     });
   }

@@ -25,7 +25,7 @@ export function readChunks(
   const { binding, readFor, pool } = from;
   const { sessionId, checkpointId } = readFor;
   const { key } = binding;
-  const reader = new PackReader(from.backend, binding, readFor, BATCH_BYTES * 1.5);
+  const reader = new PackReader(from.backend, binding, readFor, chunks, BATCH_BYTES * 1.5);
   const context = {
     tenant: binding.tenant,
     lineage: binding.lineage,

@@ -30,6 +30,7 @@ import { SnapshotNotFoundError, SnapshotTamperedError } from '../errors';
 import { openObject, sealedObjectLength, sealObject, sealPlaintextObject } from './crypto';
 import { packKey } from './layout';
 import type { Location } from './manifest-codec';
+import { PackWindows } from './pack-windows';
 
 /** A pack is closed and a new one started beyond this size, so one checkpoint of gigabytes is several files. */
 export const PACK_TARGET_BYTES = 64 * 1024 * 1024;
@@ -233,21 +234,30 @@ export class PackWriter {
   }
 }
 
-/** Reads sealed chunks from packs by range; a headed pack is checked the first time it is read. */
+/**
+ * Reads a restore's sealed chunks from their packs, in manifest order, through PackWindows; a headed pack is checked
+ * the first time it is read.
+ */
 export class PackReader {
   private readonly checked = new Map<string, Promise<void>>();
+  private readonly windows: PackWindows;
   constructor(
     private readonly backend: BlobBackend,
     private readonly binding: PackBinding,
     private readonly readFor: PackReadFor,
+    /** Every chunk the reader will be asked for, in the order it will be. */
+    chunks: readonly Location[],
     /** Read buffers are at least this large, so that one serves the next batch too. */
     private readonly bufferBytes: number,
-  ) {}
+  ) {
+    this.windows = new PackWindows(backend, (packId) => packKey(binding.lineage, packId), chunks, (packId) =>
+      this.missing(packId),
+    );
+  }
 
   /**
-   * Reads the sealed objects of `batch` into one buffer (`into`, if it is large enough), with one ranged read per run
-   * of objects adjacent in a pack. An object cut short by the end of its pack is handed on short, so that opening it
-   * reports it as truncated.
+   * Reads the sealed objects of `batch`, the next chunks in order, into one buffer (`into`, if it is large enough).
+   * An object cut short by the end of its pack is handed on short, so that opening it reports it as truncated.
    */
   async readBatch(batch: readonly Location[], into?: Buffer): Promise<{ sealed: Buffer; entries: OpenEntry[] }> {
     const total = batch.reduce((n, [, , , , sealedLength]) => n + sealedLength, 0);
@@ -257,53 +267,38 @@ export class PackReader {
         ? into.subarray(0, total)
         : Buffer.allocUnsafeSlow(Math.max(total, this.bufferBytes)).subarray(0, total);
     const entries: OpenEntry[] = [];
-    const reads: Promise<void>[] = [];
+    const checks = new Set<Promise<void>>();
     let at = 0;
-    for (let i = 0; i < batch.length;) {
-      const [, , packId, offset] = batch[i]!;
-      let runLength = 0;
-      let j = i;
-      for (; j < batch.length; j++) {
-        const [, , nextPackId, nextOffset, sealedLength] = batch[j]!;
-        if (nextPackId !== packId || nextOffset !== offset + runLength) break;
-        runLength += sealedLength;
-      }
-      const run = batch.slice(i, j).map(([id, size, , , length]) => ({ id, size, length }));
-      const start = at;
-      const runEntries = run.map((r) => {
-        const entry = { id: r.id, size: r.size, at, length: r.length };
-        at += r.length;
-        return entry;
-      });
-      entries.push(...runEntries);
-      reads.push(
-        this.check(packId).then(async () => {
-          const bytes = await this.readPack(packId, offset, runLength);
-          bytes.copy(sealed, start);
-          if (bytes.length < runLength) {
-            for (const e of runEntries) e.length = Math.max(0, Math.min(e.length, start + bytes.length - e.at));
-          }
-        }),
-      );
-      i = j;
+    for (const [id, size, packId, , length] of batch) {
+      entries.push({ id, size, at, length });
+      at += length;
+      checks.add(this.check(packId));
     }
-    await Promise.all(reads);
+    const read = this.windows.take(
+      entries.map((e) => e.length),
+      { into: sealed, at: entries.map((e) => e.at) },
+    );
+    const [got] = await Promise.all([read, ...checks]);
+    got.forEach((n, i) => (entries[i]!.length = n));
     return { sealed, entries };
   }
 
   async close(): Promise<void> {
     this.checked.clear();
+    await this.windows.close();
+  }
+
+  private missing(packId: string): Error {
+    return new SnapshotNotFoundError(
+      `checkpoint ${this.readFor.checkpointId} of session ${this.readFor.sessionId} is missing pack ${packId}`,
+      this.readFor.sessionId,
+      this.readFor.checkpointId,
+    );
   }
 
   private async readPack(packId: string, offset: number, length: number): Promise<Buffer> {
     const bytes = await this.backend.read(packKey(this.binding.lineage, packId), { range: { offset, length } });
-    if (bytes === null) {
-      throw new SnapshotNotFoundError(
-        `checkpoint ${this.readFor.checkpointId} of session ${this.readFor.sessionId} is missing pack ${packId}`,
-        this.readFor.sessionId,
-        this.readFor.checkpointId,
-      );
-    }
+    if (bytes === null) throw this.missing(packId);
     return bytes;
   }
 
