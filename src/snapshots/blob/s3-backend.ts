@@ -3,9 +3,10 @@
  *
  * - `create` is a conditional write (`If-None-Match: *`) on PutObject, or on CompleteMultipartUpload for a streamed
  *   body of more than one part: the store, not the writer, decides the one winner of a key.
- * - A streamed body is cut into parts of a fixed size with a bounded number in flight, so memory stays at
- *   `(partConcurrency + 1) × partBytes` whatever the object's size; a failed upload is aborted, so nothing of it is
- *   ever visible.
+ * - A streamed body is cut into parts of a fixed size. At most `partConcurrency` parts are in flight across all the
+ *   backend's uploads (a checkpoint streams one pack while the last part of the one before completes), and their
+ *   buffers are reused, so memory stays near `(partConcurrency + uploads) × partBytes` whatever the objects' sizes;
+ *   a failed upload is aborted, so nothing of it is ever visible.
  * - 5xx, throttling, timeouts and dropped connections are retried with capped exponential backoff; past the bound the
  *   caller gets `StoreUnavailableError` (retryable: the activity retries it later), never a half-done write.
  */
@@ -63,7 +64,7 @@ export interface S3BlobBackendOptions {
   credentials?: S3ClientConfig['credentials'];
   /** Size of each part of a streamed upload (S3 needs at least 5 MiB for every part but the last). */
   partBytes?: number;
-  /** Parts uploading at once per streamed upload. */
+  /** Parts uploading at once, across all the backend's streamed uploads. */
   partConcurrency?: number;
   retry?: Partial<S3RetryPolicy>;
   /** A request that sends or receives nothing for this long is dropped and retried. */
@@ -150,6 +151,11 @@ export class S3BlobBackend implements BlobBackend {
   private readonly partBytes: number;
   private readonly partConcurrency: number;
   private readonly retry: S3RetryPolicy;
+  /** Buffers of finished parts, for the next parts to be cut into (at most partConcurrency + 1 are kept). */
+  private readonly spareParts: Buffer[] = [];
+  /** Part slots free, and the uploads waiting for one. */
+  private freeSlots: number;
+  private readonly slotWaiters: (() => void)[] = [];
 
   constructor(options: S3BlobBackendOptions) {
     this.bucket = options.bucket;
@@ -160,6 +166,7 @@ export class S3BlobBackend implements BlobBackend {
     this.partBytes = options.partBytes ?? DEFAULT_PART_BYTES;
     if (this.partBytes < MIN_PART_BYTES) throw new RangeError(`partBytes must be at least ${MIN_PART_BYTES}`);
     this.partConcurrency = Math.max(1, options.partConcurrency ?? DEFAULT_PART_CONCURRENCY);
+    this.freeSlots = this.partConcurrency;
     this.retry = { ...DEFAULT_S3_RETRY, ...options.retry };
     const idle = options.idleTimeoutMs ?? 60_000;
     const agentOptions = { keepAlive: true, maxSockets: 64 };
@@ -347,6 +354,21 @@ export class S3BlobBackend implements BlobBackend {
   }
 
   /** The parts an upload holds so far; null if the upload is gone (completed or aborted meanwhile). */
+  private async acquireSlot(): Promise<void> {
+    if (this.freeSlots > 0) {
+      this.freeSlots--;
+      return;
+    }
+    await new Promise<void>((resolve) => this.slotWaiters.push(resolve));
+  }
+
+  /** A slot freed goes to the upload that has waited longest, or back to the pool. */
+  private releaseSlot(): void {
+    const waiter = this.slotWaiters.shift();
+    if (waiter) waiter();
+    else this.freeSlots++;
+  }
+
   private async uploadedParts(
     objectKey: string,
     uploadId: string,
@@ -480,10 +502,9 @@ export class S3BlobBackend implements BlobBackend {
     const objectKey = this.objectKey(key);
     const token = exclusive ? randomUUID() : undefined;
     if (Buffer.isBuffer(body)) return this.putWhole(key, objectKey, body, token);
-    const spare: Buffer[] = [];
-    const cut = await lookahead(partsOf(body, this.partBytes, spare));
+    const cut = await lookahead(partsOf(body, this.partBytes, this.spareParts));
     if (Buffer.isBuffer(cut)) return this.putWhole(key, objectKey, cut, token);
-    return this.putMultipart(key, objectKey, cut, token, spare);
+    return this.putMultipart(key, objectKey, cut, token);
   }
 
   private async putWhole(key: string, objectKey: string, bytes: Buffer, token: string | undefined): Promise<boolean> {
@@ -528,7 +549,6 @@ export class S3BlobBackend implements BlobBackend {
     objectKey: string,
     parts: AsyncGenerator<Buffer>,
     token: string | undefined,
-    spare: Buffer[],
   ): Promise<boolean> {
     const { UploadId: uploadId } = await this.attempt(`start an upload of ${key}`, () =>
       this.client.send(
@@ -558,23 +578,31 @@ export class S3BlobBackend implements BlobBackend {
       ).then(
         ({ ETag }) => {
           completed.push({ PartNumber: partNumber, ETag: ETag! });
-          // The request is over: the next part is cut into this one's buffer.
-          if (bytes.length === this.partBytes) spare.push(bytes);
+          // The request is over: a next part is cut into this one's buffer.
+          if (bytes.length === this.partBytes && this.spareParts.length <= this.partConcurrency) {
+            this.spareParts.push(bytes);
+          }
         },
         (err: unknown) => void (failure ??= { err }),
       );
-      const tracked = done.finally(() => inFlight.delete(tracked));
+      const tracked = done.finally(() => {
+        inFlight.delete(tracked);
+        this.releaseSlot();
+      });
       inFlight.add(tracked);
     };
     try {
       let partNumber = 0;
       // The next part is read while the window is full, so it is ready the moment a slot frees: at most
-      // `partConcurrency` parts in flight and one more filled.
+      // `partConcurrency` parts in flight across the backend, and one more filled per upload.
       for (;;) {
         const next = await parts.next();
         if (next.done) break;
-        while (inFlight.size >= this.partConcurrency && !failure) await Promise.race(inFlight);
-        if (failure) break;
+        await this.acquireSlot();
+        if (failure) {
+          this.releaseSlot();
+          break;
+        }
         upload(++partNumber, next.value);
       }
       await Promise.all(inFlight);
