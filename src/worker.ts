@@ -1,7 +1,7 @@
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { ActivityDeps } from './activities';
-import { createActivities, DEFAULT_MAX_SESSIONS, HostFence, HostState } from './activities';
+import { createActivities, DEFAULT_MAX_SESSIONS, fenceTargetOf, HostFence, HostState } from './activities';
 import { FleetMember } from './activities/placement';
 import {
   drainUpdate,
@@ -15,7 +15,7 @@ import { loadConfig, type Config } from './config';
 import { DEFAULT_TENANT } from './domain/names';
 import { messageOf } from './errors';
 import { prometheusExporter, SessionMetrics, type MetricsEndpoint } from './metrics';
-import { ConversationRuntime, MemoryRuntime, WorkspaceRuntime } from './runtimes';
+import { createRuntimes, runtimesOf } from './runtimes';
 import { dataConverterFromConfig, describePayloadEncryption, type SessionDataConverter } from './payloads';
 import { openSnapshotStore } from './snapshots';
 import { connectionOptions } from './temporal-connection';
@@ -284,26 +284,21 @@ export async function runWorker(
   const connection = await NativeConnection.connect(connectOptions);
   // Drains are sent as a client would: one update per session this host runs.
   const clientConnection = await Connection.connect(connectOptions);
-  const workspace = new WorkspaceRuntime({
-    rootDir: config.workspaceDir,
-    defaultStopGraceMs: config.stopGraceMs,
-    startSettleMs: config.startSettleMs,
-    failedRetentionMs: config.failedRetentionMs,
-    envAllow: config.workspaceEnvAllow,
-    user: config.workspaceUser,
-  });
+  const runtimes = createRuntimes(config);
   // Before any activity can run here: what a worker that died on this host left running or on disk goes first, so a
   // recovered session never runs beside its old copy.
-  await workspace.recoverHost();
+  for (const runtime of runtimesOf(runtimes)) await runtime.recoverHost?.();
   // However this process ends (process.exit included), no session process outlives it. (A kill -9 runs no handler:
   // each session's lifeline ends its group then.)
-  process.on('exit', () => workspace.killAll());
+  process.on('exit', () => {
+    for (const runtime of runtimesOf(runtimes)) runtime.killAll?.();
+  });
   const client = new Client({ connection: clientConnection, namespace: config.temporal.namespace, dataConverter });
   // The SDK's own heartbeats are never answered to the activity: the fence records its beats with a call that is, so
   // the host knows when the server last heard from it. A call that hangs on a dead connection ends at its deadline.
   const answered = <T>(call: () => Promise<T>) => clientConnection.withDeadline(Date.now() + 5_000, call);
   const fence = new HostFence({
-    target: workspace,
+    target: fenceTargetOf(runtimes),
     recordHeartbeat: (taskToken) => answered(() => client.activity.heartbeat(taskToken)),
     probe: () => answered(() => clientConnection.workflowService.getSystemInfo({})).then(() => undefined),
   });
@@ -319,7 +314,7 @@ export async function runWorker(
     fleet: { workerId: config.workerId, labels: config.workerLabels },
     deps: {
       store,
-      runtimes: { workspace, memory: new MemoryRuntime(), conversation: new ConversationRuntime() },
+      runtimes,
       hostTaskQueue: config.hostTaskQueue,
       maxSessions: config.maxSessions,
       fence,
@@ -346,7 +341,7 @@ export async function runWorker(
     stopOnSignal();
     fence.close();
     // What was not drained ends with this host; those sessions recover from their newest checkpoints.
-    await workspace.stopAll();
+    await Promise.all(runtimesOf(runtimes).map((r) => r.stopAll?.() ?? Promise.resolve()));
     await Promise.allSettled([connection.close(), clientConnection.close()]);
   }
 }

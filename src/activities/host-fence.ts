@@ -1,12 +1,29 @@
 import { ActivityCancelledError, ActivityNotFoundError, ActivityResetError } from '@temporalio/client';
+import type { FenceTarget, RuntimeRegistry } from '../runtimes';
 
-/** What a fence freezes, resumes and kills: the host's runtime whose instances are processes (workspace). */
-export interface FenceTarget {
-  runningInstances(): { instanceId: string; startedAtMs: number }[];
-  fence(instanceIds: Iterable<string>): string[];
-  fencedInstances(): string[];
-  unfence(instanceIds: Iterable<string>): number;
-  killFenced(instanceIds: Iterable<string>): number;
+/**
+ * What a fence freezes, resumes and kills: the instances of every runtime of the registry that offers a fence target
+ * (those whose instances are processes on this host: workspace). Instance ids are unique across runtimes.
+ */
+export function fenceTargetOf(runtimes: RuntimeRegistry): FenceTarget {
+  const targets = Object.values(runtimes).flatMap((r) => (r?.fenceTarget ? [r.fenceTarget] : []));
+  if (targets.length === 1) return targets[0]!;
+  return {
+    runningInstances: () => targets.flatMap((t) => t.runningInstances()),
+    fence: (ids) => {
+      const list = [...ids];
+      return targets.flatMap((t) => t.fence(list));
+    },
+    fencedInstances: () => targets.flatMap((t) => t.fencedInstances()),
+    unfence: (ids) => {
+      const list = [...ids];
+      return targets.reduce((n, t) => n + t.unfence(list), 0);
+    },
+    killFenced: (ids) => {
+      const list = [...ids];
+      return targets.reduce((n, t) => n + t.killFenced(list), 0);
+    },
+  };
 }
 
 /** The lease the host's monitor holds on this host (`holdHostLease`), as the fence sees it. */

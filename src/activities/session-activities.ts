@@ -219,8 +219,9 @@ export function createActivities(deps: ActivityDeps) {
 
     async startRuntime(input: StartRuntimeInput): Promise<RuntimeInstanceRef> {
       const runtime = runtimeFor(input.spec.kind);
-      // A retried start whose first attempt got through must not start a second process.
-      const existing = runtime.describe(input.instanceId);
+      // A retried start whose first attempt got through must not start a second process: the runtime adopts it (and
+      // one asked while the first attempt is still making it is busy); asking first spares the settle window.
+      const existing = await runtime.describe(input.instanceId);
       const key = sessionKey(input.sessionId, input.tenant);
       if (existing) return hosted(toRef(existing, deps.hostTaskQueue), key);
       const ctx = Context.current();
@@ -314,7 +315,8 @@ export function createActivities(deps: ActivityDeps) {
      */
     async restoreCheckpoint(input: RestoreInput): Promise<RuntimeInstanceRef> {
       const runtime = runtimeFor(input.spec.kind);
-      const existing = runtime.describe(input.instanceId);
+      // Adopted without opening the store when the first attempt got through (the runtime adopts it too).
+      const existing = await runtime.describe(input.instanceId);
       const key = sessionKey(input.sessionId, input.tenant);
       if (existing) return hosted(toRef(existing, deps.hostTaskQueue), key);
       const ctx = Context.current();
@@ -389,7 +391,7 @@ export function createActivities(deps: ActivityDeps) {
 
     /** Whether the instance still runs on this host (a question the workflow asks before declaring it lost). */
     async describeInstance(input: InstanceInput): Promise<{ running: boolean }> {
-      return { running: runtimeFor(input.instance.kind).describe(input.instance.instanceId)?.running ?? false };
+      return { running: (await runtimeFor(input.instance.kind).describe(input.instance.instanceId))?.running ?? false };
     },
 
     /** Frees what a stopped instance left on its host (its working directory). */

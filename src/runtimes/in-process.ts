@@ -1,7 +1,7 @@
 import type { RuntimeKind } from '../domain/schemas';
 import { raceAbort } from './race-abort';
 import type { ExitInfo, RuntimeInstanceInfo, StartRequest } from './session-runtime';
-import { RuntimeFailedError, RuntimeNotFoundError } from './session-runtime';
+import { RuntimeBusyError, RuntimeFailedError, RuntimeNotFoundError } from './session-runtime';
 
 /** What every instance held in this worker's memory has: no process, it ends only when stopped. */
 export interface InProcessInstance {
@@ -14,10 +14,12 @@ export interface InProcessInstance {
 
 /**
  * The instances of a runtime that lives in the worker's memory (memory, conversation), by id, and the lifecycle they
- * share: start refuses a live id, stop ends one once, dispose forgets it.
+ * share: a start or restore adopts a live id of its session (SessionRuntime), stop ends one once, dispose forgets it.
  */
 export class InProcessInstances<I extends InProcessInstance> {
   private readonly instances = new Map<string, I>();
+  /** Ids whose restore is reading its state: not live yet, and not to be made twice. */
+  private readonly creating = new Set<string>();
   private readonly ends = new WeakMap<I, (exit: ExitInfo) => void>();
 
   constructor(
@@ -38,15 +40,38 @@ export class InProcessInstances<I extends InProcessInstance> {
     return instance;
   }
 
-  assertNew(instanceId: string): void {
-    if (this.instances.has(instanceId)) {
-      throw new RuntimeFailedError(`runtime instance ${instanceId} already exists on this worker`);
+  /**
+   * The live instance a retried start or restore asks for again: its info when it is the same session's (adopted),
+   * undefined when the id is new. Refuses an id of another session, and one still being made (busy: retry).
+   */
+  adopt(request: StartRequest): RuntimeInstanceInfo | undefined {
+    const { instanceId } = request;
+    if (this.creating.has(instanceId)) {
+      throw new RuntimeBusyError(`runtime instance ${instanceId} is still being restored on this worker; try again`);
+    }
+    const live = this.instances.get(instanceId);
+    if (!live) return undefined;
+    if (live.sessionId !== request.sessionId) {
+      throw new RuntimeFailedError(`runtime instance ${instanceId} belongs to another session on this worker`);
+    }
+    return this.info(live);
+  }
+
+  /** Runs `make` (a restore reading its state) with the id marked as being made, so that a second one is busy. */
+  async making<T>(instanceId: string, make: () => Promise<T>): Promise<T> {
+    this.creating.add(instanceId);
+    try {
+      return await make();
+    } finally {
+      this.creating.delete(instanceId);
     }
   }
 
   /** A new running instance with the runtime's own `fields`. */
   add(request: StartRequest, fields: Omit<I, keyof InProcessInstance>): I {
-    this.assertNew(request.instanceId);
+    if (this.instances.has(request.instanceId)) {
+      throw new RuntimeFailedError(`runtime instance ${request.instanceId} already exists on this worker`);
+    }
     let end!: (exit: ExitInfo) => void;
     const exited = new Promise<ExitInfo>((resolve) => (end = resolve));
     const instance = {

@@ -5,6 +5,7 @@ export * from './session-runtime';
 export * from './workspace';
 export * from './memory-runtime';
 export * from './conversation';
+export { createRuntimes, runtimesOf } from './registry';
 
 /** The runtimes a worker offers, by kind. */
 export type RuntimeRegistry = Partial<Record<RuntimeKind, SessionRuntime>>;

@@ -43,6 +43,7 @@ const VERSION = '1';
 export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
   readonly kind = 'memory';
   readonly version = VERSION;
+  readonly placement = 'host';
 
   private readonly instances = new InProcessInstances<MemoryInstance>(this.kind, this.version);
 
@@ -51,27 +52,38 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
   }
 
   start(request: StartRequest<MemoryRuntimeSpec>): Promise<RuntimeInstanceInfo> {
-    return settled(() =>
-      this.instances.info(this.create(request, Buffer.from(request.spec.initialState ?? '', 'utf8'))),
+    return settled(
+      () =>
+        this.instances.adopt(request) ??
+        this.instances.info(this.create(request, Buffer.from(request.spec.initialState ?? '', 'utf8'))),
     );
   }
 
   async restore(request: RestoreRequest<MemoryRuntimeSpec>): Promise<RuntimeInstanceInfo> {
+    let adopted: RuntimeInstanceInfo | undefined;
     try {
-      this.instances.assertNew(request.instanceId);
+      adopted = this.instances.adopt(request);
     } catch (error) {
       request.state.destroy(); // it will not be read: release its source
       throw error;
     }
-    const chunks: Buffer[] = [];
-    // A failing stream rejects here with its own error object, and nothing has been kept.
-    for await (const chunk of request.state) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string));
-    const instance = this.create(request, Buffer.concat(chunks));
-    // The state is that checkpoint, byte for byte: the next capture can be relative to it.
-    if (request.checkpointId !== undefined) {
-      instance.base = { checkpointId: request.checkpointId, size: instance.length, since: 0 };
+    if (adopted) {
+      request.state.destroy();
+      return adopted;
     }
-    return this.instances.info(instance);
+    return this.instances.making(request.instanceId, async () => {
+      const chunks: Buffer[] = [];
+      // A failing stream rejects here with its own error object, and nothing has been kept.
+      for await (const chunk of request.state) {
+        chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string));
+      }
+      const instance = this.create(request, Buffer.concat(chunks));
+      // The state is that checkpoint, byte for byte: the next capture can be relative to it.
+      if (request.checkpointId !== undefined) {
+        instance.base = { checkpointId: request.checkpointId, size: instance.length, since: 0 };
+      }
+      return this.instances.info(instance);
+    });
   }
 
   capture(instanceId: string): Promise<Readable> {
@@ -133,7 +145,7 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
     return this.instances.waitForExit(instanceId, signal);
   }
 
-  describe(instanceId: string): RuntimeInstanceInfo | undefined {
+  async describe(instanceId: string): Promise<RuntimeInstanceInfo | undefined> {
     return this.instances.describe(instanceId);
   }
 

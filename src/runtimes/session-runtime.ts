@@ -54,11 +54,26 @@ export interface CapturedState extends StateSource {
 }
 
 /**
- * One kind of runtime a session can live in. An implementation manages many instances in this worker
- * process, keyed by instance id.
+ * Where a runtime's instances live, which decides who can reach one and what the loss of a worker means for it.
+ *
+ * - `host`: in the worker's process or on its host (memory, conversation, workspace). Only that worker reaches an
+ *   instance, every activity on it runs on the worker's own task queue, and the instance ends with the host: the
+ *   session is recovered elsewhere from its newest checkpoint.
+ * - `anywhere`: on a host of its own (a sandbox platform). Any worker reaches an instance, and it outlives the worker
+ *   that drove it: another worker adopts the same instance rather than restoring it.
+ */
+export type RuntimePlacement = 'host' | 'anywhere';
+
+/**
+ * One kind of runtime a session can live in. An implementation manages many instances, keyed by instance id.
+ *
+ * A start or restore whose instance id is already live adopts it (answers with it, starts nothing) when it is the same
+ * session's, and refuses it otherwise; one whose id is still being made is busy (retryable); what a crashed attempt
+ * left under the id is discarded. A retried start or restore never makes a second instance.
  */
 export interface SessionRuntime<S extends RuntimeSpec = RuntimeSpec> {
   readonly kind: S['kind'];
+  readonly placement: RuntimePlacement;
   /** Recorded in every checkpoint; restore refuses state captured by an incompatible version. */
   readonly version: string;
   /** Whether this runtime can restore state captured by `version`. */
@@ -79,7 +94,8 @@ export interface SessionRuntime<S extends RuntimeSpec = RuntimeSpec> {
   stop(instanceId: string, options?: { graceMs?: number }): Promise<ExitInfo>;
   /** Resolves when the instance ends, however it ends. Rejects with RuntimeNotFoundError for an unknown id. */
   waitForExit(instanceId: string, signal?: AbortSignal): Promise<ExitInfo>;
-  describe(instanceId: string): RuntimeInstanceInfo | undefined;
+  /** The instance as the runtime knows it now (asked of wherever it lives); undefined for an id it does not know. */
+  describe(instanceId: string): Promise<RuntimeInstanceInfo | undefined>;
   /**
    * Optional: when the instance last showed activity (ISO-8601), for the idle-pause policy: a workspace's newest file
    * change or output, a memory instance's last write. Undefined when it cannot tell.
@@ -92,6 +108,32 @@ export interface SessionRuntime<S extends RuntimeSpec = RuntimeSpec> {
    * output, where what it left is kept); undefined while it runs or when it was stopped.
    */
   failureOf?(instanceId: string): Promise<RuntimeExitDetails | undefined>;
+
+  // The worker's lifecycle, for runtimes that hold something on its host (processes, directories).
+
+  /**
+   * Optional: runs before any activity on this worker, so that what a worker that died on this host left running or
+   * on disk is gone before a recovered session could run beside it.
+   */
+  recoverHost?(): Promise<unknown>;
+  /** Optional: the worker stops; instances still running end with it (they recover from their checkpoints). */
+  stopAll?(): Promise<void>;
+  /** Optional: the worker's process is exiting, however it exits: synchronously, nothing of the runtime outlives it. */
+  killAll?(): void;
+  /**
+   * Optional: freezes and thaws instances for the host's self-fence (docs/design.md §6), for a runtime whose instances
+   * would otherwise run on after the host lost its lease.
+   */
+  readonly fenceTarget?: FenceTarget;
+}
+
+/** What the host's self-fence asks of a runtime (src/activities/host-fence.ts). */
+export interface FenceTarget {
+  runningInstances(): { instanceId: string; startedAtMs: number }[];
+  fence(instanceIds: Iterable<string>): string[];
+  fencedInstances(): string[];
+  unfence(instanceIds: Iterable<string>): number;
+  killFenced(instanceIds: Iterable<string>): number;
 }
 
 /** Thrown when an instance id is not known to this worker (it was never here, or the worker restarted). */

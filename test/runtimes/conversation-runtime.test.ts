@@ -71,7 +71,7 @@ describe('ConversationRuntime', () => {
     expect(unknownKey).toBeInstanceOf(ConversationRejectedError);
     expect((unknownKey as ConversationRejectedError).issues?.[0]?.message).toMatch('unknown field "tool_call_id"');
     await expect(start([result('c9')], 'b')).rejects.toThrow(ConversationRejectedError);
-    expect(runtime.describe('b')).toBeUndefined();
+    expect(await runtime.describe('b')).toBeUndefined();
   });
 
   test('an append at an index answers a retry as the first attempt did; elsewhere it is refused', async () => {
@@ -120,7 +120,7 @@ describe('ConversationRuntime', () => {
           checkpointId: 'cp-3',
         }),
       ).rejects.toMatchObject({ name: 'SnapshotCorruptError', code: 'SnapshotCorrupt', checkpointId: 'cp-3' });
-      expect(runtime.describe(instanceId)).toBeUndefined();
+      expect(await runtime.describe(instanceId)).toBeUndefined();
     }
   });
 

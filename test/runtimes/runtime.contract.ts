@@ -1,6 +1,6 @@
 import { Readable } from 'node:stream';
 import type { RuntimeSpec } from '../../src/domain/schemas';
-import { RuntimeFailedError, RuntimeNotFoundError, type SessionRuntime } from '../../src/runtimes';
+import { RuntimeBusyError, RuntimeFailedError, RuntimeNotFoundError, type SessionRuntime } from '../../src/runtimes';
 import { sourceBytes } from '../../src/snapshots';
 import { readAll } from '../helpers/checkpoints';
 
@@ -36,14 +36,14 @@ class ContractCase<S extends RuntimeSpec, R extends SessionRuntime<S>> {
     return `contract-${++this.nextId}`;
   }
 
-  start(instanceId = this.newId()) {
-    return this.runtime.start({ sessionId: SESSION, instanceId, spec: this.options.runningSpec() });
+  start(instanceId = this.newId(), sessionId = SESSION) {
+    return this.runtime.start({ sessionId, instanceId, spec: this.options.runningSpec() });
   }
 
-  restore(state: Readable, checkpointId?: string) {
+  restore(state: Readable, checkpointId?: string, instanceId = this.newId()) {
     return this.runtime.restore({
       sessionId: SESSION,
-      instanceId: this.newId(),
+      instanceId,
       spec: this.options.runningSpec(),
       state,
       ...(checkpointId === undefined ? {} : { checkpointId }),
@@ -95,7 +95,7 @@ function startAndRestoreCases<S extends RuntimeSpec, R extends SessionRuntime<S>
       version: c.runtime.version,
       running: true,
     });
-    expect(c.runtime.describe(instanceId)).toEqual(info);
+    expect(await c.runtime.describe(instanceId)).toEqual(info);
   });
 
   test('a capture restores into a new instance whose capture is the same bytes', async () => {
@@ -125,13 +125,69 @@ function startAndRestoreCases<S extends RuntimeSpec, R extends SessionRuntime<S>
     await expect(
       c.runtime.restore({ sessionId: SESSION, instanceId, spec: c.options.runningSpec(), state }),
     ).rejects.toBe(error);
-    expect(c.runtime.describe(instanceId)).toBeUndefined();
+    expect(await c.runtime.describe(instanceId)).toBeUndefined();
   });
 
-  test('a second start of a live instance id is RuntimeFailedError; the first runs on', async () => {
-    const info = await c.start();
-    await expect(c.start(info.instanceId)).rejects.toThrow(RuntimeFailedError);
-    expect(c.runtime.describe(info.instanceId)?.running).toBe(true);
+  describe('a retried start or restore with the same instance id adopts or discards, never duplicates', () => {
+    test('a start again of a live id answers with that instance, started once', async () => {
+      const first = await c.start();
+      const before = await c.captured(first.instanceId);
+      expect(await c.start(first.instanceId)).toEqual(first);
+      expect(await c.runtime.describe(first.instanceId)).toEqual(first);
+      expect(await c.captured(first.instanceId)).toEqual(before);
+    });
+
+    test('a restore again of a live id answers with that instance, its state untouched, the new stream released', async () => {
+      const state = await c.captured((await c.start()).instanceId);
+      const instanceId = c.newId();
+      const first = await c.restore(Readable.from([state]), undefined, instanceId);
+      const other = Readable.from([Buffer.from('not this state')]);
+      expect(await c.restore(other, undefined, instanceId)).toEqual(first);
+      expect(other.destroyed).toBe(true);
+      expect(await c.captured(instanceId)).toEqual(state);
+    });
+
+    test('two starts of one id at once make one instance; a loser is busy (retryable), never a second copy', async () => {
+      const instanceId = c.newId();
+      const outcomes = await Promise.allSettled([c.start(instanceId), c.start(instanceId)]);
+      const started = outcomes.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []));
+      expect(started.length).toBeGreaterThanOrEqual(1);
+      for (const o of outcomes) if (o.status === 'rejected') expect(o.reason).toBeInstanceOf(RuntimeBusyError);
+      for (const info of started) expect(info).toEqual(started[0]);
+      // A retry of the loser, once the first has settled, adopts it.
+      expect(await c.start(instanceId)).toEqual(started[0]);
+    });
+
+    test('two restores of one id at once make one instance; a loser is busy (retryable), its stream released', async () => {
+      const state = await c.captured((await c.start()).instanceId);
+      const instanceId = c.newId();
+      const streams = [Readable.from([state]), Readable.from([state])];
+      const outcomes = await Promise.allSettled(streams.map((s) => c.restore(s, undefined, instanceId)));
+      const restored = outcomes.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []));
+      expect(restored.length).toBeGreaterThanOrEqual(1);
+      outcomes.forEach((o, i) => {
+        if (o.status === 'rejected') {
+          expect(o.reason).toBeInstanceOf(RuntimeBusyError);
+          expect(streams[i]!.destroyed).toBe(true);
+        }
+      });
+      for (const info of restored) expect(info).toEqual(restored[0]);
+      expect(await c.captured(instanceId)).toEqual(state);
+    });
+
+    test("a start with another session's live id is refused, and that instance runs on untouched", async () => {
+      const first = await c.start();
+      await expect(c.start(first.instanceId, 'another-session')).rejects.toThrow(RuntimeFailedError);
+      expect(await c.runtime.describe(first.instanceId)).toEqual(first);
+    });
+
+    test('a start of an id that was disposed makes a fresh instance', async () => {
+      const first = await c.start();
+      await c.runtime.dispose(first.instanceId);
+      const again = await c.start(first.instanceId);
+      expect(again).toMatchObject({ instanceId: first.instanceId, running: true });
+      expect(await c.runtime.describe(first.instanceId)).toEqual(again);
+    });
   });
 }
 
@@ -142,7 +198,7 @@ function waitStopAndDisposeCases<S extends RuntimeSpec, R extends SessionRuntime
     const waiting = c.runtime.waitForExit(info.instanceId, controller.signal);
     controller.abort();
     await expect(waiting).rejects.toMatchObject({ name: 'AbortError' });
-    expect(c.runtime.describe(info.instanceId)?.running).toBe(true);
+    expect((await c.runtime.describe(info.instanceId))?.running).toBe(true);
   });
 
   test('an unknown instance is RuntimeNotFoundError; describe and dispose accept it', async () => {
@@ -150,7 +206,7 @@ function waitStopAndDisposeCases<S extends RuntimeSpec, R extends SessionRuntime
     await expect(c.runtime.stop('nope')).rejects.toThrow(RuntimeNotFoundError);
     await expect(c.runtime.waitForExit('nope')).rejects.toThrow(RuntimeNotFoundError);
     if (c.runtime.captureState) await expect(c.runtime.captureState('nope')).rejects.toThrow(RuntimeNotFoundError);
-    expect(c.runtime.describe('nope')).toBeUndefined();
+    expect(await c.runtime.describe('nope')).toBeUndefined();
     await expect(c.runtime.dispose('nope')).resolves.toBeUndefined();
   });
 
@@ -163,14 +219,14 @@ function waitStopAndDisposeCases<S extends RuntimeSpec, R extends SessionRuntime
     expect(await waiting).toEqual(exit);
     expect(await c.runtime.stop(info.instanceId)).toEqual(exit);
     expect(await c.runtime.waitForExit(info.instanceId)).toEqual(exit);
-    expect(c.runtime.describe(info.instanceId)).toMatchObject({ instanceId: info.instanceId, running: false });
+    expect(await c.runtime.describe(info.instanceId)).toMatchObject({ instanceId: info.instanceId, running: false });
     expect(await c.captured(info.instanceId)).toEqual(state);
   });
 
   test('dispose forgets a running instance; its id can be started again', async () => {
     const info = await c.start();
     await c.runtime.dispose(info.instanceId);
-    expect(c.runtime.describe(info.instanceId)).toBeUndefined();
+    expect(await c.runtime.describe(info.instanceId)).toBeUndefined();
     await expect(c.runtime.dispose(info.instanceId)).resolves.toBeUndefined();
     expect(await c.start(info.instanceId)).toMatchObject({ instanceId: info.instanceId, running: true });
   });
@@ -185,7 +241,7 @@ function waitStopAndDisposeCases<S extends RuntimeSpec, R extends SessionRuntime
       });
       const exit = await c.runtime.waitForExit(info.instanceId);
       expect(exit).toEqual({ exitCode: 3, signal: null, requested: false });
-      expect(c.runtime.describe(info.instanceId)?.running).toBe(false);
+      expect((await c.runtime.describe(info.instanceId))?.running).toBe(false);
       expect(await c.runtime.stop(info.instanceId)).toEqual(exit);
       // Its state is still there to capture.
       await expect(c.captured(info.instanceId)).resolves.toBeInstanceOf(Buffer);

@@ -510,7 +510,7 @@ describe('retries of an attempt that crashed', () => {
 
     await runtime.dispose(instanceId);
     expect(await fsp.readdir(layout.rootDir)).toEqual(['other-session']);
-    expect(runtime.describe(other.instanceId)?.running).toBe(true);
+    expect((await runtime.describe(other.instanceId))?.running).toBe(true);
     // Unknown and nothing on disk: still a no-op.
     await runtime.dispose('never-here');
   });

@@ -239,7 +239,7 @@ describe('WorkspaceRuntime', () => {
     expect(await fsp.readFile(path.join(dir, 'copy.txt'), 'utf8')).toBe('world');
     expect(await fsp.readFile(path.join(dir, 'env.txt'), 'utf8')).toBe('hi there\n');
     expect(await fsp.readFile(`${dir}.log`, 'utf8')).toBe('to-the-log\n');
-    expect(runtime.describe(instanceId)).toEqual(info);
+    expect(await runtime.describe(instanceId)).toEqual(info);
   });
 
   test('a counter survives capture, stop and restore into a new instance, continuing from the captured value', async () => {
@@ -259,7 +259,7 @@ describe('WorkspaceRuntime', () => {
     const exit = await runtime.stop(first.instanceId);
     expect(exit).toEqual({ exitCode: null, signal: 'SIGTERM', requested: true });
     expect(isAlive(first.pid!)).toBe(false);
-    expect(runtime.describe(first.instanceId)?.running).toBe(false);
+    expect((await runtime.describe(first.instanceId))?.running).toBe(false);
 
     // The files exactly as captured (a command that leaves them alone).
     const still = await runtime.restore({
@@ -370,7 +370,7 @@ describe('WorkspaceRuntime', () => {
     await fsp.symlink('/etc/hostname', path.join(info.location, 'outside'));
     await expect(readAll(await runtime.capture(info.instanceId))).rejects.toThrow(RuntimeFailedError);
     // Resumed after the failed capture.
-    expect(runtime.describe(info.instanceId)?.running).toBe(true);
+    expect((await runtime.describe(info.instanceId))?.running).toBe(true);
   });
 
   test('stop escalates to SIGKILL when the command ignores SIGTERM', async () => {
@@ -406,7 +406,7 @@ describe('WorkspaceRuntime', () => {
     const failure = runtime.start({ sessionId: SESSION, instanceId, spec: spec(['no-such-program-xyz', '--flag']) });
     await expect(failure).rejects.toThrow(RuntimeFailedError);
     await expect(failure).rejects.toThrow('command not found: no-such-program-xyz');
-    expect(runtime.describe(instanceId)).toBeUndefined();
+    expect(await runtime.describe(instanceId)).toBeUndefined();
     // Not even the session's directory: it was made for this start alone.
     expect(await fsp.readdir(rootDir)).toEqual([]);
   });
@@ -478,7 +478,7 @@ describe('WorkspaceRuntime', () => {
         checkpointId: 'cp-1',
       });
       await expect(restoring).rejects.toBe(error);
-      expect(runtime.describe(instanceId)).toBeUndefined();
+      expect(await runtime.describe(instanceId)).toBeUndefined();
       expect(await exists(path.join(rootDir, SESSION, instanceId))).toBe(false);
       await delay(200);
       expect(await exists(marker)).toBe(false);
@@ -506,7 +506,7 @@ describe('WorkspaceRuntime', () => {
       state: Readable.from([await tarOf(entries)]),
     });
     await expect(restoring).rejects.toThrow(ArchiveRejectedError);
-    expect(runtime.describe(instanceId)).toBeUndefined();
+    expect(await runtime.describe(instanceId)).toBeUndefined();
     expect(await fsp.readdir(rootDir)).toEqual([]);
     expect(await exists(path.join(rootDir, 'evil'))).toBe(false);
     expect(await exists('/tmp/evil-absolute')).toBe(false);
@@ -518,7 +518,7 @@ describe('WorkspaceRuntime', () => {
     expect(isAlive(info.pid!)).toBe(false);
     expect(await exists(info.location)).toBe(false);
     expect(await exists(`${info.location}.log`)).toBe(false);
-    expect(runtime.describe(info.instanceId)).toBeUndefined();
+    expect(await runtime.describe(info.instanceId)).toBeUndefined();
   });
 
   test('children the command started are stopped with it', async () => {

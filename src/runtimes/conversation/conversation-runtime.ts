@@ -73,6 +73,7 @@ const Messages = z.array(Message);
 export class ConversationRuntime implements SessionRuntime<ConversationRuntimeSpec> {
   readonly kind = 'conversation';
   readonly version = VERSION;
+  readonly placement = 'host';
 
   private readonly instances = new InProcessInstances<ConversationInstance>(this.kind, this.version);
 
@@ -81,6 +82,8 @@ export class ConversationRuntime implements SessionRuntime<ConversationRuntimeSp
   }
 
   async start(request: StartRequest<ConversationRuntimeSpec>): Promise<RuntimeInstanceInfo> {
+    const adopted = this.instances.adopt(request);
+    if (adopted) return adopted;
     // Checked before the instance exists: a refused seed leaves nothing behind.
     const { messages, check } = checked(request.instanceId, request.spec.messages ?? [], new Map(), 0);
     const instance = this.create(request);
@@ -89,12 +92,21 @@ export class ConversationRuntime implements SessionRuntime<ConversationRuntimeSp
   }
 
   async restore(request: RestoreRequest<ConversationRuntimeSpec>): Promise<RuntimeInstanceInfo> {
+    let adopted: RuntimeInstanceInfo | undefined;
     try {
-      this.instances.assertNew(request.instanceId);
+      adopted = this.instances.adopt(request);
     } catch (error) {
       request.state.destroy(); // it will not be read: release its source
       throw error;
     }
+    if (adopted) {
+      request.state.destroy();
+      return adopted;
+    }
+    return this.instances.making(request.instanceId, () => this.restoreNew(request));
+  }
+
+  private async restoreNew(request: RestoreRequest<ConversationRuntimeSpec>): Promise<RuntimeInstanceInfo> {
     const chunks: Buffer[] = [];
     // A failing stream rejects here with its own error object, and nothing has been kept.
     for await (const chunk of request.state) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string));
@@ -181,7 +193,7 @@ export class ConversationRuntime implements SessionRuntime<ConversationRuntimeSp
     return this.instances.waitForExit(instanceId, signal);
   }
 
-  describe(instanceId: string): RuntimeInstanceInfo | undefined {
+  async describe(instanceId: string): Promise<RuntimeInstanceInfo | undefined> {
     return this.instances.describe(instanceId);
   }
 

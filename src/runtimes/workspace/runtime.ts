@@ -12,7 +12,13 @@ import type {
   StartRequest,
 } from '../session-runtime';
 import { raceAbort } from '../race-abort';
-import { RuntimeBusyError, RuntimeExitedError, RuntimeFailedError, RuntimeNotFoundError } from '../session-runtime';
+import {
+  RuntimeBusyError,
+  RuntimeExitedError,
+  RuntimeFailedError,
+  RuntimeNotFoundError,
+  type FenceTarget,
+} from '../session-runtime';
 import { DEFAULT_FAILED_RETENTION_MS, type RuntimeExitDetails } from '../../domain/records';
 import { TarLayoutReader } from '../tar';
 import { openCapture } from './capture';
@@ -85,6 +91,9 @@ const VERSION = '1';
 export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   readonly kind = 'workspace';
   readonly version = VERSION;
+  readonly placement = 'host';
+  /** The host's self-fence freezes, thaws and kills these instances' process groups. */
+  readonly fenceTarget: FenceTarget = this;
 
   private readonly rootDir: string;
   private readonly stateDir: string;
@@ -154,6 +163,8 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
    * before it restarted) is started afresh: what that attempt left goes.
    */
   async start(request: StartRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
+    const adopted = this.adopt(request);
+    if (adopted) return adopted;
     const { dir, logPath, user } = await this.createWorkspace(request);
     let instance: WorkspaceInstance;
     try {
@@ -238,6 +249,17 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
    * Like `start`, it starts afresh over what a crashed attempt with the same instance id left.
    */
   async restore(request: RestoreRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
+    let adopted: RuntimeInstanceInfo | undefined;
+    try {
+      adopted = this.adopt(request);
+    } catch (error) {
+      request.state.destroy();
+      throw error;
+    }
+    if (adopted) {
+      request.state.destroy();
+      return adopted;
+    }
     const { dir, logPath, user } = await this.createWorkspace(request).catch((error: unknown) => {
       request.state.destroy();
       throw error;
@@ -318,9 +340,23 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     return newest > 0 ? new Date(newest).toISOString() : undefined;
   }
 
-  describe(instanceId: string): RuntimeInstanceInfo | undefined {
+  async describe(instanceId: string): Promise<RuntimeInstanceInfo | undefined> {
     const instance = this.instances.get(instanceId);
     return instance && this.info(instance);
+  }
+
+  /**
+   * The live instance a retried start or restore asks for again: its info when it is the same session's, undefined
+   * when the id is not live here. Refuses an id of another session, and one still being made (busy: retry).
+   */
+  private adopt(request: StartRequest<WorkspaceRuntimeSpec>): RuntimeInstanceInfo | undefined {
+    this.refuseWhileCreating(request.instanceId);
+    const live = this.instances.get(request.instanceId);
+    if (!live) return undefined;
+    if (live.sessionId !== request.sessionId) {
+      throw new RuntimeFailedError(`runtime instance ${request.instanceId} belongs to another session on this worker`);
+    }
+    return this.info(live);
   }
 
   /**
