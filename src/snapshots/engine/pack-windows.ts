@@ -90,7 +90,10 @@ export class PackWindows {
     this.current?.stream.destroy();
     this.current = null;
     for (const { stream } of this.open.splice(0)) {
-      stream.then((s) => s?.destroy(), () => undefined);
+      stream.then(
+        (s) => s?.destroy(),
+        () => undefined,
+      );
     }
     await this.tail;
   }

@@ -250,8 +250,11 @@ export class PackReader {
     /** Read buffers are at least this large, so that one serves the next batch too. */
     private readonly bufferBytes: number,
   ) {
-    this.windows = new PackWindows(backend, (packId) => packKey(binding.lineage, packId), chunks, (packId) =>
-      this.missing(packId),
+    this.windows = new PackWindows(
+      backend,
+      (packId) => packKey(binding.lineage, packId),
+      chunks,
+      (packId) => this.missing(packId),
     );
   }
 
