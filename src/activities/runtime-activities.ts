@@ -161,7 +161,12 @@ export function runtimeActivities(ctx: ActivityContext) {
           }),
           signal: ctx.cancellationSignal,
         });
-        const info = await runtime.restore({ ...input, sessionId: key, state: stream });
+        const info = await runtime.restore({
+          ...input,
+          sessionId: key,
+          state: stream,
+          ...(manifest.forkedFrom ? { forkedFrom: manifest.forkedFrom } : {}),
+        });
         log.info('checkpoint restored', { checkpointId: input.checkpointId, instanceId: info.instanceId });
         metrics.restore({ ...labels, outcome: 'ok' }, ctx.info.attempt, measured('restore', started), manifest.size);
         return hosted(toRef(info, deps.hostTaskQueue), key);

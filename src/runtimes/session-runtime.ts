@@ -34,7 +34,20 @@ export interface StartRequest<S extends RuntimeSpec = RuntimeSpec> {
   spec: S;
 }
 
+/**
+ * What a restored instance is told about where its state came from. A fork (or branch) of a session starts from a
+ * checkpoint of another session: the instance must take a fresh identity — its own session id, new random seeds —
+ * rather than carry on as a clone of the source (two forks of one checkpoint that read the same ids or seeds would
+ * collide wherever those matter: a lock, an account, a random name).
+ */
+export interface ForkOrigin {
+  sessionId: string;
+  checkpointId: string;
+}
+
 export interface RestoreRequest<S extends RuntimeSpec = RuntimeSpec> extends StartRequest<S> {
+  /** Set when the state is a checkpoint of another session (the first of a fork or branch). */
+  forkedFrom?: ForkOrigin;
   /**
    * The captured state. The stream fails (before 'end') if the bytes do not verify: the runtime must
    * then clean up what it extracted, start nothing, and reject with the stream's error unchanged.

@@ -24,6 +24,8 @@ export interface CheckpointManifest {
   trigger: CheckpointTrigger;
   /** How the checkpoint is protected at rest (format 2); absent for format 1, which is plaintext. */
   encryption?: 'aes-256-gcm' | 'none';
+  /** The first checkpoint of a fork: the checkpoint of another session it was made from. */
+  forkedFrom?: { sessionId: string; checkpointId: string };
 }
 
 export type NewCheckpoint = Omit<CheckpointManifest, 'formatVersion' | 'size' | 'digest' | 'createdAt'>;

@@ -31,6 +31,8 @@ const spec = (command: string[], extra: Partial<WorkspaceRuntimeSpec> = {}): Wor
 let tmp: string;
 let nextId = 0;
 const newId = (): string => `inst-${++nextId}`;
+/** What every command is told about its instance, whatever the allow-list (instanceIdentity). */
+const IDENTITY = ['DS_SESSION_ID', 'DS_INSTANCE_ID', 'DS_SEED'];
 const runtimes: WorkspaceRuntime[] = [];
 
 function newRuntime(options: Partial<WorkspaceRuntimeOptions> = {}): WorkspaceRuntime {
@@ -105,20 +107,23 @@ function allowedNames(env: NodeJS.ProcessEnv, allow: readonly string[]): string[
     }
   });
 
-  test('holds the allow-listed variables and spec.env, and no DS_, TEMPORAL_ or secret variable or value', async () => {
+  test('holds the allow-listed variables, spec.env and its identity, and no worker or secret variable or value', async () => {
     const runtime = newRuntime();
     const specEnv = { GREETING: 'hello', PATH: `${process.env.PATH}:/opt/extra` };
-    const info = await runtime.start({
-      sessionId: 's',
-      instanceId: newId(),
-      spec: spec(['sleep', '30'], { env: specEnv }),
-    });
+    const instanceId = newId();
+    const info = await runtime.start({ sessionId: 's', instanceId, spec: spec(['sleep', '30'], { env: specEnv }) });
     const { raw, env } = await environOf(info.pid!);
 
-    const expected = new Set([...allowedNames(process.env, DEFAULT_WORKSPACE_ENV_ALLOW), ...Object.keys(specEnv)]);
+    const expected = new Set([
+      ...allowedNames(process.env, DEFAULT_WORKSPACE_ENV_ALLOW),
+      ...Object.keys(specEnv),
+      ...IDENTITY,
+    ]);
     expect(Object.keys(env).sort()).toEqual([...expected].sort());
-    expect(env).toMatchObject({ ...specEnv, LC_TIME: 'C', TZ: 'UTC' });
-    expect(Object.keys(env).filter((name) => /^(DS|TEMPORAL)_/.test(name))).toEqual([]);
+    expect(env).toMatchObject({ ...specEnv, LC_TIME: 'C', TZ: 'UTC', DS_SESSION_ID: 's', DS_INSTANCE_ID: instanceId });
+    expect(env.DS_SEED).toMatch(/^[0-9a-f]{64}$/);
+    // The instance's identity is the only DS_ anything: none of the worker's own, no TEMPORAL_ variable.
+    expect(Object.keys(env).filter((name) => /^(DS|TEMPORAL)_/.test(name) && !IDENTITY.includes(name))).toEqual([]);
     // The jest run's own DS_TEST_* variables are the worker's too.
     expect(process.env.DS_TEST_TEMPORAL_ADDRESS).toBeDefined();
     for (const value of [...Object.values(secrets), ...Object.values(unlisted)]) expect(raw).not.toContain(value);
@@ -132,7 +137,39 @@ function allowedNames(env: NodeJS.ProcessEnv, allow: readonly string[]): string[
       spec: spec(['sleep', '30'], { env: { GREETING: 'hello' } }),
     });
     const { env } = await environOf(info.pid!);
-    expect(Object.keys(env).sort()).toEqual([...allowedNames(process.env, ['PATH', 'LC_*']), 'GREETING'].sort());
+    expect(Object.keys(env).sort()).toEqual(
+      [...allowedNames(process.env, ['PATH', 'LC_*']), 'GREETING', ...IDENTITY].sort(),
+    );
+  });
+
+  test('a restore told it is a fork says so; each instance gets its own seed', async () => {
+    const runtime = newRuntime();
+    const source = await runtime.start({ sessionId: 'src@acme', instanceId: newId(), spec: spec(['sleep', '30']) });
+    const state = await readAll(await runtime.capture(source.instanceId));
+    const forkedFrom = { sessionId: 'src', checkpointId: 'cp-1' };
+    const forks = await Promise.all(
+      ['a', 'b'].map((s) =>
+        runtime.restore({
+          sessionId: `fork-${s}@acme`,
+          instanceId: newId(),
+          spec: spec(['sleep', '30']),
+          state: Readable.from([state]),
+          forkedFrom,
+        }),
+      ),
+    );
+    const envs = await Promise.all([source, ...forks].map(async (i) => (await environOf(i.pid!)).env));
+    expect(envs[0]).toMatchObject({ DS_SESSION_ID: 'src', DS_TENANT: 'acme' });
+    expect(envs[0]).not.toHaveProperty('DS_FORKED_FROM_SESSION');
+    for (const [i, s] of ['a', 'b'].entries()) {
+      expect(envs[i + 1]).toMatchObject({
+        DS_SESSION_ID: `fork-${s}`,
+        DS_TENANT: 'acme',
+        DS_FORKED_FROM_SESSION: 'src',
+        DS_FORKED_FROM_CHECKPOINT: 'cp-1',
+      });
+    }
+    expect(new Set(envs.map((e) => e.DS_SEED)).size).toBe(3);
   });
 
   test('an allow-list that would let worker variables through is refused', () => {

@@ -209,6 +209,41 @@ describe('fork and branch', () => {
     await session.stop({ checkpoint: false });
   }, 60_000);
 
+  test('two forks of one checkpoint take fresh identities: their own session ids, seeds and random values', async () => {
+    // The command says who it is each time it starts: what a fork restored from the source's checkpoint must not copy.
+    const say =
+      'printf "%s %s %s %s %s\\n" "$DS_SESSION_ID" "$DS_SEED" "${DS_FORKED_FROM_SESSION:--}" ' +
+      '"${DS_FORKED_FROM_CHECKPOINT:--}" "$(od -An -N8 -tx8 /dev/urandom | tr -d " ")" > identity.txt';
+    const sessionId = newId('fork-identity');
+    const session = await sys.sessions.start({
+      sessionId,
+      runtime: { kind: 'workspace', command: ['sh', '-c', `${say}; while true; do sleep 0.2; done`] },
+    });
+    const identityOf = async (id: string) => {
+      const { runtime } = await runningStatus(sys.sessions.get(id));
+      const file = path.join(runtime.location, 'identity.txt');
+      // Written as the command starts: wait for this instance's line, not the one restored from the checkpoint.
+      await eventually(async () => fs.existsSync(file) && fs.readFileSync(file, 'utf8').startsWith(`${id} `));
+      const [who, seed, fromSession, fromCheckpoint, random] = fs.readFileSync(file, 'utf8').trim().split(' ');
+      return { who, seed, fromSession, fromCheckpoint, random };
+    };
+    const source = await identityOf(sessionId);
+    expect(source).toMatchObject({ who: sessionId, fromSession: '-', fromCheckpoint: '-' });
+    expect(source.seed).toMatch(/^[0-9a-f]{64}$/);
+
+    const base = newId('fork-identity-copy');
+    const { from, forks } = await session.branch({ count: 2, newSessionId: base });
+    const [a, b] = await Promise.all(forks.map((f) => identityOf(f.sessionId)));
+    expect(a).toMatchObject({ who: `${base}-1`, fromSession: sessionId, fromCheckpoint: from.checkpointId });
+    expect(b).toMatchObject({ who: `${base}-2`, fromSession: sessionId, fromCheckpoint: from.checkpointId });
+    expect(new Set([source.seed, a!.seed, b!.seed]).size).toBe(3);
+    expect(new Set([source.random, a!.random, b!.random]).size).toBe(3);
+
+    for (const id of [sessionId, ...forks.map((f) => f.sessionId)]) {
+      await sys.sessions.get(id).stop({ checkpoint: false });
+    }
+  }, 90_000);
+
   test('a fork under an id in use is refused and the source is unchanged', async () => {
     const { session, sessionId } = await memorySession('fork-taken');
     const other = await memorySession('fork-taken-other');

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { envAllowProblem, isWorkerVariable } from '../../config';
 import { RuntimeFailedError } from '../session-runtime';
 import type { UserIdentity } from './user';
@@ -57,6 +58,7 @@ export function workspaceEnvironment(
   allow: readonly string[],
   specEnv: Readonly<Record<string, string>> | undefined,
   user: UserIdentity | undefined,
+  identity: Readonly<Record<string, string>> = {},
 ): Record<string, string> {
   const allowed = (name: string): boolean =>
     allow.some((pattern) => (pattern.endsWith('*') ? name.startsWith(pattern.slice(0, -1)) : name === pattern));
@@ -74,5 +76,29 @@ export function workspaceEnvironment(
   }
   Object.assign(env, specEnv);
   for (const name of Object.keys(env)) if (isWorkerVariable(name)) delete env[name];
-  return env;
+  // The instance's own identity comes last: the only DS_* variables a command sees (instanceIdentity).
+  return Object.assign(env, identity);
+}
+
+/**
+ * The variables that tell a workspace command who it is: `DS_SESSION_ID` (and `DS_TENANT` outside the default
+ * tenant), `DS_INSTANCE_ID`, `DS_SEED` (32 random bytes in hex, new for every start and restore: a command that seeds
+ * its random numbers from it never repeats another instance's), and for the first instance of a fork or branch
+ * `DS_FORKED_FROM_SESSION` and `DS_FORKED_FROM_CHECKPOINT`. docs/design.md §3.1.
+ */
+export function instanceIdentity(
+  sessionKey: string,
+  instanceId: string,
+  forkedFrom: { sessionId: string; checkpointId: string } | undefined,
+): Record<string, string> {
+  const at = sessionKey.indexOf('@');
+  return {
+    DS_SESSION_ID: at < 0 ? sessionKey : sessionKey.slice(0, at),
+    ...(at < 0 ? {} : { DS_TENANT: sessionKey.slice(at + 1) }),
+    DS_INSTANCE_ID: instanceId,
+    DS_SEED: randomBytes(32).toString('hex'),
+    ...(forkedFrom
+      ? { DS_FORKED_FROM_SESSION: forkedFrom.sessionId, DS_FORKED_FROM_CHECKPOINT: forkedFrom.checkpointId }
+      : {}),
+  };
 }

@@ -2,9 +2,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import * as fsp from 'node:fs/promises';
 import type { WorkspaceRuntimeSpec } from '../../domain/schemas';
 import { isErrnoError, toError } from '../../errors';
-import type { ExitInfo, StartRequest } from '../session-runtime';
+import type { ExitInfo, ForkOrigin, StartRequest } from '../session-runtime';
 import { RuntimeFailedError } from '../session-runtime';
-import { workspaceEnvironment } from './env';
+import { instanceIdentity, workspaceEnvironment } from './env';
 import { removeInstanceRecord, writeInstanceRecord } from './instance-records';
 import { hasProcfs, identityOf, signalGroup, waitUntilGroupStopped, type ProcessIdentity } from './process-table';
 import type { CommittedIndex } from './tree-index';
@@ -63,7 +63,7 @@ export interface SpawnContext {
  */
 export async function spawnInstance(
   context: SpawnContext,
-  request: StartRequest<WorkspaceRuntimeSpec>,
+  request: StartRequest<WorkspaceRuntimeSpec> & { forkedFrom?: ForkOrigin },
   dir: string,
   logPath: string,
   user: UserIdentity | undefined,
@@ -77,7 +77,13 @@ export async function spawnInstance(
     const child = spawn(program, args, {
       cwd: dir,
       // Built from an allow-list, never the worker's whole environment: that holds its keys and credentials.
-      env: workspaceEnvironment(process.env, context.envAllow, request.spec.env, user),
+      env: workspaceEnvironment(
+        process.env,
+        context.envAllow,
+        request.spec.env,
+        user,
+        instanceIdentity(request.sessionId, request.instanceId, request.forkedFrom),
+      ),
       // Supplementary groups are dropped by libuv along with the switch.
       ...(user && { uid: user.uid, gid: user.gid }),
       // Its own process group: signals reach everything the command starts, and a Ctrl-C aimed at the

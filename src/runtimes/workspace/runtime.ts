@@ -18,6 +18,7 @@ import {
   RuntimeFailedError,
   RuntimeNotFoundError,
   type FenceTarget,
+  type ForkOrigin,
 } from '../session-runtime';
 import { DEFAULT_FAILED_RETENTION_MS, type RuntimeExitDetails } from '../../domain/records';
 import { TarLayoutReader } from '../tar';
@@ -545,7 +546,7 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
    * records it in the state directory before it is reported started.
    */
   private async launch(
-    request: StartRequest<WorkspaceRuntimeSpec>,
+    request: StartRequest<WorkspaceRuntimeSpec> & { forkedFrom?: ForkOrigin },
     dir: string,
     logPath: string,
     user: UserIdentity | undefined,

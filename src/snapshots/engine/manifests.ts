@@ -305,6 +305,7 @@ export function toPublic(m: ChunkedHeader): CheckpointManifest {
     ...(m.label !== undefined ? { label: m.label } : {}),
     trigger: m.trigger,
     encryption: m.encryption.mode,
+    ...(m.forkedFrom ? { forkedFrom: m.forkedFrom } : {}),
   };
 }
 
