@@ -104,6 +104,14 @@ export function createSandboxHost(options: SandboxHostOptions): SandboxHost {
   app.notFound((c) => fail('InvalidInput', `no route ${c.req.method} ${c.req.path}`));
 
   app.use('*', async (c, next) => {
+    await next();
+    // A refusal may leave the body unread (an import, a body over the limit): the connection cannot carry the next
+    // request, and a client that reused it would see it closed under that request.
+    const sent = c.req.header('content-length') ?? c.req.header('transfer-encoding');
+    if (c.res.status >= 400 && sent !== undefined && sent !== '0') c.res.headers.set('connection', 'close');
+  });
+
+  app.use('*', async (c, next) => {
     const header = c.req.header('authorization') ?? '';
     const presented = /^Bearer (.+)$/.exec(header)?.[1];
     if (!presented || !timingSafeEqual(digest(presented), tokenDigest)) {
@@ -173,7 +181,7 @@ export function createSandboxHost(options: SandboxHostOptions): SandboxHost {
     reserve(id);
     const raw = c.req.raw.body;
     const body = raw ? Readable.fromWeb(raw as WebReadableStream<Uint8Array>) : Readable.from([]);
-    const state = limited(body, capabilities.limits.maxExportBytes);
+    const state = limited(body, capabilities.limits.maxExportBytes, { wholeTar: true });
     try {
       await runtime.restore({
         sessionId: request.sessionId,
@@ -344,14 +352,32 @@ class Fences {
 
 class TooLargeError extends Error {}
 
-/** `source`, failed with {@link TooLargeError} once more than `max` bytes have passed. Errors of `source` pass on. */
-function limited(source: Readable, max: number): Readable {
+/** The end-of-archive marker: two zero blocks. */
+const TAR_TRAILER_BYTES = 1024;
+
+/**
+ * `source`, failed with {@link TooLargeError} once more than `max` bytes have passed. Errors of `source` pass on.
+ * With `wholeTar`, it also fails at its end unless the stream ends with the end-of-archive marker: a tar cut off between
+ * two entries is otherwise a valid, shorter archive, and an import has no digest to catch it.
+ */
+function limited(source: Readable, max: number, { wholeTar = false } = {}): Readable {
   let seen = 0;
+  let tail = Buffer.alloc(0);
   const counter = new Transform({
     transform(chunk: Buffer, _encoding, done) {
       seen += chunk.length;
-      if (seen > max) done(new TooLargeError(`the state is over ${max} bytes`));
-      else done(null, chunk);
+      if (seen > max) return done(new TooLargeError(`the state is over ${max} bytes`));
+      if (wholeTar) {
+        tail =
+          chunk.length >= TAR_TRAILER_BYTES
+            ? Buffer.from(chunk.subarray(-TAR_TRAILER_BYTES))
+            : Buffer.concat([tail, chunk]).subarray(-TAR_TRAILER_BYTES);
+      }
+      done(null, chunk);
+    },
+    flush(done) {
+      const ended = seen % 512 === 0 && tail.length === TAR_TRAILER_BYTES && tail.every((byte) => byte === 0);
+      done(wholeTar && !ended ? new Error('the tar stream is truncated: it has no end-of-archive marker') : null);
     },
   });
   pipeline(source, counter, () => undefined);

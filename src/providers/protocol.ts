@@ -67,9 +67,10 @@ export const Sandbox = z.object({
   running: z.boolean(),
   pid: z.number().int().optional(),
   startedAt: z.string(),
+  /** Asked for with `?activity=true` (it may walk the sandbox's files): its newest change or output. */
   lastActivity: z.string().optional(),
-  exit: Exit.optional(),
-  resources: z.object({ diskBytes: z.number().int().optional() }).optional(),
+  /** What the sandbox uses, where the provider knows it (the reference host reports none yet). */
+  resources: z.object({ diskBytes: z.number().int().optional(), memoryBytes: z.number().int().optional() }).optional(),
 });
 export type Sandbox = z.infer<typeof Sandbox>;
 
