@@ -45,6 +45,19 @@ export interface RemoteRuntimeOptions {
   exitPollMs?: number;
 }
 
+/**
+ * Thrown when the sandbox host refuses a call's fencing token: it has seen a higher one (`seen`) for the sandbox or its
+ * session, so another worker drives the session now. Nothing was changed.
+ */
+export class StaleFenceError extends RuntimeFailedError {
+  constructor(
+    message: string,
+    readonly seen: number | undefined,
+  ) {
+    super(message);
+  }
+}
+
 /** The export format is the workspace runtime's capture, so a remote instance restores its checkpoints too. */
 const VERSION = '1';
 
@@ -303,6 +316,10 @@ async function errorOf(response: Response, path: string): Promise<Error> {
     case 'CapacityExceeded':
     case 'Internal':
       return new RuntimeBusyError(what);
+    case 'StaleFence': {
+      const seen = (details as { seen?: unknown } | undefined)?.seen;
+      return new StaleFenceError(what, typeof seen === 'number' ? seen : undefined);
+    }
     case 'RuntimeFailed':
       return isExitDetails(details) ? new RuntimeExitedError(what, details) : new RuntimeFailedError(what);
     default:
