@@ -244,9 +244,17 @@ export async function runWorker(
   if (!address) throw new Error('TEMPORAL_ADDRESS is not set (npm start runs the embedded server and sets it)');
   installRuntime(config, defaultMetricsPort);
   const store = await openSnapshotStore(config);
+  // The first call to the store: a bucket that refuses this worker's credentials (or does not exist) stops the start
+  // here, naming the store, rather than failing every session's first checkpoint.
+  const tenants = await store.tenantsOnDisk().catch((err: unknown) => {
+    const where = config.snapshotStore.kind === 's3' ? `s3://${config.snapshotStore.bucket}` : config.snapshotDir;
+    const prefix =
+      config.snapshotStore.kind === 's3' && config.snapshotStore.prefix ? `/${config.snapshotStore.prefix}` : '';
+    throw new Error(`snapshot store ${where}${prefix}: ${messageOf(err)}`, { cause: err });
+  });
   // Only what no writer touched for ABANDONED_AFTER_MS: safe while other workers write to the same store.
   const abandoned = { tempFiles: 0, pins: 0, bytes: 0 };
-  for (const tenant of [DEFAULT_TENANT, ...(await store.tenantsOnDisk())]) {
+  for (const tenant of [DEFAULT_TENANT, ...tenants]) {
     const report = await store
       .forTenant(tenant)
       .cleanAbandoned()

@@ -249,6 +249,8 @@ describe('docker-compose.yml', () => {
     // Path-style addressing: the server is not given a virtual domain for bucket-in-host names.
     expect(flags['virtual-domain']).toBeUndefined();
     const env = environment(s3);
+    // Connections stay open between requests, as on any S3 service (versitygw closes them otherwise).
+    expect(env.VGW_KEEP_ALIVE).toBe('true');
     expect(env.VGW_REGION).toBe(config.snapshotStore.region);
     // The server's root user is the key pair the workers sign with, both from the operator's environment.
     expect(env.ROOT_ACCESS_KEY_ID).toBe(workerEnv.AWS_ACCESS_KEY_ID);

@@ -173,6 +173,25 @@ async function placementAttempts(sessionId: string): Promise<number[]> {
     .map((e) => e.activityTaskStartedEventAttributes?.attempt ?? 0);
 }
 
+test('a worker whose credentials the bucket refuses does not start, and says which store and why', async () => {
+  const refused = await startWorkerProcess({
+    address,
+    taskQueue,
+    workerId: 'refused',
+    dataDir: path.join(tmp, 'refused'),
+    storeEnv: { ...s3StoreEnv(s3, prefix), AWS_SECRET_ACCESS_KEY: 'not-the-secret', DS_MASTER_KEYS: masterKeys },
+    waitUntilPolling: false,
+  });
+  try {
+    await eventually(() => refused.child.exitCode !== null, 60_000);
+    expect(refused.child.exitCode).toBe(1);
+    expect(refused.output()).toContain(`snapshot store s3://${s3.bucket}/${prefix}: The request signature`);
+    expect(refused.output()).not.toContain(' polling ');
+  } finally {
+    await refused.kill();
+  }
+});
+
 test('new sessions spread over both workers by load', async () => {
   const hosts: string[] = [];
   for (let i = 0; i < 4; i++) hosts.push((await runningStatus(await start({}), 60_000)).runtime.hostTaskQueue);
