@@ -114,7 +114,7 @@ export const PROVIDER_ERRORS = {
   StaleFence: { status: 409, retryable: false, session: ERROR_CODES.Conflict },
   /** The sandbox is still being made by another call: retry once it has settled. */
   SandboxBusy: { status: 409, retryable: true, session: ERROR_CODES.Busy },
-  /** The host runs as many sandboxes as it may (`maxSandboxes`). */
+  /** The host holds as many sandboxes as it may (`maxSandboxes`; a stopped one counts until it is deleted). */
   CapacityExceeded: { status: 503, retryable: true, session: ERROR_CODES.Busy },
   /** An import's stream is not a state this host can restore (truncated, not a tar, an entry outside the sandbox). */
   ImportRejected: { status: 422, retryable: false, session: ERROR_CODES.RuntimeFailed },

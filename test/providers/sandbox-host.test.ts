@@ -6,6 +6,7 @@ import { createSandboxHost } from '../../src/providers/host-app';
 import { providerOpenApiDocument } from '../../src/providers/openapi';
 import { encodeSandboxHeader, EXPORT_FORMAT, TAR_CONTENT_TYPE } from '../../src/providers/protocol';
 import { startSandboxHost, type SandboxHostProcess } from '../helpers/sandbox-host';
+import { eventually } from '../helpers/temporal';
 
 let tmp: string;
 let hostA: SandboxHostProcess;
@@ -183,6 +184,23 @@ describe('bad input gets a typed error and changes nothing', () => {
     expect(tree(hostA)).toEqual(before);
     // The whole stream restores.
     expect((await importInto(hostA, `whole-${++ids}`, state)).status).toBe(200);
+  });
+});
+
+describe('isolation', () => {
+  test('a sandbox does not see the host’s token or settings in its environment', async () => {
+    const sandboxId = `env-${++ids}`;
+    const created = await call(hostA, 'POST', '/v1/sandboxes', {
+      fence: 1,
+      json: { sandboxId, sessionId: 'session-1', spec: { command: ['sh', '-c', 'env > env.txt; sleep 30'] } },
+    });
+    expect(created.status).toBe(200);
+    const file = path.join(hostA.rootDir, 'session-1', sandboxId, 'env.txt');
+    const env = await eventually(() => fs.existsSync(file) && fs.readFileSync(file, 'utf8'));
+    expect(env).toContain('PATH=');
+    expect(env).not.toContain(hostA.token);
+    expect(env).not.toContain('DS_SANDBOX_HOST');
+    expect(await exported(hostA, sandboxId)).not.toContain(Buffer.from(hostA.token));
   });
 });
 
