@@ -1,4 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { pipeline, Readable, Transform } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { Hono, type Context } from 'hono';
@@ -256,6 +258,7 @@ export function createSandboxHost(options: SandboxHostOptions): SandboxHost {
     const info = await runtime.describe(id);
     if (!info) throw new ProviderError('SandboxNotFound', `no sandbox ${id} on this host`);
     const lastActivity = withActivity ? await runtime.lastActivity(id).catch(() => undefined) : undefined;
+    const diskBytes = withActivity ? await bytesUnder(info.location) : undefined;
     return {
       sandboxId: info.instanceId,
       sessionId: info.sessionId,
@@ -263,6 +266,7 @@ export function createSandboxHost(options: SandboxHostOptions): SandboxHost {
       ...(info.pid === undefined ? {} : { pid: info.pid }),
       startedAt: info.startedAt,
       ...(lastActivity === undefined ? {} : { lastActivity }),
+      ...(diskBytes === undefined ? {} : { resources: { diskBytes } }),
     };
   }
 
@@ -351,6 +355,36 @@ class Fences {
 }
 
 class TooLargeError extends Error {}
+
+/** Entries a walk for the disk use looks at, at most: a huge tree is reported as unknown rather than walked. */
+const MAX_USAGE_ENTRIES = 100_000;
+
+/** The apparent size of the files under `root` (symlinks as themselves); undefined when the walk is cut short. */
+async function bytesUnder(root: string): Promise<number | undefined> {
+  let bytes = 0;
+  let seen = 0;
+  const pending = [root];
+  while (pending.length > 0) {
+    const dir = pending.pop()!;
+    let entries: fs.Dirent[];
+    try {
+      entries = await fs.promises.readdir(dir, { withFileTypes: true });
+    } catch {
+      continue; // removed meanwhile
+    }
+    for (const entry of entries) {
+      if (++seen > MAX_USAGE_ENTRIES) return undefined;
+      const full = path.join(dir, entry.name);
+      if (entry.isDirectory()) pending.push(full);
+      else
+        bytes += await fs.promises.lstat(full).then(
+          (stat) => stat.size,
+          () => 0,
+        );
+    }
+  }
+  return bytes;
+}
 
 /** The end-of-archive marker: two zero blocks. */
 const TAR_TRAILER_BYTES = 1024;

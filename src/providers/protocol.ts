@@ -69,7 +69,7 @@ export const Sandbox = z.object({
   startedAt: z.string(),
   /** Asked for with `?activity=true` (it may walk the sandbox's files): its newest change or output. */
   lastActivity: z.string().optional(),
-  /** What the sandbox uses, where the provider knows it (the reference host reports none yet). */
+  /** With `?activity=true`: what the sandbox uses, where the provider knows it (the reference host: disk only). */
   resources: z.object({ diskBytes: z.number().int().optional(), memoryBytes: z.number().int().optional() }).optional(),
 });
 export type Sandbox = z.infer<typeof Sandbox>;

@@ -117,4 +117,9 @@ test('a 32 MiB state streams out and back in: the restored sandbox exports the s
   expect(restored).toMatchObject({ instanceId, running: true, location: `${host.url}/v1/sandboxes/${instanceId}` });
   expect(await digestOf(await runtime.capture(instanceId))).toBe(first);
   expect(Date.parse((await runtime.lastActivity(instanceId))!)).not.toBeNaN();
+  // The host reports what the sandbox holds on disk: the restored file, whole.
+  const described = await fetch(`${host.url}/v1/sandboxes/${instanceId}?activity=true`, {
+    headers: { authorization: `Bearer ${host.token}` },
+  });
+  expect(await described.json()).toMatchObject({ resources: { diskBytes: size } });
 });
