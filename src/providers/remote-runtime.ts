@@ -92,7 +92,7 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   async start(request: StartRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
     const body = { sandboxId: request.instanceId, sessionId: request.sessionId, spec: sandboxSpec(request.spec) };
     const response = await this.call('POST', '/v1/sandboxes', { json: body, fenced: true });
-    return this.info(await read(response, Sandbox));
+    return this.info(read(response, Sandbox));
   }
 
   async restore(request: RestoreRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
@@ -134,7 +134,7 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
         headers: { 'content-type': TAR_CONTENT_TYPE, [HEADERS.exportFormat]: EXPORT_FORMAT, [HEADERS.sandbox]: header },
         signal: controller.signal,
       });
-      return this.info(await read(response, Sandbox));
+      return this.info(read(response, Sandbox));
     } catch (error) {
       // A state that failed (a digest mismatch) is the reason, whatever the host or the connection made of it.
       if (isError(stateError)) throw stateError;
@@ -148,7 +148,7 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   }
 
   async capture(instanceId: string): Promise<Readable> {
-    const response = await this.call('GET', `${this.path(instanceId)}/export`, { fenced: true, stream: true });
+    const { response } = await this.call('GET', `${this.path(instanceId)}/export`, { fenced: true, stream: true });
     const format = response.headers.get(HEADERS.exportFormat);
     if (format !== EXPORT_FORMAT || !response.body) {
       await response.body?.cancel();
@@ -177,7 +177,7 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
         if (signal?.aborted) throw new DOMException('waiting for the runtime instance was aborted', 'AbortError');
         throw error;
       });
-      const answer = await read(response, ExitWait);
+      const answer = read(response, ExitWait);
       if (answer.exited) return answer.exit;
     }
   }
@@ -200,7 +200,7 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   private async sandbox(instanceId: string, activity = false): Promise<Sandbox | undefined> {
     try {
       const response = await this.call('GET', `${this.path(instanceId)}${activity ? '?activity=true' : ''}`, {});
-      return await read(response, Sandbox);
+      return read(response, Sandbox);
     } catch (error) {
       if (error instanceof RuntimeNotFoundError) return undefined;
       throw error;
@@ -242,7 +242,7 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
       /** The timeout ends with the answer's headers: the body is the caller's to read at its own pace. */
       stream?: boolean;
     },
-  ): Promise<Response> {
+  ): Promise<Answer> {
     const headers: Record<string, string> = { authorization: `Bearer ${this.token}`, ...options.headers };
     if (options.fenced) headers[HEADERS.fence] = String(this.fence());
     if (options.json !== undefined) headers['content-type'] = 'application/json';
@@ -258,6 +258,7 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
         );
     const signal = options.signal ? AbortSignal.any([timeout.signal, options.signal]) : timeout.signal;
     let response: Response;
+    let text: string | undefined;
     try {
       response = await fetch(`${this.url}${path}`, {
         method,
@@ -266,41 +267,28 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
         ...(options.json !== undefined ? { body: JSON.stringify(options.json) } : {}),
         ...(options.body ? { body: options.body, duplex: 'half' } : {}),
       });
+      // A JSON answer, or an error's, is read within the same timeout; a stream is the caller's to read.
+      if (!(options.stream && response.ok)) text = await response.text();
     } catch (error) {
-      clearTimeout(timer);
       if (options.signal?.aborted) throw error;
-      throw new RuntimeBusyError(
-        `the sandbox host ${this.url} cannot be reached: ${messageOf(signal.reason ?? error)}`,
-        {
-          cause: error,
-        },
-      );
-    }
-    if (options.stream || response.ok) {
-      if (!options.stream) {
-        // The body of a JSON answer is read within the same timeout.
-        const text = await response.text().finally(() => clearTimeout(timer));
-        return new Response(response.status === 204 ? null : text, {
-          status: response.status,
-          headers: response.headers,
-        });
-      }
+      const reason = messageOf(timeout.signal.aborted ? timeout.signal.reason : error);
+      throw new RuntimeBusyError(`the sandbox host ${this.url} cannot be reached: ${reason}`, { cause: error });
+    } finally {
       clearTimeout(timer);
-      if (response.ok) return response;
     }
-    clearTimeout(timer);
-    throw await errorOf(response, path);
+    if (text === undefined) return { response, text: '' };
+    if (!response.ok) throw errorOf(response.status, text, path);
+    return { response, text };
   }
 }
 
 /** The runtime error an error answer means (docs/providers.md, "Errors"). */
-async function errorOf(response: Response, path: string): Promise<Error> {
-  const text = await response.text().catch(() => '');
+function errorOf(status: number, text: string, path: string): Error {
   let parsed: ErrorBody | undefined;
   try {
     parsed = ErrorBody.parse(JSON.parse(text));
   } catch {
-    return new RuntimeFailedError(`the sandbox host answered ${response.status} to ${path} without a typed error`);
+    return new RuntimeFailedError(`the sandbox host answered ${status} to ${path} without a typed error`);
   }
   const { code, message, retryable, details } = parsed.error;
   const what = `the sandbox host: ${message} (${code})`;
@@ -331,8 +319,13 @@ function isExitDetails(details: unknown): details is RuntimeExitDetails {
   return typeof details === 'object' && details !== null && 'outputTail' in details && 'exitCode' in details;
 }
 
-async function read<T extends z.ZodType>(response: Response, schema: T): Promise<z.infer<T>> {
-  const text = await response.text();
+/** A call's answer: the response, and its body read whole unless it is a stream. */
+interface Answer {
+  response: Response;
+  text: string;
+}
+
+function read<T extends z.ZodType>({ text }: Answer, schema: T): z.infer<T> {
   let value: unknown;
   try {
     value = JSON.parse(text);
