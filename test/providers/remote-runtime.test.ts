@@ -81,6 +81,13 @@ test('a host that cannot be reached, or does not answer, is busy (retryable)', a
     const { port } = silent.address() as net.AddressInfo;
     const hanging = new RemoteRuntime({ url: `http://127.0.0.1:${port}`, token: 'x', timeoutMs: 200 });
     await expect(hanging.describe('any')).rejects.toThrow(RuntimeBusyError);
+    // One that answers with headers and never sends the body it promised: the same timeout ends it.
+    silent.removeAllListeners('connection');
+    silent.on('connection', (socket: net.Socket) => {
+      sockets.push(socket);
+      socket.write('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{');
+    });
+    await expect(hanging.describe('any')).rejects.toThrow(RuntimeBusyError);
   } finally {
     for (const socket of sockets) socket.destroy();
     await new Promise((resolve) => silent.close(resolve));
