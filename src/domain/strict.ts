@@ -19,7 +19,8 @@ export function strictObject<Shape extends z.ZodRawShape>(shape: Shape) {
 export function unknownKeysMessage(keys: readonly string[], known: readonly string[]): string {
   return keys
     .map((key) => {
-      const near = closestName(key, known);
+      // A schema derived by omit() keeps its parent's names: the key itself is no suggestion.
+      const near = closestName(key, known.filter((name) => name !== key));
       return `unknown field ${JSON.stringify(key)}${near ? ` (did you mean ${JSON.stringify(near)}?)` : ''}`;
     })
     .join('; ');

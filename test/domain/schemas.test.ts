@@ -59,6 +59,8 @@ describe('strict inputs', () => {
     [CheckpointInput, { lable: 'x' }, 'unknown field "lable" (did you mean "label"?)'],
     [StopInput, { check_point: false }, 'unknown field "check_point" (did you mean "checkpoint"?)'],
     [PauseInput, { whatever: 1 }, 'unknown field "whatever"'],
+    // A schema cut down with omit() keeps its parent's names: the key it dropped is not suggested back.
+    [WorkspaceRuntimeSpec.omit({ kind: true }), { command: ['x'], kind: 'workspace' }, 'unknown field "kind"'],
   ])('%#: an unknown key is refused, naming the field it probably meant', (schema, input, message) => {
     expect(schema.safeParse(input).error?.issues).toEqual([
       expect.objectContaining({ code: 'unrecognized_keys', message }),
