@@ -262,6 +262,38 @@ describe('two hosts', () => {
   });
 });
 
+describe('a host killed with -9', () => {
+  test('takes its sandboxes with it: no process of theirs outlives it', async () => {
+    const host = await startSandboxHost(path.join(tmp, 'killed'));
+    try {
+      const marker = `marker-${process.pid}-${++ids}`;
+      const response = await call(host, 'POST', '/v1/sandboxes', {
+        fence: 1,
+        json: {
+          sandboxId: `sandbox-${ids}`,
+          sessionId: 'session-k',
+          spec: { command: ['sh', '-c', `sleep 300 # ${marker}`] },
+        },
+      });
+      expect(response.status).toBe(200);
+      const { pid } = (await response.json()) as { pid: number };
+      expect(() => process.kill(pid, 0)).not.toThrow();
+      host.child.kill('SIGKILL');
+      // Its process group's lifeline ends the group once the host is gone.
+      await eventually(() => {
+        try {
+          process.kill(pid, 0);
+          return false;
+        } catch {
+          return true;
+        }
+      }, 30_000);
+    } finally {
+      await host.stop();
+    }
+  });
+});
+
 describe('the OpenAPI document', () => {
   test('is current, and names exactly the routes the host serves', async () => {
     const file = path.resolve(__dirname, '..', '..', 'docs', 'providers.openapi.json');
