@@ -20,7 +20,10 @@ export function unknownKeysMessage(keys: readonly string[], known: readonly stri
   return keys
     .map((key) => {
       // A schema derived by omit() keeps its parent's names: the key itself is no suggestion.
-      const near = closestName(key, known.filter((name) => name !== key));
+      const near = closestName(
+        key,
+        known.filter((name) => name !== key),
+      );
       return `unknown field ${JSON.stringify(key)}${near ? ` (did you mean ${JSON.stringify(near)}?)` : ''}`;
     })
     .join('; ');
