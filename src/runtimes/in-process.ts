@@ -1,7 +1,7 @@
 import type { RuntimeKind } from '../domain/schemas';
 import { raceAbort } from './race-abort';
 import type { ExitInfo, RuntimeInstanceInfo, StartRequest } from './session-runtime';
-import { RuntimeBusyError, RuntimeFailedError, RuntimeNotFoundError } from './session-runtime';
+import { adoptLive, RuntimeBusyError, RuntimeFailedError, RuntimeNotFoundError } from './session-runtime';
 
 /** What every instance held in this worker's memory has: no process, it ends only when stopped. */
 export interface InProcessInstance {
@@ -49,12 +49,7 @@ export class InProcessInstances<I extends InProcessInstance> {
     if (this.creating.has(instanceId)) {
       throw new RuntimeBusyError(`runtime instance ${instanceId} is still being restored on this worker; try again`);
     }
-    const live = this.instances.get(instanceId);
-    if (!live) return undefined;
-    if (live.sessionId !== request.sessionId) {
-      throw new RuntimeFailedError(`runtime instance ${instanceId} belongs to another session on this worker`);
-    }
-    return this.info(live);
+    return adoptLive(request, this.instances.get(instanceId), (live) => this.info(live));
   }
 
   /** Runs `make` (a restore reading its state) with the id marked as being made, so that a second one is busy. */

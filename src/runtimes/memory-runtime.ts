@@ -9,6 +9,7 @@ import type {
   SessionRuntime,
   StartRequest,
 } from './session-runtime';
+import { adoptForRestore } from './session-runtime';
 import { InProcessInstances, type InProcessInstance } from './in-process';
 
 interface MemoryInstance extends InProcessInstance {
@@ -60,17 +61,8 @@ export class MemoryRuntime implements SessionRuntime<MemoryRuntimeSpec> {
   }
 
   async restore(request: RestoreRequest<MemoryRuntimeSpec>): Promise<RuntimeInstanceInfo> {
-    let adopted: RuntimeInstanceInfo | undefined;
-    try {
-      adopted = this.instances.adopt(request);
-    } catch (error) {
-      request.state.destroy(); // it will not be read: release its source
-      throw error;
-    }
-    if (adopted) {
-      request.state.destroy();
-      return adopted;
-    }
+    const adopted = adoptForRestore(request, () => this.instances.adopt(request));
+    if (adopted) return adopted;
     return this.instances.making(request.instanceId, async () => {
       const chunks: Buffer[] = [];
       // A failing stream rejects here with its own error object, and nothing has been kept.

@@ -149,6 +149,41 @@ export interface FenceTarget {
   killFenced(instanceIds: Iterable<string>): number;
 }
 
+/**
+ * The adopt rule for a live instance a start or restore names again (SessionRuntime): undefined when `live` is
+ * undefined, its info when it is the request's session, refused when it is another's.
+ */
+export function adoptLive<I extends { sessionId: string }>(
+  request: StartRequest,
+  live: I | undefined,
+  info: (instance: I) => RuntimeInstanceInfo,
+): RuntimeInstanceInfo | undefined {
+  if (!live) return undefined;
+  if (live.sessionId !== request.sessionId) {
+    throw new RuntimeFailedError(`runtime instance ${request.instanceId} belongs to another session on this worker`);
+  }
+  return info(live);
+}
+
+/**
+ * `adopt` for a restore: the adopted instance, or undefined when there is none and the state must be read. The state
+ * stream is released whenever it will not be read (adopted, or refused).
+ */
+export function adoptForRestore(
+  request: RestoreRequest,
+  adopt: () => RuntimeInstanceInfo | undefined,
+): RuntimeInstanceInfo | undefined {
+  let adopted: RuntimeInstanceInfo | undefined;
+  try {
+    adopted = adopt();
+  } catch (error) {
+    request.state.destroy();
+    throw error;
+  }
+  if (adopted) request.state.destroy();
+  return adopted;
+}
+
 /** Thrown when an instance id is not known to this worker (it was never here, or the worker restarted). */
 export class RuntimeNotFoundError extends DurableSessionsError {
   /** For its session, an instance its host does not know is lost. */

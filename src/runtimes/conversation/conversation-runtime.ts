@@ -23,6 +23,7 @@ import type {
   SessionRuntime,
   StartRequest,
 } from '../session-runtime';
+import { adoptForRestore } from '../session-runtime';
 
 /**
  * Thrown when messages cannot be appended: one does not match the message schema, a tool result answers a call that was
@@ -92,17 +93,8 @@ export class ConversationRuntime implements SessionRuntime<ConversationRuntimeSp
   }
 
   async restore(request: RestoreRequest<ConversationRuntimeSpec>): Promise<RuntimeInstanceInfo> {
-    let adopted: RuntimeInstanceInfo | undefined;
-    try {
-      adopted = this.instances.adopt(request);
-    } catch (error) {
-      request.state.destroy(); // it will not be read: release its source
-      throw error;
-    }
-    if (adopted) {
-      request.state.destroy();
-      return adopted;
-    }
+    const adopted = adoptForRestore(request, () => this.instances.adopt(request));
+    if (adopted) return adopted;
     return this.instances.making(request.instanceId, () => this.restoreNew(request));
   }
 

@@ -13,6 +13,8 @@ import type {
 } from '../session-runtime';
 import { raceAbort } from '../race-abort';
 import {
+  adoptForRestore,
+  adoptLive,
   RuntimeBusyError,
   RuntimeExitedError,
   RuntimeFailedError,
@@ -250,17 +252,8 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
    * Like `start`, it starts afresh over what a crashed attempt with the same instance id left.
    */
   async restore(request: RestoreRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
-    let adopted: RuntimeInstanceInfo | undefined;
-    try {
-      adopted = this.adopt(request);
-    } catch (error) {
-      request.state.destroy();
-      throw error;
-    }
-    if (adopted) {
-      request.state.destroy();
-      return adopted;
-    }
+    const adopted = adoptForRestore(request, () => this.adopt(request));
+    if (adopted) return adopted;
     const { dir, logPath, user } = await this.createWorkspace(request).catch((error: unknown) => {
       request.state.destroy();
       throw error;
@@ -352,12 +345,7 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
    */
   private adopt(request: StartRequest<WorkspaceRuntimeSpec>): RuntimeInstanceInfo | undefined {
     this.refuseWhileCreating(request.instanceId);
-    const live = this.instances.get(request.instanceId);
-    if (!live) return undefined;
-    if (live.sessionId !== request.sessionId) {
-      throw new RuntimeFailedError(`runtime instance ${request.instanceId} belongs to another session on this worker`);
-    }
-    return this.info(live);
+    return adoptLive(request, this.instances.get(request.instanceId), (live) => this.info(live));
   }
 
   /**
