@@ -101,6 +101,11 @@ export type SnapshotStoreConfig =
   | { kind: 'fs'; dir: string }
   | { kind: 's3'; bucket: string; prefix: string; endpoint?: string; region?: string; forcePathStyle: boolean };
 
+/** Where the store is, as operators write it: `s3://bucket/prefix` (as the S3 backend names itself) or the directory. */
+export function storeLocation(store: SnapshotStoreConfig): string {
+  return store.kind === 's3' ? `s3://${store.bucket}${store.prefix ? `/${store.prefix}` : ''}` : store.dir;
+}
+
 function snapshotStoreOf(e: EnvConfig, snapshotDir: string): SnapshotStoreConfig {
   const store = e.DS_SNAPSHOT_STORE;
   if (store === undefined || !store.startsWith('s3://')) return { kind: 'fs', dir: snapshotDir };

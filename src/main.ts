@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { ConfigError, loadConfig } from './config';
+import { ConfigError, loadConfig, storeLocation } from './config';
 import { isError } from './errors';
 import { startDevServer, type DevServer } from './dev-server';
 import { ensureDevKey } from './gateway/keys';
@@ -46,8 +46,7 @@ async function main(): Promise<void> {
     });
     console.log(`Temporal server  ${server.address} (SQLite: ${path.join(config.dataDir, 'temporal.db')})`);
     console.log(`Temporal Web UI  ${server.uiUrl}`);
-    const store = config.snapshotStore;
-    console.log(`Snapshots        ${store.kind === 's3' ? `s3://${store.bucket}/${store.prefix}` : store.dir}`);
+    console.log(`Snapshots        ${storeLocation(config.snapshotStore)}`);
   }
   const address = server?.address ?? config.temporal.address;
   let gateway: Awaited<ReturnType<typeof runGateway>> | undefined;

@@ -11,7 +11,7 @@ import {
   watchTaskQueue,
   type DrainResult,
 } from './api/messages';
-import { loadConfig, type Config } from './config';
+import { loadConfig, storeLocation, type Config } from './config';
 import { DEFAULT_TENANT } from './domain/names';
 import { messageOf } from './errors';
 import { prometheusExporter, SessionMetrics, type MetricsEndpoint } from './metrics';
@@ -247,10 +247,7 @@ export async function runWorker(
   // The first call to the store: a bucket that refuses this worker's credentials (or does not exist) stops the start
   // here, naming the store, rather than failing every session's first checkpoint.
   const tenants = await store.tenantsOnDisk().catch((err: unknown) => {
-    const where = config.snapshotStore.kind === 's3' ? `s3://${config.snapshotStore.bucket}` : config.snapshotDir;
-    const prefix =
-      config.snapshotStore.kind === 's3' && config.snapshotStore.prefix ? `/${config.snapshotStore.prefix}` : '';
-    throw new Error(`snapshot store ${where}${prefix}: ${messageOf(err)}`, { cause: err });
+    throw new Error(`snapshot store ${storeLocation(config.snapshotStore)}: ${messageOf(err)}`, { cause: err });
   });
   // Only what no writer touched for ABANDONED_AFTER_MS: safe while other workers write to the same store.
   const abandoned = { tempFiles: 0, pins: 0, bytes: 0 };
