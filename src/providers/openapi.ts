@@ -23,6 +23,17 @@ const json = (schema: unknown) => ({ 'application/json': { schema } });
 const ok = (description: string, schema: unknown) => ({ description, content: json(schema) });
 
 /** Error answers of an operation, one entry per status, naming the codes it may carry. */
+/** What a call that makes a sandbox (a create, an import) may be refused with. */
+const MAKING_ERRORS: ProviderErrorCode[] = [
+  'InvalidInput',
+  'TooLarge',
+  'SandboxConflict',
+  'StaleFence',
+  'SandboxBusy',
+  'CapacityExceeded',
+  'RuntimeFailed',
+];
+
 function errors(...codes: ProviderErrorCode[]): Record<string, unknown> {
   const byStatus = new Map<number, ProviderErrorCode[]>();
   for (const code of ['Unauthorized', 'Internal', ...codes] as const) {
@@ -61,15 +72,7 @@ export function providerOpenApiDocument(): Record<string, unknown> {
         requestBody: { required: true, content: json(ref('CreateSandbox')) },
         responses: {
           '200': ok('The sandbox, running (or, when its command exited with 0 at once, done)', ref('Sandbox')),
-          ...errors(
-            'InvalidInput',
-            'TooLarge',
-            'SandboxConflict',
-            'StaleFence',
-            'SandboxBusy',
-            'CapacityExceeded',
-            'RuntimeFailed',
-          ),
+          ...errors(...MAKING_ERRORS),
         },
       },
     },
@@ -132,16 +135,7 @@ export function providerOpenApiDocument(): Record<string, unknown> {
         },
         responses: {
           '200': ok('The sandbox, running', ref('Sandbox')),
-          ...errors(
-            'InvalidInput',
-            'TooLarge',
-            'SandboxConflict',
-            'StaleFence',
-            'SandboxBusy',
-            'CapacityExceeded',
-            'ImportRejected',
-            'RuntimeFailed',
-          ),
+          ...errors(...MAKING_ERRORS, 'ImportRejected'),
         },
       },
     },
