@@ -97,7 +97,7 @@ export class FsBlobBackend implements BlobBackend {
     }
     return createReadStream('', {
       fd: handle,
-      // Reads of a MiB, as `read` makes them: a restore streams its packs, and 64 KiB reads cost it a third more.
+      // Reads of a MiB, as `read` makes them: a restore streams its packs, and 64 KiB reads slowed it (bench/README.md, S3).
       highWaterMark: STREAM_READ_BYTES,
       ...(range ? { start: range.offset, end: range.offset + range.length - 1 } : {}),
     });

@@ -1,7 +1,7 @@
 /**
  * The sealed bytes of a restore's chunks, read from their packs as a few long ranged reads ("windows") streamed in
- * order, rather than one read per batch: on an object store each request costs the client ~2 ms of CPU (signing,
- * the SDK's middleware, a response to parse), which for 1 MiB batches doubled a restore's CPU (bench/README.md, S3).
+ * order, rather than one read per batch: on an object store each request costs the client CPU (signing, the SDK's
+ * middleware, a response to parse) that one read per MiB multiplied (bench/README.md, S3).
  *
  * A window is a run of chunks adjacent in one pack, cut at a chunk boundary once it reaches WINDOW_BYTES. Its bytes
  * stream into the batches' buffers as the batches ask for them, so a window is never held whole: what waits between
