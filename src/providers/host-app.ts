@@ -16,6 +16,7 @@ import {
 import { ArchiveRejectedError, WorkspaceRuntime } from '../runtimes/workspace';
 import { raceAbort } from '../runtimes/race-abort';
 import {
+  AdoptSandbox,
   CreateSandbox,
   decodeSandboxHeader,
   EXPORT_FORMAT,
@@ -199,6 +200,19 @@ export function createSandboxHost(options: SandboxHostOptions): SandboxHost {
       throw new ProviderError('ImportRejected', `the import was not restored: ${messageOf(error)}`);
     }
     live.add(id);
+    return c.json(await sandboxOf(id, false));
+  });
+
+  app.post('/v1/sandboxes/:id/adopt', jsonLimit, async (c) => {
+    const id = idOf(c);
+    const fence = fenceOf(c);
+    const { sessionId } = parse(AdoptSandbox, await jsonOf(c), 'body');
+    const existing = await runtime.describe(id);
+    if (!existing) throw new ProviderError('SandboxNotFound', `no sandbox ${id} on this host`);
+    if (existing.sessionId !== sessionId) {
+      throw new ProviderError('SandboxConflict', `sandbox ${id} belongs to another session`);
+    }
+    fences.admit(fence, id, sessionId);
     return c.json(await sandboxOf(id, false));
   });
 

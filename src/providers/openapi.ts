@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import {
+  AdoptSandbox,
   Capabilities,
   CreateSandbox,
   ErrorBody,
@@ -139,6 +140,18 @@ export function providerOpenApiDocument(): Record<string, unknown> {
         },
       },
     },
+    '/v1/sandboxes/{id}/adopt': {
+      post: {
+        operationId: 'adoptSandbox',
+        summary: 'Take over a live sandbox of the session: its fence becomes the floor, the caller before is refused',
+        parameters: [sandboxId, ...fenced],
+        requestBody: { required: true, content: json(ref('AdoptSandbox')) },
+        responses: {
+          '200': ok('The sandbox as it is (running, or ended while no worker drove it)', ref('Sandbox')),
+          ...errors('InvalidInput', 'SandboxNotFound', 'SandboxConflict', 'StaleFence'),
+        },
+      },
+    },
     '/v1/sandboxes/{id}/stop': {
       post: {
         operationId: 'stopSandbox',
@@ -167,6 +180,7 @@ export function providerOpenApiDocument(): Record<string, unknown> {
     Capabilities,
     CreateSandbox,
     ImportSandbox,
+    AdoptSandbox,
     Sandbox,
     StopSandbox,
     Exit,

@@ -50,6 +50,12 @@ export const ImportSandbox = strictObject({
 });
 export type ImportSandbox = z.infer<typeof ImportSandbox>;
 
+/**
+ * `POST /v1/sandboxes/{id}/adopt`: a worker takes over a live sandbox of the session (its worker died or drains). The
+ * call's fence becomes the floor, so the worker that drove it before is refused from then on. Never makes a sandbox.
+ */
+export const AdoptSandbox = strictObject({ sessionId: SandboxId });
+
 /** `POST /v1/sandboxes/{id}/stop`. */
 export const StopSandbox = strictObject({ graceMs: z.number().int().min(0).max(600_000).optional() });
 

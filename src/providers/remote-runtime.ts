@@ -1,7 +1,10 @@
+import { createHash } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import { Readable, Transform } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import type { z } from 'zod';
-import type { WorkspaceRuntimeSpec } from '../domain/schemas';
+import type { RemoteRuntimeSpec } from '../domain/schemas';
+import { currentFence } from '../runtimes/fence';
 import { isError, messageOf } from '../errors';
 import {
   RuntimeBusyError,
@@ -30,11 +33,14 @@ import {
 } from './protocol';
 
 export interface RemoteRuntimeOptions {
-  /** The sandbox host's base URL, e.g. `http://127.0.0.1:7300`. */
-  url: string;
-  /** Its bearer token. */
+  /**
+   * The sandbox hosts' base URLs, e.g. `http://127.0.0.1:7300`. A new sandbox goes to the first of them, in an order
+   * drawn from its id, that takes it; one that refuses connections is passed over.
+   */
+  url: string | readonly string[];
+  /** Their bearer token. */
   token: string;
-  /** The fencing token each call carries: the session's generation (default 1). */
+  /** The fencing token each call carries: the session's generation (default: the activity's, see withFence; 1). */
   fence?: () => number;
   /**
    * How long a call may take (default 30 s): a JSON call as a whole; an export until the host answers; an import while
@@ -43,6 +49,11 @@ export interface RemoteRuntimeOptions {
   timeoutMs?: number;
   /** How long each long poll of `waitForExit` asks the host to wait (default 25 s; the host caps it). */
   exitPollMs?: number;
+  /**
+   * How long a sandbox's host may stay out of reach before `waitForExit` gives the sandbox up as lost (default 30 s):
+   * its session is then restored on another host from its newest checkpoint.
+   */
+  lostAfterMs?: number;
 }
 
 /**
@@ -66,36 +77,66 @@ const VERSION = '1';
  * (docs/providers.md). Instances live on the host, not in this process: any worker reaches them, and they outlive
  * the worker that made them. Capture streams the host's export, restore streams an import; nothing is held whole.
  */
-export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
-  readonly kind = 'workspace';
+export class RemoteRuntime implements SessionRuntime<RemoteRuntimeSpec> {
+  readonly kind = 'remote';
   readonly placement = 'anywhere';
   readonly version = VERSION;
 
-  private readonly url: string;
+  private readonly urls: string[];
   private readonly token: string;
+  /** Where each sandbox this worker has reached lives: a sandbox never moves between hosts. */
+  private readonly where = new Map<string, string>();
+  private readonly closing = new AbortController();
   private readonly fence: () => number;
   private readonly timeoutMs: number;
   private readonly exitPollMs: number;
+  private readonly lostAfterMs: number;
 
   constructor(options: RemoteRuntimeOptions) {
-    this.url = options.url.replace(/\/+$/, '');
+    const urls = typeof options.url === 'string' ? [options.url] : [...options.url];
+    if (urls.length === 0) throw new Error('RemoteRuntime needs at least one sandbox host');
+    this.urls = urls.map((url) => url.replace(/\/+$/, ''));
     this.token = options.token;
-    this.fence = options.fence ?? (() => 1);
+    this.fence = options.fence ?? (() => currentFence() ?? 1);
     this.timeoutMs = options.timeoutMs ?? 30_000;
     this.exitPollMs = options.exitPollMs ?? 25_000;
+    this.lostAfterMs = options.lostAfterMs ?? 30_000;
   }
 
   canRestore(version: string): boolean {
     return version === VERSION;
   }
 
-  async start(request: StartRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
+  async start(request: StartRequest<RemoteRuntimeSpec>): Promise<RuntimeInstanceInfo> {
     const body = { sandboxId: request.instanceId, sessionId: request.sessionId, spec: sandboxSpec(request.spec) };
-    const response = await this.call('POST', '/v1/sandboxes', { json: body, fenced: true });
-    return this.info(read(response, Sandbox));
+    return this.onFirstHost(request.instanceId, async (url) => {
+      const response = await this.call(url, 'POST', '/v1/sandboxes', { json: body, fenced: true });
+      return this.info(url, read(response, Sandbox));
+    });
   }
 
-  async restore(request: RestoreRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
+  /**
+   * Takes over a live sandbox of the session (its worker died, or drains): the call's fence becomes the host's floor
+   * for it, so the worker that drove it before is refused from now on. Makes nothing: a sandbox its host does not
+   * know is RuntimeNotFoundError.
+   */
+  async takeOver(request: { instanceId: string; sessionId: string }): Promise<RuntimeInstanceInfo> {
+    const url = await this.locate(request.instanceId);
+    if (!url) throw new RuntimeNotFoundError(request.instanceId);
+    try {
+      const response = await this.call(url, 'POST', `${this.path(request.instanceId)}/adopt`, {
+        fenced: true,
+        json: { sessionId: request.sessionId },
+      });
+      return this.info(url, read(response, Sandbox));
+    } catch (error) {
+      // Its host is down (a takeover comes after the session's sandbox was given up or its worker lost): gone with it.
+      if (error instanceof HostDownError) throw new RuntimeNotFoundError(request.instanceId);
+      throw error;
+    }
+  }
+
+  async restore(request: RestoreRequest<RemoteRuntimeSpec>): Promise<RuntimeInstanceInfo> {
     const { state } = request;
     let stateError: unknown;
     state.once('error', (error) => (stateError ??= error));
@@ -128,13 +169,20 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     });
     arm();
     try {
-      const response = await this.call('PUT', `/v1/sandboxes/${encodeURIComponent(request.instanceId)}/import`, {
-        fenced: true,
-        body: Readable.toWeb(watched) as ReadableStream,
-        headers: { 'content-type': TAR_CONTENT_TYPE, [HEADERS.exportFormat]: EXPORT_FORMAT, [HEADERS.sandbox]: header },
-        signal: controller.signal,
+      // A host that refuses the connection has read nothing of the stream, so the next one can take it.
+      return await this.onFirstHost(request.instanceId, async (url) => {
+        const response = await this.call(url, 'PUT', `${this.path(request.instanceId)}/import`, {
+          fenced: true,
+          body: Readable.toWeb(watched) as ReadableStream,
+          headers: {
+            'content-type': TAR_CONTENT_TYPE,
+            [HEADERS.exportFormat]: EXPORT_FORMAT,
+            [HEADERS.sandbox]: header,
+          },
+          signal: controller.signal,
+        });
+        return this.info(url, read(response, Sandbox));
       });
-      return this.info(read(response, Sandbox));
     } catch (error) {
       // A state that failed (a digest mismatch) is the reason, whatever the host or the connection made of it.
       if (isError(stateError)) throw stateError;
@@ -148,7 +196,8 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   }
 
   async capture(instanceId: string): Promise<Readable> {
-    const { response } = await this.call('GET', `${this.path(instanceId)}/export`, { fenced: true, stream: true });
+    const url = await this.known(instanceId);
+    const { response } = await this.call(url, 'GET', `${this.path(instanceId)}/export`, { fenced: true, stream: true });
     const format = response.headers.get(HEADERS.exportFormat);
     if (format !== EXPORT_FORMAT || !response.body) {
       await response.body?.cancel();
@@ -158,7 +207,8 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   }
 
   async stop(instanceId: string, options: { graceMs?: number } = {}): Promise<ExitInfo> {
-    const response = await this.call('POST', `${this.path(instanceId)}/stop`, {
+    const url = await this.known(instanceId);
+    const response = await this.call(url, 'POST', `${this.path(instanceId)}/stop`, {
       fenced: true,
       json: options.graceMs === undefined ? {} : { graceMs: options.graceMs },
       // The host waits out the grace period (the spec's, up to 10 min) before it answers.
@@ -167,42 +217,123 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     return read(response, Exit);
   }
 
-  async waitForExit(instanceId: string, signal?: AbortSignal): Promise<ExitInfo> {
+  /**
+   * The worker stops: its waits end, its sandboxes run on (another worker takes them over). A long poll left waiting
+   * would keep the worker's process alive.
+   */
+  stopAll(): Promise<void> {
+    this.closing.abort();
+    return Promise.resolve();
+  }
+
+  async waitForExit(instanceId: string, asked?: AbortSignal): Promise<ExitInfo> {
+    const signal = asked ? AbortSignal.any([asked, this.closing.signal]) : this.closing.signal;
+    // A host that cannot be reached may be back soon (a restart, a network blip): only one that stays out of reach
+    // for lostAfterMs has lost the sandbox as far as the session can tell.
+    let outOfReachSince: number | undefined;
     for (;;) {
-      signal?.throwIfAborted();
-      const response = await this.call('GET', `${this.path(instanceId)}/exit?timeoutMs=${this.exitPollMs}`, {
-        timeoutMs: this.exitPollMs + this.timeoutMs,
-        ...(signal ? { signal } : {}),
-      }).catch((error: unknown) => {
-        if (signal?.aborted) throw new DOMException('waiting for the runtime instance was aborted', 'AbortError');
-        throw error;
-      });
-      const answer = read(response, ExitWait);
-      if (answer.exited) return answer.exit;
+      signal.throwIfAborted();
+      try {
+        const url = await this.known(instanceId);
+        const response = await this.call(url, 'GET', `${this.path(instanceId)}/exit?timeoutMs=${this.exitPollMs}`, {
+          timeoutMs: this.exitPollMs + this.timeoutMs,
+          signal,
+        });
+        outOfReachSince = undefined;
+        const answer = read(response, ExitWait);
+        if (answer.exited) return answer.exit;
+      } catch (error) {
+        if (signal.aborted) throw new DOMException('waiting for the runtime instance was aborted', 'AbortError');
+        if (!(error instanceof RuntimeBusyError)) throw error;
+        outOfReachSince ??= Date.now();
+        if (Date.now() - outOfReachSince >= this.lostAfterMs) throw new RuntimeNotFoundError(instanceId);
+        await delay(Math.min(1_000, this.lostAfterMs), undefined, { signal }).catch(() => undefined);
+      }
     }
   }
 
   async describe(instanceId: string): Promise<RuntimeInstanceInfo | undefined> {
-    const sandbox = await this.sandbox(instanceId);
-    return sandbox && this.info(sandbox);
+    const url = await this.locate(instanceId);
+    const sandbox = url && (await this.sandbox(url, instanceId));
+    return sandbox ? this.info(url, sandbox) : undefined;
   }
 
   async lastActivity(instanceId: string): Promise<string | undefined> {
-    const sandbox = await this.sandbox(instanceId, true);
+    const sandbox = await this.sandbox(await this.known(instanceId), instanceId, true);
     if (!sandbox) throw new RuntimeNotFoundError(instanceId);
     return sandbox.lastActivity;
   }
 
   async dispose(instanceId: string): Promise<void> {
-    await this.call('DELETE', this.path(instanceId), { fenced: true });
+    const url = await this.locate(instanceId);
+    if (!url) return;
+    await this.call(url, 'DELETE', this.path(instanceId), { fenced: true });
+    this.where.delete(instanceId);
   }
 
-  private async sandbox(instanceId: string, activity = false): Promise<Sandbox | undefined> {
+  /**
+   * The host of a sandbox: the one it was made on or found on before, else the one of the hosts that knows it. A host
+   * that refuses connections is down and its sandboxes with it; one that fails otherwise may hold it, so the answer
+   * waits for it (RuntimeBusyError), as it does when no host answers at all. Undefined when no host knows the sandbox.
+   */
+  private async locate(instanceId: string): Promise<string | undefined> {
+    const cached = this.where.get(instanceId);
+    if (cached) return cached;
+    const answers = await Promise.allSettled(this.urls.map((url) => this.sandbox(url, instanceId)));
+    const found = answers.findIndex((a) => a.status === 'fulfilled' && a.value);
+    if (found >= 0) {
+      this.where.set(instanceId, this.urls[found]!);
+      return this.urls[found];
+    }
+    const failed = answers.filter((a): a is PromiseRejectedResult => a.status === 'rejected');
+    // With no host answering at all, nothing can be told.
+    const unsure =
+      failed.find((a) => !(a.reason instanceof HostDownError)) ?? (failed.length === answers.length && failed[0]);
+    if (unsure) throw unsure.reason;
+    return undefined;
+  }
+
+  /** The host of a sandbox that must exist: RuntimeNotFoundError when none knows it. */
+  private async known(instanceId: string): Promise<string> {
+    const url = await this.locate(instanceId);
+    if (!url) throw new RuntimeNotFoundError(instanceId);
+    return url;
+  }
+
+  /**
+   * Makes a sandbox on the first host, in the order drawn from its id, that takes it: a host that refused the
+   * connection (nothing was sent) or is full is passed over. Any other answer is the call's.
+   */
+  private async onFirstHost(
+    instanceId: string,
+    make: (url: string) => Promise<RuntimeInstanceInfo>,
+  ): Promise<RuntimeInstanceInfo> {
+    const order = this.urls
+      .map((url) => ({ url, rank: createHash('sha256').update(`${url}\n${instanceId}`).digest('hex') }))
+      .sort((a, b) => (a.rank < b.rank ? -1 : 1));
+    let last: unknown;
+    for (const { url } of order) {
+      try {
+        const info = await make(url);
+        this.where.set(instanceId, url);
+        return info;
+      } catch (error) {
+        if (!(error instanceof HostDownError || error instanceof HostFullError)) throw error;
+        last = error;
+      }
+    }
+    throw last;
+  }
+
+  private async sandbox(url: string, instanceId: string, activity = false): Promise<Sandbox | undefined> {
     try {
-      const response = await this.call('GET', `${this.path(instanceId)}${activity ? '?activity=true' : ''}`, {});
+      const response = await this.call(url, 'GET', `${this.path(instanceId)}${activity ? '?activity=true' : ''}`, {});
       return read(response, Sandbox);
     } catch (error) {
-      if (error instanceof RuntimeNotFoundError) return undefined;
+      if (error instanceof RuntimeNotFoundError) {
+        if (this.where.get(instanceId) === url) this.where.delete(instanceId);
+        return undefined;
+      }
       throw error;
     }
   }
@@ -211,13 +342,13 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     return `/v1/sandboxes/${encodeURIComponent(instanceId)}`;
   }
 
-  private info(sandbox: Sandbox): RuntimeInstanceInfo {
+  private info(url: string, sandbox: Sandbox): RuntimeInstanceInfo {
     return {
       instanceId: sandbox.sandboxId,
       sessionId: sandbox.sessionId,
       kind: this.kind,
       version: this.version,
-      location: `${this.url}${this.path(sandbox.sandboxId)}`,
+      location: `${url}${this.path(sandbox.sandboxId)}`,
       ...(sandbox.pid === undefined ? {} : { pid: sandbox.pid }),
       startedAt: sandbox.startedAt,
       running: sandbox.running,
@@ -230,6 +361,7 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
    * (retryable: the host may be back).
    */
   private async call(
+    url: string,
     method: string,
     path: string,
     options: {
@@ -260,7 +392,7 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     let response: Response;
     let text: string | undefined;
     try {
-      response = await fetch(`${this.url}${path}`, {
+      response = await fetch(`${url}${path}`, {
         method,
         headers,
         signal,
@@ -272,7 +404,10 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     } catch (error) {
       if (options.signal?.aborted) throw error;
       const reason = messageOf(timeout.signal.aborted ? timeout.signal.reason : error);
-      throw new RuntimeBusyError(`the sandbox host ${this.url} cannot be reached: ${reason}`, { cause: error });
+      const what = `the sandbox host ${url} cannot be reached: ${reason}`;
+      // Refused: the request never reached the host. Any other failure may have reached it.
+      if (!timeout.signal.aborted && refused(error)) throw new HostDownError(what, { cause: error });
+      throw new RuntimeBusyError(what, { cause: error });
     } finally {
       clearTimeout(timer);
     }
@@ -300,8 +435,9 @@ function errorOf(status: number, text: string, path: string): Error {
       const id = decodeURIComponent(/^\/v1\/sandboxes\/([^/?]+)/.exec(path)?.[1] ?? '');
       return new RuntimeNotFoundError(id);
     }
-    case 'SandboxBusy':
     case 'CapacityExceeded':
+      return new HostFullError(what);
+    case 'SandboxBusy':
     case 'Internal':
       return new RuntimeBusyError(what);
     case 'StaleFence': {
@@ -313,6 +449,17 @@ function errorOf(status: number, text: string, path: string): Error {
     default:
       return PROVIDER_ERRORS[code].retryable ? new RuntimeBusyError(what) : new RuntimeFailedError(what);
   }
+}
+
+/** A host that refused the connection: nothing was sent to it (retryable, and another host may take the call). */
+class HostDownError extends RuntimeBusyError {}
+
+/** A host that holds as many sandboxes as it may (retryable, and another host may take the call). */
+class HostFullError extends RuntimeBusyError {}
+
+function refused(error: unknown): boolean {
+  const code = (error as { cause?: { code?: unknown } } | undefined)?.cause?.code;
+  return code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EAI_AGAIN';
 }
 
 function isExitDetails(details: unknown): details is RuntimeExitDetails {
@@ -337,6 +484,6 @@ function read<T extends z.ZodType>({ text }: Answer, schema: T): z.infer<T> {
   return parsed.data;
 }
 
-function sandboxSpec({ kind: _kind, files, ...rest }: WorkspaceRuntimeSpec): SandboxSpec {
+function sandboxSpec({ kind: _kind, files, ...rest }: RemoteRuntimeSpec): SandboxSpec {
   return files === undefined ? rest : { ...rest, files };
 }

@@ -92,6 +92,12 @@ export interface SessionRuntime<S extends RuntimeSpec = RuntimeSpec> {
   /** Whether this runtime can restore state captured by `version`. */
   canRestore(version: string): boolean;
   start(request: StartRequest<S>): Promise<RuntimeInstanceInfo>;
+  /**
+   * For runtimes placed `anywhere`: takes over a live instance of the session from the worker that drove it (dead, or
+   * draining), fenced so that the worker before is refused from now on (withFence). Makes nothing: an instance its
+   * host does not know is RuntimeNotFoundError. Answers the instance as it is, running or ended.
+   */
+  takeOver?(request: { instanceId: string; sessionId: string }): Promise<RuntimeInstanceInfo>;
   restore(request: RestoreRequest<S>): Promise<RuntimeInstanceInfo>;
   /**
    * A consistent point-in-time stream of the instance's state. The instance may be frozen while the

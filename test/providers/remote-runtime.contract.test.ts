@@ -1,7 +1,7 @@
 import * as fsp from 'node:fs/promises';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { WorkspaceRuntimeSpec } from '../../src/domain/schemas';
+import type { RemoteRuntimeSpec } from '../../src/domain/schemas';
 import { RemoteRuntime } from '../../src/providers/remote-runtime';
 import { RuntimeBusyError, type RestoreRequest, type StartRequest } from '../../src/runtimes';
 import { eventually } from '../helpers/temporal';
@@ -25,12 +25,12 @@ afterAll(async () => {
 class CaseRuntime extends RemoteRuntime {
   readonly made = new Set<string>();
 
-  override start(request: StartRequest<WorkspaceRuntimeSpec>) {
+  override start(request: StartRequest<RemoteRuntimeSpec>) {
     this.made.add(request.instanceId);
     return super.start(request);
   }
 
-  override restore(request: RestoreRequest<WorkspaceRuntimeSpec>) {
+  override restore(request: RestoreRequest<RemoteRuntimeSpec>) {
     this.made.add(request.instanceId);
     return super.restore(request);
   }
@@ -54,13 +54,13 @@ runSessionRuntimeContract({
     await Promise.all([...runtime.made].map(dispose));
   },
   runningSpec: () => ({
-    kind: 'workspace',
+    kind: 'remote',
     command: ['sleep', '30'],
     files: { 'state.txt': 'state' },
     stopGraceMs: 2_000,
   }),
   capabilities: {
     captureState: false,
-    endsBySelf: () => ({ kind: 'workspace', command: ['sh', '-c', 'sleep 0.1; exit 3'] }),
+    endsBySelf: () => ({ kind: 'remote', command: ['sh', '-c', 'sleep 0.1; exit 3'] }),
   },
 });

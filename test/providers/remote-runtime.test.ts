@@ -37,7 +37,7 @@ function remote(options: Partial<ConstructorParameters<typeof RemoteRuntime>[0]>
 async function start(runtime: RemoteRuntime, command: string[], sessionId = 'session-1') {
   const instanceId = `remote-${++ids}`;
   made.push({ runtime, id: instanceId });
-  return runtime.start({ sessionId, instanceId, spec: { kind: 'workspace', command, stopGraceMs: 1_000 } });
+  return runtime.start({ sessionId, instanceId, spec: { kind: 'remote', command, stopGraceMs: 1_000 } });
 }
 
 async function digestOf(stream: Readable): Promise<string> {
@@ -101,7 +101,7 @@ test('a command that fails at once is RuntimeExitedError with its exit code and 
   const failed = runtime.start({
     sessionId: 'session-1',
     instanceId,
-    spec: { kind: 'workspace', command: ['sh', '-c', 'echo boom; exit 4'], settleMs: 5_000 },
+    spec: { kind: 'remote', command: ['sh', '-c', 'echo boom; exit 4'], settleMs: 5_000 },
   });
   await expect(failed).rejects.toThrow(RuntimeExitedError);
   await expect(failed).rejects.toMatchObject({ details: { exitCode: 4, outputTail: ['boom'] } });
@@ -118,7 +118,7 @@ test('a 32 MiB state streams out and back in: the restored sandbox exports the s
   const restored = await runtime.restore({
     sessionId: 'session-1',
     instanceId,
-    spec: { kind: 'workspace', command: ['sleep', '30'] },
+    spec: { kind: 'remote', command: ['sleep', '30'] },
     state: await runtime.capture(info.instanceId),
   });
   expect(restored).toMatchObject({ instanceId, running: true, location: `${host.url}/v1/sandboxes/${instanceId}` });
