@@ -4,6 +4,7 @@ import path from 'node:path';
 import { z } from 'zod';
 import { closestName } from './domain/names';
 import { WorkerLabels } from './domain/placement';
+import { runtimeLabel } from './domain/schemas';
 import { DEFAULT_FAILED_RETENTION_MS, DEFAULT_START_SETTLE_MS } from './domain/records';
 import { DurableSessionsError } from './errors';
 
@@ -318,6 +319,32 @@ export const EnvConfig = z.object({
    * commands run as the worker's user.
    */
   DS_WORKSPACE_USER: workspaceUser.optional(),
+  /**
+   * Sandbox hosts that serve the provider protocol (docs/providers.md), comma-separated base URLs: with them, this
+   * worker offers the `remote` runtime (and carries the worker label `runtime:remote`, which remote sessions require).
+   */
+  DS_SANDBOX_HOSTS: z
+    .string()
+    .transform((v) =>
+      v
+        .split(',')
+        .map((u) => u.trim())
+        .filter((u) => u.length > 0),
+    )
+    .pipe(
+      z
+        .array(z.url({ protocol: /^https?$/, error: 'expected an http:// or https:// URL' }))
+        .min(1, 'expected at least one URL')
+        .max(64),
+    )
+    .optional(),
+  /** The sandbox hosts' bearer token (at least 16 characters); required with DS_SANDBOX_HOSTS. */
+  DS_SANDBOX_TOKEN: z.string().min(16, 'expected a secret of at least 16 characters').optional(),
+  /**
+   * How long a sandbox's host may stay out of reach before its session gives the sandbox up as lost and is restored on
+   * another host from its newest checkpoint.
+   */
+  DS_SANDBOX_LOST_MS: duration.min(1_000, 'expected at least 1000 ms').default(30_000),
   /** Grace period between SIGTERM and SIGKILL when a workspace process is stopped. */
   DS_STOP_GRACE_MS: duration.default(10_000),
   /**
@@ -421,6 +448,8 @@ export interface Config {
   workspaceEnvAllow?: string[];
   /** Who workspace commands run as; undefined: the worker's user. */
   workspaceUser?: string | { uid: number; gid: number };
+  /** DS_SANDBOX_HOSTS and DS_SANDBOX_TOKEN: where `remote` sessions live; undefined: no `remote` runtime. */
+  sandboxHosts?: { urls: string[]; token: string; lostAfterMs: number };
   stopGraceMs: number;
   startSettleMs: number;
   failedRetentionMs: number;
@@ -510,13 +539,14 @@ function unknownVariableIssues(env: Record<string, string | undefined>): z.core.
     });
 }
 
-/** The gateway's certificate and key only mean something together: one without the other is refused, naming both. */
-function gatewayTlsIssues(env: Record<string, string | undefined>): z.core.$ZodIssue[] {
-  const cert = env.DS_GATEWAY_TLS_CERT !== undefined;
-  if (cert === (env.DS_GATEWAY_TLS_KEY !== undefined)) return [];
-  const [unset, set] = cert
-    ? ['DS_GATEWAY_TLS_KEY', 'DS_GATEWAY_TLS_CERT']
-    : ['DS_GATEWAY_TLS_CERT', 'DS_GATEWAY_TLS_KEY'];
+/**
+ * Variables that only mean something together (the gateway's certificate and key, the sandbox hosts and their token):
+ * one without the other is refused, naming both.
+ */
+function pairIssues(env: Record<string, string | undefined>, a: string, b: string): z.core.$ZodIssue[] {
+  const hasA = env[a] !== undefined;
+  if (hasA === (env[b] !== undefined)) return [];
+  const [unset, set] = hasA ? [b, a] : [a, b];
   return [{ code: 'custom', path: [unset], message: `required with ${set}: set both or neither`, input: undefined }];
 }
 
@@ -527,7 +557,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const issues = [
     ...unknownVariableIssues(present),
     ...(parsed.success ? [] : parsed.error.issues),
-    ...gatewayTlsIssues(present),
+    ...pairIssues(present, 'DS_GATEWAY_TLS_CERT', 'DS_GATEWAY_TLS_KEY'),
+    ...pairIssues(present, 'DS_SANDBOX_HOSTS', 'DS_SANDBOX_TOKEN'),
     ...snapshotStoreIssues(present),
     ...(present.DS_API_KEYS !== undefined && present.DS_API_KEYS_FILE !== undefined
       ? [
@@ -567,13 +598,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     taskQueue: e.DS_TASK_QUEUE,
     workerId,
     hostTaskQueue: `${e.DS_TASK_QUEUE}@${workerId}`,
-    workerLabels: e.DS_WORKER_LABELS ?? [],
+    workerLabels: [...(e.DS_WORKER_LABELS ?? []), ...(e.DS_SANDBOX_HOSTS ? [runtimeLabel('remote')!] : [])],
     dataDir,
     snapshotDir,
     snapshotStore: snapshotStoreOf(e, snapshotDir),
     workspaceDir: path.resolve(e.DS_WORKSPACE_DIR ?? path.join(dataDir, 'workspaces')),
     workspaceEnvAllow: e.DS_WORKSPACE_ENV_ALLOW,
     workspaceUser: e.DS_WORKSPACE_USER,
+    ...(e.DS_SANDBOX_HOSTS && e.DS_SANDBOX_TOKEN
+      ? { sandboxHosts: { urls: e.DS_SANDBOX_HOSTS, token: e.DS_SANDBOX_TOKEN, lostAfterMs: e.DS_SANDBOX_LOST_MS } }
+      : {}),
     stopGraceMs: e.DS_STOP_GRACE_MS,
     startSettleMs: e.DS_START_SETTLE_MS,
     failedRetentionMs: e.DS_FAILED_RETENTION_MS,

@@ -31,6 +31,7 @@ __all__ = [
     "PauseInput",
     "Placement",
     "RegenerateInput",
+    "RemoteRuntime",
     "RetentionPolicy",
     "ResumeInput",
     "RewindInput",
@@ -166,8 +167,20 @@ class ConversationRuntime(InputModel):
     messages: Optional[list[Message]] = None
 
 
+class RemoteRuntime(InputModel):
+    """A command in a sandbox on a sandbox host (workers configured with ``DS_SANDBOX_HOSTS``): the fields of
+    ``WorkspaceRuntime``. It outlives the worker that drives it: another worker takes it over."""
+
+    kind: Literal["remote"] = "remote"
+    command: list[str]
+    env: Optional[dict[str, str]] = None
+    files: Optional[dict[str, str]] = None
+    stop_grace_ms: Optional[int] = None
+    settle_ms: Optional[int] = None
+
+
 #: A session's runtime, one model per kind (``kind`` tells them apart).
-RuntimeSpec = Union[WorkspaceRuntime, MemoryRuntime, ConversationRuntime]
+RuntimeSpec = Union[WorkspaceRuntime, MemoryRuntime, ConversationRuntime, RemoteRuntime]
 
 
 class Liveness(InputModel):

@@ -244,7 +244,7 @@ export function toFailure(err: unknown): unknown {
   return err;
 }
 
-export function toRef(info: RuntimeInstanceInfo, hostTaskQueue: string): RuntimeInstanceRef {
+export function toRef(info: RuntimeInstanceInfo, hostTaskQueue: string, fence?: number): RuntimeInstanceRef {
   return {
     instanceId: info.instanceId,
     kind: info.kind,
@@ -253,6 +253,7 @@ export function toRef(info: RuntimeInstanceInfo, hostTaskQueue: string): Runtime
     ...(info.output !== undefined ? { output: info.output } : {}),
     pid: info.pid,
     startedAt: info.startedAt,
+    ...(fence !== undefined ? { fence } : {}),
   };
 }
 

@@ -14,6 +14,15 @@ export interface StartRuntimeInput extends Tenancy {
   sessionId: string;
   instanceId: string;
   spec: RuntimeSpec;
+  /** The session's generation: the fencing token of the runtime's calls, kept in the instance's ref (absent: 1). */
+  fence?: number;
+}
+
+/** Another worker takes over a live instance placed `anywhere`, with the session's new generation. */
+export interface TakeOverInput extends Tenancy {
+  sessionId: string;
+  instance: RuntimeInstanceRef;
+  fence: number;
 }
 
 export interface CaptureInput extends Tenancy {

@@ -74,7 +74,6 @@ export function hostActivities(ctx: ActivityContext) {
       const ctx = Context.current();
       const heartbeatMs = Math.min(deps.watchHeartbeatMs ?? MAX_HEARTBEAT_MS, heartbeatEvery(ctx));
       const roundEnds = Date.now() + (deps.leaseRoundMs ?? 10 * 60_000);
-      const missing = input.instances.filter((id) => !host.knows(id));
       const heartbeatTimeoutMs = ctx.info.heartbeatTimeoutMs ?? MAX_HEARTBEAT_MS;
       const lease = {
         taskToken: ctx.info.taskToken,
@@ -94,6 +93,8 @@ export function hostActivities(ctx: ActivityContext) {
 
       async function leaseRounds(): Promise<HostLeaseResult> {
         for (;;) {
+          // Asked each time: an instance on a host of its own can go missing while this worker runs.
+          const missing = input.instances.filter((id) => !host.knows(id));
           const exits = host.exitsAfter(input.after);
           const news = exits.filter((e) => !e.bySession);
           if (

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { DurableSessionsError } from '../errors';
-import type { ExitInfo } from '../runtimes';
+import { type ExitInfo, RuntimeNotFoundError } from '../runtimes';
 
 /** An instance of this host that ended, numbered in the order this incarnation of the host saw it. */
 export interface HostExit {
@@ -65,8 +65,17 @@ export class HostState {
     this.watched.add(instanceId);
     exited.then(
       (exit) => this.ended(instanceId, sessionId, exit),
-      // Unknown to the runtime (disposed before it was watched): nothing ran, so nothing ended.
-      () => this.watched.delete(instanceId),
+      (error: unknown) => {
+        this.watched.delete(instanceId);
+        // Unknown to the runtime while the session still counts on it: an instance on a host of its own that the host
+        // lost (or that could not be reached for too long). The monitor reports it missing, and so lost. Otherwise it
+        // was disposed before it was watched: nothing ran, so nothing ended.
+        if (error instanceof RuntimeNotFoundError && this.hosted.get(instanceId) === sessionId) {
+          if (this.stopsBySession.has(instanceId)) return;
+          this.hosted.delete(instanceId);
+          for (const wake of [...this.waiters]) wake();
+        }
+      },
     );
   }
 

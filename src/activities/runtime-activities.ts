@@ -7,8 +7,16 @@ import type { RuntimeExitDetails } from '../domain/records';
 import type { CheckpointRef } from '../domain/schemas';
 import { outcomeOf } from '../metrics';
 import { type ExitInfo, RuntimeExitedError, RuntimeNotFoundError } from '../runtimes';
+import { withFence } from '../runtimes/fence';
 import { SnapshotIncompatibleError } from '../snapshots';
-import type { CaptureInput, InstanceInput, RestoreInput, StartRuntimeInput, WatchResult } from './activity-inputs';
+import type {
+  CaptureInput,
+  InstanceInput,
+  RestoreInput,
+  StartRuntimeInput,
+  TakeOverInput,
+  WatchResult,
+} from './activity-inputs';
 import {
   type ActivityContext,
   checkRecorded,
@@ -33,19 +41,56 @@ export function runtimeActivities(ctx: ActivityContext) {
       throw toFailure(err);
     }
   };
-  return {
+  return fenced({
+    /**
+     * Takes over a live instance placed `anywhere` whose worker was lost or drains: this worker drives it from now on,
+     * with the session's new generation, and the instance's host refuses the worker before. Makes nothing: an instance
+     * its host no longer knows is RuntimeLost (the session is then restored from its newest checkpoint).
+     */
+    async takeOverRuntime(input: TakeOverInput): Promise<RuntimeInstanceRef> {
+      const runtime = runtimeFor(input.instance.kind);
+      const key = sessionKey(input.sessionId, input.tenant);
+      if (!runtime.takeOver) {
+        throw ApplicationFailure.nonRetryable(
+          `the ${runtime.kind} runtime lives on its worker's host: its instances cannot be taken over`,
+          ERROR_CODES.RuntimeLost,
+        );
+      }
+      let info;
+      try {
+        info = await runtime.takeOver({ instanceId: input.instance.instanceId, sessionId: key });
+      } catch (err) {
+        if (err instanceof RuntimeNotFoundError) {
+          throw ApplicationFailure.nonRetryable(`${err.message}: its host lost it`, ERROR_CODES.RuntimeLost);
+        }
+        throw toFailure(err);
+      }
+      if (!info.running) {
+        // Ended while no worker drove it: what it left goes, and the session comes back from its newest checkpoint.
+        await runtime.dispose(info.instanceId).catch((err: unknown) => {
+          log.warn('an ended runtime instance was not disposed', { instanceId: info.instanceId, error: String(err) });
+        });
+        throw ApplicationFailure.nonRetryable(
+          `runtime instance ${info.instanceId} ended while no worker drove it`,
+          ERROR_CODES.RuntimeLost,
+        );
+      }
+      return hosted(toRef(info, deps.hostTaskQueue, input.fence), key);
+    },
+
     async startRuntime(input: StartRuntimeInput): Promise<RuntimeInstanceRef> {
       const runtime = runtimeFor(input.spec.kind);
       // A retried start whose first attempt got through must not start a second process: the runtime adopts it (and
       // one asked while the first attempt is still making it is busy); asking first spares the settle window.
       const existing = await runtime.describe(input.instanceId);
       const key = sessionKey(input.sessionId, input.tenant);
-      if (existing) return hosted(toRef(existing, deps.hostTaskQueue), key);
+      if (existing) return hosted(toRef(existing, deps.hostTaskQueue, input.fence), key);
       const ctx = Context.current();
       // The start waits out the command's settle window: a short heartbeat timeout must not take that for a lost host.
       const beat = setInterval(() => ctx.heartbeat({ phase: 'start' }), heartbeatEvery(ctx));
       try {
-        return hosted(toRef(await runtime.start({ ...input, sessionId: key }), deps.hostTaskQueue), key);
+        const info = await runtime.start({ sessionId: key, instanceId: input.instanceId, spec: input.spec });
+        return hosted(toRef(info, deps.hostTaskQueue, input.fence), key);
       } catch (err) {
         if (err instanceof RuntimeExitedError) {
           // How the command ended goes with the failure, to the session's status and the caller of the start.
@@ -135,7 +180,7 @@ export function runtimeActivities(ctx: ActivityContext) {
       // Adopted without opening the store when the first attempt got through (the runtime adopts it too).
       const existing = await runtime.describe(input.instanceId);
       const key = sessionKey(input.sessionId, input.tenant);
-      if (existing) return hosted(toRef(existing, deps.hostTaskQueue), key);
+      if (existing) return hosted(toRef(existing, deps.hostTaskQueue, input.fence), key);
       const ctx = Context.current();
       const started = process.hrtime.bigint();
       const labels = { runtime: runtime.kind };
@@ -169,7 +214,7 @@ export function runtimeActivities(ctx: ActivityContext) {
         });
         log.info('checkpoint restored', { checkpointId: input.checkpointId, instanceId: info.instanceId });
         metrics.restore({ ...labels, outcome: 'ok' }, ctx.info.attempt, measured('restore', started), manifest.size);
-        return hosted(toRef(info, deps.hostTaskQueue), key);
+        return hosted(toRef(info, deps.hostTaskQueue, input.fence), key);
       } catch (err) {
         metrics.restore({ ...labels, outcome: outcomeOf(err) }, ctx.info.attempt, measured('restore', started, err));
         throw toFailure(err);
@@ -270,5 +315,22 @@ export function runtimeActivities(ctx: ActivityContext) {
       const at = await lastActivityOf(input);
       return at === null ? null : Math.max(0, Date.now() - Date.parse(at));
     },
+  });
+}
+
+/**
+ * Every runtime call of these activities carries the session's generation as its fence (withFence): the input's own
+ * (a start, restore or takeover) or its instance's.
+ */
+function fenced<T extends Record<string, (input: never) => Promise<unknown>>>(activities: T): T {
+  const fenceOf = (input: unknown): number | undefined => {
+    const { fence, instance } = (input ?? {}) as { fence?: number; instance?: { fence?: number } };
+    return fence ?? instance?.fence;
   };
+  return Object.fromEntries(
+    Object.entries(activities).map(([name, activity]) => [
+      name,
+      (input: never) => withFence(fenceOf(input), () => activity(input)),
+    ]),
+  ) as T;
 }

@@ -72,7 +72,7 @@ export function sessionDetails(spec: StartSessionInput): string {
   const { runtime } = spec;
   const bytes = (text: string) => `${new TextEncoder().encode(text).length} B`;
   const lines = [`runtime: ${runtime.kind}`];
-  if (runtime.kind === 'workspace') {
+  if (runtime.kind === 'workspace' || runtime.kind === 'remote') {
     lines.push(`command: \`${runtime.command.join(' ')}\``);
     const env = Object.keys(runtime.env ?? {});
     if (env.length) lines.push(`env: ${env.map((name) => `${name}=•••`).join(', ')}`);

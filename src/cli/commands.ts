@@ -78,6 +78,10 @@ export const COMMANDS = {
         type: 'boolean',
         help: 'a conversation instead (messages, with append and regenerate); the words after -- its system message',
       },
+      remote: {
+        type: 'boolean',
+        help: 'run <command> in a sandbox on a sandbox host (workers with DS_SANDBOX_HOSTS) instead of on the worker',
+      },
       file: {
         type: 'string',
         multiple: true,

@@ -119,6 +119,8 @@ function renderEntry(e: TimelineEntry, ref: (checkpointId: string | null) => str
       return `${e.at}  exited     code ${e.exitCode ?? '-'} signal ${e.signal ?? '-'}`;
     case 'runtime-lost':
       return `${e.at}  lost       ${e.instanceId}: ${e.reason}`;
+    case 'taken-over':
+      return `${e.at}  taken over ${e.instanceId} by ${e.host}, generation ${e.generation}: ${e.reason}`;
     case 'checkpoint-deleted':
       return `${e.at}  deleted    ${ref(e.checkpointId)} (${e.reason})`;
     case 'verified':

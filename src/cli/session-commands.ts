@@ -185,13 +185,20 @@ async function dispatch(invocation: SessionInvocation, sessions: SessionClient):
   switch (invocation.command) {
     case 'start': {
       const { values, rest } = invocation;
-      if (values.memory && values.conversation) throw new UsageError('start takes --memory or --conversation', 'start');
+      if ([values.memory, values.conversation, values.remote].filter(Boolean).length > 1) {
+        throw new UsageError('start takes one of --memory, --conversation and --remote', 'start');
+      }
       const system = rest.join(' ');
       const runtime = values.memory
         ? { kind: 'memory' as const, initialState: system || undefined }
         : values.conversation
           ? { kind: 'conversation' as const, messages: system ? [{ role: 'system' as const, content: system }] : [] }
-          : { kind: 'workspace' as const, command: rest, env: values.env, files: values.file };
+          : {
+              kind: values.remote ? ('remote' as const) : ('workspace' as const),
+              command: rest,
+              env: values.env,
+              files: values.file,
+            };
       const policies = policiesOf(values);
       const session = await sessions.start({
         sessionId: invocation.sessionId,

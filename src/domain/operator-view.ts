@@ -256,6 +256,8 @@ function entryText(e: TimelineEntry, ref: (checkpointId: string) => string): str
       return `runtime exited (${e.signal ? `signal ${e.signal}` : `code ${e.exitCode ?? '?'}`})`;
     case 'runtime-lost':
       return `runtime lost${why(e.reason)}`;
+    case 'taken-over':
+      return `taken over by ${e.host} (generation ${e.generation})${why(e.reason)}`;
     case 'checkpoint-deleted':
       return `deleted ${ref(e.checkpointId)} (${e.reason})`;
     case 'verified':

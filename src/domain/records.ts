@@ -33,6 +33,11 @@ export const RuntimeInstanceRef = strictObject({
   output: z.string().max(4096).optional(),
   pid: z.number().int().optional(),
   startedAt: Timestamp,
+  /**
+   * The session's generation when this worker took the instance: the fencing token of every call on it (absent: 1).
+   * Only runtimes placed `anywhere` are sent it; for them a worker the session moved past is refused.
+   */
+  fence: z.number().int().min(1).optional(),
 });
 export type RuntimeInstanceRef = z.infer<typeof RuntimeInstanceRef>;
 
@@ -146,6 +151,18 @@ export const TimelineEntry = z.discriminatedUnion('kind', [
     signal: z.string().nullable(),
   }),
   strictObject({ kind: z.literal('runtime-lost'), ...base, instanceId: z.string(), reason: Text }),
+  /**
+   * The worker that drove a runtime placed `anywhere` was lost or drained: another worker took the same instance over,
+   * with a higher generation, without a restore. The worker before is refused by the instance's host from now on.
+   */
+  strictObject({
+    kind: z.literal('taken-over'),
+    ...base,
+    instanceId: z.string(),
+    host: z.string(),
+    generation: z.number().int().min(1),
+    reason: Text,
+  }),
   strictObject({
     kind: z.literal('checkpoint-deleted'),
     ...base,
@@ -293,6 +310,11 @@ export const CarriedState = strictObject({
   spec: StartSessionInput,
   phase: z.enum(PHASES),
   runtime: RuntimeInstanceRef.nullable(),
+  /**
+   * Grows each time another worker takes over the session's runtime: the fence its calls carry to a sandbox host.
+   * Absent: 1.
+   */
+  generation: z.number().int().min(1).optional(),
   head: CheckpointRef.nullable(),
   checkpoints: z.array(CheckpointRef),
   timeline: z.array(TimelineEntry),

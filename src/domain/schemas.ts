@@ -193,10 +193,19 @@ export const ConversationRuntimeSpec = strictObject({
 });
 export type ConversationRuntimeSpec = z.infer<typeof ConversationRuntimeSpec>;
 
+/**
+ * A workspace on a sandbox host of its own, driven over the provider protocol (docs/providers.md): the same fields as
+ * `workspace`. Any worker that is configured with the sandbox hosts (DS_SANDBOX_HOSTS) reaches it, and it outlives the
+ * worker that drove it: another worker adopts it rather than restoring it.
+ */
+export const RemoteRuntimeSpec = WorkspaceRuntimeSpec.extend({ kind: z.literal('remote') });
+export type RemoteRuntimeSpec = z.infer<typeof RemoteRuntimeSpec>;
+
 export const RuntimeSpec = z.discriminatedUnion('kind', [
   WorkspaceRuntimeSpec,
   MemoryRuntimeSpec,
   ConversationRuntimeSpec,
+  RemoteRuntimeSpec,
 ]);
 export type RuntimeSpec = z.infer<typeof RuntimeSpec>;
 export type RuntimeKind = RuntimeSpec['kind'];
@@ -205,6 +214,22 @@ export const RuntimeKindSchema = z.enum(
   RuntimeSpec.options.map((o) => o.shape.kind.value) as [RuntimeKind, ...RuntimeKind[]],
 );
 export const RUNTIME_KINDS: readonly RuntimeKind[] = RuntimeKindSchema.options;
+
+/**
+ * Where each kind's instances live (SessionRuntime.placement), for the workflow, which cannot ask the runtimes: `host`
+ * instances end with their worker and are restored elsewhere, `anywhere` instances are adopted by another worker.
+ */
+export const RUNTIME_PLACEMENT: Record<RuntimeKind, 'host' | 'anywhere'> = {
+  workspace: 'host',
+  memory: 'host',
+  conversation: 'host',
+  remote: 'anywhere',
+};
+
+/** The worker label of the workers that offer a kind only some configure: placement requires it of them. */
+export function runtimeLabel(kind: RuntimeKind): string | undefined {
+  return kind === 'remote' ? 'runtime:remote' : undefined;
+}
 
 /**
  * How quickly a lost worker host is noticed. A session's runtime lives on one host; when that host stops

@@ -1,18 +1,25 @@
 import type { Config } from '../config';
+import { RemoteRuntime } from '../providers/remote-runtime';
 import { ConversationRuntime } from './conversation';
 import { MemoryRuntime } from './memory-runtime';
 import type { RuntimeRegistry } from './index';
 import { WorkspaceRuntime } from './workspace';
 
 /**
- * The runtimes a worker offers, built from its configuration: every kind whose configuration is complete (all of
- * today's kinds need none beyond defaults). The worker drives them only through the SessionRuntime interface and its
+ * The runtimes a worker offers, built from its configuration: every kind whose configuration is complete (`remote`
+ * needs its sandbox hosts; the others need nothing beyond defaults). The worker drives them only through the SessionRuntime interface and its
  * lifecycle hooks (`recoverHost`, `stopAll`, `killAll`, `fenceTarget`), never by class.
  */
 export function createRuntimes(
   config: Pick<
     Config,
-    'workspaceDir' | 'stopGraceMs' | 'startSettleMs' | 'failedRetentionMs' | 'workspaceEnvAllow' | 'workspaceUser'
+    | 'workspaceDir'
+    | 'stopGraceMs'
+    | 'startSettleMs'
+    | 'failedRetentionMs'
+    | 'workspaceEnvAllow'
+    | 'workspaceUser'
+    | 'sandboxHosts'
   >,
 ): RuntimeRegistry {
   return {
@@ -26,6 +33,15 @@ export function createRuntimes(
     }),
     memory: new MemoryRuntime(),
     conversation: new ConversationRuntime(),
+    ...(config.sandboxHosts
+      ? {
+          remote: new RemoteRuntime({
+            url: config.sandboxHosts.urls,
+            token: config.sandboxHosts.token,
+            lostAfterMs: config.sandboxHosts.lostAfterMs,
+          }),
+        }
+      : {}),
   };
 }
 

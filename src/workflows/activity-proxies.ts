@@ -9,7 +9,7 @@ import {
 import type { SessionActivities } from '../activities';
 import { watchTaskQueue, type RuntimeInstanceRef } from '../api/messages';
 import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS } from '../domain/error-codes';
-import type { LivenessOptions } from '../domain/schemas';
+import { runtimeLabel, type LivenessOptions, type RuntimeKind } from '../domain/schemas';
 import type { PlacementConstraints } from '../domain/placement';
 import { neverStarted } from './failures';
 import { LEAN_PATCH, PLACEMENT_REQUEST_PATCH, WATCH_QUEUE_PATCH } from './patches';
@@ -128,17 +128,18 @@ const PLACEMENT_ATTEMPTS = 3;
  * placed again, up to PLACEMENT_ATTEMPTS times; any other failure is the work's own and is returned as it is.
  */
 export async function onPlacedHost<T>(
-  spec: { liveness?: LivenessOptions; placement?: PlacementConstraints },
+  spec: { liveness?: LivenessOptions; placement?: PlacementConstraints; runtime?: { kind: RuntimeKind } },
   purpose: string,
   work: (host: HostActivities) => Promise<T>,
 ): Promise<T> {
   const avoid: string[] = [];
+  const constraints = constraintsOf(spec);
   for (let attempt = 1; ; attempt++) {
     const again = attempt > 1 ? `, attempt ${attempt}: the last host never picked it up` : '';
     const summary = `choose a host to ${purpose}${again}`;
     const { hostTaskQueue } = patched(PLACEMENT_REQUEST_PATCH)
       ? await summarized(summary, placement.placeSession, {
-          ...(spec.placement ? { constraints: spec.placement } : {}),
+          ...(constraints ? { constraints } : {}),
           ...(avoid.length ? { avoid: [...avoid] } : {}),
         })
       : await summarized(summary, placement.placeSession);
@@ -150,6 +151,19 @@ export async function onPlacedHost<T>(
       log.warn('placed host did not pick the work up; placing again', { hostTaskQueue, attempt });
     }
   }
+}
+
+/**
+ * The session's placement, and the label of the workers that offer its runtime when only some do (`runtime:remote`):
+ * a remote session goes only to workers configured with the sandbox hosts.
+ */
+function constraintsOf(spec: {
+  placement?: PlacementConstraints;
+  runtime?: { kind: RuntimeKind };
+}): PlacementConstraints | undefined {
+  const label = spec.runtime && runtimeLabel(spec.runtime.kind);
+  if (!label) return spec.placement;
+  return { ...spec.placement, workerLabels: [...(spec.placement?.workerLabels ?? []), label] };
 }
 
 /** Stops the runtime and frees what it held; `why` (pause, stop, …) is in the summaries the Web UI shows. */

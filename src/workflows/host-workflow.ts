@@ -121,7 +121,7 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
       const a = attached.get(instanceId);
       if (!a) continue;
       attached.delete(instanceId);
-      const reason = `its worker host ${input.hostTaskQueue} restarted, and the instance did not survive it`;
+      const reason = `its worker host ${input.hostTaskQueue} no longer has it (the worker restarted, or the instance's own host lost it)`;
       reports.push([a, { outcome: 'lost', instanceId, reason }]);
     }
     await tell(reports);

@@ -11,8 +11,9 @@ import type { WatchResult } from '../activities';
 import { attachRuntimeSignal, hostWorkflowId, type RuntimeInstanceRef } from '../api/messages';
 import { ERROR_CODES } from '../domain/error-codes';
 import { RuntimeExitDetails, RuntimeReport } from '../domain/records';
+import { RUNTIME_PLACEMENT } from '../domain/schemas';
 import { exitMessage } from '../domain/session-state';
-import { askHost, onHost, stopAndDispose, summarized, watcherOn } from './activity-proxies';
+import { askHost, onHost, onPlacedHost, stopAndDispose, summarized, watcherOn } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
 import { exitDetailsOf, failureMessage, typeOf } from './failures';
 import { issueSummary } from './inputs';
@@ -243,6 +244,12 @@ export class Recovery {
   async recoverLost(runtime: RuntimeInstanceRef, reason: string): Promise<void> {
     const { session } = this;
     const { state } = session;
+    // An instance on a host of its own outlived its worker: another worker drives the same one, nothing restored.
+    if (RUNTIME_PLACEMENT[runtime.kind] === 'anywhere' && (await this.takeOver(runtime, reason))) {
+      session.apply({ type: 'runtimeLost' });
+      resumed(session);
+      return;
+    }
     session.record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason });
     state.runtime = null;
     // The start is the session's first state: without a checkpoint, it starts again from its spec.
@@ -253,7 +260,9 @@ export class Recovery {
     // A host that is only slow may still run the old instance: stop it before starting another copy. A host
     // that is really gone fails this fast (hostTimeoutMs). One its monitor gave up has frozen it already.
     const frozenByHost = this.goneWithHost.has(runtime.instanceId) && patched(MONITOR_DECIDES_PATCH);
-    if (!frozenByHost) {
+    // One on a host of its own was just found gone or ended (and disposed) by the takeover, under a new generation.
+    const tookOverFailed = RUNTIME_PLACEMENT[runtime.kind] === 'anywhere';
+    if (!frozenByHost && !tookOverFailed) {
       try {
         const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
         await stopAndDispose(host, runtime, 'recovery: a slow host may still run it');
@@ -275,6 +284,45 @@ export class Recovery {
     const outcome = await restoreWithFallback(session, state.head, 'recovery', (r) => this.watch(r));
     if (outcome.ok) resumed(session);
     else restoreFailed(session, outcome, 'recovery');
+  }
+
+  /**
+   * Has a worker that places the session take over its live instance, with a new generation: the instance's host
+   * refuses the worker before from then on, so the two never both drive it. False when the instance is gone with its
+   * own host, or has ended: the session is then restored from its newest checkpoint as any lost runtime is.
+   */
+  async takeOver(runtime: RuntimeInstanceRef, reason: string): Promise<boolean> {
+    const { session } = this;
+    const { state } = session;
+    const fence = session.nextGeneration();
+    try {
+      const ref = await onPlacedHost(state.spec, `take over ${runtime.instanceId}`, (host) =>
+        summarized(`take over runtime ${runtime.instanceId} (generation ${fence})`, host.takeOverRuntime, {
+          sessionId: session.id,
+          ...session.tenancy,
+          instance: runtime,
+          fence,
+        }),
+      );
+      state.runtime = ref;
+      this.goneWithHost.delete(runtime.instanceId);
+      session.record({
+        kind: 'taken-over',
+        at: now(),
+        instanceId: ref.instanceId,
+        host: ref.hostTaskQueue,
+        generation: fence,
+        reason,
+      });
+      this.watch(ref);
+      return true;
+    } catch (err) {
+      log.warn('the runtime could not be taken over; restoring from the newest checkpoint', {
+        instanceId: runtime.instanceId,
+        reason: failureMessage(err),
+      });
+      return false;
+    }
   }
 
   /**

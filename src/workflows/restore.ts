@@ -42,6 +42,7 @@ export async function restoreWithFallback(
           expected: recorded(candidate),
           instanceId: session.newInstanceId(),
           spec: state.spec.runtime,
+          ...session.fencing,
         }),
       );
       state.runtime = runtime;
@@ -140,6 +141,7 @@ export function startFromSpec(session: Session): Promise<RuntimeInstanceRef> {
       ...session.tenancy,
       instanceId: session.newInstanceId(),
       spec: state.spec.runtime,
+      ...session.fencing,
     }),
   );
 }

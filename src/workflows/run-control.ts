@@ -402,6 +402,7 @@ export class RunControls {
         expected: recorded(target),
         instanceId: session.newInstanceId(),
         spec: state.spec.runtime,
+        ...session.fencing,
       }),
     );
     state.runtime = runtime;

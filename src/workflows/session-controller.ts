@@ -13,6 +13,7 @@ import {
   type ResumeInput,
   type StopInput,
   type VerificationResult,
+  RUNTIME_PLACEMENT,
 } from '../domain/schemas';
 import { byteSize, checkpointName, oneLine, timelineEntries } from '../domain/operator-view';
 import { local, onHost, shared, stopAndDispose, summarized, verifier } from './activity-proxies';
@@ -350,6 +351,16 @@ export class SessionController {
       const where = runtime ? ` on ${runtime.hostTaskQueue}` : '';
       answer({ drained: false, checkpoint: null, detail: `the session is ${state.phase}${where}` });
       return;
+    }
+    // An instance on a host of its own does not go down with this worker: another worker takes it over as it runs.
+    if (RUNTIME_PLACEMENT[runtime.kind] === 'anywhere') {
+      this.recovery.cancelWatch();
+      if (await this.recovery.takeOver(runtime, input.reason ?? 'its worker is shutting down')) {
+        answer({ drained: true, checkpoint: null });
+        return;
+      }
+      // It could not be taken over (its host lost it): the checkpoint below is taken, or the loss is noticed.
+      if (state.runtime?.instanceId !== runtime.instanceId) return;
     }
     session.apply({ type: 'checkpointRequested' });
     let checkpoint: CheckpointRef;

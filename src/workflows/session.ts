@@ -30,7 +30,7 @@ import {
 import { foldTimeline } from '../domain/timeline';
 import { describeSession, type PendingWork } from '../domain/operator-view';
 import { summarize, type Message } from '../domain/conversation';
-import { StartSessionInput, type CheckpointRef, type VerificationResult } from '../domain/schemas';
+import { RUNTIME_PLACEMENT, StartSessionInput, type CheckpointRef, type VerificationResult } from '../domain/schemas';
 import { isFinal, transition, type Control, type Phase, type SessionEvent } from '../domain/session-state';
 import { failure, failureMessage, invalidTransition, typeOf } from './failures';
 import { parse } from './inputs';
@@ -278,6 +278,20 @@ export class Session {
   requireRuntime(): RuntimeInstanceRef {
     if (!this.state.runtime) throw failure(ERROR_CODES.RuntimeLost, `session ${this.id} has no running runtime`);
     return this.state.runtime;
+  }
+
+  /**
+   * The fence of a start or restore: the session's generation, for runtimes placed `anywhere` (their host refuses a
+   * worker the session moved past); nothing for the others, whose instances end with their worker.
+   */
+  get fencing(): { fence?: number } {
+    return RUNTIME_PLACEMENT[this.state.spec.runtime.kind] === 'anywhere' ? { fence: this.state.generation ?? 1 } : {};
+  }
+
+  /** Another worker takes the runtime over: the generation grows, and the worker before is fenced off. */
+  nextGeneration(): number {
+    this.state.generation = (this.state.generation ?? 1) + 1;
+    return this.state.generation;
   }
 
   newInstanceId(): string {

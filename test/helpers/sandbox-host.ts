@@ -18,7 +18,8 @@ export interface SandboxHostProcess {
 }
 
 export async function startSandboxHost(rootDir: string, env: NodeJS.ProcessEnv = {}): Promise<SandboxHostProcess> {
-  const port = await freePort();
+  // A host started again on its port keeps its URL, which the workers were given.
+  const port = env.DS_SANDBOX_HOST_PORT ? Number(env.DS_SANDBOX_HOST_PORT) : await freePort();
   const token = randomBytes(24).toString('base64url');
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/providers/sandbox-host.ts'], {
     cwd: root,
