@@ -32,6 +32,7 @@ import {
   type Capabilities,
   type ErrorBody,
   type ProviderErrorCode,
+  TarEndCheck,
   type Sandbox,
   type SandboxSpec,
 } from './protocol';
@@ -429,9 +430,6 @@ async function bytesUnder(root: string): Promise<number | undefined> {
   return bytes;
 }
 
-/** The end-of-archive marker: two zero blocks. */
-const TAR_TRAILER_BYTES = 1024;
-
 /**
  * `source`, failed with {@link TooLargeError} once more than `max` bytes have passed. Errors of `source` pass on.
  * With `wholeTar`, it also fails at its end unless the stream ends with the end-of-archive marker: a tar cut off between
@@ -439,22 +437,16 @@ const TAR_TRAILER_BYTES = 1024;
  */
 function limited(source: Readable, max: number, { wholeTar = false } = {}): Readable {
   let seen = 0;
-  let tail = Buffer.alloc(0);
+  const end = new TarEndCheck();
   const counter = new Transform({
     transform(chunk: Buffer, _encoding, done) {
       seen += chunk.length;
       if (seen > max) return done(new TooLargeError(`the state is over ${max} bytes`));
-      if (wholeTar) {
-        tail =
-          chunk.length >= TAR_TRAILER_BYTES
-            ? Buffer.from(chunk.subarray(-TAR_TRAILER_BYTES))
-            : Buffer.concat([tail, chunk]).subarray(-TAR_TRAILER_BYTES);
-      }
+      if (wholeTar) end.update(chunk);
       done(null, chunk);
     },
     flush(done) {
-      const ended = seen % 512 === 0 && tail.length === TAR_TRAILER_BYTES && tail.every((byte) => byte === 0);
-      done(wholeTar && !ended ? new Error('the tar stream is truncated: it has no end-of-archive marker') : null);
+      done(wholeTar && !end.ended ? new Error('the tar stream is truncated: it has no end-of-archive marker') : null);
     },
   });
   pipeline(source, counter, () => undefined);
