@@ -272,6 +272,35 @@ describe('an export from a hostile host', () => {
   });
 });
 
+test('an export in a format the client does not know is RuntimeFailedError; nothing is stored', async () => {
+  const good = await tarOf(64 * 1024);
+  const host = await hostExporting(good, (response) => {
+    response.writeHead(200, { ...EXPORT_HEADERS, 'DS-Export-Format': 'tar/2' });
+    response.end(good);
+  });
+  const runtime = new RemoteRuntime({ url: host.url, token: 't' });
+  await captureInto(runtime, 1);
+  await expect(captureInto(runtime, 2, 'cp-1')).rejects.toThrow(/exported tar\/2, not tar\/1/);
+  await expectNothingNew(['cp-1']);
+});
+
+test('a newer host: answer fields the client does not know are ignored (fields are only ever added)', async () => {
+  const host = await hostile((_request, response) => {
+    response.writeHead(200, { 'content-type': 'application/json' });
+    response.end(
+      JSON.stringify({
+        sandboxId: 'sandbox-1',
+        sessionId: 's1',
+        running: true,
+        startedAt: '2026-12-06T12:00:00.000Z',
+        gpu: { count: 1 },
+      }),
+    );
+  });
+  const runtime = new RemoteRuntime({ url: host.url, token: 't' });
+  expect(await runtime.describe('sandbox-1')).toMatchObject({ instanceId: 'sandbox-1', running: true });
+});
+
 describe('an import into a hostile host', () => {
   /** The state of a stored checkpoint, opened as a restore opens it. */
   async function storedState(): Promise<Readable> {

@@ -184,4 +184,28 @@ describe('an OpenShell-shaped provider', () => {
     again.delete('seen');
     expect(again).toEqual(entries);
   });
+
+  test('an export abandoned half way leaves no copy behind, and the sandbox runs on', async () => {
+    const sessionId = 'openshell-session';
+    const info = await gatewayRuntime.start({
+      sessionId,
+      instanceId: 'sandbox-abandoned',
+      spec: {
+        kind: 'workspace',
+        command: ['sh', '-c', 'head -c 16777216 /dev/urandom > big.bin && touch ready && sleep 30'],
+        stopGraceMs: 1_000,
+      },
+    });
+    gatewayRuntime.made.add(info.instanceId);
+    const home = path.join(gateway.rootDir, sessionId, info.instanceId);
+    await eventually(() => fs.existsSync(path.join(home, 'ready')));
+    const copies = path.join(gateway.rootDir, '.exports');
+    const exported = await gatewayRuntime.capture(info.instanceId);
+    await new Promise((resolve) => exported.once('readable', resolve));
+    expect(fs.readdirSync(copies)).toHaveLength(1);
+    // The worker that read it went away.
+    exported.destroy();
+    await eventually(() => fs.readdirSync(copies).length === 0);
+    expect(await gatewayRuntime.describe(info.instanceId)).toMatchObject({ pid: info.pid, running: true });
+  });
 });
