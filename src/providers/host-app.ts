@@ -32,10 +32,10 @@ import {
   type Capabilities,
   type ErrorBody,
   type ProviderErrorCode,
-  TarEndCheck,
   type Sandbox,
   type SandboxSpec,
 } from './protocol';
+import { TarStreamCheck } from './tar-check';
 
 export interface SandboxHostOptions {
   /** Sandboxes live in `<rootDir>/<sessionId>/<sandboxId>`; the host's records and lock in `<rootDir>/.run`. */
@@ -432,21 +432,22 @@ async function bytesUnder(root: string): Promise<number | undefined> {
 
 /**
  * `source`, failed with {@link TooLargeError} once more than `max` bytes have passed. Errors of `source` pass on.
- * With `wholeTar`, it also fails at its end unless the stream ends with the end-of-archive marker: a tar cut off between
- * two entries is otherwise a valid, shorter archive, and an import has no digest to catch it.
+ * With `wholeTar`, it also fails unless the stream is a whole tar ending with the end-of-archive marker: a tar cut off
+ * between two entries is otherwise a valid, shorter archive, and an import has no digest to catch it.
  */
 function limited(source: Readable, max: number, { wholeTar = false } = {}): Readable {
   let seen = 0;
-  const end = new TarEndCheck();
+  const check = new TarStreamCheck();
   const counter = new Transform({
     transform(chunk: Buffer, _encoding, done) {
       seen += chunk.length;
       if (seen > max) return done(new TooLargeError(`the state is over ${max} bytes`));
-      if (wholeTar) end.update(chunk);
+      const problem = wholeTar ? check.update(chunk) : undefined;
+      if (problem) return done(new Error(`the import is not a tar/1 archive: ${problem}`));
       done(null, chunk);
     },
     flush(done) {
-      done(wholeTar && !end.ended ? new Error('the tar stream is truncated: it has no end-of-archive marker') : null);
+      done(wholeTar && !check.ended ? new Error('the tar stream is truncated: it has no end-of-archive marker') : null);
     },
   });
   pipeline(source, counter, () => undefined);

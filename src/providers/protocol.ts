@@ -141,30 +141,6 @@ export const ErrorBody = z.object({
 });
 export type ErrorBody = z.infer<typeof ErrorBody>;
 
-/** The end-of-archive marker: two zero blocks. */
-const TAR_TRAILER_BYTES = 1024;
-
-/**
- * Watches a `tar/1` stream go by and tells whether it ended whole: at a block boundary, with the end-of-archive
- * marker. A tar cut off between two entries is otherwise a valid, shorter archive.
- */
-export class TarEndCheck {
-  private bytes = 0;
-  private tail = Buffer.alloc(0);
-
-  update(chunk: Buffer): void {
-    this.bytes += chunk.length;
-    this.tail =
-      chunk.length >= TAR_TRAILER_BYTES
-        ? Buffer.from(chunk.subarray(-TAR_TRAILER_BYTES))
-        : Buffer.concat([this.tail, chunk]).subarray(-TAR_TRAILER_BYTES);
-  }
-
-  get ended(): boolean {
-    return this.bytes % 512 === 0 && this.tail.length === TAR_TRAILER_BYTES && this.tail.every((byte) => byte === 0);
-  }
-}
-
 export function encodeSandboxHeader(value: ImportSandbox): string {
   return Buffer.from(JSON.stringify(value)).toString('base64url');
 }

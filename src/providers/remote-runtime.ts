@@ -26,9 +26,9 @@ import {
   PROVIDER_ERRORS,
   Sandbox,
   TAR_CONTENT_TYPE,
-  TarEndCheck,
   type SandboxSpec,
 } from './protocol';
+import { TarStreamCheck } from './tar-check';
 
 export interface RemoteRuntimeOptions {
   /** The sandbox host's base URL, e.g. `http://127.0.0.1:7300`. */
@@ -306,15 +306,15 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
  * An export's body, read at the consumer's pace: it is pulled only when asked for, so nothing is held beyond the
  * stream's buffer. Every failure is typed, so the store that consumes it publishes nothing and the caller knows
  * whether to try again: a host that sends nothing for `idleMs` while the consumer waits, or whose connection breaks
- * off, is RuntimeBusyError; a body over `maxBytes`, or one that ends without the end-of-archive marker (cut short), is
- * RuntimeFailedError.
+ * off, is RuntimeBusyError; a body over `maxBytes`, one that is not a tar, or one that ends without the
+ * end-of-archive marker (cut short), is RuntimeFailedError.
  */
 function exportStream(
   body: WebReadableStream<Uint8Array>,
   { idleMs, maxBytes, what }: { idleMs: number; maxBytes: number; what: string },
 ): Readable {
   const reader = body.getReader();
-  const end = new TarEndCheck();
+  const check = new TarStreamCheck();
   let seen = 0;
   return new Readable({
     read() {
@@ -326,14 +326,15 @@ function exportStream(
         .then(
           (next) => {
             if (next.done) {
-              if (end.ended) this.push(null);
+              if (check.ended) this.push(null);
               else this.destroy(new RuntimeFailedError(`${what} ended without the end-of-archive marker (cut short)`));
               return;
             }
             const chunk = Buffer.from(next.value.buffer, next.value.byteOffset, next.value.byteLength);
             seen += chunk.length;
             if (seen > maxBytes) return void this.destroy(new RuntimeFailedError(`${what} is over ${maxBytes} bytes`));
-            end.update(chunk);
+            const problem = check.update(chunk);
+            if (problem) return void this.destroy(new RuntimeFailedError(`${what} is not a tar/1 archive: ${problem}`));
             this.push(chunk);
           },
           (error: unknown) => {
