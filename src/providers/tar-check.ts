@@ -43,26 +43,43 @@ export class TarStreamCheck {
   }
 
   private header(): void {
-    if (this.block.every((byte) => byte === 0)) {
+    const sum = byteSum(this.block);
+    if (sum === 0) {
       // Two zero blocks end the archive; some writers pad on with more to a record size.
       this.zeroBlocks += 1;
       return;
     }
     if (this.zeroBlocks >= 2) return void (this.problem = 'bytes follow the end-of-archive marker');
     if (this.zeroBlocks === 1) return void (this.problem = 'a lone zero block where a header belongs');
-    if (!checksumMatches(this.block)) return void (this.problem = 'a header block whose checksum does not match');
+    if (!checksumMatches(this.block, sum)) return void (this.problem = 'a header block whose checksum does not match');
     const layout = readTarHeaderLayout(this.block);
     if (!layout) return void (this.problem = 'a header whose size cannot be read');
     this.skip = layout.size + tarPaddingBytes(layout.size);
   }
 }
 
+function byteSum(block: Buffer): number {
+  let sum = 0;
+  for (let i = 0; i < BLOCK; i++) sum += block[i]!;
+  return sum;
+}
+
 /** The checksum field (octal) against the sum of the block's bytes, the field itself counted as eight spaces. */
-function checksumMatches(block: Buffer): boolean {
-  const field = block.subarray(148, 156).toString('latin1');
-  const digits = /^ *([0-7]{1,7})[ \0]*$/.exec(field)?.[1];
-  if (digits === undefined) return false;
-  let sum = 8 * 0x20;
-  for (let i = 0; i < BLOCK; i++) if (i < 148 || i >= 156) sum += block[i] ?? 0;
-  return sum === parseInt(digits, 8);
+function checksumMatches(block: Buffer, sum: number): boolean {
+  let expected = sum + 8 * 0x20;
+  for (let i = 148; i < 156; i++) expected -= block[i]!;
+  // Octal digits, perhaps led by spaces, ended by a NUL or a space.
+  let value = 0;
+  let digits = 0;
+  let i = 148;
+  while (i < 156 && block[i] === 0x20) i++;
+  for (; i < 156; i++) {
+    const byte = block[i]!;
+    if (byte >= 0x30 && byte <= 0x37) {
+      value = value * 8 + (byte - 0x30);
+      digits += 1;
+    } else if (byte === 0 || byte === 0x20) break;
+    else return false;
+  }
+  return digits > 0 && value === expected;
 }
