@@ -128,7 +128,7 @@ describe('an OpenShell-shaped provider', () => {
   });
 
   test('a sandbox runs on, the same process, while it is exported; its export restores on another host', async () => {
-    const size = 24 * 1024 * 1024;
+    const size = 64 * 1024 * 1024;
     // Writes into its home (its working directory, the sandbox's `/sandbox`) and counts on for as long as it runs.
     const script =
       `mkdir notes && echo hello > notes/a.txt && head -c ${size} /dev/urandom > big.bin && ` +
@@ -154,7 +154,7 @@ describe('an OpenShell-shaped provider', () => {
       }),
     );
     await firstChunk;
-    // The export is under way and held: 24 MiB cannot all sit in the socket's buffers. The sandbox counts on.
+    // The export is under way and held: 64 MiB cannot all sit in the sockets' buffers. The sandbox counts on.
     const during = count();
     await eventually(() => count() > during + 5);
     expect((await gatewayRuntime.describe(info.instanceId))?.pid).toBe(info.pid);
@@ -173,7 +173,11 @@ describe('an OpenShell-shaped provider', () => {
     const restored = await otherRuntime.restore({
       sessionId,
       instanceId: 'sandbox-restored',
-      spec: { kind: 'workspace', command: ['sh', '-c', 'cat notes/a.txt > seen; sleep 30'], stopGraceMs: 1_000 },
+      spec: {
+        kind: 'workspace',
+        command: ['sh', '-c', 'cat notes/a.txt > seen.tmp && mv seen.tmp seen; sleep 30'],
+        stopGraceMs: 1_000,
+      },
       state: Readable.from([tar]),
     });
     otherRuntime.made.add(restored.instanceId);
@@ -192,7 +196,7 @@ describe('an OpenShell-shaped provider', () => {
       instanceId: 'sandbox-abandoned',
       spec: {
         kind: 'workspace',
-        command: ['sh', '-c', 'head -c 16777216 /dev/urandom > big.bin && touch ready && sleep 30'],
+        command: ['sh', '-c', 'head -c 67108864 /dev/urandom > big.bin && touch ready && sleep 30'],
         stopGraceMs: 1_000,
       },
     });

@@ -138,14 +138,15 @@ test('a sandbox frozen for an export runs on once the reader of the export goes 
   const info = await start(runtime, [
     'sh',
     '-c',
-    'head -c 16777216 /dev/urandom > big.bin; i=0; while :; do i=$((i+1)); echo $i > count; sleep 0.02; done',
+    'head -c 67108864 /dev/urandom > big.bin; i=0; while :; do i=$((i+1)); echo $i > count; sleep 0.02; done',
   ]);
   const home = path.join(host.rootDir, 'session-1', info.instanceId);
   const count = () => Number(fs.readFileSync(path.join(home, 'count'), 'utf8').trim() || 0);
   await eventually(() => fs.existsSync(path.join(home, 'count')) && count() > 0);
   const exported = await runtime.capture(info.instanceId);
   await new Promise((resolve) => exported.once('readable', resolve));
-  // Frozen (SIGSTOP: state T) for the export; 16 MiB cannot all sit in the socket's buffers, so it is under way.
+  // Frozen (SIGSTOP: state T) for the export, which is under way: 64 MiB cannot all sit in the sockets' buffers
+  // (at most 32 + 4 MiB on Linux by default).
   const state = () => fs.readFileSync(`/proc/${info.pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0];
   expect(state()).toBe('T');
   exported.destroy();
