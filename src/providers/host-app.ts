@@ -1,4 +1,4 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { pipeline, Readable, Transform } from 'node:stream';
@@ -14,6 +14,9 @@ import {
   RuntimeNotFoundError,
 } from '../runtimes/session-runtime';
 import { ArchiveRejectedError, WorkspaceRuntime } from '../runtimes/workspace';
+import { openCapture } from '../runtimes/workspace/capture';
+import { extractArchive } from '../runtimes/workspace/restore';
+import { sourceStream } from '../snapshots';
 import { raceAbort } from '../runtimes/race-abort';
 import {
   AdoptSandbox,
@@ -33,6 +36,7 @@ import {
   type Sandbox,
   type SandboxSpec,
 } from './protocol';
+import { TarStreamCheck } from './tar-check';
 
 export interface SandboxHostOptions {
   /** Sandboxes live in `<rootDir>/<sessionId>/<sandboxId>`; the host's records and lock in `<rootDir>/.run`. */
@@ -42,8 +46,17 @@ export interface SandboxHostOptions {
   maxSandboxes?: number;
   /** The largest state the host exports or imports (default 64 GiB). */
   maxExportBytes?: number;
+  /**
+   * Keep sandboxes running while they are exported (`runsWhileExporting: true`): the sandbox is frozen only while its
+   * files are copied aside on the host's disk, and runs while the copy streams out. Costs the copy's disk space for
+   * as long as the export lasts. Default false: frozen for the whole export.
+   */
+  runsWhileExporting?: boolean;
   log?: (message: string) => void;
 }
+
+/** Copies set aside by exports of running sandboxes, under the root; a name no sandbox's session can have. */
+export const EXPORTS_DIR = '.exports';
 
 /** JSON bodies (a spec with its seed files and environment) are small: 1 MiB is four times the largest spec. */
 export const MAX_REQUEST_BYTES = 1024 * 1024;
@@ -56,6 +69,8 @@ export interface SandboxHost {
   app: Hono;
   runtime: WorkspaceRuntime;
   capabilities: Capabilities;
+  /** Kills and removes what a previous host process on the root left: call once, before serving. */
+  recover(): Promise<void>;
 }
 
 /** Thrown inside a handler to answer with a typed error. */
@@ -80,8 +95,9 @@ export function createSandboxHost(options: SandboxHostOptions): SandboxHost {
     protocolVersion: PROTOCOL_VERSION,
     exportFormats: [EXPORT_FORMAT],
     captures: { filesystem: true, processMemory: false },
-    // The process group is stopped (SIGSTOP) for the whole export: the tar is one point in time.
-    runsWhileExporting: false,
+    // Either way the tar is one point in time: the group is stopped (SIGSTOP) for the whole export, or only while its
+    // files are copied aside.
+    runsWhileExporting: options.runsWhileExporting ?? false,
     limits: {
       maxSandboxes: options.maxSandboxes ?? 64,
       maxExportBytes: options.maxExportBytes ?? 64 * 1024 ** 3,
@@ -150,7 +166,8 @@ export function createSandboxHost(options: SandboxHostOptions): SandboxHost {
   app.get('/v1/sandboxes/:id/export', async (c) => {
     const id = idOf(c);
     await admitFor(c, id);
-    const state = limited(await runtime.capture(id), capabilities.limits.maxExportBytes);
+    const captured = capabilities.runsWhileExporting ? await copiedAside(id) : await runtime.capture(id);
+    const state = limited(captured, capabilities.limits.maxExportBytes);
     return new Response(Readable.toWeb(state) as ReadableStream, {
       headers: { 'content-type': TAR_CONTENT_TYPE, [HEADERS.exportFormat]: EXPORT_FORMAT },
     });
@@ -246,6 +263,27 @@ export function createSandboxHost(options: SandboxHostOptions): SandboxHost {
     }
   });
 
+  /**
+   * An export of a sandbox that keeps running: its capture (the group frozen) is extracted into a directory of its
+   * own, the group resumes, and the export is a capture of that copy, removed once the stream ends or fails. The
+   * bytes are those a frozen export would have sent at the same moment.
+   */
+  async function copiedAside(id: string): Promise<Readable> {
+    const staging = path.join(options.rootDir, EXPORTS_DIR, `${id}-${randomBytes(6).toString('hex')}`);
+    const discard = () =>
+      fs.promises
+        .rm(staging, { recursive: true, force: true })
+        .catch((error: unknown) => log(`sandbox host: ${staging} was not removed: ${messageOf(error)}`));
+    await fs.promises.mkdir(staging, { recursive: true, mode: 0o700 });
+    try {
+      await extractArchive(await runtime.capture(id), staging);
+    } catch (error) {
+      await discard();
+      throw error;
+    }
+    return sourceStream(openCapture(staging, () => void discard(), undefined, undefined));
+  }
+
   /** Refuses an id live for another session before its fence is recorded: that call changes nothing. */
   async function refuseOtherSession(sandboxId: string, sessionId: string): Promise<void> {
     const existing = await runtime.describe(sandboxId);
@@ -284,7 +322,13 @@ export function createSandboxHost(options: SandboxHostOptions): SandboxHost {
     };
   }
 
-  return { app, runtime, capabilities };
+  /** At start, before any call: copies a previous host process left set aside by exports go. */
+  async function recover(): Promise<void> {
+    await runtime.recoverHost();
+    await fs.promises.rm(path.join(options.rootDir, EXPORTS_DIR), { recursive: true, force: true });
+  }
+
+  return { app, runtime, capabilities, recover };
 }
 
 function fail(
@@ -400,32 +444,24 @@ async function bytesUnder(root: string): Promise<number | undefined> {
   return bytes;
 }
 
-/** The end-of-archive marker: two zero blocks. */
-const TAR_TRAILER_BYTES = 1024;
-
 /**
  * `source`, failed with {@link TooLargeError} once more than `max` bytes have passed. Errors of `source` pass on.
- * With `wholeTar`, it also fails at its end unless the stream ends with the end-of-archive marker: a tar cut off between
- * two entries is otherwise a valid, shorter archive, and an import has no digest to catch it.
+ * With `wholeTar`, it also fails unless the stream is a whole tar ending with the end-of-archive marker: a tar cut off
+ * between two entries is otherwise a valid, shorter archive, and an import has no digest to catch it.
  */
 function limited(source: Readable, max: number, { wholeTar = false } = {}): Readable {
   let seen = 0;
-  let tail = Buffer.alloc(0);
+  const check = new TarStreamCheck();
   const counter = new Transform({
     transform(chunk: Buffer, _encoding, done) {
       seen += chunk.length;
       if (seen > max) return done(new TooLargeError(`the state is over ${max} bytes`));
-      if (wholeTar) {
-        tail =
-          chunk.length >= TAR_TRAILER_BYTES
-            ? Buffer.from(chunk.subarray(-TAR_TRAILER_BYTES))
-            : Buffer.concat([tail, chunk]).subarray(-TAR_TRAILER_BYTES);
-      }
+      const problem = wholeTar ? check.update(chunk) : undefined;
+      if (problem) return done(new Error(`the import is not a tar/1 archive: ${problem}`));
       done(null, chunk);
     },
     flush(done) {
-      const ended = seen % 512 === 0 && tail.length === TAR_TRAILER_BYTES && tail.every((byte) => byte === 0);
-      done(wholeTar && !ended ? new Error('the tar stream is truncated: it has no end-of-archive marker') : null);
+      done(wholeTar && !check.ended ? new Error('the tar stream is truncated: it has no end-of-archive marker') : null);
     },
   });
   pipeline(source, counter, () => undefined);

@@ -5,7 +5,7 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import type { z } from 'zod';
 import type { RemoteRuntimeSpec } from '../domain/schemas';
 import { currentFence } from '../runtimes/fence';
-import { isError, messageOf } from '../errors';
+import { DurableSessionsError, isError, messageOf } from '../errors';
 import {
   RuntimeBusyError,
   RuntimeExitedError,
@@ -31,6 +31,7 @@ import {
   TAR_CONTENT_TYPE,
   type SandboxSpec,
 } from './protocol';
+import { TarStreamCheck } from './tar-check';
 
 export interface RemoteRuntimeOptions {
   /**
@@ -43,10 +44,13 @@ export interface RemoteRuntimeOptions {
   /** The fencing token each call carries: the session's generation (default: the activity's, see withFence; 1). */
   fence?: () => number;
   /**
-   * How long a call may take (default 30 s): a JSON call as a whole; an export until the host answers; an import while
-   * no byte moves (a slow state is no failure, a stalled one is). `stop` adds its grace period.
+   * How long a call may take (default 30 s): a JSON call as a whole; an export until the host answers, then while the
+   * reader waits for a byte that does not come; an import while no byte moves (a slow state is no failure, a stalled
+   * one is). `stop` adds its grace period.
    */
   timeoutMs?: number;
+  /** The largest state an export may send (default 64 GiB, the reference host's own limit): more is no state. */
+  maxExportBytes?: number;
   /** How long each long poll of `waitForExit` asks the host to wait (default 25 s; the host caps it). */
   exitPollMs?: number;
   /**
@@ -91,6 +95,7 @@ export class RemoteRuntime implements SessionRuntime<RemoteRuntimeSpec> {
   private readonly timeoutMs: number;
   private readonly exitPollMs: number;
   private readonly lostAfterMs: number;
+  private readonly maxExportBytes: number;
 
   constructor(options: RemoteRuntimeOptions) {
     const urls = typeof options.url === 'string' ? [options.url] : [...options.url];
@@ -101,6 +106,7 @@ export class RemoteRuntime implements SessionRuntime<RemoteRuntimeSpec> {
     this.timeoutMs = options.timeoutMs ?? 30_000;
     this.exitPollMs = options.exitPollMs ?? 25_000;
     this.lostAfterMs = options.lostAfterMs ?? 30_000;
+    this.maxExportBytes = options.maxExportBytes ?? 64 * 1024 ** 3;
   }
 
   canRestore(version: string): boolean {
@@ -168,9 +174,11 @@ export class RemoteRuntime implements SessionRuntime<RemoteRuntimeSpec> {
       ...(request.forkedFrom ? { forkedFrom: request.forkedFrom } : {}),
     });
     arm();
+    let tried: string | undefined;
     try {
       // A host that refuses the connection has read nothing of the stream, so the next one can take it.
       return await this.onFirstHost(request.instanceId, async (url) => {
+        tried = url;
         const response = await this.call(url, 'PUT', `${this.path(request.instanceId)}/import`, {
           fenced: true,
           body: Readable.toWeb(watched) as ReadableStream,
@@ -186,6 +194,11 @@ export class RemoteRuntime implements SessionRuntime<RemoteRuntimeSpec> {
     } catch (error) {
       // A state that failed (a digest mismatch) is the reason, whatever the host or the connection made of it.
       if (isError(stateError)) throw stateError;
+      // A host that stalled is one that cannot be reached now, as for any other call.
+      if (controller.signal.aborted) {
+        const reason = messageOf(controller.signal.reason);
+        throw new RuntimeBusyError(`the sandbox host ${tried ?? ''} cannot be reached: ${reason}`, { cause: error });
+      }
       throw error;
     } finally {
       clearTimeout(timer);
@@ -203,7 +216,16 @@ export class RemoteRuntime implements SessionRuntime<RemoteRuntimeSpec> {
       await response.body?.cancel();
       throw new RuntimeFailedError(`the sandbox host exported ${format ?? 'no format'}, not ${EXPORT_FORMAT}`);
     }
-    return Readable.fromWeb(response.body as WebReadableStream<Uint8Array>);
+    const declared = Number(response.headers.get('content-length') ?? NaN);
+    if (declared > this.maxExportBytes) {
+      await response.body.cancel();
+      throw new RuntimeFailedError(`the sandbox host exports ${declared} bytes, over ${this.maxExportBytes}`);
+    }
+    return exportStream(response.body as WebReadableStream<Uint8Array>, {
+      idleMs: this.timeoutMs,
+      maxBytes: this.maxExportBytes,
+      what: `the export of ${instanceId} from ${url}`,
+    });
   }
 
   async stop(instanceId: string, options: { graceMs?: number } = {}): Promise<ExitInfo> {
@@ -415,6 +437,59 @@ export class RemoteRuntime implements SessionRuntime<RemoteRuntimeSpec> {
     if (!response.ok) throw errorOf(response.status, text, path);
     return { response, text };
   }
+}
+
+/**
+ * An export's body, read at the consumer's pace: it is pulled only when asked for, so nothing is held beyond the
+ * stream's buffer. Every failure is typed, so the store that consumes it publishes nothing and the caller knows
+ * whether to try again: a host that sends nothing for `idleMs` while the consumer waits, or whose connection breaks
+ * off, is RuntimeBusyError; a body over `maxBytes`, one that is not a tar, or one that ends without the
+ * end-of-archive marker (cut short), is RuntimeFailedError.
+ */
+function exportStream(
+  body: WebReadableStream<Uint8Array>,
+  { idleMs, maxBytes, what }: { idleMs: number; maxBytes: number; what: string },
+): Readable {
+  const reader = body.getReader();
+  const check = new TarStreamCheck();
+  let seen = 0;
+  return new Readable({
+    read() {
+      let timer: NodeJS.Timeout | undefined;
+      const stalled = new Promise<never>((_resolve, reject) => {
+        timer = setTimeout(() => reject(new RuntimeBusyError(`${what} sent nothing for ${idleMs} ms`)), idleMs);
+      });
+      void Promise.race([reader.read(), stalled])
+        .then(
+          (next) => {
+            if (next.done) {
+              if (check.ended) this.push(null);
+              else this.destroy(new RuntimeFailedError(`${what} ended without the end-of-archive marker (cut short)`));
+              return;
+            }
+            const chunk = Buffer.from(next.value.buffer, next.value.byteOffset, next.value.byteLength);
+            seen += chunk.length;
+            if (seen > maxBytes) return void this.destroy(new RuntimeFailedError(`${what} is over ${maxBytes} bytes`));
+            const problem = check.update(chunk);
+            if (problem) return void this.destroy(new RuntimeFailedError(`${what} is not a tar/1 archive: ${problem}`));
+            this.push(chunk);
+          },
+          (error: unknown) => {
+            const typed =
+              error instanceof DurableSessionsError
+                ? error
+                : new RuntimeBusyError(`${what} broke off: ${messageOf(error)}`, { cause: error });
+            this.destroy(typed);
+          },
+        )
+        .finally(() => clearTimeout(timer));
+    },
+    destroy(error, callback) {
+      // Closes the connection: a host still sending stops at once.
+      reader.cancel(error ?? undefined).catch(() => undefined);
+      callback(error);
+    },
+  });
 }
 
 /** The runtime error an error answer means (docs/providers.md, "Errors"). */

@@ -8,7 +8,9 @@ import { createSandboxHost, MAX_HEADER_BYTES } from './host-app';
  * (docs/providers.md) and runs workspaces on its own root. It shares nothing with a worker but the protocol.
  *
  * DS_SANDBOX_HOST_TOKEN (required), DS_SANDBOX_HOST_ROOT (default ./data/sandboxes), DS_SANDBOX_HOST_PORT (default
- * 7300), DS_SANDBOX_HOST_LISTEN (default 127.0.0.1), DS_SANDBOX_HOST_MAX_SANDBOXES (default 64).
+ * 7300), DS_SANDBOX_HOST_LISTEN (default 127.0.0.1), DS_SANDBOX_HOST_MAX_SANDBOXES (default 64),
+ * DS_SANDBOX_HOST_RUNS_WHILE_EXPORTING (default false: sandboxes are frozen for a whole export; true: only while
+ * their files are copied aside).
  * DS_SANDBOX_HOST_EXIT_WITH_STDIN=1: exit when stdin closes, so that a parent that dies however it dies (kill -9)
  * takes the host and its sandboxes with it.
  */
@@ -23,9 +25,18 @@ async function main(): Promise<void> {
     throw new Error('DS_SANDBOX_HOST_MAX_SANDBOXES must be a positive integer');
   }
   const hostname = env.DS_SANDBOX_HOST_LISTEN ?? '127.0.0.1';
-  const host = createSandboxHost({ rootDir: env.DS_SANDBOX_HOST_ROOT ?? 'data/sandboxes', token, maxSandboxes });
+  const runsWhileExporting = env.DS_SANDBOX_HOST_RUNS_WHILE_EXPORTING ?? 'false';
+  if (runsWhileExporting !== 'true' && runsWhileExporting !== 'false') {
+    throw new Error('DS_SANDBOX_HOST_RUNS_WHILE_EXPORTING must be true or false');
+  }
+  const host = createSandboxHost({
+    rootDir: env.DS_SANDBOX_HOST_ROOT ?? 'data/sandboxes',
+    token,
+    maxSandboxes,
+    runsWhileExporting: runsWhileExporting === 'true',
+  });
   // Nothing a previous host process on this root left may run beside what this one makes.
-  await host.runtime.recoverHost();
+  await host.recover();
   process.on('exit', () => host.runtime.killAll());
 
   const server = serve({

@@ -4,10 +4,12 @@ import * as fsp from 'node:fs/promises';
 import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import { freePort } from '../../src/dev-server';
 import { RemoteRuntime, StaleFenceError } from '../../src/providers/remote-runtime';
 import { RuntimeBusyError, RuntimeExitedError, RuntimeFailedError } from '../../src/runtimes';
+import { WorkspaceRuntime } from '../../src/runtimes/workspace';
+import { readAll } from '../helpers/checkpoints';
 import { startSandboxHost, type SandboxHostProcess } from '../helpers/sandbox-host';
 import { eventually } from '../helpers/temporal';
 
@@ -129,4 +131,60 @@ test('a 32 MiB state streams out and back in: the restored sandbox exports the s
     headers: { authorization: `Bearer ${host.token}` },
   });
   expect(await described.json()).toMatchObject({ resources: { diskBytes: size } });
+});
+
+test('a sandbox frozen for an export runs on once the reader of the export goes away', async () => {
+  const runtime = remote();
+  const info = await start(runtime, [
+    'sh',
+    '-c',
+    'head -c 67108864 /dev/urandom > big.bin; i=0; while :; do i=$((i+1)); echo $i > count; sleep 0.02; done',
+  ]);
+  const home = path.join(host.rootDir, 'session-1', info.instanceId);
+  const count = () => Number(fs.readFileSync(path.join(home, 'count'), 'utf8').trim() || 0);
+  await eventually(() => fs.existsSync(path.join(home, 'count')) && count() > 0);
+  const exported = await runtime.capture(info.instanceId);
+  await new Promise((resolve) => exported.once('readable', resolve));
+  // Frozen (SIGSTOP: state T) for the export, which is under way: 64 MiB cannot all sit in the sockets' buffers
+  // (at most 32 + 4 MiB on Linux by default).
+  const state = () => fs.readFileSync(`/proc/${info.pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0];
+  expect(state()).toBe('T');
+  exported.destroy();
+  const after = count();
+  await eventually(() => count() > after + 5);
+  expect(state()).not.toBe('T');
+  expect(await runtime.describe(info.instanceId)).toMatchObject({ pid: info.pid, running: true });
+});
+
+test('a checkpoint moves between a workspace on a worker and a sandbox on a host, both ways, byte for byte', async () => {
+  const runtime = remote();
+  const local = new WorkspaceRuntime({ rootDir: path.join(tmp, 'local'), defaultStopGraceMs: 1_000, log: () => {} });
+  try {
+    expect([local.kind, local.version]).toEqual([runtime.kind, runtime.version]);
+    await local.start({
+      sessionId: 'session-1',
+      instanceId: 'local-1',
+      spec: { kind: 'workspace', command: ['sleep', '30'], files: { 'a.txt': 'from the worker', 'd/b.txt': 'b' } },
+    });
+    const fromWorker = await readAll(await local.capture('local-1'));
+    const instanceId = `remote-${++ids}`;
+    made.push({ runtime, id: instanceId });
+    await runtime.restore({
+      sessionId: 'session-1',
+      instanceId,
+      spec: { kind: 'remote', command: ['sleep', '30'] },
+      state: Readable.from([fromWorker]),
+    });
+    const fromHost = await readAll(await runtime.capture(instanceId));
+    expect(fromHost).toEqual(fromWorker);
+    await local.restore({
+      sessionId: 'session-1',
+      instanceId: 'local-2',
+      spec: { kind: 'workspace', command: ['sleep', '30'] },
+      state: Readable.from([fromHost]),
+    });
+    expect(await readAll(await local.capture('local-2'))).toEqual(fromWorker);
+  } finally {
+    await local.stopAll();
+  }
 });
