@@ -265,7 +265,9 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
         headers,
         signal,
         ...(options.json !== undefined ? { body: JSON.stringify(options.json) } : {}),
-        ...(options.body ? { body: options.body, duplex: 'half' } : {}),
+        // `redirect: 'error'`: to follow a redirect, fetch tees a streamed body so that it can send it again, and
+        // holds every byte of it until the answer (a whole state in memory: bench/README.md, "Provider protocol").
+        ...(options.body ? { body: options.body, duplex: 'half', redirect: 'error' } : {}),
       });
       // A JSON answer, or an error's, is read within the same timeout; a stream is the caller's to read.
       if (!(options.stream && response.ok)) text = await response.text();
