@@ -1,4 +1,4 @@
-import { Readable, Transform } from 'node:stream';
+import { pipeline, Readable, Transform } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import type { z } from 'zod';
 import type { WorkspaceRuntimeSpec } from '../domain/schemas';
@@ -58,6 +58,35 @@ export class StaleFenceError extends RuntimeFailedError {
   }
 }
 
+/**
+ * The pieces a state crosses the wire in, gathered from the socket's 64 KiB reads (and the store's chunk-sized
+ * pieces): each piece costs the chunker, the Readables and the host's extractor a little, whatever its size
+ * (bench/README.md, "Provider protocol").
+ */
+const PIECE_BYTES = 1024 * 1024;
+
+/** A Transform that passes its bytes on in pieces of at least `bytes` (the last one shorter); `moved` on each input. */
+function gathering(bytes: number, moved: () => void = () => undefined): Transform {
+  let held: Buffer[] = [];
+  let size = 0;
+  return new Transform({
+    transform(chunk: Buffer, _encoding, done) {
+      moved();
+      held.push(chunk);
+      size += chunk.length;
+      if (size < bytes) return done();
+      const piece = held.length === 1 ? held[0]! : Buffer.concat(held, size);
+      held = [];
+      size = 0;
+      done(null, piece);
+    },
+    flush(done) {
+      moved();
+      done(null, size > 0 ? Buffer.concat(held, size) : undefined);
+    },
+  });
+}
+
 /** The export format is the workspace runtime's capture, so a remote instance restores its checkpoints too. */
 const VERSION = '1';
 
@@ -109,16 +138,7 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
         this.timeoutMs,
       );
     };
-    const watched = new Transform({
-      transform(chunk: Buffer, _encoding, done) {
-        arm();
-        done(null, chunk);
-      },
-      flush(done) {
-        arm();
-        done();
-      },
-    });
+    const watched = gathering(PIECE_BYTES, arm);
     state.once('error', (error) => watched.destroy(error));
     state.pipe(watched);
     const header = encodeSandboxHeader({
@@ -154,7 +174,11 @@ export class RemoteRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
       await response.body?.cancel();
       throw new RuntimeFailedError(`the sandbox host exported ${format ?? 'no format'}, not ${EXPORT_FORMAT}`);
     }
-    return Readable.fromWeb(response.body as WebReadableStream<Uint8Array>);
+    const body = Readable.fromWeb(response.body as WebReadableStream<Uint8Array>);
+    const state = gathering(PIECE_BYTES);
+    // Either end's failure or release reaches the other: a cut export fails the state, a released state the body.
+    pipeline(body, state, () => undefined);
+    return state;
   }
 
   async stop(instanceId: string, options: { graceMs?: number } = {}): Promise<ExitInfo> {
