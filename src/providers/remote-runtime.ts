@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
-import { Readable, Transform } from 'node:stream';
+import { pipeline, Readable, Transform } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import type { z } from 'zod';
 import type { RemoteRuntimeSpec } from '../domain/schemas';
@@ -71,6 +71,35 @@ export class StaleFenceError extends RuntimeFailedError {
   ) {
     super(message);
   }
+}
+
+/**
+ * The pieces a state crosses the wire in, gathered from the socket's 64 KiB reads (and the store's chunk-sized
+ * pieces): each piece costs the chunker, the Readables and the host's extractor a little, whatever its size
+ * (bench/README.md, "Provider protocol").
+ */
+const PIECE_BYTES = 1024 * 1024;
+
+/** A Transform that passes its bytes on in pieces of at least `bytes` (the last one shorter); `moved` on each input. */
+function gathering(bytes: number, moved: () => void = () => undefined): Transform {
+  let held: Buffer[] = [];
+  let size = 0;
+  return new Transform({
+    transform(chunk: Buffer, _encoding, done) {
+      moved();
+      held.push(chunk);
+      size += chunk.length;
+      if (size < bytes) return done();
+      const piece = held.length === 1 ? held[0]! : Buffer.concat(held, size);
+      held = [];
+      size = 0;
+      done(null, piece);
+    },
+    flush(done) {
+      moved();
+      done(null, size > 0 ? Buffer.concat(held, size) : undefined);
+    },
+  });
 }
 
 /** The export format is the workspace runtime's capture, so a remote instance restores its checkpoints too. */
@@ -156,16 +185,7 @@ export class RemoteRuntime implements SessionRuntime<RemoteRuntimeSpec> {
         this.timeoutMs,
       );
     };
-    const watched = new Transform({
-      transform(chunk: Buffer, _encoding, done) {
-        arm();
-        done(null, chunk);
-      },
-      flush(done) {
-        arm();
-        done();
-      },
-    });
+    const watched = gathering(PIECE_BYTES, arm);
     state.once('error', (error) => watched.destroy(error));
     state.pipe(watched);
     const header = encodeSandboxHeader({
@@ -221,11 +241,15 @@ export class RemoteRuntime implements SessionRuntime<RemoteRuntimeSpec> {
       await response.body.cancel();
       throw new RuntimeFailedError(`the sandbox host exports ${declared} bytes, over ${this.maxExportBytes}`);
     }
-    return exportStream(response.body as WebReadableStream<Uint8Array>, {
+    const body = exportStream(response.body as WebReadableStream<Uint8Array>, {
       idleMs: this.timeoutMs,
       maxBytes: this.maxExportBytes,
       what: `the export of ${instanceId} from ${url}`,
     });
+    const state = gathering(PIECE_BYTES);
+    // Either end's failure or release reaches the other: a cut export fails the state, a released state the body.
+    pipeline(body, state, () => undefined);
+    return state;
   }
 
   async stop(instanceId: string, options: { graceMs?: number } = {}): Promise<ExitInfo> {
@@ -419,7 +443,9 @@ export class RemoteRuntime implements SessionRuntime<RemoteRuntimeSpec> {
         headers,
         signal,
         ...(options.json !== undefined ? { body: JSON.stringify(options.json) } : {}),
-        ...(options.body ? { body: options.body, duplex: 'half' } : {}),
+        // `redirect: 'error'`: to follow a redirect, fetch tees a streamed body so that it can send it again, and
+        // holds every byte of it until the answer (a whole state in memory: bench/README.md, "Provider protocol").
+        ...(options.body ? { body: options.body, duplex: 'half', redirect: 'error' } : {}),
       });
       // A JSON answer, or an error's, is read within the same timeout; a stream is the caller's to read.
       if (!(options.stream && response.ok)) text = await response.text();
