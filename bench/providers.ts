@@ -60,7 +60,7 @@ const MiB = 1024 * 1024;
 const execFileAsync = promisify(execFile);
 const PIECE = MiB;
 const SESSION = 'bench';
-const SPEC = { kind: 'workspace' as const, command: ['sleep', '3600'], stopGraceMs: 0 };
+const SPEC = { kind: 'remote' as const, command: ['sleep', '3600'], stopGraceMs: 0 };
 /** Files of the sandbox's state: one file per 64 MiB, so that the tar holds more than one record. */
 const FILE_BYTES = 64 * MiB;
 

@@ -61,7 +61,7 @@ test('a restore does not hold the state it streams to the host', async () => {
     const restored = await runtime.restore({
       sessionId: 'session-1',
       instanceId: 'restored-1',
-      spec: { kind: 'workspace', command: ['sleep', '30'], stopGraceMs: 0 },
+      spec: { kind: 'remote', command: ['sleep', '30'], stopGraceMs: 0 },
       state: tarOf(STATE_BYTES),
     });
     expect(restored).toMatchObject({ instanceId: 'restored-1', running: true });
