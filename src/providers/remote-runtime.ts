@@ -325,6 +325,8 @@ export class RemoteRuntime implements SessionRuntime<RemoteRuntimeSpec> {
   private async locate(instanceId: string): Promise<string | undefined> {
     const cached = this.where.get(instanceId);
     if (cached) return cached;
+    // With one host there is nowhere else to look: the call itself hears whether it knows the sandbox.
+    if (this.urls.length === 1) return this.urls[0];
     const answers = await Promise.allSettled(this.urls.map((url) => this.sandbox(url, instanceId)));
     const found = answers.findIndex((a) => a.status === 'fulfilled' && a.value);
     if (found >= 0) {
