@@ -1,12 +1,8 @@
 import { createReadStream } from 'node:fs';
 import type { CheckpointRef } from '../domain/schemas';
-import {
-  SnapshotNotFoundError,
-  type ArchiveKey,
-  type ArchiveSeal,
-  type CheckpointManifest,
-  type SnapshotStore,
-} from '../snapshots';
+import { SnapshotNotFoundError } from '../domain/errors';
+import type { CheckpointManifest, SnapshotStore } from '../snapshots';
+import type { ArchiveKey, ArchiveSeal } from '../snapshots/archive';
 
 /** Where an import reads its archive: a file, or an opener (the archive is read twice: verified, then stored). */
 export type ArchiveSource = string | (() => AsyncIterable<Uint8Array>);

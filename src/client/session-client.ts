@@ -59,7 +59,9 @@ import { inputFingerprint } from '../domain/fingerprint';
 import { DEFAULT_TENANT, forkSessionIds } from '../domain/names';
 import { workerTimeline, workerVerify } from './worker-reads';
 import { describeEntry, foldTimeline, inView, mergeByIndex, nearestIndex } from '../domain/timeline';
-import { exportArchive, importArchive, type SnapshotStore, type TimelineLog } from '../snapshots';
+import type { SnapshotStore, TimelineLog } from '../snapshots';
+// The archive module alone: a client that exports or imports loads no engine (it is handed the store).
+import { exportArchive, importArchive } from '../snapshots/archive';
 import type { Readable } from 'node:stream';
 import { ExportSessionInput, ImportSessionInput, type ImportResult, type SessionOperationName } from '../api/archives';
 import { archiveOpener, checkpointsToExport, keyOf, sealOf, toCheckpointRef, type ArchiveSource } from './archives';

@@ -214,6 +214,19 @@ export async function openArchive(
   key: ArchiveKey,
 ): Promise<{ header: ArchiveHeader; spec: unknown; entries: AsyncGenerator<ArchiveEntry> }> {
   const reader = new ByteReader(input);
+  const { header, prelude } = await readPrelude(reader);
+  const derived = await keyFor(header, key);
+  const opener = new RecordCipher(derived, sha256(prelude));
+  const spec = parseJson(await readRecord(reader, opener, RECORD.spec), 'spec');
+  return { header, spec, entries: entriesOf(header, reader, opener) };
+}
+
+/** An archive's readable header, without a key (what it holds, how it is sealed); nothing past it is read. */
+export async function readArchiveHeader(input: AsyncIterable<Uint8Array>): Promise<ArchiveHeader> {
+  return (await readPrelude(new ByteReader(input))).header;
+}
+
+async function readPrelude(reader: ByteReader): Promise<{ header: ArchiveHeader; prelude: Buffer }> {
   const magic = await reader.take(MAGIC.length);
   if (!magic || !magic.equals(MAGIC)) throw corrupt('this is not a durable-sessions archive');
   const length = await reader.take(4);
@@ -222,11 +235,7 @@ export async function openArchive(
   if (headerBytes > MAX_HEADER_BYTES) throw corrupt(`its header claims ${headerBytes} bytes`);
   const json = await reader.take(headerBytes);
   if (!json) throw truncated();
-  const header = parseHeader(json);
-  const derived = await keyFor(header, key);
-  const opener = new RecordCipher(derived, sha256(Buffer.concat([magic, length, json])));
-  const spec = parseJson(await readRecord(reader, opener, RECORD.spec), 'spec');
-  return { header, spec, entries: entriesOf(header, reader, opener) };
+  return { header: parseHeader(json), prelude: Buffer.concat([magic, length, json]) };
 }
 
 async function* entriesOf(

@@ -46,6 +46,7 @@ export {
   generateArchiveKeyPair,
   importArchive,
   openArchive,
+  readArchiveHeader,
   verifyArchive,
   type ArchiveKey,
   type ArchiveSeal,
