@@ -446,6 +446,11 @@ export class SessionClient {
     };
   }
 
+  /** Whether this client can `export` and `import` (it was given the store). */
+  get movesArchives(): boolean {
+    return this.options.store !== undefined;
+  }
+
   /** The store export and import use, for this client's tenant. */
   private archiveStore(operation: SessionOperationName, sessionId: string): SnapshotStore {
     const store = this.options.store;
