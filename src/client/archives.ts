@@ -1,5 +1,11 @@
 import { createReadStream } from 'node:fs';
+import type { TimelineEntry } from '../api/messages';
 import type { CheckpointRef } from '../domain/schemas';
+
+interface TimelinePage {
+  entries: TimelineEntry[];
+  next: number | null;
+}
 import { SnapshotNotFoundError } from '../domain/errors';
 import type { CheckpointManifest, SnapshotStore } from '../snapshots';
 import type { ArchiveKey, ArchiveSeal } from '../snapshots/archive';
@@ -69,4 +75,23 @@ export function toCheckpointRef(m: CheckpointManifest): CheckpointRef {
     createdAt: m.createdAt,
     ...(m.encryption ? { encryption: m.encryption } : {}),
   };
+}
+
+/** The message count of each of `checkpointIds`, from the session's timeline (a conversation's checkpoints). */
+export async function messageCountsOf(
+  handle: { timelinePage(options: { from: number; limit: number; all: true }): Promise<TimelinePage> },
+  checkpointIds: readonly string[],
+): Promise<Map<string, number>> {
+  const wanted = new Set(checkpointIds);
+  const counts = new Map<string, number>();
+  for (let from: number | null = 1; from !== null && counts.size < wanted.size;) {
+    const page: TimelinePage = await handle.timelinePage({ from, limit: 1000, all: true });
+    for (const e of page.entries) {
+      if (e.kind !== 'checkpoint' || !wanted.has(e.checkpoint.checkpointId)) continue;
+      const count = e.checkpoint.messageCount ?? e.messageIndex;
+      if (count !== undefined) counts.set(e.checkpoint.checkpointId, count);
+    }
+    from = page.entries.length ? page.next : null;
+  }
+  return counts;
 }

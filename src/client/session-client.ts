@@ -64,7 +64,15 @@ import type { SnapshotStore, TimelineLog } from '../snapshots';
 import { exportArchive, importArchive } from '../snapshots/archive';
 import type { Readable } from 'node:stream';
 import { ExportSessionInput, ImportSessionInput, type ImportResult, type SessionOperationName } from '../api/archives';
-import { archiveOpener, checkpointsToExport, keyOf, sealOf, toCheckpointRef, type ArchiveSource } from './archives';
+import {
+  archiveOpener,
+  checkpointsToExport,
+  keyOf,
+  messageCountsOf,
+  sealOf,
+  toCheckpointRef,
+  type ArchiveSource,
+} from './archives';
 import {
   type AppendInput,
   type RegenerateInput,
@@ -388,10 +396,20 @@ export class SessionClient {
     const store = this.archiveStore('export', id);
     const checkpointIds = await checkpointsToExport(store, id, args.checkpointId, args.ancestors === true);
     // The importing deployment gives the session its own id and tenant.
-    const spec: Partial<StartSessionInput> = { ...(await this.get(id).startSpec()) };
+    const handle = this.get(id);
+    const spec: Partial<StartSessionInput> = { ...(await handle.startSpec()) };
     delete spec.sessionId;
     delete spec.tenant;
-    return exportArchive(store, { sessionId: id, checkpointIds, seal: sealOf(args), spec });
+    // A conversation goes on from its message count, which its timeline holds, not its state.
+    const messageCounts =
+      spec.runtime?.kind === 'conversation' ? await messageCountsOf(handle, checkpointIds) : undefined;
+    return exportArchive(store, {
+      sessionId: id,
+      checkpointIds,
+      seal: sealOf(args),
+      spec,
+      ...(messageCounts ? { messageCounts } : {}),
+    });
   }
 
   /**
@@ -427,12 +445,16 @@ export class SessionClient {
       },
     });
     const head = imported.manifests[imported.manifests.length - 1]!;
+    const { messageCount } = imported.header.checkpoints[imported.header.checkpoints.length - 1]!;
     const from = { sessionId: imported.header.source.sessionId, checkpointId: head.checkpointId };
     const fork = {
       from,
-      checkpoint: toCheckpointRef(head),
+      checkpoint: { ...toCheckpointRef(head), ...(messageCount !== undefined ? { messageCount } : {}) },
       claimOwner: owner,
       ...(args.paused ? { paused: true } : {}),
+      // A conversation goes on from its message count; its timeline starts at this checkpoint, so nothing before it
+      // is a turn to regenerate or a cut to refuse.
+      ...(messageCount !== undefined ? { conversation: { unsafeCuts: [], turnStarts: [] } } : {}),
     };
     const { handle } = await this.startAndAnswer(
       this.startOptions(spec!, { spec: spec!, fork }, { forkOf: from }),

@@ -78,6 +78,8 @@ export const ArchivedCheckpoint = strictObject({
   createdAt: z.iso.datetime(),
   label: Label.optional(),
   trigger: CheckpointTrigger,
+  /** Conversation runtime: the messages the checkpoint holds (what its session's timeline says). */
+  messageCount: z.number().int().min(0).optional(),
 });
 export type ArchivedCheckpoint = z.infer<typeof ArchivedCheckpoint>;
 
@@ -138,6 +140,8 @@ export interface ExportOptions {
   seal: ArchiveSeal;
   /** The session's start spec: sealed with the state (it may hold secrets). */
   spec: unknown;
+  /** Conversation runtime: the messages each checkpoint holds, by checkpoint id, as the session's timeline says. */
+  messageCounts?: ReadonlyMap<string, number>;
 }
 
 /** The archive of a checkpoint (and its ancestors) as a stream: read from the store as it is consumed. */
@@ -167,6 +171,9 @@ async function* archiveBytes(store: SnapshotStore, options: ExportOptions): Asyn
       createdAt: m.createdAt,
       ...(m.label !== undefined ? { label: m.label } : {}),
       trigger: m.trigger,
+      ...(options.messageCounts?.has(m.checkpointId)
+        ? { messageCount: options.messageCounts.get(m.checkpointId) }
+        : {}),
     })),
     seal,
     cipher: 'aes-256-gcm',

@@ -195,3 +195,30 @@ test('export names a missing checkpoint before writing anything, and needs the s
   const storeless = new SessionClient({ client: here.client, taskQueue: here.taskQueue });
   await expect(storeless.export(source.sessionId, { passphrase: 'x' })).rejects.toThrow(/needs the snapshot store/);
 });
+
+test('a conversation moves with its messages and goes on appending in the other deployment', async () => {
+  const sessionId = newId('chat-export');
+  const chat = await exporter.start({
+    sessionId,
+    runtime: { kind: 'conversation', messages: [{ role: 'system', content: 'be brief' }] },
+  });
+  await runningStatus(chat);
+  await chat.append({ messages: [{ role: 'user', content: 'weather in Paris?' }], checkpoint: true });
+  await chat.append({ messages: [{ role: 'assistant', content: 'Sunny.' }], checkpoint: true });
+  await chat.pause({});
+  const archive = await readAll(await exporter.export(sessionId, { passphrase: 'chat' }));
+
+  const imported = await importer.import(
+    async function* () {
+      yield archive;
+    },
+    { passphrase: 'chat' },
+  );
+  const { runtime } = await runningStatus(imported.session, 30_000);
+  const messages = there.conversation.messages(runtime.instanceId, { limit: 100 });
+  expect(messages.map((m) => m.content)).toEqual(['be brief', 'weather in Paris?', 'Sunny.']);
+  await imported.session.append({ messages: [{ role: 'user', content: 'and tomorrow?' }], checkpoint: true });
+  expect(there.conversation.messages(runtime.instanceId, { limit: 100 }).length).toBe(4);
+  await imported.session.stop({ checkpoint: false });
+  await chat.stop({ checkpoint: false });
+});
