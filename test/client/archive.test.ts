@@ -222,3 +222,34 @@ test('a conversation moves with its messages and goes on appending in the other 
   await imported.session.stop({ checkpoint: false });
   await chat.stop({ checkpoint: false });
 });
+
+test('a workspace moves with its files and its command runs on in the other deployment', async () => {
+  const sessionId = newId('ws-export');
+  const session = await exporter.start({
+    sessionId,
+    runtime: {
+      kind: 'workspace',
+      command: ['sh', '-c', 'echo started >> log; sleep 600'],
+      files: { 'notes.txt': 'v1' },
+    },
+  });
+  const { runtime } = await runningStatus(session);
+  const blob = crypto.randomBytes(512 * 1024);
+  fs.writeFileSync(path.join(runtime.location, 'blob.bin'), blob);
+  await session.pause({});
+  const keys = generateArchiveKeyPair();
+  const archive = await readAll(await exporter.export(sessionId, { recipientPublicKey: keys.publicKey }));
+  await session.stop({ checkpoint: false });
+
+  const imported = await importer.import(
+    async function* () {
+      yield archive;
+    },
+    { privateKey: keys.privateKey },
+  );
+  const moved = await runningStatus(imported.session, 30_000);
+  expect(moved.runtime.location).not.toBe(runtime.location);
+  expect(fs.readFileSync(path.join(moved.runtime.location, 'blob.bin')).equals(blob)).toBe(true);
+  expect(fs.readFileSync(path.join(moved.runtime.location, 'notes.txt'), 'utf8')).toBe('v1');
+  await imported.session.stop({ checkpoint: false });
+});
