@@ -16,7 +16,7 @@ from .errors import InvalidInputError
 from .inputs import ExportSessionInput, build, check_session_id
 
 #: The media type of an archive, as the gateway sends and takes it.
-ARCHIVE_MEDIA_TYPE = "application/vnd.durable-sessions.archive"
+ARCHIVE_MEDIA_TYPE = "application/octet-stream"
 #: Bytes read from an archive file at a time while it is sent.
 CHUNK = 1 << 20
 

@@ -545,7 +545,7 @@ function archiveRoutes(
       throw new InvalidInputError(`invalid query: ${z.prettifyError(query.error)}`, '', query.error.issues);
     }
     const [type = ''] = (c.req.header('content-type') ?? '').split(';').map((p) => p.trim().toLowerCase());
-    if (type !== ARCHIVE_MEDIA_TYPE && type !== 'application/octet-stream') {
+    if (type !== ARCHIVE_MEDIA_TYPE) {
       return send(c, problem(415, GATEWAY_CODES.UnsupportedMediaType, `the body must be ${ARCHIVE_MEDIA_TYPE}`));
     }
     const base64 = (name: string) => {

@@ -49,8 +49,11 @@ const scrypt = promisify(scryptCallback) as (
 ) => Promise<Buffer>;
 
 export const ARCHIVE_FORMAT_VERSION = 1;
-/** The media type of an archive (the HTTP body of an export and an import). */
-export const ARCHIVE_MEDIA_TYPE = 'application/vnd.durable-sessions.archive';
+/**
+ * The media type of an archive over HTTP (an export's answer, an import's body): plain bytes, which every generated
+ * client handles (a type of its own is not); the archive names itself by its first bytes.
+ */
+export const ARCHIVE_MEDIA_TYPE = 'application/octet-stream';
 
 const MAGIC = Buffer.from('DSARCHV\0', 'latin1');
 const MAX_HEADER_BYTES = 1 << 20;
