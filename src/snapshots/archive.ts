@@ -97,13 +97,15 @@ const Seal = z.discriminatedUnion('kind', [
   strictObject({
     kind: z.literal('scrypt'),
     salt: Base64,
+    // Read from the archive before it is authenticated: bounded, so that no archive makes its reader spend more than
+    // 128 MiB (128·N·r bytes) or long on the key.
     N: z
       .number()
       .int()
       .min(1024)
-      .max(1 << 20),
-    r: z.number().int().min(1).max(32),
-    p: z.number().int().min(1).max(16),
+      .max(1 << 17),
+    r: z.number().int().min(1).max(8),
+    p: z.number().int().min(1).max(4),
   }),
 ]);
 
@@ -357,7 +359,7 @@ async function keyFor(header: ArchiveHeader, key: ArchiveKey): Promise<Buffer> {
       N,
       r,
       p,
-      maxmem: Math.max(SCRYPT.maxmem, 256 * N * r),
+      maxmem: Math.max(SCRYPT.maxmem, 129 * N * r),
     });
   } else {
     if (!('privateKey' in key)) throw wrongKey('the archive is sealed to a public key, and no private key was given');
