@@ -168,6 +168,20 @@ describe('an archive that is not what it should be changes nothing', () => {
     await nothingOf(sessionId);
   });
 
+  test('a header that asks for an expensive passphrase key (read before anything is authenticated)', async () => {
+    const bytes = fs.readFileSync(sealedFile);
+    const length = bytes.readUInt32BE(8);
+    const header = JSON.parse(bytes.subarray(12, 12 + length).toString('utf8')) as { seal: object };
+    const json = Buffer.from(JSON.stringify({ ...header, seal: { ...header.seal, N: 1 << 20, r: 32 } }));
+    const head = Buffer.alloc(4);
+    head.writeUInt32BE(json.length, 0);
+    const costly = Buffer.concat([bytes.subarray(0, 8), head, json, bytes.subarray(12 + length)]);
+    const sessionId = newId('costly');
+    const err = await attempt(costly, { sessionId, passphrase: 'correct horse' }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: ERROR_CODES.SnapshotCorrupt });
+    await nothingOf(sessionId);
+  });
+
   test('an id that is not a session id, and an id in use', async () => {
     const err = await attempt(fs.readFileSync(sealedFile), { sessionId: '../x', passphrase: 'correct horse' }).catch(
       (e: unknown) => e,
