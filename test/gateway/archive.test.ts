@@ -2,7 +2,9 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { SessionClient } from '../../src/client';
-import type { RunningGateway } from '../../src/gateway';
+import { loadConfig } from '../../src/config';
+import { generateKey, hashKey, type RunningGateway } from '../../src/gateway';
+import { runGateway } from '../../src/gateway/run';
 import { ARCHIVE_MEDIA_TYPE } from '../../src/snapshots';
 import { startAdminGateway, startTestGateway } from '../helpers/gateway';
 import { runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
@@ -141,5 +143,45 @@ test('a gateway without the store answers 501 for both', async () => {
     expect(await res.json()).toMatchObject({ code: 'NotConfigured' });
   } finally {
     await plain.gateway.close();
+  }
+});
+
+test('runGateway opens the store for export only with DS_GATEWAY_ARCHIVES=on', async () => {
+  const admin = generateKey();
+  const env = (archives: string) =>
+    loadConfig({
+      TEMPORAL_ADDRESS: process.env.DS_TEST_TEMPORAL_ADDRESS,
+      DS_TASK_QUEUE: here.taskQueue,
+      DS_DATA_DIR: path.join(here.dir, 'run-gateway'),
+      DS_SNAPSHOT_DIR: path.join(here.dir, 'snapshots'),
+      DS_MASTER_KEYS: here.masterKeys,
+      DS_PAYLOAD_ENCRYPTION: 'none',
+      DS_GATEWAY_ARCHIVES: archives,
+      DS_API_KEYS: JSON.stringify({ keys: [{ id: 'a', sha256: hashKey(admin), tenant: 'default', role: 'admin' }] }),
+    });
+  for (const [archives, status] of [
+    ['on', 200],
+    ['off', 501],
+  ] as const) {
+    const config = env(archives);
+    const running = await runGateway({ ...config, gateway: { ...config.gateway, port: 0 } }, config.temporal.address!);
+    try {
+      const res = await fetch(`${running.url}/v1/sessions/${sessionId}/export`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ passphrase }),
+      });
+      expect(res.status).toBe(status);
+      if (status === 200) {
+        // The same archive a client with the store exports: it imports over the other gateway.
+        const body = Buffer.from(await res.arrayBuffer());
+        const imported = await importOf(body, `?sessionId=${sessionId}-run-gateway&paused=true`);
+        expect(imported.status).toBe(201);
+      } else {
+        await res.body?.cancel();
+      }
+    } finally {
+      await running.close();
+    }
   }
 });
