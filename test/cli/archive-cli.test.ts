@@ -96,4 +96,30 @@ test('keygen, export to the public key, import with the private key into another
 
   await there.sessions.get(as).stop({ checkpoint: false });
   await session.stop({ checkpoint: false });
+
+  // A checkpoint that no longer verifies in the store cuts the export: a typed error, and no file at --out.
+  const packs = path.join(here.dir, 'snapshots', sessionId, 'packs');
+  const pack = fs
+    .readdirSync(packs)
+    .map((name) => path.join(packs, name))
+    .sort((a, b) => fs.statSync(b).size - fs.statSync(a).size)[0]!;
+  const packBytes = fs.readFileSync(pack);
+  packBytes[Math.floor(packBytes.length / 2)]! ^= 0x01;
+  fs.writeFileSync(pack, packBytes);
+  const outDir = fs.mkdtempSync(path.join(here.dir, 'out-'));
+  const passphraseFile = path.join(here.dir, 'pass.txt');
+  fs.writeFileSync(passphraseFile, 'a passphrase\n');
+  const cut = await cli(
+    here,
+    'export',
+    sessionId,
+    '--passphrase-file',
+    `${keys}.pub`,
+    '--out',
+    `${outDir}/x.dsa`,
+    '--json',
+  );
+  expect(cut.code).toBe(1);
+  expect(JSON.parse(cut.stdout)).toMatchObject({ error: { code: 'SnapshotTampered' } });
+  expect(fs.readdirSync(outDir)).toEqual([]);
 });
