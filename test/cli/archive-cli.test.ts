@@ -114,7 +114,7 @@ test('keygen, export to the public key, import with the private key into another
     'export',
     sessionId,
     '--passphrase-file',
-    `${keys}.pub`,
+    passphraseFile,
     '--out',
     `${outDir}/x.dsa`,
     '--json',
