@@ -388,6 +388,11 @@ export const EnvConfig = z.object({
   DS_API_KEYS_FILE: z.string().min(1).optional(),
   /** Instead of a file: the same JSON in the variable (fixed for the process's life: rotating means a restart). */
   DS_API_KEYS: z.string().min(1).optional(),
+  /**
+   * `on`: the gateway serves export and import (`/v1/sessions/{id}/export`, `/v1/imports`), for which it opens the
+   * snapshot store with the master keys, as a worker does. `off` (default): it holds no store key and answers 501.
+   */
+  DS_GATEWAY_ARCHIVES: z.enum(['on', 'off']).default('off'),
   /** Requests a second one API key may send the gateway (bursts of twice that); over it: 429 with Retry-After. */
   DS_GATEWAY_RATE_PER_KEY: z.coerce.number({ message: 'expected a number' }).positive().max(1_000_000).default(100),
   /**
@@ -493,6 +498,8 @@ export interface Config {
     cursorKey?: Buffer;
     /** Absolute paths of the PEM certificate and key; undefined: plain HTTP. */
     tls?: { certFile: string; keyFile: string };
+    /** Serve export and import (DS_GATEWAY_ARCHIVES=on): the gateway then opens the store with its keys. */
+    archives: boolean;
   };
   /** The Prometheus endpoint; no port: none (unless `npm start`'s embedded default turns it on). */
   metrics: { host: string; port?: number };
@@ -643,6 +650,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       keysFile: e.DS_API_KEYS_FILE ? path.resolve(e.DS_API_KEYS_FILE) : undefined,
       ...(e.DS_API_KEYS !== undefined ? { keysJson: e.DS_API_KEYS } : {}),
       ratePerKey: e.DS_GATEWAY_RATE_PER_KEY,
+      archives: e.DS_GATEWAY_ARCHIVES === 'on',
       authFailuresPerSecond: e.DS_GATEWAY_AUTH_FAILURES_PER_SECOND,
       timeouts: {
         headersMs: e.DS_GATEWAY_HEADERS_TIMEOUT_MS,

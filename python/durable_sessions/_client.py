@@ -14,6 +14,7 @@ from typing import Any, Generic, Optional, TypeVar, Union
 import httpx
 from pydantic import BaseModel
 
+from ._archives import ArchiveIn, ArchiveOut, chunks, export_request, import_request, sink, source
 from ._wire import (
     Deadline,
     Request,
@@ -55,6 +56,7 @@ from .models import (
     CheckpointRef,
     Event,
     ForkResult,
+    ImportResult,
     Problem,
     ResumeResult,
     RewindResult,
@@ -260,6 +262,65 @@ class Client(_Base):
         if status is not None and (error := _ended_error(status)) is not None:
             raise error
         return Session(self, session_id, last_status=status)
+
+    def export_session(
+        self,
+        session_id: str,
+        out: ArchiveOut,
+        *,
+        passphrase: Optional[str] = None,
+        recipient_public_key: Optional[str] = None,
+        checkpoint_id: Optional[str] = None,
+        ancestors: Optional[bool] = None,
+        timeout: Optional[float] = None,
+    ) -> int:
+        """Writes a portable archive of a checkpoint of ``session_id`` (its newest unless ``checkpoint_id``; with
+        ``ancestors``, its parent chain too) to ``out`` (a path, written whole or not at all, or a binary file), sealed
+        with ``passphrase`` or for ``recipient_public_key`` (X25519, PEM). Streams: the archive is never held in
+        memory. Returns the bytes written. The gateway needs DS_GATEWAY_ARCHIVES=on (else NotConfiguredError)."""
+        req = export_request(session_id, passphrase, recipient_public_key, checkpoint_id, ancestors, timeout)
+        written = 0
+        try:
+            with (
+                sink(out) as f,
+                self._http.stream("POST", self._url(req), **self._options(req, self._deadline(req).left())) as res,
+            ):
+                if not res.is_success:
+                    res.read()
+                    raise problem_error(res.status_code, res.text)
+                for chunk in res.iter_bytes():
+                    f.write(chunk)
+                    written += len(chunk)
+        except httpx.TransportError as err:
+            raise unavailable(f"the export of {session_id} broke off: {err}") from err
+        return written
+
+    def import_session(
+        self,
+        archive: ArchiveIn,
+        *,
+        passphrase: Optional[str] = None,
+        private_key: Optional[str] = None,
+        session_id: Optional[str] = None,
+        paused: Optional[bool] = None,
+        timeout: Optional[float] = None,
+    ) -> ImportResult:
+        """Starts a new session from ``archive`` (a path, bytes or a binary file, streamed) opened with ``passphrase``
+        or ``private_key`` (X25519, PEM): the gateway verifies all of it first, and a damaged, cut or wrongly keyed
+        archive raises (SnapshotTamperedError, SnapshotCorruptError, SnapshotIncompatibleError) having changed
+        nothing. ``session_id``: the new id (default: the exported one's, marked imported); ``paused``: do not resume
+        it. ``get(result.session_id)`` is the new session."""
+        req = import_request(passphrase, private_key, session_id, paused, timeout)
+        options = self._options(req, self._deadline(req).left())
+        del options["json"]
+        try:
+            with source(archive) as content:
+                res = self._http.post(self._url(req), content=content, **options)
+        except httpx.TransportError as err:
+            raise unavailable(f"the import broke off: {err}") from err
+        if not res.is_success:
+            raise problem_error(res.status_code, res.text)
+        return ImportResult.model_validate(res.json())
 
     def get(self, session_id: str) -> Session:
         """The session ``session_id`` (nothing is sent; an id the gateway would refuse raises InvalidInputError)."""
@@ -710,6 +771,58 @@ class AsyncClient(_Base):
         if status is not None and (error := _ended_error(status)) is not None:
             raise error
         return AsyncSession(self, session_id, last_status=status)
+
+    async def export_session(
+        self,
+        session_id: str,
+        out: ArchiveOut,
+        *,
+        passphrase: Optional[str] = None,
+        recipient_public_key: Optional[str] = None,
+        checkpoint_id: Optional[str] = None,
+        ancestors: Optional[bool] = None,
+        timeout: Optional[float] = None,
+    ) -> int:
+        """The asyncio twin of Client.export_session: the archive streamed into ``out``; returns the bytes written."""
+        req = export_request(session_id, passphrase, recipient_public_key, checkpoint_id, ancestors, timeout)
+        written = 0
+        try:
+            with sink(out) as f:
+                async with self._http.stream(
+                    "POST", self._url(req), **self._options(req, self._deadline(req).left())
+                ) as res:
+                    if not res.is_success:
+                        await res.aread()
+                        raise problem_error(res.status_code, res.text)
+                    async for chunk in res.aiter_bytes():
+                        f.write(chunk)
+                        written += len(chunk)
+        except httpx.TransportError as err:
+            raise unavailable(f"the export of {session_id} broke off: {err}") from err
+        return written
+
+    async def import_session(
+        self,
+        archive: ArchiveIn,
+        *,
+        passphrase: Optional[str] = None,
+        private_key: Optional[str] = None,
+        session_id: Optional[str] = None,
+        paused: Optional[bool] = None,
+        timeout: Optional[float] = None,
+    ) -> ImportResult:
+        """The asyncio twin of Client.import_session: the archive streamed to the gateway, then its answer."""
+        req = import_request(passphrase, private_key, session_id, paused, timeout)
+        options = self._options(req, self._deadline(req).left())
+        del options["json"]
+        try:
+            with source(archive) as content:
+                res = await self._http.post(self._url(req), content=chunks(content), **options)
+        except httpx.TransportError as err:
+            raise unavailable(f"the import broke off: {err}") from err
+        if not res.is_success:
+            raise problem_error(res.status_code, res.text)
+        return ImportResult.model_validate(res.json())
 
     def get(self, session_id: str) -> AsyncSession:
         return AsyncSession(self, session_id)

@@ -216,6 +216,12 @@ class UnavailableError(DurableSessionsError):
     retryable = True
 
 
+class NotConfiguredError(DurableSessionsError):
+    """The gateway is not set up for this call (export and import need DS_GATEWAY_ARCHIVES=on there)."""
+
+    code = "NotConfigured"
+
+
 class InternalError(DurableSessionsError):
     """The gateway failed; its log has the details."""
 
@@ -266,5 +272,6 @@ __all__ = [
     "UnsupportedMediaTypeError",
     "RateLimitedError",
     "UnavailableError",
+    "NotConfiguredError",
     "InternalError",
 ]

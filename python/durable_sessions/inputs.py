@@ -22,6 +22,7 @@ __all__ = [
     "CheckpointInput",
     "ConfigureInput",
     "ConversationRuntime",
+    "ExportSessionInput",
     "ForkInput",
     "ForkOverrides",
     "InputModel",
@@ -332,3 +333,15 @@ class AppendInput(_Preconditions):
     checkpoint: Optional[bool] = None
     label: Optional[str] = None
     idempotency_key: Optional[str] = None
+
+
+class ExportSessionInput(InputModel):
+    """What an export takes: which checkpoint (default: the newest), and one of the two ways to seal it (the client
+    checks there is exactly one before sending)."""
+
+    checkpoint_id: Optional[str] = None
+    #: Include the checkpoint's ancestors, oldest first.
+    ancestors: Optional[bool] = None
+    #: An X25519 public key (PEM, SPKI): only its private key opens the archive.
+    recipient_public_key: Optional[str] = None
+    passphrase: Optional[str] = None

@@ -20,6 +20,9 @@ __all__ = [
     "ForkRecord",
     "ForkResult",
     "ForkedSession",
+    "ImportResult",
+    "ImportedCheckpoint",
+    "ImportedFrom",
     "LastRestore",
     "Problem",
     "RejectedSignal",
@@ -317,6 +320,25 @@ class AppendResult(WireModel):
     first_index: int
     #: The checkpoint taken after the append (trigger ``turn``), when one was asked for.
     checkpoint: Optional[CheckpointRef]
+
+
+class ImportedFrom(WireModel):
+    #: The exported session (in the deployment the archive came from) and its checkpoint the new session starts from.
+    session_id: str
+    checkpoint_id: str
+
+
+class ImportedCheckpoint(WireModel):
+    checkpoint_id: str
+    size: int
+
+
+class ImportResult(WireModel):
+    """What an import answers: the new session's id, where it came from, its checkpoints (oldest first)."""
+
+    session_id: str
+    imported_from: ImportedFrom
+    checkpoints: list[ImportedCheckpoint]
 
 
 class Event(BaseModel):

@@ -52,6 +52,8 @@ ANSWERS: dict[str, Union[type[BaseModel], str]] = {
     "POST /v1/sessions/{id}/configure": models.SessionStatus,
     "POST /v1/sessions/{id}/append": models.AppendResult,
     "POST /v1/sessions/{id}/regenerate": models.ForkResult,
+    "POST /v1/sessions/{id}/export": "export_session() streams the archive's bytes into a file: no JSON, no model",
+    "POST /v1/imports": models.ImportResult,
 }
 
 #: The input model the client sends each request body as.
@@ -68,6 +70,7 @@ REQUESTS: dict[str, type[inputs.InputModel]] = {
     "POST /v1/sessions/{id}/configure": inputs.ConfigureInput,
     "POST /v1/sessions/{id}/append": inputs.AppendInput,
     "POST /v1/sessions/{id}/regenerate": inputs.RegenerateInput,
+    "POST /v1/sessions/{id}/export": inputs.ExportSessionInput,
 }
 
 #: Model fields kept a plain str where the document names the values, and why.

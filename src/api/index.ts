@@ -2,3 +2,4 @@ export * from './controls';
 export * from './messages';
 export * from './search-attributes';
 export * from './fleet';
+export * from './archives';

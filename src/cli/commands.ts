@@ -270,6 +270,48 @@ export const COMMANDS = {
     options: { yes: { type: 'boolean', help: 'confirm' } },
     confirm: { option: 'yes', why: 'destroys every checkpoint of the session' },
   },
+  export: {
+    args: ['<session-id>'],
+    store: true,
+    summary: 'write a portable archive of a checkpoint, sealed for a public key or a passphrase',
+    options: {
+      checkpoint: { type: 'string', value: 'CHECKPOINT-ID', help: 'the checkpoint (default: the newest)' },
+      ancestors: { type: 'boolean', help: 'include its ancestors (parent, grandparent…), oldest first' },
+      'to-public-key': { type: 'string', value: 'FILE', help: 'seal for this X25519 public key (PEM; see keygen)' },
+      'passphrase-file': { type: 'string', value: 'FILE', help: 'seal with the passphrase in FILE (first line)' },
+      out: {
+        type: 'string',
+        value: 'FILE',
+        help: 'where to write the archive (required; written whole or not at all)',
+      },
+    },
+    notes: [
+      'Give one of --to-public-key and --passphrase-file. The archive holds no key of this deployment.',
+      'A paused, stopped or failed session exports too: no worker of the session is needed.',
+    ],
+  },
+  import: {
+    args: ['<archive-file>'],
+    store: true,
+    summary: 'start a new session from an archive, after verifying all of it',
+    options: {
+      as: { type: 'string', value: 'SESSION-ID', help: 'the new session id (default: <exported>-imported-<random>)' },
+      'private-key-file': { type: 'string', value: 'FILE', help: 'the X25519 private key the archive is sealed to' },
+      'passphrase-file': { type: 'string', value: 'FILE', help: 'the passphrase it is sealed with (first line)' },
+      paused: { type: 'boolean', help: 'leave the new session paused at its checkpoint' },
+    },
+    notes: [
+      'A damaged, cut or wrongly keyed archive is refused (SnapshotTampered, SnapshotCorrupt, SnapshotIncompatible)',
+      'and changes nothing: no session, nothing in the store.',
+    ],
+  },
+  keygen: {
+    args: [],
+    summary: 'make an X25519 key pair to receive archives: FILE.pub to give out, FILE.key to keep',
+    options: {
+      out: { type: 'string', value: 'FILE', help: 'writes FILE.pub and FILE.key (mode 0600); never overwrites' },
+    },
+  },
 } as const satisfies Record<string, CommandSpec>;
 
 export type CommandName = keyof typeof COMMANDS;

@@ -7,6 +7,7 @@ import type { LastKnownSession, SessionFailure } from '../domain/errors';
 import type * as ConfigModule from '../config';
 import type * as SessionCommands from './session-commands';
 import type * as StoreCommands from './store-commands';
+import type * as ArchiveCommands from './archive-commands';
 import { printable } from './text';
 
 /** Where the CLI writes: stdout for results (and `--json` errors), stderr for text errors. */
@@ -61,6 +62,10 @@ async function execute(invocation: Exclude<Invocation, { command: 'help' }>): Pr
       throw new CliError(CLI_ERROR_CODES.InvalidConfig, err.message, { cause: err, issues: err.issues });
     }
     throw err;
+  }
+  if (invocation.command === 'export' || invocation.command === 'import' || invocation.command === 'keygen') {
+    const { runArchiveCommand } = load<typeof ArchiveCommands>('./archive-commands');
+    return runArchiveCommand(invocation, config);
   }
   const spec: CommandSpec = COMMANDS[invocation.command];
   const throughSession = invocation.command === 'verify' && invocation.values['through-session'] === true;

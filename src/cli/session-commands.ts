@@ -1,6 +1,6 @@
 import { Client, Connection, isGrpcServiceError } from '@temporalio/client';
 import { isControlName, type ControlInput, type ControlName, type ControlResult, type ForkResult } from '../api';
-import { SessionClient, type SessionHandle, type TimelinePage } from '../client';
+import { SessionClient, type SessionClientOptions, type SessionHandle, type TimelinePage } from '../client';
 import type { Message } from '../domain/conversation';
 import type { CheckpointRef, SessionPolicies } from '../domain/schemas';
 import type { Config } from '../config';
@@ -38,19 +38,29 @@ export type SessionInvocation = Of<
 const GRPC_UNAVAILABLE = 14;
 
 export async function runSessionCommand(invocation: SessionInvocation, config: Config): Promise<Output> {
+  return withSessions(config, { tenant: invocation.values.tenant }, (sessions) => dispatch(invocation, sessions));
+}
+
+/** Runs `run` with a SessionClient connected as the configuration says; Temporal unreachable is its typed error. */
+export async function withSessions<T>(
+  config: Config,
+  options: Pick<SessionClientOptions, 'store'> & { tenant?: string | undefined },
+  run: (sessions: SessionClient) => Promise<T>,
+): Promise<T> {
   const address = temporalAddress(config);
-  const options = await connectionOptions(config, address);
+  const connectOptions = await connectionOptions(config, address);
   const dataConverter = await dataConverterFromConfig(config);
-  const connection = await Connection.connect(options).catch((cause: unknown) => {
+  const connection = await Connection.connect(connectOptions).catch((cause: unknown) => {
     throw new TemporalUnavailableError(address, { cause });
   });
   try {
     const sessions = new SessionClient({
       client: new Client({ connection, namespace: config.temporal.namespace, dataConverter }),
       taskQueue: config.taskQueue,
-      ...(invocation.values.tenant !== undefined ? { tenant: invocation.values.tenant } : {}),
+      ...(options.tenant !== undefined ? { tenant: options.tenant } : {}),
+      ...(options.store ? { store: options.store } : {}),
     });
-    return await dispatch(invocation, sessions);
+    return await run(sessions);
   } catch (err) {
     if (isUnavailable(err)) throw new TemporalUnavailableError(address, { cause: err });
     throw err;

@@ -60,6 +60,19 @@ import { DEFAULT_TENANT, forkSessionIds } from '../domain/names';
 import { workerTimeline, workerVerify } from './worker-reads';
 import { describeEntry, foldTimeline, inView, mergeByIndex, nearestIndex } from '../domain/timeline';
 import type { SnapshotStore, TimelineLog } from '../snapshots';
+// The archive module alone: a client that exports or imports loads no engine (it is handed the store).
+import { exportArchive, importArchive } from '../snapshots/archive';
+import type { Readable } from 'node:stream';
+import { ExportSessionInput, ImportSessionInput, type ImportResult, type SessionOperationName } from '../api/archives';
+import {
+  archiveOpener,
+  checkpointsToExport,
+  keyOf,
+  messageCountsOf,
+  sealOf,
+  toCheckpointRef,
+  type ArchiveSource,
+} from './archives';
 import {
   type AppendInput,
   type RegenerateInput,
@@ -123,6 +136,11 @@ export interface SessionClientOptions {
    * through it, whatever its id: ids are unique within a tenant only.
    */
   tenant?: string;
+  /**
+   * The snapshot store with its keys, for `export` and `import`: they re-encrypt a checkpoint between this store's data
+   * keys and an archive's, so they run where the keys are (a worker's host, the CLI with the worker's configuration).
+   */
+  store?: SnapshotStore;
   /** Whether `close()` closes the client's connection: set by `SessionClient.connect`, which opened it. */
   ownsConnection?: boolean;
   /**
@@ -133,7 +151,7 @@ export interface SessionClientOptions {
 }
 
 /** What `SessionClient.connect` takes beside the configuration. */
-export type ConnectOptions = Pick<SessionClientOptions, 'tenant' | 'timeline'>;
+export type ConnectOptions = Pick<SessionClientOptions, 'tenant' | 'timeline' | 'store'>;
 
 /** A page of a session's timeline: entries in index order, and the `from` of the next page (null at the end). */
 export interface TimelinePage {
@@ -361,6 +379,113 @@ export class SessionClient {
         (failure: unknown) => toSessionError(failure, sessionId),
       );
     throw ended;
+  }
+
+  /**
+   * A portable archive of a checkpoint of the session (its newest by default; with `ancestors`, its parent chain too),
+   * sealed for an X25519 public key or a passphrase; see docs/design.md §5.11. The stream reads the store as it is
+   * consumed (bounded memory) and needs no worker of the session: a paused, stopped or failed session exports alike.
+   * The checkpoints and the session's spec are looked up before it is returned, so a missing one is a typed error here.
+   * @example
+   * const archive = await sessions.export('build-42', { recipientPublicKey: fs.readFileSync('peer.pub', 'utf8') });
+   * await pipeline(archive, fs.createWriteStream('build-42.dsa'));
+   */
+  async export(sessionId: string, input: ExportSessionInput): Promise<Readable> {
+    const id = parseInput(SessionId, sessionId, String(sessionId));
+    const args = parseInput(ExportSessionInput, input, id);
+    const store = this.archiveStore('export', id);
+    const checkpointIds = await checkpointsToExport(store, id, args.checkpointId, args.ancestors === true);
+    // The importing deployment gives the session its own id and tenant.
+    const handle = this.get(id);
+    const spec: Partial<StartSessionInput> = { ...(await handle.startSpec()) };
+    delete spec.sessionId;
+    delete spec.tenant;
+    // A conversation goes on from its message count, which its timeline holds, not its state.
+    const messageCounts =
+      spec.runtime?.kind === 'conversation' ? await messageCountsOf(handle, checkpointIds) : undefined;
+    return exportArchive(store, {
+      sessionId: id,
+      checkpointIds,
+      seal: sealOf(args),
+      spec,
+      ...(messageCounts ? { messageCounts } : {}),
+    });
+  }
+
+  /**
+   * Starts a new session from an archive (`export`'s, from this deployment or another): every record and digest is
+   * verified first, then its checkpoints are stored under the new id, sealed under this store's keys (a new data
+   * key), and the session starts from the newest, resumed unless `paused`. It begins like a fork of the exported
+   * checkpoint. A damaged, cut or wrongly keyed archive is a typed error (SnapshotTampered, SnapshotCorrupt,
+   * SnapshotIncompatible) and changes nothing: no session, nothing in the store.
+   * @example
+   * const { session } = await sessions.import('build-42.dsa', { privateKey: fs.readFileSync('me.key', 'utf8') });
+   */
+  async import(archive: ArchiveSource, input: ImportSessionInput): Promise<{ session: SessionHandle } & ImportResult> {
+    const args = parseInput(ImportSessionInput, input, input?.sessionId ?? '');
+    const store = this.archiveStore('import', args.sessionId ?? '');
+    const owner = `import-${randomUUID()}`;
+    let spec: StartSessionInput | undefined;
+    const imported = await importArchive(store, {
+      open: archiveOpener(archive),
+      key: keyOf(args),
+      owner,
+      sessionId: ({ header, spec: archived }) => {
+        const sessionId = args.sessionId ?? importedId(header.source.sessionId);
+        const raw = { ...(archived as object), ...args.overrides, sessionId };
+        spec = this.ownSpec(parseInput(StartSessionInput, raw, sessionId));
+        if (spec.runtime.kind !== header.runtime.kind) {
+          throw new InvalidInputError(
+            `the archive's spec is a ${spec.runtime.kind} session, its checkpoint a ${header.runtime.kind} one`,
+            sessionId,
+            [],
+          );
+        }
+        return sessionId;
+      },
+    });
+    const head = imported.manifests[imported.manifests.length - 1]!;
+    const { messageCount } = imported.header.checkpoints[imported.header.checkpoints.length - 1]!;
+    const from = { sessionId: imported.header.source.sessionId, checkpointId: head.checkpointId };
+    const fork = {
+      from,
+      checkpoint: { ...toCheckpointRef(head), ...(messageCount !== undefined ? { messageCount } : {}) },
+      claimOwner: owner,
+      ...(args.paused ? { paused: true } : {}),
+      // A conversation goes on from its message count; its timeline starts at this checkpoint, so nothing before it
+      // is a turn to regenerate or a cut to refuse.
+      ...(messageCount !== undefined ? { conversation: { unsafeCuts: [], turnStarts: [] } } : {}),
+    };
+    const { handle } = await this.startAndAnswer(
+      this.startOptions(spec!, { spec: spec!, fork }, { forkOf: from }),
+      spec!,
+    );
+    return {
+      session: new SessionHandle(spec!.sessionId, handle, this.context),
+      sessionId: spec!.sessionId,
+      importedFrom: from,
+      checkpoints: imported.manifests.map((m) => ({ checkpointId: m.checkpointId, size: m.size })),
+    };
+  }
+
+  /** Whether this client can `export` and `import` (it was given the store). */
+  get movesArchives(): boolean {
+    return this.options.store !== undefined;
+  }
+
+  /** The store export and import use, for this client's tenant. */
+  private archiveStore(operation: SessionOperationName, sessionId: string): SnapshotStore {
+    const store = this.options.store;
+    if (!store) {
+      throw new InvalidInputError(
+        `${operation} needs the snapshot store and its keys: give SessionClient the store (options.store)`,
+        sessionId,
+        [],
+      );
+    }
+    if (this.tenant === DEFAULT_TENANT) return store;
+    if (!store.forTenant) throw new InvalidInputError(`this store keeps one tenant only`, sessionId, []);
+    return store.forTenant(this.tenant);
   }
 
   /** A handle to an existing session. Nothing is sent until it is used. */
@@ -890,6 +1015,11 @@ export class SessionHandle implements ControlMethods {
       throw toSessionError(err, this.sessionId);
     }
   }
+}
+
+/** The id an import gives its session when none is asked for: the exported one's, marked, and made unique. */
+function importedId(source: string): string {
+  return `${source.slice(0, 100)}-imported-${randomUUID().slice(0, 8)}`;
 }
 
 /** How long `status()` waits for a worker to answer before it says none does. */

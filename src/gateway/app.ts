@@ -1,3 +1,9 @@
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { OpenAPIHono, z } from '@hono/zod-openapi';
 import type { Context, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
@@ -7,6 +13,8 @@ import { SessionListFilter, type SessionClient, type SessionHandle, type Timelin
 import { ERROR_CODES } from '../domain/error-codes';
 import { InvalidInputError } from '../domain/errors';
 import { CONTROL_NAMES, CONTROLS as REGISTRY, type ControlName, type ControlSpec } from '../api/controls';
+import { ExportSessionInput, SESSION_OPERATIONS } from '../api/archives';
+import { ARCHIVE_MEDIA_TYPE } from '../snapshots/archive';
 import { IdempotencyKey, SessionId, StartSessionInput, TimelinePageInput, type VerifyInput } from '../domain/schemas';
 import { messageOf } from '../errors';
 import { CoalescedReads } from './coalesce';
@@ -55,6 +63,11 @@ export interface GatewayOptions {
   logError?: (err: unknown) => void;
   /** Where expected events go, one line each with no stack: a client that went away mid-request (default console.warn). */
   logNote?: (line: string) => void;
+  /**
+   * Where an import's archive waits while it is verified and then stored (it is read twice): a file of its own under
+   * this directory, removed once the import answers. Default os.tmpdir().
+   */
+  spoolDir?: string;
   /** Serve Temporal's remote codec protocol under `/v1/codec` (for the Web UI and `temporal` CLI); else 404 there. */
   codec?: CodecServerOptions;
 }
@@ -149,6 +162,7 @@ const problemResponses = {
   415: { description: 'A body that is not `application/json` in UTF-8' },
   429: { description: 'Over the key’s request rate (`Retry-After`)' },
   422: { description: 'The session’s data cannot serve the request (corrupt, tampered, incompatible…)' },
+  501: { description: 'The gateway is not set up for this (export and import need DS_GATEWAY_ARCHIVES=on)' },
   503: {
     description:
       'Temporal unreachable, the session busy handing over, or no worker serving it (`WorkerUnavailable`, with `lastKnown`) (`Retry-After`)',
@@ -162,7 +176,7 @@ const errorResponses = (statuses: readonly ProblemStatus[]) =>
       { ...problemResponses[status], content: { 'application/problem+json': { schema: ProblemSchema } } },
     ]),
   );
-const EVERY_PROBLEM = Object.keys(problemResponses).map(Number) as ProblemStatus[];
+const EVERY_PROBLEM = (Object.keys(problemResponses).map(Number) as ProblemStatus[]).filter((s) => s !== 501);
 
 const DOCUMENT_INFO = {
   openapi: '3.1.0',
@@ -388,6 +402,8 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     });
   });
 
+  archiveRoutes(app, { sessionsOf, authenticate, send, spoolDir: options.spoolDir ?? os.tmpdir() });
+
   for (const control of CONTROLS) {
     document(app, 'post', `/v1/sessions/{id}/${control.name}`, control.summary, {
       body: control.input,
@@ -443,6 +459,124 @@ const PATH_PARAMS: Record<string, ZodType> = {
   index: z.int().min(1).max(Number.MAX_SAFE_INTEGER),
 };
 
+const ImportQuery = z.strictObject({
+  sessionId: SessionId.optional(),
+  paused: z.enum(['true', 'false']).optional(),
+});
+
+const ImportResultAnswer = z
+  .object({
+    sessionId: z.string(),
+    importedFrom: z.object({ sessionId: z.string(), checkpointId: z.string() }),
+    checkpoints: z.array(z.object({ checkpointId: z.string(), size: z.number().int() })),
+  })
+  .openapi('ImportResult');
+
+/** The archive as the document describes it: bytes of ARCHIVE_MEDIA_TYPE. */
+const ArchiveBody = z.string().openapi({ type: 'string', format: 'binary' });
+
+/** Headers that carry an import's key: base64, so that a PEM's line breaks and any passphrase fit in a header. */
+const KEY_HEADERS = { passphrase: 'archive-passphrase', privateKey: 'archive-private-key' } as const;
+
+/**
+ * Export (`POST /v1/sessions/{id}/export`: JSON in, the archive streamed out) and import (`POST /v1/imports`: the
+ * archive streamed in, outside the JSON body limit; options in the query, the key in a header, never in a URL).
+ */
+function archiveRoutes(
+  app: OpenAPIHono<Env>,
+  {
+    sessionsOf,
+    authenticate,
+    send,
+    spoolDir,
+  }: {
+    sessionsOf: (c: Context<Env>) => SessionClient;
+    authenticate: MiddlewareHandler<Env>;
+    send: (c: Context, p: Problem) => Response;
+    spoolDir: string;
+  },
+): void {
+  const notConfigured = (c: Context<Env>) =>
+    send(
+      c,
+      problem(501, GATEWAY_CODES.NotConfigured, 'this gateway does not export or import: set DS_GATEWAY_ARCHIVES=on'),
+    );
+
+  document(app, 'post', '/v1/sessions/{id}/export', SESSION_OPERATIONS.export.summary, {
+    operationId: 'exportSession',
+    body: ExportSessionInput,
+    answers: { 200: { schema: ArchiveBody, type: ARCHIVE_MEDIA_TYPE, description: 'The archive, streamed' } },
+    moreProblems: [501],
+  });
+  app.post('/v1/sessions/:id/export', async (c) => {
+    const sessions = sessionsOf(c);
+    if (!sessions.movesArchives) return notConfigured(c);
+    const id = c.req.param('id');
+    const input = await strictJsonBody(c, id);
+    // Checkpoints and spec are looked up before the answer starts: a missing one is still a problem document. A
+    // failure later (a chunk that does not verify) cuts the stream, and an archive without its end never imports.
+    const archive = await sessions.export(id, input as ExportSessionInput);
+    c.req.raw.signal.addEventListener('abort', () => archive.destroy(), { once: true });
+    return new Response(Readable.toWeb(archive) as ReadableStream, {
+      headers: { 'content-type': ARCHIVE_MEDIA_TYPE, 'content-disposition': `attachment; filename="${id}.dsa"` },
+    });
+  });
+
+  app.use('/v1/imports', authenticate);
+  document(app, 'post', '/v1/imports', SESSION_OPERATIONS.import.summary, {
+    operationId: 'importSession',
+    query: ImportQuery,
+    binaryBody: ARCHIVE_MEDIA_TYPE,
+    headers: z.object({
+      [KEY_HEADERS.passphrase]: z.string().optional().openapi({ description: 'the passphrase, base64 of its UTF-8' }),
+      [KEY_HEADERS.privateKey]: z
+        .string()
+        .optional()
+        .openapi({ description: 'the X25519 private key, base64 of its PEM' }),
+    }),
+    answers: { 201: { schema: ImportResultAnswer, description: 'Imported: the new session exists' } },
+    moreProblems: [501],
+  });
+  app.post('/v1/imports', async (c) => {
+    const sessions = sessionsOf(c);
+    if (!sessions.movesArchives) return notConfigured(c);
+    const query = ImportQuery.safeParse(c.req.query());
+    if (!query.success) {
+      throw new InvalidInputError(`invalid query: ${z.prettifyError(query.error)}`, '', query.error.issues);
+    }
+    const [type = ''] = (c.req.header('content-type') ?? '').split(';').map((p) => p.trim().toLowerCase());
+    if (type !== ARCHIVE_MEDIA_TYPE) {
+      return send(c, problem(415, GATEWAY_CODES.UnsupportedMediaType, `the body must be ${ARCHIVE_MEDIA_TYPE}`));
+    }
+    const base64 = (name: string) => {
+      const value = c.req.header(name);
+      return value === undefined ? undefined : Buffer.from(value, 'base64').toString('utf8');
+    };
+    const passphrase = base64(KEY_HEADERS.passphrase);
+    const privateKey = base64(KEY_HEADERS.privateKey);
+    const input = {
+      ...(query.data.sessionId !== undefined ? { sessionId: query.data.sessionId } : {}),
+      ...(query.data.paused === 'true' ? { paused: true } : {}),
+      ...(passphrase !== undefined ? { passphrase } : {}),
+      ...(privateKey !== undefined ? { privateKey } : {}),
+    };
+    const body = c.req.raw.body;
+    if (!body) throw new InvalidInputError('the request has no archive', query.data.sessionId ?? '', []);
+    const file = path.join(spoolDir, `ds-import-${randomUUID()}.dsa`);
+    try {
+      try {
+        await pipeline(Readable.fromWeb(body), fs.createWriteStream(file, { flags: 'wx', mode: 0o600 }));
+      } catch (err) {
+        throw new ClientClosedError(messageOf(err), { cause: err });
+      }
+      const { sessionId, importedFrom, checkpoints } = await sessions.import(file, input);
+      return c.json({ sessionId, importedFrom, checkpoints }, 201);
+    } finally {
+      await fs.promises.rm(file, { force: true });
+    }
+  });
+}
+
 /** A success answer: its schema, JSON unless `type` says otherwise. */
 type Answer = ZodType | { schema: ZodType; description?: string; type?: string };
 
@@ -450,12 +584,18 @@ interface RouteDoc {
   /** The operation's name in the document (generated clients name their methods by it): stable, never renamed. */
   operationId: string;
   body?: ZodType;
+  /** A body of bytes of this media type, streamed (instead of a JSON `body`). */
+  binaryBody?: string;
+  /** Request headers the operation reads. */
+  headers?: z.ZodObject;
   /** The query parameters, by the schema the route checks them with (their values are strings on the wire). */
   query?: z.ZodObject;
   /** The answers that are not problems, by status. */
   answers: Record<number, Answer>;
   /** A probe for load balancers: no key, and only these problems. */
   probe?: ProblemStatus[];
+  /** Problems beside every route's (501 of a route that needs setting up). */
+  moreProblems?: ProblemStatus[];
 }
 
 /** Puts a route in the OpenAPI document; the handler is registered beside it. */
@@ -464,7 +604,7 @@ function document(
   method: 'get' | 'post',
   path: string,
   summary: string,
-  { operationId, body, query, answers, probe }: RouteDoc,
+  { operationId, body, binaryBody, headers, query, answers, probe, moreProblems = [] }: RouteDoc,
 ): void {
   const params = [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
   // Only a control whose input has a key takes the header (withIdempotencyKey puts it in the input).
@@ -479,7 +619,9 @@ function document(
     request: {
       ...(params.length ? { params: z.object(Object.fromEntries(params.map((p) => [p, PATH_PARAMS[p]!]))) } : {}),
       ...(body ? { body: { content: { 'application/json': { schema: body as never } }, required: false } } : {}),
+      ...(binaryBody ? { body: { content: { [binaryBody]: { schema: ArchiveBody as never } }, required: true } } : {}),
       ...(keyed ? { headers: z.object({ 'idempotency-key': IdempotencyKey.optional() }) } : {}),
+      ...(headers ? { headers } : {}),
       ...(query ? { query } : {}),
     },
     responses: {
@@ -493,7 +635,7 @@ function document(
           return [status, { description, content: { [type]: { schema: schema as never } } }];
         }),
       ),
-      ...errorResponses(probe ?? EVERY_PROBLEM),
+      ...errorResponses(probe ?? [...EVERY_PROBLEM, ...moreProblems]),
     },
   });
 }

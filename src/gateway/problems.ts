@@ -42,6 +42,8 @@ export const GATEWAY_CODES = {
   RateLimited: 'RateLimited',
   Unavailable: 'Unavailable',
   Internal: 'Internal',
+  /** The gateway is not set up for this route: export and import without DS_GATEWAY_ARCHIVES=on (501). */
+  NotConfigured: 'NotConfigured',
 } as const;
 
 /**

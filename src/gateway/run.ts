@@ -1,6 +1,7 @@
 import { Client, Connection } from '@temporalio/client';
 import { SessionClient } from '../client';
 import type { Config } from '../config';
+import { openSnapshotStore } from '../snapshots';
 import { dataConverterFromConfig } from '../payloads';
 import { connectionOptions } from '../temporal-connection';
 import { ApiKeys } from './keys';
@@ -9,8 +10,9 @@ import { startGateway, type RunningGateway } from './server';
 /**
  * The gateway of a deployment: a SessionClient on the configured Temporal server and task queue, with the keys of `keysFile` (else DS_API_KEYS_FILE, else DS_API_KEYS);
  * HTTPS when the configuration names a certificate and key. It serves the codec server to the browser origins of
- * DS_CODEC_CORS_ORIGINS and `extraCorsOrigins` (an embedded Web UI's). It never opens the snapshot store: old
- * timeline pages are read by a worker, so the gateway holds no master key and no store credential.
+ * DS_CODEC_CORS_ORIGINS and `extraCorsOrigins` (an embedded Web UI's). It opens the snapshot store only with
+ * DS_GATEWAY_ARCHIVES=on, for export and import (which re-encrypt between the store's keys and an archive's):
+ * otherwise old timeline pages are read by a worker, and the gateway holds no master key and no store credential.
  */
 export async function runGateway(
   config: Config,
@@ -27,9 +29,11 @@ export async function runGateway(
   const dataConverter = await dataConverterFromConfig(config);
   const connection = await Connection.connect(await connectionOptions(config, address));
   const client = new Client({ connection, namespace: config.temporal.namespace, dataConverter });
+  const store = config.gateway.archives ? await openSnapshotStore(config) : undefined;
   const sessions = new SessionClient({
     client,
     taskQueue: config.taskQueue,
+    ...(store ? { store } : {}),
     ...(config.gateway.cursorKey ? { cursorKey: config.gateway.cursorKey } : {}),
   });
   const gateway = await startGateway({

@@ -37,6 +37,23 @@ export { CODECS, isCodecAvailable } from './engine/codec';
 export type { GcReport, SnapshotMaintenance, VerifyResult } from './snapshot-maintenance';
 export { ABANDONED_AFTER_MS, type AbandonedReport, type CleanAbandonedOptions } from './abandoned';
 
+// Portable archives of checkpoints (export and import between deployments).
+export {
+  ARCHIVE_FORMAT_VERSION,
+  ARCHIVE_MEDIA_TYPE,
+  ArchiveHeader,
+  exportArchive,
+  generateArchiveKeyPair,
+  importArchive,
+  openArchive,
+  readArchiveHeader,
+  verifyArchive,
+  type ArchiveKey,
+  type ArchiveSeal,
+  type ExportOptions,
+  type ImportOptions,
+} from './archive';
+
 // Errors.
 export * from './errors';
 

@@ -28,11 +28,15 @@ export interface TestKey {
 export async function startTestGateway(
   sys: TestSystem,
   keys: TestKey[] = [{ id: 'admin' }],
-  options: Pick<GatewayOptions, 'codec' | 'ratePerKey' | 'authFailuresPerSecond' | 'logError' | 'logNote'> & {
-    tls?: GatewayTls;
-    port?: number;
-    timeouts?: Partial<GatewayTimeouts>;
-  } = {},
+  options: Pick<
+    GatewayOptions,
+    'codec' | 'ratePerKey' | 'authFailuresPerSecond' | 'logError' | 'logNote' | 'spoolDir'
+  > &
+    Partial<Pick<GatewayOptions, 'sessions'>> & {
+      tls?: GatewayTls;
+      port?: number;
+      timeouts?: Partial<GatewayTimeouts>;
+    } = {},
 ): Promise<{ gateway: RunningGateway; keys: Record<string, string>; keysFile: string }> {
   const made = Object.fromEntries(keys.map((k) => [k.id, generateKey()]));
   // One file per gateway: a second gateway of the same system must not rewrite the first one's keys.

@@ -1,8 +1,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { SESSION_OPERATIONS, type SessionOperationName } from '../../src/api/archives';
 import { CONTROL_NAMES, type ControlName } from '../../src/api/controls';
 import { COMMANDS } from '../../src/cli/commands';
-import { SessionHandle } from '../../src/client';
+import { SessionClient, SessionHandle } from '../../src/client';
 import { openApiDocument } from '../../src/gateway/app';
 
 /**
@@ -52,4 +53,31 @@ test.each(['Session', 'AsyncSession'])('the Python client’s %s has a method fo
   const methods = pythonMethods(fs.readFileSync(PYTHON_CLIENT, 'utf8'), className);
   expect(methods.length).toBeGreaterThan(0);
   expect(missing(methods, CONTROL_NAMES.map(pythonName))).toEqual([]);
+});
+
+/** The client operations beside the controls (src/api/archives.ts): on the same surfaces, under their own names. */
+const OPERATIONS = Object.keys(SESSION_OPERATIONS) as SessionOperationName[];
+
+test('every client operation is on SessionClient, the gateway, the CLI and both Python clients', () => {
+  expect(missing(Object.getOwnPropertyNames(SessionClient.prototype), OPERATIONS)).toEqual([]);
+  const doc = openApiDocument() as { paths: Record<string, { post?: { operationId?: string } }> };
+  const operationIds = Object.values(doc.paths).flatMap((p) => (p.post?.operationId ? [p.post.operationId] : []));
+  // Named as the operation on the session: `export` → exportSession (generated clients' method names).
+  expect(
+    missing(
+      operationIds,
+      OPERATIONS.map((name) => `${name}Session`),
+    ),
+  ).toEqual([]);
+  expect(missing(Object.keys(COMMANDS), OPERATIONS)).toEqual([]);
+  const source = fs.readFileSync(PYTHON_CLIENT, 'utf8');
+  // `import` is a Python keyword: the methods are export_session and import_session.
+  for (const className of ['Client', 'AsyncClient']) {
+    expect(
+      missing(
+        pythonMethods(source, className),
+        OPERATIONS.map((name) => `${name}_session`),
+      ),
+    ).toEqual([]);
+  }
 });

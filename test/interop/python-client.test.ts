@@ -62,6 +62,8 @@ test('the pytest suite of the Python client passes against the real gateway', as
         cwd: ROOT,
         env: {
           ...process.env,
+          // The package under test is this checkout's, whichever checkout the tools venv installed it from.
+          PYTHONPATH: path.join(ROOT, 'python'),
           SESSIONS_GATEWAY_URL: gateway.url,
           SESSIONS_GATEWAY_KEY: key,
           SESSIONS_GATEWAY_PROCESS: JSON.stringify(restartable),
