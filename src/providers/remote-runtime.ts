@@ -193,31 +193,31 @@ export class RemoteRuntime implements SessionRuntime<RemoteRuntimeSpec> {
       spec: sandboxSpec({ ...request.spec, files: undefined }),
       ...(request.forkedFrom ? { forkedFrom: request.forkedFrom } : {}),
     });
-    arm();
-    let tried: string | undefined;
+    let url: string | undefined;
     try {
-      // A host that refuses the connection has read nothing of the stream, so the next one can take it.
-      return await this.onFirstHost(request.instanceId, async (url) => {
-        tried = url;
-        const response = await this.call(url, 'PUT', `${this.path(request.instanceId)}/import`, {
-          fenced: true,
-          body: Readable.toWeb(watched) as ReadableStream,
-          headers: {
-            'content-type': TAR_CONTENT_TYPE,
-            [HEADERS.exportFormat]: EXPORT_FORMAT,
-            [HEADERS.sandbox]: header,
-          },
-          signal: controller.signal,
-        });
-        return this.info(url, read(response, Sandbox));
+      // The stream can be sent once: it goes to the first host that answers at all.
+      url = await this.firstAnswering(request.instanceId);
+      arm();
+      const response = await this.call(url, 'PUT', `${this.path(request.instanceId)}/import`, {
+        fenced: true,
+        body: Readable.toWeb(watched) as ReadableStream,
+        headers: {
+          'content-type': TAR_CONTENT_TYPE,
+          [HEADERS.exportFormat]: EXPORT_FORMAT,
+          [HEADERS.sandbox]: header,
+        },
+        signal: controller.signal,
       });
+      const info = this.info(url, read(response, Sandbox));
+      this.where.set(request.instanceId, url);
+      return info;
     } catch (error) {
       // A state that failed (a digest mismatch) is the reason, whatever the host or the connection made of it.
       if (isError(stateError)) throw stateError;
       // A host that stalled is one that cannot be reached now, as for any other call.
       if (controller.signal.aborted) {
         const reason = messageOf(controller.signal.reason);
-        throw new RuntimeBusyError(`the sandbox host ${tried ?? ''} cannot be reached: ${reason}`, { cause: error });
+        throw new RuntimeBusyError(`the sandbox host ${url ?? ''} cannot be reached: ${reason}`, { cause: error });
       }
       throw error;
     } finally {
@@ -356,17 +356,40 @@ export class RemoteRuntime implements SessionRuntime<RemoteRuntimeSpec> {
     instanceId: string,
     make: (url: string) => Promise<RuntimeInstanceInfo>,
   ): Promise<RuntimeInstanceInfo> {
-    const order = this.urls
-      .map((url) => ({ url, rank: createHash('sha256').update(`${url}\n${instanceId}`).digest('hex') }))
-      .sort((a, b) => (a.rank < b.rank ? -1 : 1));
     let last: unknown;
-    for (const { url } of order) {
+    for (const url of this.ordered(instanceId)) {
       try {
         const info = await make(url);
         this.where.set(instanceId, url);
         return info;
       } catch (error) {
         if (!(error instanceof HostDownError || error instanceof HostFullError)) throw error;
+        last = error;
+      }
+    }
+    throw last;
+  }
+
+  /** The hosts in the order a new sandbox tries them: drawn from its id, so a retry tries them in the same order. */
+  private ordered(instanceId: string): string[] {
+    const rank = (url: string) => createHash('sha256').update(`${url}\n${instanceId}`).digest('hex');
+    return this.urls
+      .map((url) => ({ url, rank: rank(url) }))
+      .sort((a, b) => (a.rank < b.rank ? -1 : 1))
+      .map(({ url }) => url);
+  }
+
+  /** The first host, in the sandbox's order, that takes a connection (asked its capabilities). */
+  private async firstAnswering(instanceId: string): Promise<string> {
+    const order = this.ordered(instanceId);
+    if (order.length === 1) return order[0]!;
+    let last: unknown;
+    for (const url of order) {
+      try {
+        await this.call(url, 'GET', '/v1/capabilities', {});
+        return url;
+      } catch (error) {
+        if (!(error instanceof HostDownError)) throw error;
         last = error;
       }
     }

@@ -189,3 +189,40 @@ test('a checkpoint moves between a workspace on a worker and a sandbox on a host
     await local.stopAll();
   }
 });
+
+test('a host that refuses connections is passed over: starts and restores go to the next host', async () => {
+  const down = `http://127.0.0.1:${await freePort()}`;
+  const runtime = new RemoteRuntime({ url: [down, host.url], token: host.token });
+  // The order of the hosts is drawn from the sandbox id: ids that put the refusing host first, as the runtime ranks.
+  const rank = (url: string, id: string) => createHash('sha256').update(`${url}\n${id}`).digest('hex');
+  const downFirst = (id: string) => rank(down, id) < rank(host.url, id);
+  const nextId = () => {
+    for (;;) {
+      const id = `remote-${++ids}`;
+      if (downFirst(id)) return id;
+    }
+  };
+  const started = nextId();
+  made.push({ runtime, id: started });
+  const info = await runtime.start({
+    sessionId: 'session-1',
+    instanceId: started,
+    spec: { kind: 'remote', command: ['sleep', '30'], files: { 'a.txt': 'a' } },
+  });
+  expect(info.location.startsWith(`${host.url}/`)).toBe(true);
+  const state = await readAll(await runtime.capture(started));
+  const restored = nextId();
+  made.push({ runtime, id: restored });
+  const back = await runtime.restore({
+    sessionId: 'session-1',
+    instanceId: restored,
+    spec: { kind: 'remote', command: ['sleep', '30'] },
+    state: Readable.from([state]),
+  });
+  expect(back.location.startsWith(`${host.url}/`)).toBe(true);
+  expect(await readAll(await runtime.capture(restored))).toEqual(state);
+  // Another worker finds each sandbox by asking the hosts, the refusing one counting as having none.
+  const other = new RemoteRuntime({ url: [down, host.url], token: host.token });
+  expect((await other.describe(restored))?.location).toBe(back.location);
+  expect(await other.describe('remote-none')).toBeUndefined();
+});
