@@ -84,6 +84,8 @@ class RuntimeInstance(WireModel):
     output: Optional[str] = None
     pid: Optional[int] = None
     started_at: str
+    #: The session's generation when its worker took the instance (a ``remote`` sandbox's fencing token).
+    fence: Optional[int] = None
 
 
 class VerificationResult(WireModel):
@@ -221,6 +223,9 @@ class TimelineEntry(WireModel):
     instance_id: Optional[str] = None
     #: What started a restore (resume, recovery, drain, rewind, fork) or a verification (background, request).
     cause: Optional[str] = None
+    #: ``taken-over``: the worker that took the sandbox over, and the session's generation from then on.
+    host: Optional[str] = None
+    generation: Optional[int] = None
     # fallback
     from_checkpoint_id: Optional[str] = None
     to_checkpoint_id: Optional[str] = None
