@@ -173,13 +173,17 @@ function processesOf(marker: string) {
   return sessionProcesses(marker, '/nonexistent');
 }
 
-async function until<T>(probe: () => Promise<T | false | undefined>, ms: number): Promise<T | undefined> {
+async function until<T>(
+  probe: () => Promise<T | false | undefined>,
+  ms: number,
+  everyMs = 200,
+): Promise<T | undefined> {
   const deadline = Date.now() + ms;
   for (;;) {
     const value = await probe().catch(() => undefined);
     if (value) return value;
     if (Date.now() > deadline) return undefined;
-    await delay(200);
+    await delay(everyMs);
   }
 }
 
@@ -277,7 +281,13 @@ async function workerKill(fleet: Fleet, point: KillPoint, trial: number): Promis
     if (point === 'pause') answer = session.pause().then((c) => (acked.push(c.checkpointId), 'ok'));
     if (point === 'resume') answer = session.resume().then(() => 'ok');
     answer = answer?.catch((e: unknown) => `failed: ${messageOf(e)}`);
-    if (answer) await delay(randomInt(0, 400));
+    // Every other pause trial (the first among them) strikes once the pause's checkpoint is recorded: while its
+    // worker stops the sandbox. The others strike at random, while it exports or stops.
+    const afterCapture = point === 'pause' && Math.floor((trial - 1) / KILL_POINTS.length) % 2 === 0;
+    if (afterCapture) {
+      const before = (await session.status()).checkpointCount;
+      await until(async () => (await session.status()).checkpointCount > before, 30_000, 5);
+    } else if (answer) await delay(randomInt(0, 400));
     const struckAt = Date.now() - began;
     await fleet.workers.get(driver)!.kill();
     killed = true;
@@ -289,7 +299,12 @@ async function workerKill(fleet: Fleet, point: KillPoint, trial: number): Promis
     }, SETTLE_MS);
     const note = `${point}: the kill came ${struckAt} ms after the control began; it answered: ${answered}`;
     const verdict = await judgeKill(fleet, session, point, { status, firstPid, runtime, durable, acked, problems });
-    record(fleet.tally, row, sessionId, verdict, note);
+    if (most > 1) fleet.tally.doubled(row);
+    const judged =
+      most > 1 && verdict.verdict === 'survived'
+        ? { verdict: 'corrupt' as const, detail: `${most} copies ran at once` }
+        : verdict;
+    record(fleet.tally, row, sessionId, judged, note);
     const now = await session.status();
     const how = now.runtime?.instanceId === runtime.instanceId ? 'the same sandbox taken over' : 'restored';
     fleet.tally.findings.push(`NOTE — ${row}: ${note}; then ${how}; ${samples} samples, most copies at once ${most}`);
@@ -365,7 +380,6 @@ function record(
   note = '',
 ) {
   tally.trial(row, outcome.verdict, `session ${sessionId}: ${outcome.detail}${note ? `\n  ${note}` : ''}`);
-  if (outcome.verdict === 'corrupt' && outcome.detail.startsWith('two copies')) tally.doubled(row);
 }
 
 /**
