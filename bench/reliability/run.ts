@@ -2,12 +2,14 @@
  * Fault injection against real worker processes: kill -9 and SIGTERM of the worker while sessions start, capture,
  * restore and drain; an outage of the Temporal server; many pause/resume cycles; and on a store in an S3 bucket
  * (bench/reliability/s3.ts), faults of the worker, the S3 server and the path between them. Prints one table, and below it what
- * went wrong in full. Exits 1 when anything was lost, corrupt, stuck, orphaned or leaked.
+ * went wrong in full. On remote sessions (bench/reliability/remote.ts): kill -9 of the worker that drives a sandbox and
+ * of a sandbox host, hostile providers, and a stale fencing token. Exits 1 when anything was lost, corrupt, stuck, orphaned or leaked.
  *
  *   npm run reliability                 # the full run (≥ 50 kill points in scenario 1; outages of 10, 60, 300 s)
  *   npx tsx bench/reliability/run.ts --quick
  *   npx tsx bench/reliability/run.ts --scenarios outage,cycles
  *   npx tsx bench/reliability/run.ts --quick --scenarios s3
+ *   npx tsx bench/reliability/run.ts --quick --scenarios remote
  *   npx tsx bench/reliability/run.ts --quick --keep   # keeps the temp dir: worker logs, server log, data
  *
  * Everything runs on 127.0.0.1: its own dev server (a free port, SQLite in a temp dir) and workers; all of it is
@@ -21,12 +23,14 @@ import { sessionProcesses } from './host';
 import { calibrate, drainRound, FAULT_NAMES, operationsRound, rowNames, type Durations, type Fault } from './crash';
 import { cycles, cyclesRow } from './cycles';
 import { outage, outageRow } from './outage';
+import { remoteRowNames, remoteScenarios, type RemotePlan } from './remote';
 import { s3RowNames, s3Scenarios, type S3Plan } from './s3';
 import { Tally } from './tally';
 
-const SCENARIOS = ['crash', 'outage', 'cycles', 's3'] as const;
+const SCENARIOS = ['crash', 'outage', 'cycles', 's3', 'remote'] as const;
 const FAULTS: readonly Fault[] = ['kill', 'term'];
 type Scenario = (typeof SCENARIOS)[number];
+const HOST_SCENARIOS: readonly Scenario[] = ['crash', 'outage', 'cycles'];
 
 interface Plan {
   scenarios: readonly Scenario[];
@@ -38,8 +42,9 @@ interface Plan {
   cycles: number;
   cycleSessions: number;
   s3: S3Plan;
-  /** The whole run stops (and fails) after this long: the first for crash, outage and cycles, the second for s3. */
-  budgetMs: [number, number];
+  remote: RemotePlan;
+  /** The whole run stops (and fails) after this long: for crash, outage and cycles; for s3; for remote. */
+  budgetMs: [number, number, number];
   /** Keep the temp dir (worker logs, the server's log and SQLite file, the data) for a look afterwards. */
   keep: boolean;
 }
@@ -51,7 +56,9 @@ const QUICK: Omit<Plan, 'scenarios' | 'keep'> = {
   cycles: 20,
   cycleSessions: 1,
   s3: { trials: 2, stormMs: 4_000, pastBound: false, cutsS: [10] },
-  budgetMs: [4 * 60_000, 7 * 60_000],
+  // One kill -9 of the worker at each kill point.
+  remote: { workerKills: 4, hostKills: 1 },
+  budgetMs: [4 * 60_000, 7 * 60_000, 12 * 60_000],
 };
 // Each round kills once, striking `perOp` sessions of each operation (and of the drain) at their own points.
 const FULL: Omit<Plan, 'scenarios' | 'keep'> = {
@@ -61,7 +68,8 @@ const FULL: Omit<Plan, 'scenarios' | 'keep'> = {
   cycles: 20,
   cycleSessions: 2,
   s3: { trials: 6, stormMs: 8_000, pastBound: true, cutsS: [10, 60, 300] },
-  budgetMs: [75 * 60_000, 30 * 60_000],
+  remote: { workerKills: 12, hostKills: 3 },
+  budgetMs: [75 * 60_000, 30 * 60_000, 40 * 60_000],
 };
 
 function plan(): Plan {
@@ -75,7 +83,7 @@ function plan(): Plan {
     },
   });
   if (values.help) {
-    console.log('usage: tsx bench/reliability/run.ts [--quick] [--scenarios crash,outage,cycles,s3] [--keep]');
+    console.log('usage: tsx bench/reliability/run.ts [--quick] [--scenarios crash,outage,cycles,s3,remote] [--keep]');
     process.exit(0);
   }
   const scenarios = values.scenarios.split(',').map((s) => s.trim());
@@ -93,8 +101,9 @@ async function runScenarios(cluster: Cluster, tally: Tally, runId: string, p: Pl
     return ctx;
   };
   const context = (name: string) => contextOf(cluster.host(name));
-  if (p.scenarios.some((s) => s !== 's3')) await hostScenarios(tally, context, p);
+  if (p.scenarios.some((s) => HOST_SCENARIOS.includes(s))) await hostScenarios(tally, context, p);
   if (p.scenarios.includes('s3')) await s3Scenarios(cluster, contextOf, p.s3);
+  if (p.scenarios.includes('remote')) await remoteScenarios(cluster, tally, runId, p.remote);
   // Whatever is still there now was left by some scenario, not by a session still running: there is none.
   for (const ctx of contexts) {
     ctx.orphans(ctx.processes(), 'at the end of the run');
@@ -151,6 +160,7 @@ async function main(): Promise<number> {
   if (p.scenarios.includes('outage')) for (const s of p.outagesS) tally.row(outageRow(s));
   if (p.scenarios.includes('cycles')) tally.row(cyclesRow(p.cycles));
   if (p.scenarios.includes('s3')) for (const name of s3RowNames(p.s3)) tally.row(name);
+  if (p.scenarios.includes('remote')) for (const name of remoteRowNames()) tally.row(name);
 
   const runId = randomBytes(4).toString('hex');
   const cluster = await Cluster.start();
@@ -177,8 +187,11 @@ async function main(): Promise<number> {
   let failure: unknown;
   let timer: NodeJS.Timeout | undefined;
   try {
-    const [hosts, s3] = p.budgetMs;
-    const budgetMs = (p.scenarios.some((s) => s !== 's3') ? hosts : 0) + (p.scenarios.includes('s3') ? s3 : 0);
+    const [hosts, s3, remote] = p.budgetMs;
+    const budgetMs =
+      (p.scenarios.some((s) => HOST_SCENARIOS.includes(s)) ? hosts : 0) +
+      (p.scenarios.includes('s3') ? s3 : 0) +
+      (p.scenarios.includes('remote') ? remote : 0);
     const budget = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new Error(`the run took longer than ${budgetMs / 60_000} minutes`)), budgetMs);
     });

@@ -12,6 +12,8 @@ interface Row {
   struck: { underWay: number; of: number };
   verdicts: Record<Verdict, number>;
   orphans: number;
+  /** Trials in which two copies of one session ran at once. */
+  doubled: number;
   leakedBytes: number;
   /** Leaked files and objects, an object store's unfinished uploads included. */
   leakedObjects: number;
@@ -27,6 +29,7 @@ const COLUMNS = [
   'orphans',
   'leaked bytes',
   'leaked objects',
+  'two copies',
 ];
 
 export class Tally {
@@ -45,6 +48,7 @@ export class Tally {
         struck: { underWay: 0, of: 0 },
         verdicts: { survived: 0, lost: 0, corrupt: 0, stuck: 0 },
         orphans: 0,
+        doubled: 0,
         leakedBytes: 0,
         leakedObjects: 0,
       };
@@ -128,6 +132,11 @@ export class Tally {
     if (verdict !== 'survived') this.findings.push(`${verdict.toUpperCase()} — ${rowName} — ${detail}`);
   }
 
+  /** A trial in which two copies of one session ran at once (its verdict is counted by `trial` or `outcome`). */
+  doubled(rowName: string): void {
+    this.row(rowName).doubled++;
+  }
+
   /** How many faults came while the operation they were aimed at was under way, per row that aims at one. */
   underWay(): string {
     const counted = [...this.rows].filter(([, r]) => r.struck.of > 0);
@@ -137,7 +146,12 @@ export class Tally {
   /** Whether every trial survived and nothing was orphaned or leaked. */
   get clean(): boolean {
     return [...this.rows.values()].every(
-      (r) => r.verdicts.survived === r.trials && r.orphans === 0 && r.leakedBytes === 0 && r.leakedObjects === 0,
+      (r) =>
+        r.verdicts.survived === r.trials &&
+        r.orphans === 0 &&
+        r.doubled === 0 &&
+        r.leakedBytes === 0 &&
+        r.leakedObjects === 0,
     );
   }
 
@@ -153,6 +167,7 @@ export class Tally {
       r.orphans,
       r.leakedBytes,
       r.leakedObjects,
+      r.doubled,
     ]);
     const cells = [COLUMNS, ...body].map((line) => line.map(String));
     const widths = COLUMNS.map((_, i) => Math.max(...cells.map((line) => line[i]!.length)));

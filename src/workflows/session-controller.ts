@@ -16,7 +16,7 @@ import {
   RUNTIME_PLACEMENT,
 } from '../domain/schemas';
 import { byteSize, checkpointName, oneLine, timelineEntries } from '../domain/operator-view';
-import { local, onHost, shared, stopAndDispose, summarized, verifier } from './activity-proxies';
+import { local, onHost, onPlacedHost, shared, stopAndDispose, summarized, verifier } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
 import { asFailure, exitDetailsOf, failure, failureMessage, typeOf } from './failures';
 import { parseControl } from './inputs';
@@ -507,6 +507,21 @@ export class SessionController {
     try {
       await stopAndDispose(host, runtime, why);
     } catch (err) {
+      // A sandbox on a host of its own outlives its worker: left as it is, it would run on while the session is paused
+      // or stopped, and a resume would start a second copy. Another worker stops it. (Only remote runtimes come here,
+      // a kind no release had: no history to replay takes this branch, as with the takeover in recovery.)
+      if (RUNTIME_PLACEMENT[runtime.kind] === 'anywhere') {
+        const stopped = await onPlacedHost(state.spec, `stop ${runtime.instanceId}`, (other) =>
+          stopAndDispose(other, runtime, why),
+        ).then(
+          () => true,
+          () => false,
+        );
+        if (stopped) {
+          state.runtime = null;
+          return;
+        }
+      }
       session.record({ kind: 'runtime-lost', at: now(), instanceId: runtime.instanceId, reason: failureMessage(err) });
       log.warn('runtime could not be stopped; its state is checkpointed', { instanceId: runtime.instanceId });
     }

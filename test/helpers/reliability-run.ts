@@ -12,6 +12,8 @@ export interface ReliabilityRow {
   orphans: number;
   leakedBytes: number;
   leakedObjects: number;
+  /** Trials in which two copies of one session ran at once. */
+  twoCopies: number;
 }
 
 const root = path.resolve(__dirname, '..', '..');
@@ -54,7 +56,8 @@ export function tableOf(stdout: string): ReliabilityRow[] {
         .split('|')
         .slice(1, -1)
         .map((cell) => cell.trim());
-      const [trials, survived, lost, corrupt, stuck, orphans, leakedBytes, leakedObjects] = counts.map(Number);
+      const [trials, survived, lost, corrupt, stuck, orphans, leakedBytes, leakedObjects, twoCopies] =
+        counts.map(Number);
       return {
         scenario: scenario!,
         trials,
@@ -65,6 +68,7 @@ export function tableOf(stdout: string): ReliabilityRow[] {
         orphans,
         leakedBytes,
         leakedObjects,
+        twoCopies,
       } as ReliabilityRow;
     });
 }
