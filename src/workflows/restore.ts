@@ -34,13 +34,14 @@ export async function restoreWithFallback(
     try {
       const fallbackFrom = skipped.map((s) => s.checkpointId);
       const summary = restoreSummary(candidate, cause, fallbackFrom);
+      const instanceId = session.instanceIdsOfAttempts();
       const runtime = await onPlacedHost(state.spec, `restore ${checkpointName(candidate.checkpointId)}`, (host) =>
         summarized(summary, host.restoreCheckpoint, {
           sessionId: session.id,
           ...session.tenancy,
           checkpointId: candidate.checkpointId,
           expected: recorded(candidate),
-          instanceId: session.newInstanceId(),
+          instanceId: instanceId(),
           spec: state.spec.runtime,
           ...session.fencing,
         }),
@@ -135,11 +136,12 @@ function olderThan(checkpoints: CheckpointRef[], target: CheckpointRef): Checkpo
 export function startFromSpec(session: Session): Promise<RuntimeInstanceRef> {
   const { state } = session;
   const kind = state.spec.runtime.kind;
+  const instanceId = session.instanceIdsOfAttempts();
   return onPlacedHost(state.spec, `start the ${kind} runtime`, (host) =>
     summarized(`start ${kind} runtime`, host.startRuntime, {
       sessionId: session.id,
       ...session.tenancy,
-      instanceId: session.newInstanceId(),
+      instanceId: instanceId(),
       spec: state.spec.runtime,
       ...session.fencing,
     }),

@@ -394,13 +394,14 @@ export class RunControls {
     const { session } = this;
     const { state } = session;
     const summary = restoreSummary(target, 'rewind');
+    const instanceId = session.instanceIdsOfAttempts();
     const runtime = await onPlacedHost(state.spec, `restore ${checkpointName(target.checkpointId)}`, (host) =>
       summarized(summary, host.restoreCheckpoint, {
         sessionId: session.id,
         ...session.tenancy,
         checkpointId: target.checkpointId,
         expected: recorded(target),
-        instanceId: session.newInstanceId(),
+        instanceId: instanceId(),
         spec: state.spec.runtime,
         ...session.fencing,
       }),

@@ -294,6 +294,18 @@ export class Session {
     return this.state.generation;
   }
 
+  /**
+   * The instance ids of one start or restore, one per placement it takes. A host's instance ends with its worker, so
+   * each placement makes a new one. One on a host of its own outlives a worker that died while making it: every
+   * placement names the same id, so the next worker adopts what the first made (or what its host discarded is made
+   * again), never a second copy beside it.
+   */
+  instanceIdsOfAttempts(): () => string {
+    if (RUNTIME_PLACEMENT[this.state.spec.runtime.kind] !== 'anywhere') return () => this.newInstanceId();
+    const id = this.newInstanceId();
+    return () => id;
+  }
+
   newInstanceId(): string {
     return `${this.id}-${uuid4().slice(0, 8)}`;
   }
