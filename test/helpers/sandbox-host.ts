@@ -2,6 +2,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { freePort } from '../../src/dev-server';
+import type { RemoteRuntimeSpec } from '../../src/domain/schemas';
+import { RemoteRuntime } from '../../src/providers/remote-runtime';
+import { RuntimeBusyError, type RestoreRequest, type StartRequest } from '../../src/runtimes';
 import { eventually } from './temporal';
 
 const root = path.resolve(__dirname, '..', '..');
@@ -59,4 +62,34 @@ export async function startSandboxHost(rootDir: string, env: NodeJS.ProcessEnv =
     throw error;
   }
   return host;
+}
+
+/** A RemoteRuntime that remembers the sandboxes a test case made, so that the case can delete them when it ends. */
+export class CaseRuntime extends RemoteRuntime {
+  readonly made = new Set<string>();
+
+  override start(request: StartRequest<RemoteRuntimeSpec>) {
+    this.made.add(request.instanceId);
+    return super.start(request);
+  }
+
+  override restore(request: RestoreRequest<RemoteRuntimeSpec>) {
+    this.made.add(request.instanceId);
+    return super.restore(request);
+  }
+
+  /** Deletes what the case made; an import the host is still discarding (its upload failed) is busy until it is gone. */
+  async release(): Promise<void> {
+    const dispose = (id: string) =>
+      eventually(() =>
+        this.dispose(id).then(
+          () => true,
+          (error: unknown) => {
+            if (error instanceof RuntimeBusyError) return false;
+            throw error;
+          },
+        ),
+      );
+    await Promise.all([...this.made].map(dispose));
+  }
 }

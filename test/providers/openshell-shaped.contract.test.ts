@@ -5,11 +5,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { Readable } from 'node:stream';
 import { extract } from 'tar-stream';
-import type { RemoteRuntimeSpec } from '../../src/domain/schemas';
-import { RemoteRuntime } from '../../src/providers/remote-runtime';
-import { RuntimeBusyError, type RestoreRequest, type StartRequest } from '../../src/runtimes';
 import { readAll } from '../helpers/checkpoints';
-import { startSandboxHost, type SandboxHostProcess } from '../helpers/sandbox-host';
+import { CaseRuntime, startSandboxHost, type SandboxHostProcess } from '../helpers/sandbox-host';
 import { eventually } from '../helpers/temporal';
 import { runSessionRuntimeContract } from '../runtimes/runtime.contract';
 
@@ -39,40 +36,10 @@ afterAll(async () => {
   await fsp.rm(tmp, { recursive: true, force: true });
 });
 
-/** Remembers the sandboxes a case made, so that the case can delete them on the host when it ends. */
-class CaseRuntime extends RemoteRuntime {
-  readonly made = new Set<string>();
-
-  override start(request: StartRequest<RemoteRuntimeSpec>) {
-    this.made.add(request.instanceId);
-    return super.start(request);
-  }
-
-  override restore(request: RestoreRequest<RemoteRuntimeSpec>) {
-    this.made.add(request.instanceId);
-    return super.restore(request);
-  }
-}
-
-async function release(runtime: CaseRuntime): Promise<void> {
-  // An import the host is still discarding (its upload failed) is busy until it is gone.
-  const dispose = (id: string) =>
-    eventually(() =>
-      runtime.dispose(id).then(
-        () => true,
-        (error: unknown) => {
-          if (error instanceof RuntimeBusyError) return false;
-          throw error;
-        },
-      ),
-    );
-  await Promise.all([...runtime.made].map(dispose));
-}
-
 runSessionRuntimeContract({
   name: 'RemoteRuntime over an OpenShell-shaped provider (sandboxes run while exported)',
   newRuntime: () => new CaseRuntime({ url: gateway.url, token: gateway.token }),
-  release,
+  release: (runtime) => runtime.release(),
   runningSpec: () => ({
     kind: 'remote',
     command: ['sleep', '30'],
@@ -113,7 +80,7 @@ describe('an OpenShell-shaped provider', () => {
   });
 
   afterEach(async () => {
-    await Promise.all([release(gatewayRuntime), release(otherRuntime)]);
+    await Promise.all([gatewayRuntime.release(), otherRuntime.release()]);
   });
 
   test('says it exports files while its sandboxes run', async () => {
