@@ -139,10 +139,14 @@ export async function freePort(): Promise<number> {
   const [low, high] = portRangeBelowEphemeral();
   for (let attempt = 0; attempt < 50; attempt++) {
     const port = low + Math.floor(Math.random() * (high - low + 1));
+    if (FETCH_BLOCKED_PORTS.has(port)) continue;
     if (await canListen(port)) return port;
   }
   throw new Error(`no free port on 127.0.0.1 between ${low} and ${high} after 50 tries`);
 }
+
+/** The Fetch standard's "bad ports" in the range: `fetch` refuses to connect to them ("bad port"), browsers too. */
+const FETCH_BLOCKED_PORTS = new Set([10_080]);
 
 function portRangeBelowEphemeral(): [number, number] {
   let ephemeralLow = 32_768;
