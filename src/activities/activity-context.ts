@@ -256,21 +256,3 @@ export function toRef(info: RuntimeInstanceInfo, hostTaskQueue: string, fence?: 
     ...(fence !== undefined ? { fence } : {}),
   };
 }
-
-export function toCheckpointRef(m: CheckpointManifest): CheckpointRef {
-  return {
-    checkpointId: m.checkpointId,
-    sessionId: m.sessionId,
-    sequence: m.sequence,
-    parentId: m.parentId,
-    trigger: m.trigger,
-    label: m.label,
-    runtimeKind: m.runtime.kind,
-    runtimeVersion: m.runtime.version,
-    formatVersion: m.formatVersion,
-    size: m.size,
-    digest: m.digest,
-    createdAt: m.createdAt,
-    ...(m.encryption ? { encryption: m.encryption } : {}),
-  };
-}

@@ -4,7 +4,7 @@ import { ApplicationFailure, Context, log } from '@temporalio/activity';
 import { type RuntimeInstanceRef, sessionKey } from '../api/messages';
 import { ERROR_CODES } from '../domain/error-codes';
 import type { RuntimeExitDetails } from '../domain/records';
-import type { CheckpointRef } from '../domain/schemas';
+import { checkpointRefOf, type CheckpointRef } from '../domain/schemas';
 import { outcomeOf } from '../metrics';
 import { type ExitInfo, RuntimeExitedError, RuntimeNotFoundError } from '../runtimes';
 import { withFence } from '../runtimes/fence';
@@ -29,7 +29,6 @@ import {
   throttled,
   toFailure,
   toRef,
-  toCheckpointRef,
 } from './activity-context';
 
 export function runtimeActivities(ctx: ActivityContext) {
@@ -119,7 +118,7 @@ export function runtimeActivities(ctx: ActivityContext) {
         // Idempotent: a retry after the manifest was published returns the checkpoint that exists.
         const store = storeOf(deps, input);
         const published = await readManifestIfExists(store, input.sessionId, input.checkpointId);
-        if (published) return toCheckpointRef(published);
+        if (published) return checkpointRefOf(published);
         // Timeline entries the session has recorded since its last append: they go first, so they are never later
         // than the checkpoint that follows them.
         if (input.timeline?.length) {
@@ -161,7 +160,7 @@ export function runtimeActivities(ctx: ActivityContext) {
           if ('stored' in state) state.stored(manifest.checkpointId);
           log.info('checkpoint written', { checkpointId: manifest.checkpointId, size: manifest.size });
           metrics.checkpoint({ ...labels, outcome: 'ok' }, measured('capture', started), manifest.size);
-          return toCheckpointRef(manifest);
+          return checkpointRefOf(manifest);
         } catch (err) {
           metrics.checkpoint({ ...labels, outcome: outcomeOf(err) }, measured('capture', started, err));
           throw toFailure(err);

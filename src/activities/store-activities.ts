@@ -1,7 +1,12 @@
 /** The activities that only touch the snapshot store: claims, verification, timelines, deletes and forks. */
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import { ERROR_CODES } from '../domain/error-codes';
-import type { CheckpointRef, VerificationResult, VerificationStatus } from '../domain/schemas';
+import {
+  checkpointRefOf,
+  type CheckpointRef,
+  type VerificationResult,
+  type VerificationStatus,
+} from '../domain/schemas';
 import { storeErrorKind } from '../metrics';
 import {
   SnapshotError,
@@ -30,7 +35,6 @@ import {
   readManifestIfExists,
   throttled,
   toFailure,
-  toCheckpointRef,
   type ForkingStore,
 } from './activity-context';
 
@@ -207,7 +211,7 @@ export function storeActivities(ctx: ActivityContext) {
                 trigger: 'fork',
                 ...(target.label ? { label: target.label } : {}),
               }));
-            return toCheckpointRef(manifest);
+            return checkpointRefOf(manifest);
           }),
         );
       } catch (err) {

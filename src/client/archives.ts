@@ -1,6 +1,5 @@
 import { createReadStream } from 'node:fs';
 import type { TimelineEntry } from '../api/messages';
-import type { CheckpointRef } from '../domain/schemas';
 
 interface TimelinePage {
   entries: TimelineEntry[];
@@ -57,24 +56,6 @@ export function sealOf(input: { recipientPublicKey?: string; passphrase?: string
 
 export function keyOf(input: { privateKey?: string; passphrase?: string }): ArchiveKey {
   return input.passphrase !== undefined ? { passphrase: input.passphrase } : { privateKey: input.privateKey! };
-}
-
-export function toCheckpointRef(m: CheckpointManifest): CheckpointRef {
-  return {
-    checkpointId: m.checkpointId,
-    sessionId: m.sessionId,
-    sequence: m.sequence,
-    parentId: m.parentId,
-    trigger: m.trigger,
-    ...(m.label !== undefined ? { label: m.label } : {}),
-    runtimeKind: m.runtime.kind,
-    runtimeVersion: m.runtime.version,
-    formatVersion: m.formatVersion,
-    size: m.size,
-    digest: m.digest,
-    createdAt: m.createdAt,
-    ...(m.encryption ? { encryption: m.encryption } : {}),
-  };
 }
 
 /** The message count of each of `checkpointIds`, from the session's timeline (a conversation's checkpoints). */

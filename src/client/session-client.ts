@@ -64,15 +64,7 @@ import type { SnapshotStore, TimelineLog } from '../snapshots';
 import { exportArchive, importArchive } from '../snapshots/archive';
 import type { Readable } from 'node:stream';
 import { ExportSessionInput, ImportSessionInput, type ImportResult, type SessionOperationName } from '../api/archives';
-import {
-  archiveOpener,
-  checkpointsToExport,
-  keyOf,
-  messageCountsOf,
-  sealOf,
-  toCheckpointRef,
-  type ArchiveSource,
-} from './archives';
+import { archiveOpener, checkpointsToExport, keyOf, messageCountsOf, sealOf, type ArchiveSource } from './archives';
 import {
   type AppendInput,
   type RegenerateInput,
@@ -92,6 +84,7 @@ import {
   TenantId,
   VerifyInput,
   type CheckpointRef,
+  checkpointRefOf,
   type VerificationResult,
 } from '../domain/schemas';
 import { PHASES, type Phase } from '../domain/session-state';
@@ -449,7 +442,7 @@ export class SessionClient {
     const from = { sessionId: imported.header.source.sessionId, checkpointId: head.checkpointId };
     const fork = {
       from,
-      checkpoint: { ...toCheckpointRef(head), ...(messageCount !== undefined ? { messageCount } : {}) },
+      checkpoint: { ...checkpointRefOf(head), ...(messageCount !== undefined ? { messageCount } : {}) },
       claimOwner: owner,
       ...(args.paused ? { paused: true } : {}),
       // A conversation goes on from its message count; its timeline starts at this checkpoint, so nothing before it

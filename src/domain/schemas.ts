@@ -574,3 +574,35 @@ export const CheckpointRef = strictObject({
   messageCount: z.number().int().min(0).optional(),
 });
 export type CheckpointRef = z.infer<typeof CheckpointRef>;
+
+/** What a session records of a stored checkpoint, read off its manifest (the store's `CheckpointManifest`). */
+export function checkpointRefOf(m: {
+  checkpointId: string;
+  sessionId: string;
+  sequence: number;
+  parentId: string | null;
+  trigger: CheckpointTrigger;
+  label?: string;
+  runtime: { kind: string; version: string };
+  formatVersion: number;
+  size: number;
+  digest: string;
+  createdAt: string;
+  encryption?: 'aes-256-gcm' | 'none';
+}): CheckpointRef {
+  return {
+    checkpointId: m.checkpointId,
+    sessionId: m.sessionId,
+    sequence: m.sequence,
+    parentId: m.parentId,
+    trigger: m.trigger,
+    ...(m.label !== undefined ? { label: m.label } : {}),
+    runtimeKind: m.runtime.kind,
+    runtimeVersion: m.runtime.version,
+    formatVersion: m.formatVersion,
+    size: m.size,
+    digest: m.digest,
+    createdAt: m.createdAt,
+    ...(m.encryption ? { encryption: m.encryption } : {}),
+  };
+}
