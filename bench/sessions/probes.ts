@@ -63,6 +63,14 @@ export class ProbedWorkspaceRuntime extends WorkspaceRuntime {
     super(options);
   }
 
+  /** Called by restore once the tree is complete (written, modes set, indexed), and by start. */
+  protected override async launch(
+    ...args: Parameters<WorkspaceRuntime['launch']>
+  ): ReturnType<WorkspaceRuntime['launch']> {
+    this.probe.mark('restore.launch');
+    return super.launch(...args);
+  }
+
   override async capture(instanceId: string): Promise<Readable> {
     this.probe.mark('capture.call');
     const stream = await super.capture(instanceId);
@@ -149,6 +157,7 @@ export class ProbedStore implements SnapshotStore {
   }
 
   readManifest(sessionId: string, checkpointId: string): Promise<CheckpointManifest> {
+    this.probe.mark('manifest.call');
     return this.inner.readManifest(sessionId, checkpointId);
   }
 

@@ -10,6 +10,7 @@ export type OpName =
   | 'checkpointChanged'
   | 'stop'
   | 'direct-capture'
+  | 'direct-open'
   | 'direct-restore';
 
 export interface OpRecord extends Measurement {
@@ -20,11 +21,16 @@ export interface OpRecord extends Measurement {
   at: Record<string, number>;
   progressCalls: number;
   progressMs: number;
+  /** Workflow tasks and activities the control took, from its history (resume only). */
+  workflowTasks?: number;
+  activities?: string[];
 }
 
 /** Times operations one at a time (the probe follows the one in flight) and keeps their records in order. */
 export class Recorder {
   readonly records: OpRecord[] = [];
+  /** When each record's call was made (`performance.now()`). */
+  private readonly starts = new Map<OpRecord, number>();
 
   constructor(
     private readonly probe: Probe,
@@ -36,7 +42,7 @@ export class Recorder {
     const { result, t0, ...measurement } = await measure(fn, this.serverPid);
     const at: Record<string, number> = {};
     for (const [name, t] of this.probe.events) at[name] = t - t0;
-    this.records.push({
+    const record: OpRecord = {
       op,
       round,
       bytes: bytesOf(result),
@@ -44,7 +50,18 @@ export class Recorder {
       at,
       progressCalls: this.probe.progressCalls,
       progressMs: this.probe.progressMs,
-    });
+    };
+    this.records.push(record);
+    this.starts.set(record, t0);
     return result;
+  }
+
+  /** Adds marks taken after the fact (`performance.now()` times, e.g. from history) to the last record of `op`. */
+  annotate(op: OpName, marks: Record<string, number>, extra: Pick<OpRecord, 'workflowTasks' | 'activities'>): void {
+    const record = this.records.findLast((r) => r.op === op);
+    if (!record) return;
+    const t0 = this.starts.get(record)!;
+    for (const [name, t] of Object.entries(marks)) record.at[name] = t - t0;
+    Object.assign(record, extra);
   }
 }

@@ -6,6 +6,7 @@ import * as path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import type { SessionClient, SessionHandle } from '../../src/client';
 import { withTimeout, type Cleanup } from './cleanup';
+import { historyMarks } from './history-marks';
 import type { OpName, Recorder } from './records';
 import {
   blobName,
@@ -106,6 +107,11 @@ export async function sessionRound(ctx: SessionRoundContext, round: number): Pro
     () => handle.resume(),
     (r) => r.restoredFrom.size,
   );
+  const resumeHistory = await historyMarks(handle, 'resume');
+  recorder.annotate('resume', resumeHistory.marks, {
+    workflowTasks: resumeHistory.workflowTasks,
+    activities: resumeHistory.activities,
+  });
   const { pid, location } = resumed.runtime;
   const state = pid === undefined ? undefined : processState(pid);
   const pidAlive = state !== undefined && state !== 'Z' && state !== 'X';

@@ -531,9 +531,9 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
 
   /**
    * Spawns the command in `dir`, registers the instance with `committed` as its base once the process exists, and
-   * records it in the state directory before it is reported started.
+   * records it in the state directory before it is reported started. (Protected for the benchmark's probes.)
    */
-  private async launch(
+  protected async launch(
     request: StartRequest<WorkspaceRuntimeSpec> & { forkedFrom?: ForkOrigin },
     dir: string,
     logPath: string,
