@@ -28,6 +28,9 @@ export async function readTarStream<T>(
   // (the extractor failed first) must not become an unhandled 'error' event that takes the worker down.
   state.on('error', () => undefined);
   const extract = tarExtract();
+  // Likewise the extractor's: its errors reach `consume` through the entries it iterates; one emitted after `consume`
+  // stopped iterating (the state failed, or an entry's write did) has nobody left to tell.
+  extract.on('error', () => undefined);
   let stateFailure: { error: unknown } | undefined;
   let abandoned = false;
   const feeding = feed(state, extract, layout).catch((error: unknown) => {

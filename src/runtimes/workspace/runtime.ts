@@ -254,6 +254,9 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   async restore(request: RestoreRequest<WorkspaceRuntimeSpec>): Promise<RuntimeInstanceInfo> {
     const adopted = adoptForRestore(request, () => this.adopt(request));
     if (adopted) return adopted;
+    // The state may fail before extraction reads it (while the directory is made): its error is the restore's then,
+    // reported when extraction reads it, and must not be an unhandled 'error' event that takes the worker down.
+    request.state.on('error', () => undefined);
     const { dir, logPath, user } = await this.createWorkspace(request).catch((error: unknown) => {
       request.state.destroy();
       throw error;
