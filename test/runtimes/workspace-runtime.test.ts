@@ -512,6 +512,68 @@ describe('WorkspaceRuntime', () => {
     expect(await exists('/tmp/evil-absolute')).toBe(false);
   });
 
+  test('a tree of many small files restores exactly: contents, modes, mtimes, a read-only directory sealed last', async () => {
+    const info = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(['sleep', '60']) });
+    for (let d = 0; d < 12; d++) {
+      const dir = path.join(info.location, `dir-${d}`, 'sub');
+      await fsp.mkdir(dir, { recursive: true });
+      for (let f = 0; f < 30; f++) {
+        const file = path.join(dir, `f-${f}.txt`);
+        await fsp.writeFile(file, randomBytes((d * 30 + f) * 37));
+        await fsp.chmod(file, f % 3 === 0 ? 0o444 : 0o640);
+        await fsp.utimes(file, new Date(1_600_000_000_000 + f * 1000), new Date(1_600_000_000_000 + f * 1000));
+      }
+    }
+    await fsp.writeFile(path.join(info.location, 'big.bin'), randomBytes(3 * 1024 * 1024 + 5));
+    await fsp.chmod(path.join(info.location, 'dir-3'), 0o555);
+    const archive = await readAll(await runtime.capture(info.instanceId));
+
+    const restored = await runtime.restore({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(['sleep', '60']),
+      state: Readable.from([archive]),
+    });
+    expect((await fsp.stat(path.join(restored.location, 'dir-3'))).mode & 0o777).toBe(0o555);
+    // (Buffer.equals: toEqual walks megabytes byte by byte.)
+    expect((await readAll(await runtime.capture(restored.instanceId))).equals(archive)).toBe(true);
+  }, 60_000);
+
+  test('an archive that names a file twice restores the later one, as tar does', async () => {
+    const restored = await runtime.restore({
+      sessionId: SESSION,
+      instanceId: newId(),
+      spec: spec(['sleep', '30']),
+      state: Readable.from([
+        await tarOf([
+          { name: 'twice.txt', data: 'first, and longer than the second' },
+          { name: 'other.txt', data: 'other' },
+          { name: 'twice.txt', data: 'second' },
+        ]),
+      ]),
+    });
+    expect(await fsp.readFile(path.join(restored.location, 'twice.txt'), 'utf8')).toBe('second');
+  });
+
+  test('restore of an archive with a file under a file fails and leaves nothing behind', async () => {
+    const instanceId = newId();
+    const restoring = runtime.restore({
+      sessionId: SESSION,
+      instanceId,
+      spec: spec(['sleep', '30']),
+      state: Readable.from([
+        await tarOf([
+          { name: 'a', data: 'a file' },
+          ...Array.from({ length: 40 }, (_, i) => ({ name: `z-${i}.txt`, data: 'z'.repeat(i) })),
+          { name: 'a/b', data: 'under a file' },
+        ]),
+      ]),
+    });
+    await expect(restoring).rejects.toThrow(/ENOTDIR|EEXIST/);
+    expect(await runtime.describe(instanceId)).toBeUndefined();
+    expect(await fsp.readdir(rootDir)).toEqual([]);
+  });
+
   test('dispose stops a running instance and removes its directory and log', async () => {
     const info = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(['sleep', '30']) });
     await runtime.dispose(info.instanceId);

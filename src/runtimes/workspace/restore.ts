@@ -47,16 +47,30 @@ export class ArchiveRejectedError extends DurableSessionsError {
 
 /** Bytes gathered before a file write while restoring (see writeEntry). */
 const WRITE_BYTES = 1024 * 1024;
+/**
+ * Files written at once while restoring, and the content bytes they may hold: a file of at most WRITE_BYTES is in
+ * memory once its entry is read, so its open, write, mode, times and close (each a trip through the thread pool) need
+ * not hold up the entries after it. A tree of many small files is written several files at a time, as tar -x cannot.
+ */
+const FILES_IN_FLIGHT = 16;
+const BYTES_IN_FLIGHT = 8 * 1024 * 1024;
 /** How long restore waits at most for the file system's clock to move past the last restored file's ctime. */
 const CLOCK_WAIT_MS = 100;
 
 /**
  * Extracts a tar stream produced by `capture` into the empty directory `root`, and resolves with the paths written,
- * in archive order. Resolves only after `state` has ended; if `state` fails, rejects with its error object unchanged
- * (it says why, e.g. a digest mismatch). `layout`, if given, is shown every byte the extractor is.
+ * in archive order. Resolves only after `state` has ended and every file is written; if `state` fails, rejects with
+ * its error object unchanged (it says why, e.g. a digest mismatch), and only once no write is in flight any more.
+ * `layout`, if given, is shown every byte the extractor is.
  */
 export async function extractArchive(state: Readable, root: string, layout?: TarLayoutReader): Promise<RestoredPath[]> {
-  return readTarStream(state, (entries) => extractEntries(entries, root), layout);
+  const writes = new FileWrites();
+  try {
+    return await readTarStream(state, (entries) => extractEntries(entries, root, writes), layout);
+  } finally {
+    // A failed restore removes the directory next: nothing may still be writing into it then.
+    await writes.idle();
+  }
 }
 
 /**
@@ -64,10 +78,22 @@ export async function extractArchive(state: Readable, root: string, layout?: Tar
  * ".." are rejected, and symlinks are created only after every file and directory, so no write can ever go
  * through a link the archive planted (e.g. `link -> /etc` followed by `link/passwd`).
  */
-async function extractEntries(entries: AsyncIterable<TarReadEntry>, root: string): Promise<RestoredPath[]> {
+async function extractEntries(
+  entries: AsyncIterable<TarReadEntry>,
+  root: string,
+  writes: FileWrites,
+): Promise<RestoredPath[]> {
   const restored: RestoredPath[] = [];
   const symlinks: Array<{ file: string; target: string; mtime: Date }> = [];
   const directories: Array<{ dir: string; mode: number; mtime: Date }> = [];
+  // Directories known to exist: a file's parent is made once, not once per file.
+  const made = new Set<string>([root]);
+  const parentOf = async (file: string): Promise<void> => {
+    const dir = path.dirname(file);
+    if (made.has(dir)) return;
+    await fsp.mkdir(dir, { recursive: true });
+    made.add(dir);
+  };
   for await (const entry of entries) {
     const { header } = entry;
     const segments = entrySegments(header.name);
@@ -76,14 +102,26 @@ async function extractEntries(entries: AsyncIterable<TarReadEntry>, root: string
       case 'file':
       case 'contiguous-file':
         if (segments.length === 0) throw new ArchiveRejectedError('file entry without a name', header.name);
-        await fsp.mkdir(path.dirname(file), { recursive: true });
-        await writeEntry(entry, file);
+        if ((header.size ?? 0) <= WRITE_BYTES) {
+          // Read whole here, written beside the entries that follow.
+          const content = await readEntry(entry);
+          await writes.add(file, content.bytes, async () => {
+            await parentOf(file);
+            await writeFile(file, content.buffers, header);
+          });
+        } else {
+          await writes.after(file);
+          await parentOf(file);
+          await writeEntry(entry, file);
+        }
         restored.push({ name: segments.join('/') });
         break;
       case 'directory':
         // Owner-writable until every entry is in; the archived mode and mtime are applied at the end.
         entry.resume();
+        await writes.after(file);
         await fsp.mkdir(file, { recursive: true, mode: 0o700 });
+        made.add(file);
         if (segments.length > 0) directories.push({ dir: file, mode: header.mode & 0o777, mtime: header.mtime });
         restored.push({ name: segments.join('/') });
         break;
@@ -102,6 +140,8 @@ async function extractEntries(entries: AsyncIterable<TarReadEntry>, root: string
         throw new ArchiveRejectedError(`entry ${header.name} has unsupported type ${header.type}`, header.name);
     }
   }
+  // Every file is in before a symlink exists or a directory is sealed.
+  await writes.settled();
   for (const { file, target, mtime } of symlinks) {
     await fsp.mkdir(path.dirname(file), { recursive: true });
     await fsp.symlink(target, file);
@@ -115,6 +155,71 @@ async function extractEntries(entries: AsyncIterable<TarReadEntry>, root: string
   return restored;
 }
 
+/**
+ * The file writes of one extraction that run beside it, at most FILES_IN_FLIGHT and BYTES_IN_FLIGHT at once. The
+ * first that fails fails the extraction: `add` and `settled` throw its error.
+ */
+class FileWrites {
+  private readonly inFlight = new Map<Promise<void>, number>();
+  /** The write in flight for each path: a second entry of the same name waits for the first (the last one wins). */
+  private readonly byPath = new Map<string, Promise<void>>();
+  private bytes = 0;
+  private failure: { error: unknown } | undefined;
+
+  /** Starts `write` of `file` (holding `bytes`) once there is room, after any write of the same path. */
+  async add(file: string, bytes: number, write: () => Promise<void>): Promise<void> {
+    while (this.inFlight.size >= FILES_IN_FLIGHT || (this.inFlight.size > 0 && this.bytes + bytes > BYTES_IN_FLIGHT)) {
+      await Promise.race(this.inFlight.keys());
+    }
+    this.check();
+    const before = this.byPath.get(file);
+    const running: Promise<void> = (before ? before.then(write) : write())
+      .catch((error: unknown) => {
+        this.failure ??= { error };
+      })
+      .finally(() => {
+        this.inFlight.delete(running);
+        this.bytes -= bytes;
+        if (this.byPath.get(file) === running) this.byPath.delete(file);
+      });
+    this.inFlight.set(running, bytes);
+    this.byPath.set(file, running);
+    this.bytes += bytes;
+  }
+
+  /** Waits for the write in flight of `path`, if any. */
+  async after(path: string): Promise<void> {
+    await this.byPath.get(path);
+    this.check();
+  }
+
+  /** Waits until no write is in flight; throws the first failure. */
+  async settled(): Promise<void> {
+    await this.idle();
+    this.check();
+  }
+
+  /** Waits until no write is in flight. */
+  async idle(): Promise<void> {
+    while (this.inFlight.size > 0) await Promise.all(this.inFlight.keys());
+  }
+
+  private check(): void {
+    if (this.failure) throw this.failure.error;
+  }
+}
+
+/** The whole content of a (small) entry, as the reader cut it. */
+async function readEntry(entry: AsyncIterable<unknown>): Promise<{ buffers: Buffer[]; bytes: number }> {
+  const buffers: Buffer[] = [];
+  let bytes = 0;
+  for await (const chunk of entry) {
+    buffers.push(chunk as Buffer);
+    bytes += (chunk as Buffer).length;
+  }
+  return { buffers, bytes };
+}
+
 /** The path segments of an archive entry name; `[]` is the workspace itself. */
 function entrySegments(name: string): string[] {
   if (name.startsWith('/')) throw new ArchiveRejectedError(`entry ${name} has an absolute path`, name);
@@ -123,10 +228,24 @@ function entrySegments(name: string): string[] {
   return segments;
 }
 
+// O_NOFOLLOW: defence in depth; no symlink exists yet while files are written.
+const CREATE_FLAGS = fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_TRUNC | fsConstants.O_NOFOLLOW;
+
+/** Writes a file whose content is in hand, with its mode and times. */
+async function writeFile(file: string, content: readonly Buffer[], header: TarHeader): Promise<void> {
+  const handle = await fsp.open(file, CREATE_FLAGS, 0o600);
+  try {
+    await writevAll(handle, content);
+    await finishFile(handle, header);
+  } finally {
+    await handle.close();
+  }
+}
+
+/** Streams a large entry into `file`: one write in flight while the next MiB is gathered. */
 async function writeEntry(entry: AsyncIterable<unknown> & { header: TarHeader }, file: string): Promise<void> {
-  // O_NOFOLLOW: defence in depth; no symlink exists yet while files are written.
-  const flags = fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_TRUNC | fsConstants.O_NOFOLLOW;
-  const handle = await fsp.open(file, flags, 0o600);
+  const handle = await fsp.open(file, CREATE_FLAGS, 0o600);
+  let writing: Promise<void> = Promise.resolve();
   try {
     // Pieces arrive as the archive reader cut them, far smaller than a write should be: gathered up to WRITE_BYTES.
     let pending: Buffer[] = [];
@@ -135,7 +254,9 @@ async function writeEntry(entry: AsyncIterable<unknown> & { header: TarHeader },
       const batch = pending;
       pending = [];
       pendingBytes = 0;
-      await writevAll(handle, batch);
+      await writing;
+      writing = writevAll(handle, batch);
+      writing.catch(() => undefined); // awaited by the next flush or below
     };
     for await (const chunk of entry) {
       const data = chunk as Buffer;
@@ -144,11 +265,18 @@ async function writeEntry(entry: AsyncIterable<unknown> & { header: TarHeader },
       if (pendingBytes >= WRITE_BYTES) await flush();
     }
     await flush();
-    await handle.chmod(entry.header.mode & 0o777);
-    await handle.utimes(entry.header.mtime, entry.header.mtime);
+    await writing;
+    await finishFile(handle, entry.header);
   } finally {
+    // Never closed under a write still in flight.
+    await writing.catch(() => undefined);
     await handle.close();
   }
+}
+
+async function finishFile(handle: fsp.FileHandle, header: TarHeader): Promise<void> {
+  await handle.chmod(header.mode & 0o777);
+  await handle.utimes(header.mtime, header.mtime);
 }
 
 /** A path restore wrote, as a capture names it ('' for the workspace itself, which a capture never writes). */
