@@ -9,7 +9,7 @@
  */
 import { createHash, createHmac } from 'node:crypto';
 import { messageOf } from '../../errors';
-import { ChunkCodecError, compressChunk, decompressChunk, type CodecId } from './codec';
+import { ChunkCodecError, CODECS, compressChunk, decompressChunk, type CodecId } from './codec';
 import { ObjectSealer, openObject } from './crypto';
 import { type CryptoFailureReason, SnapshotTamperedError } from '../errors';
 
@@ -89,6 +89,9 @@ export function sealBatch(
   const options = { transient: true, ...(context.codec !== undefined ? { codec: context.codec } : {}) };
   let out: Buffer | null = null;
   let sealer: ObjectSealer | null = null;
+  // Whether the last chunk sealed was stored as is: the next one is probed less (compressChunk).
+  let stored = false;
+  const probeLess = { ...options, afterIncompressible: true };
   let offset = 0;
   let length = 0;
   for (let i = 0; i < sizes.length; i++) {
@@ -112,7 +115,8 @@ export function sealBatch(
       const room = data.length + sizes.length * sealer.sealedLength(0);
       out = spare && spare.length >= room ? spare : shared(Math.ceil(room / OUTPUT_STEP) * OUTPUT_STEP);
     }
-    const { codec, data: body } = compressChunk(chunk, options);
+    const { codec, data: body } = compressChunk(chunk, stored ? probeLess : options);
+    stored = codec === CODECS.none;
     const written = sealer.sealInto(body, id, codec, out, length);
     entries.push({ id, size, at: length, length: written });
     length += written;
