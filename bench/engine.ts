@@ -1,13 +1,15 @@
 /**
  * Snapshot engine benchmark: in one run on one machine, the physical baselines and the engine over the same bytes.
  *
- *   npx tsx bench/engine.ts [--size-mb 1024] [--bounded-mb 2048] [--dir /path/on/the/disk/to/measure]
+ *   npx tsx bench/engine.ts [--size-mb 1024] [--bounded-mb 2048] [--dir /path/on/the/disk/to/measure] [--quick 1]
  *
  * Prints a Markdown table of throughput, ratios to the baselines, bytes written by an incremental checkpoint, and
- * peak RSS; also writes it to .bench/engine.md. No assertion: a benchmark reports, the reader judges.
+ * peak RSS, then where a full checkpoint's CPU time goes, stage by stage; also writes them to .bench/engine.md. No
+ * assertion: a benchmark reports, the reader judges. `--quick 1` keeps the full checkpoints, restores and stages
+ * (default 256 MiB states, 512 MiB bounded) and leaves out incremental checkpoints, references and 64 KiB chunks.
  */
 import { execFile } from 'node:child_process';
-import { createCipheriv, createHash, randomBytes } from 'node:crypto';
+import { createCipheriv, createHash, createHmac, randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import * as fs from 'node:fs/promises';
 import os from 'node:os';
@@ -24,14 +26,19 @@ import {
   type UnchangedRange,
 } from '../src/snapshots';
 import { Chunker } from '../src/snapshots/engine/chunker';
+import { compressChunk } from '../src/snapshots/engine/codec';
+import { ObjectSealer } from '../src/snapshots/engine/crypto';
 
 const MiB = 1024 * 1024;
 const args = new Map<string, string>();
 for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
-const SIZE = Number(args.get('size-mb') ?? 1024) * MiB;
+const QUICK = args.get('quick') === '1';
+const SIZE = Number(args.get('size-mb') ?? (QUICK ? 256 : 1024)) * MiB;
 const PIECE = MiB;
 /** State size of the bounded-memory rows. */
-const BOUNDED = Number(args.get('bounded-mb') ?? 2048) * MiB;
+const BOUNDED = Number(args.get('bounded-mb') ?? (QUICK ? 512 : 2048)) * MiB;
+/** Bytes of each state the stage breakdown runs over, in memory. */
+const STAGE_SAMPLE = Math.min(SIZE, 128 * MiB);
 
 interface Row {
   metric: string;
@@ -43,18 +50,26 @@ const rows: Row[] = [];
 const mbps = (bytes: number, ms: number) => bytes / MiB / (ms / 1000);
 const fmt = (n: number) => `${n.toFixed(0)} MiB/s`;
 
-/** Peak resident memory above the level before `fn`, sampled every 20 ms. */
-async function measured<T>(fn: () => Promise<T>): Promise<{ result: T; ms: number; peakRssMiB: number }> {
+/**
+ * Peak resident memory above the level before `fn`, sampled every 20 ms, and the CPU time of the whole process (every
+ * thread) meanwhile: on a loaded machine CPU time says what the work costs where wall time says what else ran.
+ */
+async function measured<T>(
+  fn: () => Promise<T>,
+): Promise<{ result: T; ms: number; cpuMs: number; peakRssMiB: number }> {
   global.gc?.();
   const before = process.memoryUsage().rss;
   let peak = before;
   const timer = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 20);
+  const cpu = process.cpuUsage();
   const start = performance.now();
   try {
     const result = await fn();
+    const { user, system } = process.cpuUsage(cpu);
     return {
       result,
       ms: performance.now() - start,
+      cpuMs: (user + system) / 1000,
       peakRssMiB: (Math.max(peak, process.memoryUsage().rss) - before) / MiB,
     };
   } finally {
@@ -131,6 +146,70 @@ async function changedFile(
   return { base: 'cp-1', pieces: pieces(), close: () => undefined, done: () => handle.close() };
 }
 
+/** CPU time of the calling thread's synchronous `fn`, in ms (nothing else of this process runs meanwhile). */
+function cpuOf(fn: () => void): number {
+  const before = process.cpuUsage();
+  fn();
+  const { user, system } = process.cpuUsage(before);
+  return (user + system) / 1000;
+}
+
+/**
+ * The per-chunk work of a full checkpoint, stage by stage, on one core over the first STAGE_SAMPLE bytes of `file`:
+ * CPU ms per GiB of state. The stages are those sealBatch runs (chunk-work.ts), each over every chunk.
+ */
+async function stageCosts(file: string, chunker: Chunker): Promise<Map<string, number>> {
+  const sample = Buffer.allocUnsafeSlow(STAGE_SAMPLE);
+  const handle = await fs.open(file, 'r');
+  await handle.read(sample, 0, STAGE_SAMPLE, 0);
+  await handle.close();
+  const key = { dataKeyId: 'bench', key: randomBytes(32), chunkIdKey: randomBytes(32) };
+  const header = { kind: 'chunk' as const, tenant: 'default', lineage: 'bench', formatVersion: 2, dataKeyId: 'bench' };
+  const perGiB = (ms: number) => (ms * 1024 * MiB) / STAGE_SAMPLE;
+  const costs = new Map<string, number>();
+  const chunks: Buffer[] = [];
+  costs.set('cut (FastCDC)', perGiB(cpuOf(() => chunks.push(...chunker.split(sample)))));
+  const batch = Buffer.allocUnsafeSlow(4 * MiB + chunker.options.maxSize);
+  costs.set(
+    'copy into batches',
+    perGiB(
+      cpuOf(() => {
+        let at = 0;
+        for (const chunk of chunks) {
+          if (at + chunk.length > batch.length) at = 0;
+          at += chunk.copy(batch, at);
+        }
+      }),
+    ),
+  );
+  const ids: string[] = [];
+  // chunkId's keyed id (chunk-work.ts), as sealBatch computes it for every chunk.
+  costs.set(
+    'id (HMAC-SHA-256, one per chunk)',
+    perGiB(cpuOf(() => chunks.forEach((c) => ids.push(createHmac('sha256', key.chunkIdKey).update(c).digest('hex'))))),
+  );
+  const bodies: { codec: number; data: Buffer }[] = [];
+  costs.set(
+    'probe + compress',
+    perGiB(
+      cpuOf(() =>
+        chunks.forEach((c) => {
+          const { codec, data } = compressChunk(c, { transient: true });
+          bodies.push({ codec, data: data === c ? c : Buffer.from(data) });
+        }),
+      ),
+    ),
+  );
+  // As sealBatch seals: one header per batch, patched per chunk, into a reused output buffer.
+  const sealer = new ObjectSealer({ ...header, objectId: ids[0]!, codec: 0 }, key.key);
+  const out = Buffer.allocUnsafeSlow(sealer.sealedLength(chunker.options.maxSize));
+  costs.set(
+    'seal (AES-256-GCM, one per chunk)',
+    perGiB(cpuOf(() => bodies.forEach((b, i) => sealer.sealInto(b.data, ids[i]!, b.codec, out, 0)))),
+  );
+  return costs;
+}
+
 const sink = () =>
   new Writable({
     write(_chunk, _enc, cb) {
@@ -200,6 +279,12 @@ async function main(): Promise<void> {
       ratio: (ceilingMBps / writeTarget).toFixed(2),
     });
     const readTarget = Math.min(readMBps, aeadMBps);
+    // CPU ms per GiB of what the ceiling counts, for the stage table.
+    const gib = (ms: number) => (ms * 1024 * MiB) / SIZE;
+    const stageRows = new Map<string, Map<string, string>>();
+    const stageRow = (stage: string, kind: string, value: string) =>
+      stageRows.set(stage, (stageRows.get(stage) ?? new Map<string, string>()).set(kind, value));
+    const ceilingCpu = gib(read.cpuMs + chunking.cpuMs + sha.cpuMs + aead.cpuMs);
 
     // ---- the engine ------------------------------------------------------------------------------------------
     const keyring = new Keyring([{ id: 'bench', key: randomBytes(32) }]);
@@ -209,7 +294,7 @@ async function main(): Promise<void> {
     const cases = [
       { kind: 'random', chunkKiB: defaultKiB },
       { kind: 'text', chunkKiB: defaultKiB },
-      { kind: 'random', chunkKiB: 64 },
+      ...(QUICK ? [] : [{ kind: 'random', chunkKiB: 64 } as const]),
     ] as const;
     for (const { kind: stateKind, chunkKiB } of cases) {
       const store = new ChunkedSnapshotStore({
@@ -240,6 +325,33 @@ async function main(): Promise<void> {
         baseline: `min(write, AEAD) ${fmt(writeTarget)}`,
         ratio: (fullMBps / writeTarget).toFixed(2),
       });
+      // Where the CPU time goes: the stages on one core, against the whole checkpoint's CPU time (every thread).
+      if (chunkKiB === defaultKiB) {
+        const costs = await stageCosts(stateFile, new Chunker(DEFAULT_CHUNKER));
+        const fullCpu = gib(full.cpuMs);
+        const fmtMs = (ms: number) => `${ms.toFixed(0)} ms (${((ms / fullCpu) * 100).toFixed(0)}%)`;
+        stageRow('read (the stream, as the baseline reads it)', stateKind, fmtMs(gib(read.cpuMs)));
+        let counted = gib(read.cpuMs);
+        for (const [stage, ms] of costs) {
+          stageRow(stage, stateKind, fmtMs(ms));
+          counted += ms;
+        }
+        // The packs: the stored bytes written and synced as the baseline writes them.
+        const packMs = gib(write.cpuMs) * (stored / SIZE);
+        stageRow('pack writes (write + fsync, as the baseline writes)', stateKind, fmtMs(packMs));
+        counted += packMs;
+        stageRow(
+          'rest: thread messages and start-up, GC, waiting threads',
+          stateKind,
+          fmtMs(Math.max(0, fullCpu - counted)),
+        );
+        stageRow('full checkpoint, CPU of every thread', stateKind, `${fullCpu.toFixed(0)} ms`);
+        stageRow(
+          'ceiling work (read + chunk + SHA-256 + AES-GCM streams) ÷ full checkpoint CPU',
+          stateKind,
+          `${ceilingCpu.toFixed(0)} ms ÷ ${fullCpu.toFixed(0)} ms = ${(ceilingCpu / fullCpu).toFixed(2)}`,
+        );
+      }
       const restore = await measured(async () => {
         const { stream } = await store.open(sessionId, 'cp-1');
         await pipeline(stream, sink());
@@ -252,6 +364,10 @@ async function main(): Promise<void> {
         ratio: (restoreMBps / readTarget).toFixed(2),
       });
 
+      if (QUICK) {
+        await fs.rm(stateFile);
+        continue;
+      }
       // 1% of the state changed in scattered places: one place per 4 MiB.
       const places = Math.max(1, Math.round(SIZE / (4 * MiB)));
       const span = Math.floor((SIZE * 0.01) / places);
@@ -328,7 +444,7 @@ async function main(): Promise<void> {
     }
 
     // The same rewind on a 1 MiB state: the cost follows the chunk list, not the bytes.
-    {
+    if (!QUICK) {
       const store = new ChunkedSnapshotStore({ rootDir: path.join(base, 'store'), keyring });
       const small = path.join(base, 'small.bin');
       await makeState(small, 'random', MiB);
@@ -397,6 +513,15 @@ async function main(): Promise<void> {
       ...rows.map((r) => `| ${r.metric} | ${r.value} | ${r.baseline} | ${r.ratio} |`),
       '',
       'ratio: engine throughput ÷ baseline throughput (1.00 = at the baseline). Peak RSS is above the level before the operation.',
+      '',
+      `## Where a full checkpoint's CPU time goes (CPU ms per GiB; stages on one core over ${STAGE_SAMPLE / MiB} MiB of each state)`,
+      '',
+      '| stage | random | text |',
+      '| --- | --- | --- |',
+      ...[...stageRows].map(
+        ([stage, byKind]) => `| ${stage} | ${byKind.get('random') ?? ''} | ${byKind.get('text') ?? ''} |`,
+      ),
+      `| for comparison: AES-256-GCM as one stream, SHA-256 as one stream | ${gib(aead.cpuMs).toFixed(0)} ms, ${gib(sha.cpuMs).toFixed(0)} ms | |`,
     ].join('\n');
     console.log(out);
     await fs.mkdir(path.join(__dirname, '..', '.bench'), { recursive: true });

@@ -2,6 +2,7 @@
  * Messages between chunk-pool.ts and its worker threads (chunk-worker.ts). Buffers cross as transferred
  * ArrayBuffers where they own one (no copy), otherwise as copies.
  */
+import { isSharedArrayBuffer } from 'node:util/types';
 import type { ChunkContext, ChunkKey, OpenBatchResult, OpenEntry, SealBatchResult, SealContext } from './chunk-work';
 import type { CodecId } from './codec';
 
@@ -93,9 +94,7 @@ export function fromWireContext(wire: WireContext): SealContext {
  */
 function ownsBuffer(bytes: Uint8Array): boolean {
   return (
-    bytes.byteOffset === 0 &&
-    bytes.buffer.byteLength - bytes.byteLength <= 64 &&
-    !(bytes.buffer instanceof SharedArrayBuffer)
+    bytes.byteOffset === 0 && bytes.buffer.byteLength - bytes.byteLength <= 64 && !isSharedArrayBuffer(bytes.buffer)
   );
 }
 
@@ -108,7 +107,7 @@ export function transferList(message: PoolRequest | PoolReply): ArrayBuffer[] {
   // A seal's output is a view of the start of a buffer its batch owns whole (the unused end goes along, to be reused).
   if (message.type === 'seal' && 'result' in message && message.result.sealed.byteOffset === 0) {
     const { buffer } = message.result.sealed;
-    if (buffer.byteLength > 0 && !(buffer instanceof SharedArrayBuffer)) buffers.push(buffer);
+    if (buffer.byteLength > 0 && !isSharedArrayBuffer(buffer)) buffers.push(buffer);
   }
   // An open's sealed batch goes whole both ways (a read buffer with headroom; plaintext chunks are views of it), and
   // the key copies made for it go rather than being copied again.
@@ -117,7 +116,7 @@ export function transferList(message: PoolRequest | PoolReply): ArrayBuffer[] {
   }
   if (message.type === 'open') {
     const { buffer } = message.sealed;
-    if (message.sealed.byteOffset === 0 && buffer.byteLength > 0 && !(buffer instanceof SharedArrayBuffer)) {
+    if (message.sealed.byteOffset === 0 && buffer.byteLength > 0 && !isSharedArrayBuffer(buffer)) {
       buffers.push(buffer);
     }
     if ('result' in message && message.result.ok) bytes.push(...message.result.chunks);

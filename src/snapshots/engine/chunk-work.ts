@@ -9,8 +9,8 @@
  */
 import { createHash, createHmac } from 'node:crypto';
 import { messageOf } from '../../errors';
-import { ChunkCodecError, compressChunk, decompressChunk, type CodecId } from './codec';
-import { openObject, sealedLength, sealObjectInto, sealPlaintextObjectInto } from './crypto';
+import { ChunkCodecError, CODECS, compressChunk, decompressChunk, type CodecId } from './codec';
+import { ObjectSealer, openObject } from './crypto';
 import { type CryptoFailureReason, SnapshotTamperedError } from '../errors';
 
 /** The lineage key material a batch needs. */
@@ -55,6 +55,15 @@ export function chunkId(chunk: Buffer, key: ChunkKey | null): string {
   return (key ? createHmac('sha256', key.chunkIdKey) : createHash('sha256')).update(chunk).digest('hex');
 }
 
+/**
+ * A batch buffer in memory both threads see: posting it to a pool thread and back moves no bytes and makes no new
+ * ArrayBuffer on either side. (A transferred ArrayBuffer arrives as a new one, and each counts as megabytes of fresh
+ * external memory, which made V8 run a full collection every few batches.)
+ */
+export function shared(size: number): Buffer {
+  return Buffer.from(new SharedArrayBuffer(size));
+}
+
 /** Output buffers are allocated in steps of this size, so that one fits most batches and can be reused. */
 const OUTPUT_STEP = 256 * 1024;
 
@@ -79,6 +88,10 @@ export function sealBatch(
   };
   const options = { transient: true, ...(context.codec !== undefined ? { codec: context.codec } : {}) };
   let out: Buffer | null = null;
+  let sealer: ObjectSealer | null = null;
+  // Whether the last chunk sealed was stored as is: the next one is probed less (compressChunk).
+  let stored = false;
+  const probeLess = { ...options, afterIncompressible: true };
   let offset = 0;
   let length = 0;
   for (let i = 0; i < sizes.length; i++) {
@@ -91,27 +104,20 @@ export function sealBatch(
       continue;
     }
     known.add(id);
-    if (!out) {
-      // Room for every chunk stored as is (a compressed body is never larger): ids are all 64 hex digits, so every
-      // object of the batch has the same envelope around its body. Sized by the whole batch buffer, so that the
-      // outputs of one write are alike and each fits any later batch.
-      const overhead = sealedLength(
+    if (!sealer || !out) {
+      // One header for the batch, patched per chunk (ids are all 64 hex digits, so every object of the batch has the
+      // same envelope around its body). Room for every chunk stored as is (a compressed body is never larger), sized
+      // by the whole batch buffer, so that the outputs of one write are alike and each fits any later batch.
+      sealer = new ObjectSealer(
         { ...header, objectId: id, codec: 0, ...(context.key ? { dataKeyId: context.key.dataKeyId } : {}) },
-        0,
+        context.key?.key ?? null,
       );
-      const room = data.length + sizes.length * overhead;
-      out = spare && spare.length >= room ? spare : Buffer.allocUnsafeSlow(Math.ceil(room / OUTPUT_STEP) * OUTPUT_STEP);
+      const room = data.length + sizes.length * sealer.sealedLength(0);
+      out = spare && spare.length >= room ? spare : shared(Math.ceil(room / OUTPUT_STEP) * OUTPUT_STEP);
     }
-    const { codec, data: body } = compressChunk(chunk, options);
-    const written = context.key
-      ? sealObjectInto(
-          body,
-          context.key.key,
-          { ...header, objectId: id, codec, dataKeyId: context.key.dataKeyId },
-          out,
-          length,
-        )
-      : sealPlaintextObjectInto(body, { ...header, objectId: id, codec }, out, length);
+    const { codec, data: body } = compressChunk(chunk, stored ? probeLess : options);
+    stored = codec === CODECS.none;
+    const written = sealer.sealInto(body, id, codec, out, length);
     entries.push({ id, size, at: length, length: written });
     length += written;
   }

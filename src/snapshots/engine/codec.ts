@@ -51,6 +51,13 @@ interface CompressOptions {
    * scratch buffer instead of a copy.
    */
   transient?: boolean;
+  /**
+   * The chunk before this one was stored as is: probe 2 slices (its first and last bytes) instead of PROBE_SLICES.
+   * Incompressible data comes in runs (a random or compressed file, a media file), and measuring 8 slices of each of
+   * its chunks cost half as much as encrypting the chunk; a run of compressible data ends the shortcut at its first
+   * chunk, which is probed whole again after it.
+   */
+  afterIncompressible?: boolean;
 }
 
 /** Why a chunk body could not be decoded: the closed set of `ChunkCodecError.reason` values. */
@@ -190,10 +197,10 @@ const histogram = new Uint16Array(256);
 /** log2 of 1..PROBE_SLICE_SIZE, so that the entropy of a slice costs no Math.log2 call per symbol. */
 const LOG2 = Float64Array.from({ length: PROBE_SLICE_SIZE + 1 }, (_, n) => (n === 0 ? 0 : Math.log2(n)));
 
-/** True when no sampled slice of `plain` measures under PROBE_MAX_BITS of entropy per byte. */
-function looksIncompressible(plain: Buffer): boolean {
-  const step = Math.floor((plain.length - PROBE_SLICE_SIZE) / (PROBE_SLICES - 1));
-  for (let i = 0; i < PROBE_SLICES; i++) {
+/** True when no sampled slice of `plain` (`slices` of them) measures under PROBE_MAX_BITS of entropy per byte. */
+function looksIncompressible(plain: Buffer, slices: number): boolean {
+  const step = Math.floor((plain.length - PROBE_SLICE_SIZE) / (slices - 1));
+  for (let i = 0; i < slices; i++) {
     histogram.fill(0);
     const start = i * step;
     for (let j = start; j < start + PROBE_SLICE_SIZE; j++) histogram[plain[j]!]!++;
@@ -217,7 +224,9 @@ export function compressChunk(plain: Buffer, options: CompressOptions = {}): Com
   const stored: CompressedChunk = { codec: CODECS.none, data: plain };
   if (codec === CODECS.none) return stored;
   if (!(codec in CODEC_NAMES)) throw new ChunkCodecError(`unknown codec id ${codec}`, 'UnknownCodec', codec);
-  if (plain.length >= PROBE_MIN_SIZE && looksIncompressible(plain)) return stored;
+  if (plain.length >= PROBE_MIN_SIZE && looksIncompressible(plain, options.afterIncompressible ? 2 : PROBE_SLICES)) {
+    return stored;
+  }
   const compressed = encode(codec, plain);
   if (compressed.length > plain.length - Math.ceil(plain.length / MIN_SAVING_DIVISOR)) return stored;
   // zstd's output is a view of the reused scratch buffer: copied out unless the caller uses it at once.

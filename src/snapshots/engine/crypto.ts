@@ -191,7 +191,12 @@ export function sealObjectInto(plaintext: Buffer, key: Buffer, header: ObjectHea
 function sealWithPrefix(prefix: Buffer, plaintext: Buffer, key: Buffer, out: Buffer, start: number): number {
   const length = prefix.length + NONCE_BYTES + plaintext.length + TAG_BYTES;
   roomFor(out, start, length);
-  const headerEnd = start + prefix.copy(out, start);
+  encryptAfterPrefix(plaintext, key, out, start, start + prefix.copy(out, start));
+  return length;
+}
+
+/** Nonce, ciphertext and tag of `plaintext` after the prefix already at `out[start..headerEnd)` (room checked). */
+function encryptAfterPrefix(plaintext: Buffer, key: Buffer, out: Buffer, start: number, headerEnd: number): void {
   takeNonce(out, headerEnd);
   const nonce = out.subarray(headerEnd, headerEnd + NONCE_BYTES);
   const cipher = createCipheriv('aes-256-gcm', key, nonce, { authTagLength: TAG_BYTES });
@@ -203,9 +208,72 @@ function sealWithPrefix(prefix: Buffer, plaintext: Buffer, key: Buffer, out: Buf
     at += cipher.update(plaintext.subarray(offset, offset + UPDATE_BYTES)).copy(out, at);
   }
   at += cipher.final().copy(out, at); // GCM's final() is empty
-  if (at !== start + length - TAG_BYTES) throw new Error(`AES-256-GCM produced ${at - headerEnd - NONCE_BYTES} bytes`);
+  if (at !== headerEnd + NONCE_BYTES + plaintext.length) {
+    throw new Error(`AES-256-GCM produced ${at - headerEnd - NONCE_BYTES} bytes`);
+  }
   cipher.getAuthTag().copy(out, at);
-  return length;
+}
+
+/**
+ * Seals many objects whose headers differ only in object id (all of one byte length, as chunk ids are), codec and
+ * body length, into given buffers: the header is encoded and checked once, then copied and patched per object, the
+ * same bytes `sealObjectInto` / `sealPlaintextObjectInto` write (test/snapshots/engine/crypto.test.ts).
+ */
+export class ObjectSealer {
+  private readonly prefix: Buffer;
+  private readonly idAt: number;
+  private readonly idLength: number;
+
+  /** `header.objectId` is any id of the length the objects' ids have; `key` null: plaintext mode. */
+  constructor(
+    private readonly header: PlaintextObjectHeader & { dataKeyId?: string },
+    private readonly key: Buffer | null,
+  ) {
+    if (key) checkKey(key);
+    this.prefix = encodePrefix(
+      { ...header, dataKeyId: key ? (header.dataKeyId ?? '') : '' },
+      key !== null,
+      0,
+      key ? keyCommitment(key) : null,
+    );
+    // The object id is the fourth string of the header (each a u16 length and its bytes), after dataKeyId, tenant
+    // and lineage.
+    const before = [key ? (header.dataKeyId ?? '') : '', header.tenant, header.lineage];
+    const strings = PREFIX_BYTES + FIXED_HEADER_BYTES - 5 * 2;
+    this.idAt = strings + before.reduce((n, v) => n + 2 + Buffer.byteLength(v), 0) + 2;
+    this.idLength = Buffer.byteLength(header.objectId);
+  }
+
+  /** The bytes an object with a body of `bodyLength` bytes takes. */
+  sealedLength(bodyLength: number): number {
+    return this.prefix.length + bodyLength + (this.key ? NONCE_BYTES + TAG_BYTES : DIGEST_BYTES);
+  }
+
+  /** Seals `body` as object `objectId` into `out` at `at`; returns the sealed object's length. */
+  sealInto(body: Buffer, objectId: string, codec: number, out: Buffer, at: number): number {
+    if (objectId.length !== this.idLength || Buffer.byteLength(objectId) !== this.idLength) {
+      const header = { ...this.header, objectId, codec };
+      return this.key
+        ? sealObjectInto(body, this.key, { ...header, dataKeyId: header.dataKeyId ?? '' }, out, at)
+        : sealPlaintextObjectInto(body, header, out, at);
+    }
+    checkInt('codec', codec, 0xff);
+    if (body.length > MAX_U32) throw new RangeError(`an object body is at most ${MAX_U32} bytes`);
+    const length = this.sealedLength(body.length);
+    roomFor(out, at, length);
+    const headerEnd = at + this.prefix.copy(out, at);
+    out[at + PREFIX_BYTES + 2] = codec;
+    out.writeUInt32BE(body.length, at + PREFIX_BYTES + 5);
+    out.write(objectId, at + this.idAt, this.idLength, 'utf8');
+    if (this.key) {
+      encryptAfterPrefix(body, this.key, out, at, headerEnd);
+    } else {
+      const bodyEnd = headerEnd + body.length;
+      body.copy(out, headerEnd);
+      createHash('sha256').update(out.subarray(at, bodyEnd)).digest().copy(out, bodyEnd);
+    }
+    return length;
+  }
 }
 
 /**

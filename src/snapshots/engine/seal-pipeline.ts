@@ -10,7 +10,7 @@ import { createHash } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { isStateSource, sourceBytes, type StateSource } from '../state-source';
 import type { ChunkPool, PoolContext } from './chunk-pool';
-import { EMPTY, type ChunkKey, type SealBatchResult, type SealedEntry } from './chunk-work';
+import { EMPTY, shared, type ChunkKey, type SealBatchResult, type SealedEntry } from './chunk-work';
 import type { Chunker } from './chunker';
 import { planChunks, type PlannedChunk } from './incremental';
 import type { Location } from './manifest-codec';
@@ -77,7 +77,7 @@ export class SealPipeline {
       batch.order.push({ id, size: chunkSize, known: true });
       batch.covered += chunkSize;
     } else {
-      batch.buffer ??= this.spareInputs.pop() ?? Buffer.allocUnsafeSlow(this.capacity);
+      batch.buffer ??= this.spareInputs.pop() ?? shared(this.capacity);
       batch.used += planned.chunk.copy(batch.buffer, batch.used);
       batch.order.push(batch.sizes.length);
       batch.sizes.push(planned.chunk.length);

@@ -143,6 +143,16 @@ test('incompressible chunks are stored as none, as the same buffer', () => {
   }
 });
 
+test('after an incompressible chunk, text at either end of the next one is still found and compressed', () => {
+  const afterIncompressible = { afterIncompressible: true };
+  expect(compressChunk(randomBytes(64 * KiB), afterIncompressible).codec).toBe(CODECS.none);
+  for (const plain of [text(64 * KiB), Buffer.concat([randomBytes(32 * KiB), text(32 * KiB)])]) {
+    const { codec, data } = compressChunk(plain, afterIncompressible);
+    expect(codec).toBe(defaultCodec());
+    expect(decompressChunk(codec, data, plain.length)).toEqual(plain);
+  }
+});
+
 test('text-like chunks are compressed with the default codec', () => {
   const plain = text(64 * KiB);
   const { codec, data } = roundTrip(plain);

@@ -7,6 +7,7 @@ import {
 } from '../../../src/snapshots/errors';
 import {
   keyCommitment,
+  ObjectSealer,
   openObject,
   sealedLength,
   sealObject,
@@ -394,5 +395,46 @@ describe('plaintext mode (explicit, integrity against corruption only)', () => {
       .digest()
       .copy(forged, forged.length - 32);
     expect(openObject(forged, noKeys, expected).plaintext.every((byte) => byte === 0x41)).toBe(true);
+  });
+});
+
+describe('ObjectSealer (one header per batch, patched per object)', () => {
+  const id = (n: number) => createHash('sha256').update(String(n)).digest('hex');
+  const sample = chunkHeader({ objectId: id(0), tenant: 'acmé', lineage: 'lineage-ß' });
+
+  it('writes the bytes sealObjectInto writes, but for the nonce and what it encrypts', () => {
+    const sealer = new ObjectSealer(sample, KEY);
+    const body = randomBytes(3000);
+    const header = { ...sample, objectId: id(7), codec: 2 };
+    const out = Buffer.alloc(sealer.sealedLength(body.length) + 5);
+    const length = sealer.sealInto(body, header.objectId, header.codec, out, 5);
+    const reference = Buffer.alloc(sealedLength(header, body.length));
+    expect(sealObjectInto(body, KEY, header, reference, 0)).toBe(length);
+    const { headerEnd } = layout(reference);
+    expect(out.subarray(5, 5 + headerEnd)).toEqual(reference.subarray(0, headerEnd));
+    const opened = openObject(out.subarray(5, 5 + length), keyFor, expectationOf(header));
+    expect(opened.plaintext).toEqual(body);
+    expect(opened.header).toEqual({ ...header, encrypted: true });
+  });
+
+  it('writes the bytes sealPlaintextObjectInto writes in plaintext mode', () => {
+    const header = plaintextHeaderOf({ ...sample, objectId: id(9), codec: 1 });
+    const sealer = new ObjectSealer(plaintextHeaderOf(sample), null);
+    const body = randomBytes(1000);
+    const out = Buffer.alloc(sealer.sealedLength(body.length));
+    const reference = Buffer.alloc(sealedLength(header, body.length));
+    expect(sealer.sealInto(body, header.objectId, header.codec, out, 0)).toBe(
+      sealPlaintextObjectInto(body, header, reference, 0),
+    );
+    expect(out).toEqual(reference);
+  });
+
+  it('seals an id of another length with a header of its own', () => {
+    const sealer = new ObjectSealer(sample, KEY);
+    const body = randomBytes(100);
+    const header = { ...sample, objectId: 'short-id', codec: 0 };
+    const out = Buffer.alloc(sealedLength(header, body.length));
+    sealer.sealInto(body, header.objectId, 0, out, 0);
+    expect(openObject(out, keyFor, expectationOf(header)).plaintext).toEqual(body);
   });
 });
