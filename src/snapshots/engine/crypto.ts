@@ -249,6 +249,24 @@ export class ObjectSealer {
     return this.prefix.length + bodyLength + (this.key ? NONCE_BYTES + TAG_BYTES : DIGEST_BYTES);
   }
 
+  /**
+   * Lays out an encrypted object of a `bodyLength`-byte body as `sealInto` would — prefix and a fresh nonce at `at` —
+   * and returns where its body goes, for a batch sealer to write the ciphertext and tag (native-sealer.ts). Null when
+   * this sealer cannot (plaintext mode, or an id of another length): then `sealInto` it.
+   */
+  layoutInto(bodyLength: number, objectId: string, codec: number, out: Buffer, at: number): number | null {
+    if (!this.key || objectId.length !== this.idLength || Buffer.byteLength(objectId) !== this.idLength) return null;
+    checkInt('codec', codec, 0xff);
+    if (bodyLength > MAX_U32) throw new RangeError(`an object body is at most ${MAX_U32} bytes`);
+    roomFor(out, at, this.sealedLength(bodyLength));
+    const headerEnd = at + this.prefix.copy(out, at);
+    out[at + PREFIX_BYTES + 2] = codec;
+    out.writeUInt32BE(bodyLength, at + PREFIX_BYTES + 5);
+    out.write(objectId, at + this.idAt, this.idLength, 'utf8');
+    takeNonce(out, headerEnd);
+    return headerEnd + NONCE_BYTES;
+  }
+
   /** Seals `body` as object `objectId` into `out` at `at`; returns the sealed object's length. */
   sealInto(body: Buffer, objectId: string, codec: number, out: Buffer, at: number): number {
     if (objectId.length !== this.idLength || Buffer.byteLength(objectId) !== this.idLength) {
