@@ -69,6 +69,7 @@ module.exports = tseslint.config(
                 '!**/snapshots/engine/chunk-pool',
                 '!**/snapshots/engine/codec',
                 '!**/snapshots/engine/crypto',
+                '!**/snapshots/engine/native-sealer',
                 '!**/snapshots/timeline-log',
                 '!**/snapshots/timeline-objects',
                 '!**/snapshots/blob',

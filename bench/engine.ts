@@ -26,8 +26,10 @@ import {
   type UnchangedRange,
 } from '../src/snapshots';
 import { Chunker } from '../src/snapshots/engine/chunker';
+import { sharedChunkPool } from '../src/snapshots/engine/chunk-pool';
 import { compressChunk } from '../src/snapshots/engine/codec';
-import { ObjectSealer } from '../src/snapshots/engine/crypto';
+import { NONCE_BYTES, ObjectSealer } from '../src/snapshots/engine/crypto';
+import { nativeSealer, nativeSealerStatus, reloadNativeSealer } from '../src/snapshots/engine/native-sealer';
 
 const MiB = 1024 * 1024;
 const args = new Map<string, string>();
@@ -185,7 +187,7 @@ async function stageCosts(file: string, chunker: Chunker): Promise<Map<string, n
   const ids: string[] = [];
   // chunkId's keyed id (chunk-work.ts), as sealBatch computes it for every chunk.
   costs.set(
-    'id (HMAC-SHA-256, one per chunk)',
+    JS_ID,
     perGiB(cpuOf(() => chunks.forEach((c) => ids.push(createHmac('sha256', key.chunkIdKey).update(c).digest('hex'))))),
   );
   const bodies: { codec: number; data: Buffer }[] = [];
@@ -203,11 +205,73 @@ async function stageCosts(file: string, chunker: Chunker): Promise<Map<string, n
   // As sealBatch seals: one header per batch, patched per chunk, into a reused output buffer.
   const sealer = new ObjectSealer({ ...header, objectId: ids[0]!, codec: 0 }, key.key);
   const out = Buffer.allocUnsafeSlow(sealer.sealedLength(chunker.options.maxSize));
-  costs.set(
-    'seal (AES-256-GCM, one per chunk)',
-    perGiB(cpuOf(() => bodies.forEach((b, i) => sealer.sealInto(b.data, ids[i]!, b.codec, out, 0)))),
-  );
+  costs.set(JS_SEAL, perGiB(cpuOf(() => bodies.forEach((b, i) => sealer.sealInto(b.data, ids[i]!, b.codec, out, 0)))));
+  const native = nativeSealer();
+  if (native) {
+    // The same two stages as the native sealer runs them (chunk-work.ts): one call per batch of 128 chunks for the
+    // ids, the objects laid out, one call to seal them. The chunks lie back to back in the sample, as in a batch.
+    const sizes = new Uint32Array(128);
+    const idBytes = Buffer.alloc(32 * 128);
+    const objects = new Uint32Array(4 * 128);
+    const sealed = Buffer.allocUnsafeSlow(128 * sealer.sealedLength(chunker.options.maxSize));
+    const batches: { data: Buffer; first: number; count: number }[] = [];
+    for (let first = 0, at = 0; first < chunks.length; first += 128) {
+      const count = Math.min(128, chunks.length - first);
+      const length = chunks.slice(first, first + count).reduce((n, c) => n + c.length, 0);
+      batches.push({ data: sample.subarray(at, at + length), first, count });
+      at += length;
+    }
+    costs.set(
+      NATIVE_ID,
+      perGiB(
+        cpuOf(() => {
+          for (const { data, first, count } of batches) {
+            for (let i = 0; i < count; i++) sizes[i] = chunks[first + i]!.length;
+            native.chunkIds(key.chunkIdKey, data, sizes, count, idBytes);
+            for (let i = 0; i < count; i++) idBytes.toString('hex', 32 * i, 32 * i + 32);
+          }
+        }),
+      ),
+    );
+    costs.set(
+      NATIVE_SEAL,
+      perGiB(
+        cpuOf(() => {
+          for (const { data, first, count } of batches) {
+            let at = 0;
+            let from = 0;
+            for (let i = 0; i < count; i++) {
+              const chunk = chunks[first + i]!;
+              const { codec, data: body } = bodies[first + i]!;
+              const bodyAt = sealer.layoutInto(body.length, ids[first + i]!, codec, sealed, at)!;
+              objects[4 * i] = at;
+              objects[4 * i + 1] = bodyAt - NONCE_BYTES - at;
+              objects[4 * i + 2] = body.length;
+              objects[4 * i + 3] = body === chunk ? from : 0xffffffff;
+              if (body !== chunk) body.copy(sealed, bodyAt);
+              at += sealer.sealedLength(body.length);
+              from += chunk.length;
+            }
+            native.seal(key.key, data, sealed, objects, count);
+          }
+        }),
+      ),
+    );
+  }
   return costs;
+}
+
+/** The stages the native sealer replaces, in its place when it is in use. */
+const JS_ID = 'id (HMAC-SHA-256, one per chunk)';
+const JS_SEAL = 'seal (AES-256-GCM, one per chunk)';
+const NATIVE_ID = 'id, native: one call per batch (counted instead when native)';
+const NATIVE_SEAL = 'seal, native: one call per batch (counted instead when native)';
+
+/** Seals with the native sealer or with the JS path from here on (the pool's threads restart with the choice). */
+async function useSealer(mode: 'auto' | 'off'): Promise<void> {
+  process.env.DS_NATIVE_SEALER = mode;
+  reloadNativeSealer();
+  await sharedChunkPool().close();
 }
 
 const sink = () =>
@@ -255,6 +319,7 @@ async function main(): Promise<void> {
     const writeMBps = mbps(SIZE, write.ms);
     const readMBps = mbps(SIZE, read.ms);
     const aeadMBps = mbps(SIZE, aead.ms);
+    rows.push({ metric: 'sealer (chunk ids and AES-GCM)', value: nativeSealerStatus(), baseline: '', ratio: '' });
     rows.push({ metric: 'baseline: sequential write + fsync', value: fmt(writeMBps), baseline: '', ratio: '' });
     rows.push({ metric: 'baseline: sequential read (page cache warm)', value: fmt(readMBps), baseline: '', ratio: '' });
     rows.push({ metric: 'baseline: AES-256-GCM, one core', value: fmt(aeadMBps), baseline: '', ratio: '' });
@@ -321,10 +386,28 @@ async function main(): Promise<void> {
       const fullMBps = mbps(SIZE, full.ms);
       rows.push({
         metric: `full checkpoint, ${kind}`,
-        value: `${fmt(fullMBps)} (${((fullMBps / ceilingMBps) * 100).toFixed(0)}% of the ceiling) · ${(full.ms / 1000).toFixed(2)} s · stored ${(stored / SIZE).toFixed(2)}× · peak RSS +${full.peakRssMiB.toFixed(0)} MiB`,
+        value: `${fmt(fullMBps)} (${((fullMBps / ceilingMBps) * 100).toFixed(0)}% of the ceiling) · ${(full.ms / 1000).toFixed(2)} s · CPU ${(full.cpuMs / 1000).toFixed(2)} s · stored ${(stored / SIZE).toFixed(2)}× · peak RSS +${full.peakRssMiB.toFixed(0)} MiB`,
         baseline: `min(write, AEAD) ${fmt(writeTarget)}`,
         ratio: (fullMBps / writeTarget).toFixed(2),
       });
+      // The same checkpoint with the JS sealer, in this run: what the native sealer changes, in wall and CPU time.
+      if (nativeSealer()) {
+        await useSealer('off');
+        const js = await measured(() =>
+          store.write(
+            { ...meta(1, null), sessionId: `${sessionId}-js` },
+            createReadStream(stateFile, { highWaterMark: PIECE }),
+          ),
+        );
+        await useSealer('auto');
+        rows.push({
+          metric: `full checkpoint, ${kind}, JS sealer (DS_NATIVE_SEALER=off)`,
+          value: `${fmt(mbps(SIZE, js.ms))} · ${(js.ms / 1000).toFixed(2)} s · CPU ${(js.cpuMs / 1000).toFixed(2)} s · peak RSS +${js.peakRssMiB.toFixed(0)} MiB`,
+          baseline: `native: ${(full.ms / 1000).toFixed(2)} s · CPU ${(full.cpuMs / 1000).toFixed(2)} s`,
+          ratio: `wall ${(js.ms / full.ms).toFixed(2)}× · CPU ${(js.cpuMs / full.cpuMs).toFixed(2)}×`,
+        });
+        await fs.rm(path.join(base, 'store', `${sessionId}-js`), { recursive: true, force: true });
+      }
       // Where the CPU time goes: the stages on one core, against the whole checkpoint's CPU time (every thread).
       if (chunkKiB === defaultKiB) {
         const costs = await stageCosts(stateFile, new Chunker(DEFAULT_CHUNKER));
@@ -332,9 +415,10 @@ async function main(): Promise<void> {
         const fmtMs = (ms: number) => `${ms.toFixed(0)} ms (${((ms / fullCpu) * 100).toFixed(0)}%)`;
         stageRow('read (the stream, as the baseline reads it)', stateKind, fmtMs(gib(read.cpuMs)));
         let counted = gib(read.cpuMs);
+        const uncounted = costs.has(NATIVE_SEAL) ? [JS_ID, JS_SEAL] : [];
         for (const [stage, ms] of costs) {
           stageRow(stage, stateKind, fmtMs(ms));
-          counted += ms;
+          if (!uncounted.includes(stage)) counted += ms;
         }
         // The packs: the stored bytes written and synced as the baseline writes them.
         const packMs = gib(write.cpuMs) * (stored / SIZE);

@@ -46,6 +46,11 @@ export function nativeSealerStatus(): string {
   return loaded.why;
 }
 
+/** Forgets this thread's choice, so the next seal reads DS_NATIVE_SEALER again (for comparing both paths in one run). */
+export function reloadNativeSealer(): void {
+  loaded = undefined;
+}
+
 function load(): { sealer: NativeSealer | null; why: string } {
   const mode = process.env.DS_NATIVE_SEALER ?? 'auto';
   if (mode === 'off') return { sealer: null, why: 'off (DS_NATIVE_SEALER=off)' };
