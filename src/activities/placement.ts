@@ -9,11 +9,6 @@ export const DEFAULT_REPORT_EVERY_MS = 5_000;
 const CHANGE_POLL_MS = 200;
 /** Below placeSession's start-to-close timeout (10 s): the activity fails by itself and is retried. */
 const PLACE_TIMEOUT_MS = 8_000;
-/**
- * The directory's updates this host has in flight at once. The server refuses an eleventh in-flight update of one
- * workflow (and the client then backs off for a second or more): a start burst waits here instead, in order.
- */
-const MAX_PLACEMENTS_IN_FLIGHT = 8;
 
 export interface FleetMemberOptions {
   client: Client;
@@ -40,8 +35,6 @@ export class FleetMember {
   private lastSent = '';
   private lastSentAt = 0;
   private stopped = false;
-  private placing = 0;
-  private readonly waiting: (() => void)[] = [];
 
   constructor(private readonly options: FleetMemberOptions) {
     this.everyMs = options.everyMs ?? DEFAULT_REPORT_EVERY_MS;
@@ -77,32 +70,14 @@ export class FleetMember {
     const { client } = this.options;
     const handle = client.workflow.getHandle(fleetWorkflowId(this.options.taskQueue));
     const ask = () => handle.executeUpdate(placeUpdate, { args: [request] });
-    const deadline = Date.now() + PLACE_TIMEOUT_MS;
-    await this.slot(signal);
     try {
-      if (Date.now() >= deadline)
-        throw new Error(`no placement asked within ${PLACE_TIMEOUT_MS} ms: too many in flight`);
-      return await client.withDeadline(deadline, () => (signal ? client.withAbortSignal(signal, ask) : ask()));
+      return await client.withDeadline(Date.now() + PLACE_TIMEOUT_MS, () =>
+        signal ? client.withAbortSignal(signal, ask) : ask(),
+      );
     } catch (err) {
       if (err instanceof WorkflowNotFoundError) return undefined;
       throw err;
-    } finally {
-      this.placing--;
-      this.waiting.shift()?.();
     }
-  }
-
-  /** Waits for one of the MAX_PLACEMENTS_IN_FLIGHT places; the caller frees it. */
-  private async slot(signal?: AbortSignal): Promise<void> {
-    while (this.placing >= MAX_PLACEMENTS_IN_FLIGHT) {
-      await new Promise<void>((resolve) => this.waiting.push(resolve));
-      if (signal?.aborted) {
-        // The place this waiter was woken for goes to the next one.
-        this.waiting.shift()?.();
-        throw signal.reason;
-      }
-    }
-    this.placing++;
   }
 
   report(): HostLoadReport {
@@ -112,7 +87,7 @@ export class FleetMember {
       workerId: this.options.workerId ?? hostTaskQueue.slice(hostTaskQueue.lastIndexOf('@') + 1),
       incarnation: host.incarnation,
       labels: this.options.labels ?? [],
-      running: host.sessionCount + host.makingCount,
+      running: host.sessions().length + host.makingCount,
       capacity: this.options.capacity,
       draining: host.draining,
       begun: host.begun,
