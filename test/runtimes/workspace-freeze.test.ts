@@ -17,7 +17,8 @@ let runtime: WorkspaceRuntime;
 
 beforeAll(async () => {
   tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'workspace-freeze-'));
-  runtime = new WorkspaceRuntime({ rootDir: path.join(tmp, 'root'), defaultStopGraceMs: 2_000 });
+  // Without pre-copy a captureState returns frozen, so the wait for the group to stop can be watched.
+  runtime = new WorkspaceRuntime({ rootDir: path.join(tmp, 'root'), defaultStopGraceMs: 2_000, precopy: false });
 });
 
 afterAll(async () => {

@@ -22,6 +22,17 @@ import { STATS_AHEAD } from './workspace-dir';
  * pieces (headers, small files, padding) are gathered up to the same size for the same reason.
  */
 const READ_BYTES = 1024 * 1024;
+/**
+ * Bytes the exact pass of a pre-copy capture copies into memory while the group is frozen, at most: what changed
+ * since the draft and the edges of its runs. A state that changed more is read with the group frozen throughout.
+ */
+const FROZEN_COPY_BYTES = 64 * 1024 * 1024;
+/**
+ * The edges of a run copied while frozen: the store chunks again from a run's start until its chunking is back in
+ * step with the base (a chunk or two: at most 128 KiB each) and about the last chunk before its end.
+ */
+const RUN_HEAD_BYTES = 512 * 1024;
+const RUN_TAIL_BYTES = 256 * 1024;
 /** Records in one unchanged run at most (see capturePieces). */
 const RUN_MAX_RECORDS = 4096;
 
@@ -115,7 +126,24 @@ export function openPrecopyCapture(root: string, parts: PrecopyParts): CapturedS
     try {
       hold = await parts.freeze();
       if (closed) return;
-      yield* capturePieces(root, draft.take(), pending, hold.clockNs, undefined);
+      const live = capturePieces(root, draft.take(), pending, hold.clockNs, undefined);
+      // Copied while frozen: the walk, every byte the draft does not hold, and the edges of the runs, which are
+      // what the store reads of them. Then the group runs again while the copy is chunked and sealed. Past the
+      // budget, the rest is read with the group still frozen.
+      const copied: Array<Uint8Array | UnchangedRange> = [];
+      let bytes = 0;
+      let next = await live.next();
+      for (; !next.done && bytes <= FROZEN_COPY_BYTES; next = await live.next()) {
+        const piece = next.value;
+        bytes += piece instanceof UnchangedRun ? await piece.copyEdges() : piece.length;
+        copied.push(piece);
+      }
+      if (next.done) hold.thaw();
+      yield* copied;
+      if (!next.done) {
+        yield next.value;
+        yield* live;
+      }
       complete = true;
     } finally {
       hold?.thaw();
@@ -266,8 +294,31 @@ class UnchangedRun implements UnchangedRange {
     private readonly draft: Draft | undefined,
   ) {}
 
+  /** Parts of the run read ahead (its edges), each at its offset in the run. */
+  private readonly copies: Array<{ start: number; bytes: Buffer }> = [];
+
   get count(): number {
     return this.records.length;
+  }
+
+  /**
+   * Reads the run's edges now (see RUN_HEAD_BYTES), so that later reads of them need not meet the tree: the group
+   * may run again by then. Returns the bytes copied. A later read elsewhere reads the tree, and fails if a file
+   * changed (its stat key is checked before and after).
+   */
+  async copyEdges(): Promise<number> {
+    const read = async (start: number, end: number): Promise<void> => {
+      const parts: Uint8Array[] = [];
+      for await (const part of this.read(start, end)) parts.push(part);
+      this.copies.push({ start, bytes: Buffer.concat(parts) });
+    };
+    if (this.length <= RUN_HEAD_BYTES + RUN_TAIL_BYTES) {
+      await read(0, this.length);
+    } else {
+      await read(0, RUN_HEAD_BYTES);
+      await read(this.length - RUN_TAIL_BYTES, this.length);
+    }
+    return Math.min(this.length, RUN_HEAD_BYTES + RUN_TAIL_BYTES);
   }
 
   add(record: CaptureRecord): void {
@@ -280,6 +331,11 @@ class UnchangedRun implements UnchangedRange {
   async *read(start: number, end: number): AsyncGenerator<Uint8Array> {
     const valid = Number.isSafeInteger(start) && Number.isSafeInteger(end) && start >= 0 && end <= this.length;
     if (!valid || start > end) throw new RangeError(`cannot read [${start}, ${end}) of a run of ${this.length} bytes`);
+    const copy = this.copies.find((c) => c.start <= start && end <= c.start + c.bytes.length);
+    if (copy) {
+      if (end > start) yield copy.bytes.subarray(start - copy.start, end - copy.start);
+      return;
+    }
     const batch = new PieceBatcher();
     for (let i = lastAtOrBefore(this.starts, start); i < this.records.length && this.starts[i]! < end; i++) {
       const record = this.records[i]!;
