@@ -10,7 +10,11 @@ export type OpName =
   | 'checkpointChanged'
   | 'stop'
   | 'direct-capture'
-  | 'direct-restore';
+  | 'direct-restore'
+  | 'freeze-first'
+  | 'freeze-changed'
+  | 'freeze-first-whole'
+  | 'freeze-changed-whole';
 
 export interface OpRecord extends Measurement {
   op: OpName;

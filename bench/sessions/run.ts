@@ -18,6 +18,7 @@ import { measureBaselines } from './baselines';
 import { runWithCleanup, type Cleanup } from './cleanup';
 import { directRound } from './direct-round';
 import { fmtMs } from './format';
+import { freezeRound } from './freeze-round';
 import { chooseTempBase, describeMachine, loadAverage, RESULTS_DIR } from './machine';
 import { parseOptions } from './options';
 import { report } from './report';
@@ -52,11 +53,12 @@ async function main(cleanup: Cleanup): Promise<void> {
   const baselines = await measureBaselines(path.join(root, 'baseline'), seed.dir, totalBytes, options.rounds);
 
   console.log('bench: starting the Temporal dev server and the workers…');
-  const system = await startSystem(root, seed, cleanup);
+  const system = await startSystem(root, seed, totalBytes, cleanup);
   const checks: RoundCheck[] = [];
   for (let round = 1; round <= options.rounds; round++) {
     checks.push(await sessionRound(system.session, round));
     await directRound(system.direct, round);
+    await freezeRound(system.freeze, round);
     const line = system.recorder.records
       .filter((rec) => rec.round === round)
       .map((rec) => `${rec.op} ${fmtMs(rec.ms)}`)
