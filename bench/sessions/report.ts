@@ -95,6 +95,21 @@ export function report(
   ].join('\n');
 }
 
+/** The freeze rounds alone (`--freeze-only`). */
+export function freezeReport(options: Options, machine: Machine, records: OpRecord[]): string {
+  return [
+    `# durable-sessions benchmark: freeze`,
+    '',
+    `${new Date().toISOString()} · workspace ${options.sizeMiB} MiB in ${blobSizes(options).length} files · ` +
+      `${options.rounds} rounds`,
+    '',
+    table(['metric', 'with pre-copy', 'without (baseline, same run)', 'target', 'result'], freezeRows(records)),
+    '',
+    `load average before: ${machine.loadBefore} · after: ${machine.loadAfter}`,
+    '',
+  ].join('\n');
+}
+
 /** The main table: baselines, then each operation against the baseline it is read against. */
 function summaryRows(b: Baselines, records: OpRecord[], checks: RoundCheck[], stateBytes: number): string[][] {
   const of = (op: OpName) => byOp(records, op);
