@@ -1,3 +1,4 @@
+import * as fs from 'node:fs';
 import { constants as fsConstants, type BigIntStats } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import * as path from 'node:path';
@@ -126,7 +127,7 @@ export function openPrecopyCapture(root: string, parts: PrecopyParts): CapturedS
     try {
       hold = await parts.freeze();
       if (closed) return;
-      const live = capturePieces(root, draft.take(), pending, hold.clockNs, undefined);
+      const live = capturePieces(root, draft.take(), pending, hold.clockNs, undefined, true);
       // Copied while frozen: the walk, every byte the draft does not hold, and the edges of the runs, which are
       // what the store reads of them. Then the group runs again while the copy is chunked and sealed. Past the
       // budget, the rest is read with the group still frozen.
@@ -226,6 +227,7 @@ async function* capturePieces(
   pending: Map<string, IndexedRecord> | undefined,
   clockNs: bigint | null,
   draft: Draft | undefined,
+  sync = false,
 ): AsyncGenerator<Uint8Array | UnchangedRange> {
   const batch = new PieceBatcher();
   let offset = 0;
@@ -249,21 +251,22 @@ async function* capturePieces(
       if (!run || run.baseOffset + run.length !== known.offset || run.count >= RUN_MAX_RECORDS) {
         yield* batch.flush();
         if (run) yield run;
-        run = new UnchangedRun(known.offset, draft);
+        run = new UnchangedRun(known.offset, draft, sync);
       }
       run.add(record);
     } else {
       if (run) yield run;
       run = undefined;
       yield* batch.add(header);
-      if (record.file) yield* readContent(record, 0, size, batch, false, draft);
+      if (record.file) yield* readContent(record, 0, size, batch, false, draft, sync);
       yield* batch.add(Buffer.alloc(tarPaddingBytes(size)));
     }
     if (pending && indexable && !record.dirty) pending.set(key, { offset, length, headerDigest, statKey });
     offset += length;
   }
 
-  for await (const { entry, absPath, stats } of walkTree(root, '', draft !== undefined)) {
+  const walk = sync ? walkTreeSync(root, '') : walkTree(root, '', draft !== undefined);
+  for await (const { entry, absPath, stats } of walk) {
     const header = encodeTarHeader(entry);
     if (entry.type === 'file') {
       const record: CaptureRecord = { entry, headerLength: header.length, file: { absPath, statKey: statKey(stats) } };
@@ -292,6 +295,7 @@ class UnchangedRun implements UnchangedRange {
   constructor(
     readonly baseOffset: number,
     private readonly draft: Draft | undefined,
+    private readonly sync: boolean,
   ) {}
 
   /** Parts of the run read ahead (its edges), each at its offset in the run. */
@@ -353,7 +357,7 @@ class UnchangedRun implements UnchangedRange {
       if (record.file && from < paddingStart && to > contentStart) {
         const contentFrom = Math.max(from, contentStart) - contentStart;
         const contentTo = Math.min(to, paddingStart) - contentStart;
-        yield* readContent(record, contentFrom, contentTo, batch, true, this.draft);
+        yield* readContent(record, contentFrom, contentTo, batch, true, this.draft, this.sync);
       }
       if (to > paddingStart) yield* batch.add(Buffer.alloc(to - Math.max(from, paddingStart)));
     }
@@ -386,11 +390,16 @@ async function* readContent(
   batch: PieceBatcher,
   checkKey: boolean,
   draft: Draft | undefined,
+  sync: boolean,
 ): AsyncGenerator<Uint8Array> {
   const { entry, file } = record;
   if (!entry || !file) throw new Error('a record without a file has no content');
   if (draft) {
     yield* readDraftContent(record, file, start, end, batch, draft);
+    return;
+  }
+  if (sync) {
+    yield* readContentSync(entry, file, start, end, batch, checkKey);
     return;
   }
   // O_NOFOLLOW: the walk saw a regular file; whatever replaced it with a symlink is not read through.
@@ -413,6 +422,39 @@ async function* readContent(
     if (checkKey && (await changed())) throw new RuntimeBusyError(`${entry.name} changed during capture`);
   } finally {
     await handle.close();
+  }
+}
+
+/**
+ * `readContent` with synchronous calls: the exact pass of a pre-copy capture, while the group is frozen. The thread
+ * pool that asynchronous file calls wait for may be busy with the store's pack writes and fsyncs, and every
+ * millisecond spent waiting there is a millisecond frozen; the page cache answers these reads directly.
+ */
+function* readContentSync(
+  entry: TarEntry,
+  file: FileContent,
+  start: number,
+  end: number,
+  batch: PieceBatcher,
+  checkKey: boolean,
+): Generator<Uint8Array> {
+  const fd = fs.openSync(file.absPath, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW);
+  try {
+    const changed = (): boolean => statKey(fs.fstatSync(fd, { bigint: true })) !== file.statKey;
+    if (checkKey && changed()) throw new RuntimeBusyError(`${entry.name} changed during capture`);
+    for (let position = start; position < end;) {
+      const buffer = Buffer.allocUnsafe(Math.min(READ_BYTES, end - position));
+      for (let filled = 0; filled < buffer.length;) {
+        const bytesRead = fs.readSync(fd, buffer, filled, buffer.length - filled, position + filled);
+        if (bytesRead === 0) throw new RuntimeBusyError(`${entry.name} changed size during capture`);
+        filled += bytesRead;
+      }
+      position += buffer.length;
+      yield* batch.add(buffer);
+    }
+    if (checkKey && changed()) throw new RuntimeBusyError(`${entry.name} changed during capture`);
+  } finally {
+    fs.closeSync(fd);
   }
 }
 
@@ -492,6 +534,25 @@ interface WalkedEntry {
   readonly entry: TarEntry;
   readonly absPath: string;
   readonly stats: BigIntStats;
+}
+
+/** `walkTree` with synchronous calls, for the exact pass of a pre-copy capture (see readContentSync). */
+function* walkTreeSync(root: string, relDir: string): Generator<WalkedEntry> {
+  for (const name of fs.readdirSync(path.join(root, relDir)).sort()) {
+    const relPath = relDir === '' ? name : `${relDir}/${name}`;
+    const absPath = path.join(root, relPath);
+    const stats = fs.lstatSync(absPath, { bigint: true });
+    const target = stats.isSymbolicLink() ? fs.readlinkSync(absPath) : undefined;
+    if (target !== undefined && !symlinkStaysInside(relPath, target)) {
+      throw new RuntimeFailedError(
+        `symlink ${relPath} points outside the workspace (${target}); it cannot be restored`,
+      );
+    }
+    const entry = tarEntryOf(relPath, stats, target);
+    if (!entry) continue;
+    yield { entry, absPath, stats };
+    if (entry.type === 'directory') yield* walkTreeSync(root, relPath);
+  }
 }
 
 /**

@@ -32,7 +32,7 @@ import { freeze, signalRunning, spawnInstance, terminate, type WorkspaceInstance
 import { killGroup } from './process-table';
 import { extractArchive, indexRestoredTree, type RestoredPath } from './restore';
 import { lockStateDir } from './state-lock';
-import { fileSystemNow, type CommittedIndex } from './tree-index';
+import { fileSystemNow, fileSystemNowSync, type CommittedIndex } from './tree-index';
 import { resolveWorkspaceUser, type UserIdentity, type WorkspaceUser } from './user';
 import {
   assertSafeId,
@@ -316,7 +316,7 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     };
     const hold = async (): Promise<Hold> => {
       const thaw = await this.freezeForCapture(instance);
-      return { thaw, clockNs: await fileSystemNow(clockDir) };
+      return { thaw, clockNs: fileSystemNowSync(clockDir) };
     };
     if (this.precopy) {
       return openPrecopyCapture(instance.dir, { base, clock: () => fileSystemNow(clockDir), freeze: hold, commit });
