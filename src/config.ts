@@ -363,8 +363,7 @@ export const EnvConfig = z.object({
   DS_MAX_SESSIONS: z.coerce.number({ message: 'expected a number' }).int().min(1).max(100_000).default(1_000),
   /**
    * Session workflows a worker keeps in memory (their cost: bench/README.md, Scale); one evicted replays its history at
-   * its next task.
-   * Unset: the SDK's default, sized from the worker's memory.
+   * its next task. Unset: the worker's default (DEFAULT_MAX_CACHED_WORKFLOWS in src/worker.ts).
    */
   DS_MAX_CACHED_WORKFLOWS: z.coerce.number({ message: 'expected a number' }).int().min(0).max(1_000_000).optional(),
   /** Embedded dev server (only when TEMPORAL_ADDRESS is unset). */

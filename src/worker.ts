@@ -49,7 +49,7 @@ export interface CreateWorkersOptions {
   deps: ActivityDeps;
   /** Sends the drain to this host's sessions. */
   client: Client;
-  /** Workflows kept in memory by the shared worker (DS_MAX_CACHED_WORKFLOWS); the SDK's default when unset. */
+  /** Workflows kept in memory by the shared worker (DS_MAX_CACHED_WORKFLOWS); DEFAULT_MAX_CACHED_WORKFLOWS when unset. */
   maxCachedWorkflows?: number;
   /** A prebuilt workflow bundle (tests); otherwise the workflows are bundled from source at start. */
   workflowBundle?: WorkerOptions['workflowBundle'];
@@ -60,6 +60,13 @@ export interface CreateWorkersOptions {
 }
 
 const STICKY_TIMEOUT = '2s';
+
+/**
+ * Workflows the shared worker keeps in memory. An idle session need not stay cached: each cached one costs about 2 MiB
+ * of the workflow thread's memory, an evicted one a replay of its (short) history at its next control. The SDK's
+ * default is sized from the heap limit (about 2,300 on a 4 GiB heap), which alone would be 4–5 GiB.
+ */
+export const DEFAULT_MAX_CACHED_WORKFLOWS = 500;
 
 /**
  * Two workers in one process: the shared one runs workflows and activities any host can do; the host one
@@ -102,7 +109,7 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     // slower than this only costs a replay elsewhere.
     stickyQueueScheduleToStartTimeout: STICKY_TIMEOUT,
     ...dataConverter,
-    ...(options.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: options.maxCachedWorkflows } : {}),
+    maxCachedWorkflows: options.maxCachedWorkflows ?? DEFAULT_MAX_CACHED_WORKFLOWS,
     ...heartbeats,
     ...workflowSource,
   });

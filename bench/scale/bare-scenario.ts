@@ -57,6 +57,9 @@ export async function runBare(ctx: ScaleContext, bundlePath: string): Promise<Ba
         prefix: 'bare',
         start,
         run: lifecycle,
+        probe: async (calls, handle) => {
+          await calls.time('control', () => handle.executeUpdate(bareCheckpointUpdate));
+        },
         alsoWarm: signalled,
       });
 

@@ -6,9 +6,13 @@ import type { ScaleOptions } from './scenario';
 import type { SessionResult } from './session-scenario';
 
 const MiB = 1024 * 1024;
+/** The sessions one worker must hold idle within `rssAtTarget`. */
+export const TARGET_SESSIONS = 10_000;
 
 export interface Targets {
   lifecycleRatio: number;
+  /** Worker RSS with TARGET_SESSIONS idle running sessions. */
+  rssAtTarget: number;
   mibPerSessionAboveBare: number;
   idleCpuShare: number;
   openFiles: number;
@@ -16,6 +20,7 @@ export interface Targets {
 
 export const TARGETS: Targets = {
   lifecycleRatio: 1.5,
+  rssAtTarget: 2 * 1024 * MiB,
   mibPerSessionAboveBare: 0.5,
   idleCpuShare: 0.05,
   openFiles: 512,
@@ -28,6 +33,26 @@ const ms = (v: number) => (Number.isNaN(v) ? '—' : v < 10 ? `${v.toFixed(1)} m
 const ratio = (a: number, b: number) => (b > 0 ? `${(a / b).toFixed(2)}×` : '—');
 const sum = (rates: [string, number][]) => rates.reduce((a, [, r]) => a + r, 0);
 const verdict = (ok: boolean) => (ok ? 'PASS' : '**MISS**');
+const gib = (bytes: number) => `${(bytes / 1024 ** 3).toFixed(2)} GiB`;
+
+/**
+ * The worker's RSS with TARGET_SESSIONS idle: measured when the run started that many. Otherwise projected for a
+ * cache of `cache`: the first half's slope (every session cached while the run's cache holds N/2) for the cached ones,
+ * the second half's (the cache full, each new session evicting one) for the rest.
+ */
+function rssAtTarget(
+  r: { memory: BareResult['memory'] },
+  n: number,
+  cache: number,
+): { bytes: number; projected: boolean; cached: number; evicted: number } {
+  const half = Math.floor(n / 2);
+  const cached = (r.memory.half.rss - r.memory.empty.rss) / half;
+  const evicted = perSessionSecondHalf(r, n);
+  if (n >= TARGET_SESSIONS) return { bytes: r.memory.loaded.rss, projected: false, cached, evicted };
+  const held = Math.min(cache, TARGET_SESSIONS);
+  const bytes = r.memory.empty.rss + held * cached + (TARGET_SESSIONS - held) * evicted;
+  return { bytes, projected: true, cached, evicted };
+}
 
 function latency(calls: Calls, names?: string[]): string {
   const all = calls.all(names);
@@ -78,6 +103,12 @@ export function report(options: ScaleOptions, sessions: SessionResult, bare: Bar
       )
       .join('; ');
 
+  const atTarget = rssAtTarget(sessions, n, options.projectedCache);
+  // The bare worker keeps the SDK's default cache (thousands): all of its workflows stay cached.
+  const bareAtTarget = rssAtTarget(bare, n, TARGET_SESSIONS);
+  const cache = options.maxCachedWorkflows;
+  const evictedNote = cache >= n ? ` (the cache holds ${cache} ≥ ${n}: none evicted)` : '';
+  const p50 = (calls: Calls) => percentile(calls.all(), 50);
   const targets = table(
     ['measure', 'sessions', 'baseline (same run, same server)', 'ratio', 'target', 'result'],
     [
@@ -106,6 +137,27 @@ export function report(options: ScaleOptions, sessions: SessionResult, bare: Bar
         `${mib(above)} above`,
         `≤ ${TARGETS.mibPerSessionAboveBare} MiB above`,
         verdict(above <= TARGETS.mibPerSessionAboveBare),
+      ],
+      [
+        `${workers} RSS with ${TARGET_SESSIONS.toLocaleString('en')} idle running sessions` +
+          (atTarget.projected
+            ? ` (projected for a cache of ${options.projectedCache}: RSS with none + ${mib(atTarget.cached)} per ` +
+              `cached session, first half of the starts + ${mib(atTarget.evicted)} per evicted one, second half)`
+            : `, workflow cache ${cache}`),
+        gib(atTarget.bytes),
+        `bare worker, every workflow cached: ${gib(bareAtTarget.bytes)}`,
+        ratio(atTarget.bytes, bareAtTarget.bytes),
+        `≤ ${gib(TARGETS.rssAtTarget)}`,
+        verdict(atTarget.bytes <= TARGETS.rssAtTarget),
+      ],
+      [
+        `a checkpoint of an idle session, one at a time: ${sessions.probes.probed} evicted (oldest) vs ` +
+          `${sessions.probes.probed} cached (newest) p50 / p99${evictedNote}`,
+        `evicted ${latency(sessions.probes.evicted)} · cached ${latency(sessions.probes.cached)}`,
+        `bare, oldest · newest: ${latency(bare.probes.evicted)} · ${latency(bare.probes.cached)}`,
+        `${ratio(p50(sessions.probes.evicted), p50(sessions.probes.cached))} (p50s)`,
+        '—',
+        '—',
       ],
       [
         '… V8 heap used per idle running session',
@@ -217,12 +269,20 @@ export function report(options: ScaleOptions, sessions: SessionResult, bare: Bar
     ],
   );
 
-  const failures = [...sessions.calls.errors, ...ws.calls.errors, ...bare.calls.errors, ...bare.signalCalls.errors];
+  const failures = [
+    ...sessions.probes.cached.errors,
+    ...sessions.probes.evicted.errors,
+    ...sessions.calls.errors,
+    ...ws.calls.errors,
+    ...bare.calls.errors,
+    ...bare.signalCalls.errors,
+  ];
   return [
     '# durable-sessions scale benchmark',
     '',
     `${new Date().toISOString()} · ${n} sessions, ${ws.sessions} workspace sessions, ${c} in flight, ` +
-      `idle window ${options.idleSeconds} s, ${options.warmup} warm-up lifecycles per scenario, ${workers}, ` +
+      `idle window ${options.idleSeconds} s, ${options.warmup} warm-up lifecycles per scenario, ${workers} ` +
+      `caching ${options.maxCachedWorkflows} workflows, ` +
       `${options.store === 's3' ? 'S3 store (versitygw)' : 'local store'}`,
     '',
     targets,

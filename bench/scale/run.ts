@@ -18,6 +18,7 @@ import { parseArgs } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
 import { bundleWorkflowCode } from '@temporalio/worker';
 import { freePort, startDevServer } from '../../src/dev-server';
+import { DEFAULT_MAX_CACHED_WORKFLOWS } from '../../src/worker';
 import { startS3Server } from '../../test/helpers/s3-server';
 import { runBare } from './bare-scenario';
 import { report } from './report';
@@ -38,6 +39,8 @@ function parseOptions(): ScaleOptions {
       'idle-seconds': { type: 'string' },
       workers: { type: 'string', default: '1' },
       store: { type: 'string', default: 'local' },
+      'max-cached': { type: 'string' },
+      profile: { type: 'boolean', default: false },
     },
   });
   if (values.store !== 'local' && values.store !== 's3')
@@ -49,14 +52,24 @@ function parseOptions(): ScaleOptions {
     return n;
   };
   const quick = values.quick;
+  const sessions = num('sessions', values.sessions, quick ? 100 : 1_000);
+  const cacheBound = values['max-cached'];
   return {
-    sessions: num('sessions', values.sessions, quick ? 100 : 1_000),
+    sessions,
     workspaceSessions: num('workspace-sessions', values['workspace-sessions'], quick ? 20 : 200),
     concurrency: num('concurrency', values.concurrency, 50),
     idleSeconds: num('idle-seconds', values['idle-seconds'], quick ? 10 : 30),
     warmup: 10,
     workers: num('workers', values.workers, 1),
     store: values.store,
+    // Unless told, a cache of half the sessions (at most the worker's default): the first half's starts then measure
+    // what a cached session costs, the second half's what an evicted one does.
+    maxCachedWorkflows:
+      cacheBound !== undefined
+        ? num('max-cached', cacheBound, 0)
+        : Math.min(DEFAULT_MAX_CACHED_WORKFLOWS, Math.max(2, Math.floor(sessions / 2))),
+    projectedCache: cacheBound !== undefined ? num('max-cached', cacheBound, 0) : DEFAULT_MAX_CACHED_WORKFLOWS,
+    ...(values.profile ? { profileDir: path.join(RESULTS_DIR, 'scale-profile') } : {}),
   };
 }
 

@@ -20,6 +20,12 @@ export interface ScaleOptions {
   workers: number;
   /** Where the session workers keep checkpoints: one directory they share, or a bucket on a local S3 server. */
   store: 'local' | 's3';
+  /** The session workers' workflow cache bound in this run (`--max-cached`; half the sessions, at most 500, unless set). */
+  maxCachedWorkflows: number;
+  /** The cache bound the RSS at 10,000 sessions is projected for: `--max-cached`, or the worker's default. */
+  projectedCache: number;
+  /** Where the session workers write their CPU profiles (`--profile`), if anywhere. */
+  profileDir?: string;
 }
 
 export interface ScaleContext {
@@ -96,7 +102,15 @@ export interface ScenarioResult {
   idle: IdleWindow;
   /** Open files of the (busiest) worker: with nothing running, and the peak while the N ran. */
   openFiles: { empty: number; peak: number };
+  /**
+   * One control (a checkpoint) on each of a few idle workflows, one at a time, after the idle window: the newest
+   * started (still in the worker's cache) and the oldest (evicted once more were started than the cache holds).
+   */
+  probes: { cached: Calls; evicted: Calls; probed: number };
 }
+
+/** Workflows of each kind a probe times: few, one at a time, so the row is the cost of one control, not of a queue. */
+export const PROBES = 10;
 
 /** Lets the start's stragglers settle, then measures the workers' and the server's CPU over the idle window. */
 export async function measureIdle(ctx: ScaleContext, workerPids: number[]): Promise<IdleWindow> {
@@ -179,16 +193,22 @@ export async function withScenarioWorker<T>(
   try {
     // One after another: two bundles loading at once on a small machine only make both slower.
     for (let i = 0; i < ctx.options.workers; i++) {
+      const sessions = config.mode === 'sessions';
+      const { maxCachedWorkflows, profileDir } = ctx.options;
       workers.push(
-        await startWorkerProcess({
-          ...config,
-          address: ctx.address,
-          taskQueue,
-          dir: path.join(dir, `host-${i + 1}`),
-          host: `host-${i + 1}`,
-          store,
-          masterKey: ctx.masterKey,
-        }),
+        await startWorkerProcess(
+          {
+            ...config,
+            address: ctx.address,
+            taskQueue,
+            dir: path.join(dir, `host-${i + 1}`),
+            host: `host-${i + 1}`,
+            store,
+            masterKey: ctx.masterKey,
+            ...(sessions ? { maxCachedWorkflows } : {}),
+          },
+          sessions ? profileDir : undefined,
+        ),
       );
     }
     const fleet = new WorkerFleet(workers);
@@ -212,6 +232,8 @@ export interface Lifecycle<H> {
   prefix: string;
   start(calls: Calls, id: string): Promise<H>;
   run(calls: Calls, handle: H): Promise<void>;
+  /** One control that leaves the workflow where it was (a checkpoint), timed as `control`. */
+  probe(calls: Calls, handle: H): Promise<void>;
   /** Run after each warm-up lifecycle (the baseline warms its start + signal + complete too). */
   alsoWarm?(calls: Calls, id: string): Promise<void>;
 }
@@ -248,6 +270,7 @@ export async function measureLifecycle<H>(
     ),
   );
   const idle = await measureIdle(ctx, worker.pids);
+  const probes = await probeCache(kind, handles);
   const controlsMs = await requests.around(() => inPool(handles, ctx.options.concurrency, (h) => kind.run(calls, h)));
   const after = await worker.sample();
   const peak = files.peak('run')!;
@@ -260,5 +283,20 @@ export async function measureLifecycle<H>(
     requestsPerWorkflow: requests.perWorkflow(ctx.options.sessions),
     idle,
     openFiles: { empty: emptyFiles, peak },
+    probes,
   };
+}
+
+/**
+ * Times one control on the newest idle workflows, then on the oldest. Without a cache bound below N (the bare
+ * worker's SDK default holds thousands) both are cached: the row then compares like with like.
+ */
+async function probeCache<H>(kind: Lifecycle<H>, handles: H[]): Promise<ScenarioResult['probes']> {
+  const probed = Math.min(PROBES, Math.floor(handles.length / 2));
+  const cached = new Calls();
+  const evicted = new Calls();
+  // Newest first: probing one never evicts another of the newest, and the oldest stay evicted until probed.
+  for (const h of handles.slice(-probed).reverse()) await kind.probe(cached, h).catch(() => undefined);
+  for (const h of handles.slice(0, probed)) await kind.probe(evicted, h).catch(() => undefined);
+  return { cached, evicted, probed };
 }

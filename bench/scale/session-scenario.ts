@@ -28,8 +28,10 @@ export interface SessionResult extends ScenarioResult {
 const WORKSPACE_COMMAND = ['sh', '-c', 'while true; do sleep 10; done'];
 
 export async function runSessions(ctx: ScaleContext, bundlePath: string): Promise<SessionResult> {
-  // The benchmark may ask for more sessions on one worker than the default limit.
-  const maxSessions = Math.max(DEFAULT_MAX_SESSIONS, ctx.options.sessions, ctx.options.workspaceSessions);
+  // The benchmark may ask for more sessions on one worker than the default limit. Headroom over N: the directory counts
+  // a placement before the host's next report does, so a resume placed while its pause is being reported counts twice.
+  const { sessions, workspaceSessions, concurrency, warmup } = ctx.options;
+  const maxSessions = Math.max(DEFAULT_MAX_SESSIONS, Math.max(sessions, workspaceSessions) + 2 * concurrency + warmup);
   return withScenarioWorker(ctx, { mode: 'sessions', bundlePath, maxSessions }, async ({ fleet, files, taskQueue }) => {
     const client = new SessionClient({ client: ctx.client, taskQueue });
     const start = (calls: Calls, sessionId: string): Promise<SessionHandle> =>
@@ -41,7 +43,10 @@ export async function runSessions(ctx: ScaleContext, bundlePath: string): Promis
       await calls.time('stop', () => session.stop());
     };
 
-    const measured = await measureLifecycle(ctx, fleet, files, { prefix: 'memory', start, run: lifecycle });
+    const probe = async (calls: Calls, session: SessionHandle): Promise<void> => {
+      await calls.time('control', () => session.checkpoint());
+    };
+    const measured = await measureLifecycle(ctx, fleet, files, { prefix: 'memory', start, run: lifecycle, probe });
     const workspace = await runWorkspaces(ctx, client, fleet, files);
     return { ...measured, workspace };
   });

@@ -20,11 +20,17 @@ export interface WorkerHandle {
 
 const SCRIPT = path.join(__dirname, 'worker-process.ts');
 
-export async function startWorkerProcess(config: WorkerProcessConfig): Promise<WorkerHandle> {
-  const child = spawn(process.execPath, ['--import', 'tsx', '--expose-gc', SCRIPT, JSON.stringify(config)], {
-    cwd: path.resolve(__dirname, '..', '..'),
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
+/** `profileDir`: the worker writes a V8 CPU profile of each of its threads there when it exits (`--cpu-prof`). */
+export async function startWorkerProcess(config: WorkerProcessConfig, profileDir?: string): Promise<WorkerHandle> {
+  const profile = profileDir ? ['--cpu-prof', '--cpu-prof-dir', profileDir] : [];
+  const child = spawn(
+    process.execPath,
+    [...profile, '--import', 'tsx', '--expose-gc', SCRIPT, JSON.stringify(config)],
+    {
+      cwd: path.resolve(__dirname, '..', '..'),
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    },
+  );
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   try {
     await nextMessage(child, 'ready', 120_000);

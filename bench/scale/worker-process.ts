@@ -28,6 +28,8 @@ export interface WorkerProcessConfig {
   /** The master key (hex) every worker of the fleet shares: any of them restores what another captured. */
   masterKey: string;
   maxSessions: number;
+  /** The sessions worker's workflow cache bound (DS_MAX_CACHED_WORKFLOWS); the project's default when absent. */
+  maxCachedWorkflows?: number;
 }
 
 /** Parent → child. */
@@ -70,6 +72,7 @@ async function startSessions(config: WorkerProcessConfig, connection: NativeConn
       maxSessions: config.maxSessions,
     },
     workflowBundle: { codePath: config.bundlePath },
+    ...(config.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: config.maxCachedWorkflows } : {}),
   });
   return {
     run: () => workers.run(),

@@ -5,6 +5,8 @@ export interface Options {
   sizeMiB: number;
   fileMiB: number;
   rounds: number;
+  /** Only the freeze rounds (no Temporal rounds, no direct round): the 1 GiB freeze rows in minutes. */
+  freezeOnly: boolean;
 }
 
 export function parseOptions(): Options {
@@ -13,6 +15,7 @@ export function parseOptions(): Options {
       'size-mb': { type: 'string', default: '100' },
       'file-mb': { type: 'string', default: '5' },
       rounds: { type: 'string', default: '3' },
+      'freeze-only': { type: 'boolean', default: false },
     },
   });
   const num = (name: string, raw: string | undefined, min: number): number => {
@@ -24,5 +27,6 @@ export function parseOptions(): Options {
     sizeMiB: num('size-mb', values['size-mb'], 1),
     fileMiB: num('file-mb', values['file-mb'], 0.001),
     rounds: Math.round(num('rounds', values.rounds, 1)),
+    freezeOnly: values['freeze-only'] ?? false,
   };
 }

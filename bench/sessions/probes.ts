@@ -13,6 +13,7 @@ import {
   type RuntimeInstanceInfo,
   type WorkspaceRuntimeOptions,
 } from '../../src/runtimes';
+import type { WorkspaceInstance } from '../../src/runtimes/workspace/process-group';
 import {
   type CheckpointManifest,
   type NewCheckpoint,
@@ -74,33 +75,40 @@ export class ProbedWorkspaceRuntime extends WorkspaceRuntime {
   override async capture(instanceId: string): Promise<Readable> {
     this.probe.mark('capture.call');
     const stream = await super.capture(instanceId);
-    // capture() resolves once the process group is frozen; 'end' comes after the last packed byte was read.
-    this.probe.mark('capture.frozen');
+    // 'end' comes after the last packed byte was read.
     stream.once('end', () => this.probe.mark('capture.packed'));
-    stream.once('close', () => this.probe.mark('capture.thawed'));
     return stream;
   }
 
   override async captureState(instanceId: string): Promise<CapturedState> {
     this.probe.mark('capture.call');
     const captured = await super.captureState(instanceId);
-    this.probe.mark('capture.frozen');
     const probe = this.probe;
     return {
       ...captured,
       stored: (checkpointId) => captured.stored(checkpointId),
-      close: () => {
-        captured.close();
-        probe.mark('capture.thawed');
-      },
+      close: () => captured.close(),
       pieces: (async function* () {
-        try {
-          yield* captured.pieces;
-          probe.mark('capture.packed');
-        } finally {
-          probe.mark('capture.thawed');
-        }
+        yield* captured.pieces;
+        probe.mark('capture.packed');
       })(),
+    };
+  }
+
+  /** Runs just before each capture's freeze (after its pre-copy): what the freeze rounds change "meanwhile". */
+  beforeFreeze: () => Promise<void> = async () => undefined;
+
+  /** The freeze itself: SIGSTOP sent (`capture.freeze`), group stopped (`capture.frozen`), SIGCONT (`capture.thawed`). */
+  protected override async freezeForCapture(instance: WorkspaceInstance): Promise<() => void> {
+    await this.beforeFreeze();
+    this.probe.mark('capture.freeze');
+    const thaw = await super.freezeForCapture(instance);
+    this.probe.mark('capture.frozen');
+    let thawed = false;
+    return () => {
+      thaw();
+      if (!thawed) this.probe.mark('capture.thawed');
+      thawed = true;
     };
   }
 

@@ -11,7 +11,11 @@ export type OpName =
   | 'stop'
   | 'direct-capture'
   | 'direct-open'
-  | 'direct-restore';
+  | 'direct-restore'
+  | 'freeze-first'
+  | 'freeze-changed'
+  | 'freeze-first-whole'
+  | 'freeze-changed-whole';
 
 export interface OpRecord extends Measurement {
   op: OpName;

@@ -6,6 +6,7 @@
  *
  *   npm run bench:sessions
  *   npx tsx bench/sessions/run.ts --size-mb 100 --file-mb 5 --rounds 3
+ *   npx tsx bench/sessions/run.ts --size-mb 1024 --rounds 1 --freeze-only   # the freeze rows alone
  *
  * Nothing here asserts on time: it prints (and writes to .bench/results.md) what it measured.
  */
@@ -18,9 +19,10 @@ import { measureBaselines } from './baselines';
 import { runWithCleanup, type Cleanup } from './cleanup';
 import { directRound } from './direct-round';
 import { fmtMs } from './format';
+import { freezeRound } from './freeze-round';
 import { chooseTempBase, describeMachine, loadAverage, RESULTS_DIR } from './machine';
 import { parseOptions } from './options';
-import { report } from './report';
+import { freezeReport, report } from './report';
 import { sessionRound, type RoundCheck } from './session-round';
 import { startSystem } from './system';
 import { blobSizes, writeSeed } from './workload';
@@ -48,15 +50,21 @@ async function main(cleanup: Cleanup): Promise<void> {
   }
 
   const seed = writeSeed(path.join(root, 'seed'), sizes);
-  console.log('bench: measuring baselines…');
-  const baselines = await measureBaselines(path.join(root, 'baseline'), seed.dir, totalBytes, options.rounds);
+  // The freeze rows are read against a capture of the same runtime without pre-copy, not against these.
+  const baselines = options.freezeOnly
+    ? null
+    : (console.log('bench: measuring baselines…'),
+      await measureBaselines(path.join(root, 'baseline'), seed.dir, totalBytes, options.rounds));
 
   console.log('bench: starting the Temporal dev server and the workers…');
-  const system = await startSystem(root, seed, cleanup);
+  const system = await startSystem(root, seed, totalBytes, cleanup);
   const checks: RoundCheck[] = [];
   for (let round = 1; round <= options.rounds; round++) {
-    checks.push(await sessionRound(system.session, round));
-    await directRound(system.direct, round);
+    if (!options.freezeOnly) {
+      checks.push(await sessionRound(system.session, round));
+      await directRound(system.direct, round);
+    }
+    await freezeRound(system.freeze, round);
     const line = system.recorder.records
       .filter((rec) => rec.round === round)
       .map((rec) => `${rec.op} ${fmtMs(rec.ms)}`)
@@ -65,7 +73,9 @@ async function main(cleanup: Cleanup): Promise<void> {
   }
 
   const machine = describeMachine({ root, why }, loadBefore);
-  const markdown = report(options, machine, baselines, system.recorder.records, checks);
+  const markdown = baselines
+    ? report(options, machine, baselines, system.recorder.records, checks)
+    : freezeReport(options, machine, system.recorder.records);
   console.log(`\n${markdown}`);
   fs.mkdirSync(RESULTS_DIR, { recursive: true });
   fs.writeFileSync(path.join(RESULTS_DIR, 'results.md'), markdown);

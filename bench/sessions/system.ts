@@ -14,6 +14,7 @@ import { ChunkedSnapshotStore, Keyring } from '../../src/snapshots';
 import { createWorkers } from '../../src/worker';
 import { errorText, type Cleanup } from './cleanup';
 import type { DirectRoundContext } from './direct-round';
+import type { FreezeRoundContext } from './freeze-round';
 import { Probe, ProbedStore, ProbedWorkspaceRuntime } from './probes';
 import { Recorder } from './records';
 import type { SessionRoundContext } from './session-round';
@@ -28,10 +29,16 @@ export interface SystemUnderTest {
   recorder: Recorder;
   session: SessionRoundContext;
   direct: DirectRoundContext;
+  freeze: FreezeRoundContext;
 }
 
 /** Starts everything under `root`; `cleanup` stops it, last started first. */
-export async function startSystem(root: string, seed: Seed, cleanup: Cleanup): Promise<SystemUnderTest> {
+export async function startSystem(
+  root: string,
+  seed: Seed,
+  totalBytes: number,
+  cleanup: Cleanup,
+): Promise<SystemUnderTest> {
   const server = await startDevServer({
     port: await freePort(),
     uiPort: null,
@@ -88,9 +95,27 @@ export async function startSystem(root: string, seed: Seed, cleanup: Cleanup): P
   cleanup.add('direct runtime', () => direct.stopAll());
   const directStore = new ProbedStore(productionStore(path.join(root, 'direct-snapshots')), probe);
 
+  // Freeze rounds: the same capture with pre-copy and without (the baseline), on runtimes of their own.
+  const freezeRuntime = (name: string, precopy: boolean) => {
+    const runtime = new ProbedWorkspaceRuntime(
+      { rootDir: path.join(root, `freeze-${name}`), defaultStopGraceMs: 2_000, precopy },
+      probe,
+    );
+    cleanup.add(`freeze runtime ${name}`, () => runtime.stopAll());
+    return runtime;
+  };
+
   return {
     recorder,
     session: { sessions, recorder, cleanup, seed, snapshotsDir, runId },
     direct: { runtime: direct, store: directStore, recorder, seed },
+    freeze: {
+      precopy: freezeRuntime('precopy', true),
+      whole: freezeRuntime('whole', false),
+      store: directStore,
+      recorder,
+      seed,
+      totalBytes,
+    },
   };
 }

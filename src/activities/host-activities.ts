@@ -56,7 +56,7 @@ export function hostActivities(ctx: ActivityContext) {
         throw toFailure(new HostRefusedError(`worker host ${queue} does not satisfy the placement`, queue));
       }
       const limit = deps.maxSessions ?? DEFAULT_MAX_SESSIONS;
-      if (host.sessions().length >= limit) {
+      if (host.sessionCount >= limit) {
         throw toFailure(
           new HostRefusedError(`worker host ${queue} runs ${limit} sessions, its limit: placing elsewhere`, queue),
         );
@@ -125,7 +125,7 @@ export function hostActivities(ctx: ActivityContext) {
 
     /** Answered at once by a live host: its incarnation (a new one means a worker restarted here). */
     async describeHost(): Promise<{ incarnation: string; sessions: number }> {
-      return { incarnation: host.incarnation, sessions: host.sessions().length };
+      return { incarnation: host.incarnation, sessions: host.sessionCount };
     },
   };
 }

@@ -51,6 +51,13 @@ export class HostState {
   /** The placements refused while draining, logged once. */
   private refusalsLogged = false;
   private exits: HostExit[] = [];
+  /** The instances among `exits`, so that `knows` costs the same however many instances the monitor asks about. */
+  private readonly exitIds = new Map<string, number>();
+  /**
+   * `sessions()` as last computed, until the hosted instances change: the fleet report asks for it every 200 ms, and
+   * a host with ten thousand sessions must not rebuild that list while nothing happens.
+   */
+  private sessionList: string[] | undefined;
   private nextSeq = 1;
   private readonly waiters = new Set<() => void>();
   private inFlight = 0;
@@ -61,6 +68,7 @@ export class HostState {
   /** An instance of `sessionId` now runs here; `exited` settles when it ends. */
   hosting(instanceId: string, sessionId: string, exited?: Promise<ExitInfo>): void {
     this.hosted.set(instanceId, sessionId);
+    this.sessionList = undefined;
     if (!exited || this.watched.has(instanceId)) return;
     this.watched.add(instanceId);
     exited.then(
@@ -73,6 +81,7 @@ export class HostState {
         if (error instanceof RuntimeNotFoundError && this.hosted.get(instanceId) === sessionId) {
           if (this.stopsBySession.has(instanceId)) return;
           this.hosted.delete(instanceId);
+          this.sessionList = undefined;
           for (const wake of [...this.waiters]) wake();
         }
       },
@@ -88,6 +97,7 @@ export class HostState {
   released(instanceId: string): void {
     this.hosted.delete(instanceId);
     this.endedBySelf.delete(instanceId);
+    this.sessionList = undefined;
   }
 
   /**
@@ -95,8 +105,17 @@ export class HostState {
    * its session has ended, and a drain has nothing to move.
    */
   sessions(): string[] {
-    const running = [...this.hosted].filter(([instanceId]) => !this.endedBySelf.has(instanceId));
-    return [...new Set(running.map(([, sessionId]) => sessionId))];
+    if (!this.sessionList) {
+      const running = [...this.hosted].filter(([instanceId]) => !this.endedBySelf.has(instanceId));
+      this.sessionList = [...new Set(running.map(([, sessionId]) => sessionId))];
+    }
+    return [...this.sessionList];
+  }
+
+  /** How many sessions `sessions()` lists, without copying the list. */
+  get sessionCount(): number {
+    if (!this.sessionList) this.sessions();
+    return this.sessionList!.length;
   }
 
   /**
@@ -111,13 +130,13 @@ export class HostState {
 
   /** Whether this incarnation runs the instance, or saw it end and has not had that acknowledged. */
   knows(instanceId: string): boolean {
-    return this.hosted.has(instanceId) || this.exits.some((e) => e.instanceId === instanceId);
+    return this.hosted.has(instanceId) || this.exitIds.has(instanceId);
   }
 
   /** Exits after `cursor`; those up to it are acknowledged and forgotten. */
   exitsAfter(cursor: ExitCursor | undefined): HostExit[] {
     const after = cursor?.incarnation === this.incarnation ? cursor.seq : 0;
-    this.exits = this.exits.filter((e) => e.seq > after);
+    if (this.exits.length > 0 && this.exits[0]!.seq <= after) this.forget(this.exits.findIndex((e) => e.seq > after));
     return [...this.exits];
   }
 
@@ -172,11 +191,24 @@ export class HostState {
     this.watched.delete(instanceId);
     const bySession = this.stopsBySession.delete(instanceId);
     // Not by the session, and not by this host's shutdown (which ends every instance and drains first).
-    if (!bySession && !exit.requested && this.hosted.has(instanceId)) this.endedBySelf.add(instanceId);
+    if (!bySession && !exit.requested && this.hosted.has(instanceId)) {
+      this.endedBySelf.add(instanceId);
+      this.sessionList = undefined;
+    }
     this.exits.push({ seq: this.nextSeq++, instanceId, sessionId, exit, bySession });
+    this.exitIds.set(instanceId, (this.exitIds.get(instanceId) ?? 0) + 1);
     // Nobody acknowledges while no session is attached to the monitor: keep memory bounded meanwhile.
-    if (this.exits.length > MAX_UNACKNOWLEDGED_EXITS)
-      this.exits.splice(0, this.exits.length - MAX_UNACKNOWLEDGED_EXITS);
+    if (this.exits.length > MAX_UNACKNOWLEDGED_EXITS) this.forget(this.exits.length - MAX_UNACKNOWLEDGED_EXITS);
     for (const wake of [...this.waiters]) wake();
+  }
+
+  /** Drops the oldest `count` exits (all of them for -1: `findIndex` found none to keep). */
+  private forget(count: number): void {
+    const dropped = count < 0 ? this.exits.splice(0) : this.exits.splice(0, count);
+    for (const { instanceId } of dropped) {
+      const left = this.exitIds.get(instanceId)! - 1;
+      if (left > 0) this.exitIds.set(instanceId, left);
+      else this.exitIds.delete(instanceId);
+    }
   }
 }

@@ -28,6 +28,14 @@ export interface StateSource {
   /** The checkpoint of the same session that unchanged runs refer to. */
   readonly base: string | null;
   readonly pieces: AsyncIterable<Uint8Array | UnchangedRange>;
+  /**
+   * Optional: a draft of the state, told while it may still change (a workspace read while its process runs), so
+   * that its chunks can be stored ahead. Its runs refer to `base`. When it is present, the runs of `pieces` refer to
+   * the draft's bytes instead, and only if the draft was read to the end first: a consumer that stores the draft and
+   * then `pieces` stores, for the state itself, about what changed between the two; one that skips the draft gets
+   * the state's every byte from `pieces` (its runs read through `read`).
+   */
+  readonly precopy?: AsyncIterable<Uint8Array | UnchangedRange>;
   close(): void;
 }
 

@@ -168,7 +168,7 @@ function catchConfigError(env: NodeJS.ProcessEnv): ConfigError {
 }
 
 describe('worker settings from the environment', () => {
-  test("DS_MAX_CACHED_WORKFLOWS: unset leaves the SDK's default; a count bounds the cache; anything else is refused", () => {
+  test("DS_MAX_CACHED_WORKFLOWS: unset leaves the worker's default; a count bounds the cache; anything else is refused", () => {
     expect(loadConfig({}).maxCachedWorkflows).toBeUndefined();
     expect(loadConfig({ DS_MAX_CACHED_WORKFLOWS: '200' }).maxCachedWorkflows).toBe(200);
     expect(() => loadConfig({ DS_MAX_CACHED_WORKFLOWS: 'lots' })).toThrow(/DS_MAX_CACHED_WORKFLOWS: expected a number/);

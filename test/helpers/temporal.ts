@@ -49,6 +49,8 @@ export interface HostOptions {
   leaseRestMs?: number;
   /** This host's payload codec (a worker rolled out with other payload keys); the system's when omitted. */
   payloadCodec?: PayloadEncryptionCodec;
+  /** Workflows the host's shared worker keeps cached (DS_MAX_CACHED_WORKFLOWS); the worker's default when omitted. */
+  maxCachedWorkflows?: number;
   /** The workspace runtime's settle window for starts (200 ms when omitted). */
   startSettleMs?: number;
   /** How long what a failed workspace command left stays on this host (the runtime's default when omitted). */
@@ -147,6 +149,7 @@ export async function startTestSystem(options: TestSystemOptions = {}): Promise<
       hostTaskQueue,
       deps,
       ...(hostOptions.labels ? { fleet: { labels: hostOptions.labels } } : {}),
+      ...(hostOptions.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: hostOptions.maxCachedWorkflows } : {}),
       workflowBundle: { codePath: hostConverter?.failureConverterPath ? encryptedBundlePath! : bundlePath! },
       ...(hostConverter ? { dataConverter: hostConverter } : {}),
     });

@@ -405,7 +405,7 @@ describe('killAll', () => {
     const runtime = newRuntime(layout);
     const running = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(GROUP) });
     const frozen = await runtime.start({ sessionId: SESSION, instanceId: newId(), spec: spec(GROUP) });
-    const capture = await runtime.captureState(frozen.instanceId);
+    const capture = await runtime.capture(frozen.instanceId);
     await waitFor(() => allStopped(frozen.pid!));
 
     expect(runtime.killAll()).toBe(2);
@@ -419,7 +419,7 @@ describe('killAll', () => {
       await waitFor(() => (membersOf(info.pid!).length === 0 ? true : undefined));
     }
     expect(runtime.killAll()).toBe(0);
-    capture.close();
+    capture.destroy();
     expect(await fsp.readdir(layout.stateDir)).toEqual(['lock']);
   });
 

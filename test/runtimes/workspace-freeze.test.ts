@@ -17,7 +17,8 @@ let runtime: WorkspaceRuntime;
 
 beforeAll(async () => {
   tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'workspace-freeze-'));
-  runtime = new WorkspaceRuntime({ rootDir: path.join(tmp, 'root'), defaultStopGraceMs: 2_000 });
+  // Without pre-copy a captureState returns frozen, so the wait for the group to stop can be watched.
+  runtime = new WorkspaceRuntime({ rootDir: path.join(tmp, 'root'), defaultStopGraceMs: 2_000, precopy: false });
 });
 
 afterAll(async () => {
@@ -71,9 +72,15 @@ async function waitFor(probe: () => boolean, timeoutMs = 10_000): Promise<void> 
     const sampler = setInterval(() => (peak = Math.max(peak, open())), 2);
     try {
       const captures = await Promise.all(infos.map(({ instanceId }) => runtime.captureState(instanceId)));
-      // Each capture returns once its whole group has stopped: the children too, not only the leader.
+      // The state's first piece comes once its whole group has stopped: the children too, not only the leader.
+      const pieces = captures.map((capture) => sourceBytes(capture));
+      const firsts = await Promise.all(pieces.map((piece) => piece.next()));
       expect(infos.flatMap(({ pid }) => statesOf(pid!)).filter((state) => state !== 'T')).toEqual([]);
-      const archives = await Promise.all(captures.map((capture) => readAll(sourceBytes(capture))));
+      const archives = await Promise.all(
+        pieces.map(async (rest, i) =>
+          Buffer.concat([Buffer.from(firsts[i]!.value as Uint8Array), await readAll(rest)]),
+        ),
+      );
       expect(new Set(archives.map((archive) => archive.length)).size).toBe(1);
     } finally {
       clearInterval(sampler);

@@ -322,8 +322,10 @@ async function runToEnd(
     // Handing the tree over came before indexing it: the next capture names the restored records unchanged.
     const captured = await runtime.captureState(restored.instanceId);
     expect(captured.base).toBe('cp-1');
+    // The pre-copy's draft is the part told against the base (the frozen pass names the draft's bytes).
     const pieces = [];
-    for await (const piece of captured.pieces) pieces.push(piece);
+    for await (const piece of captured.precopy ?? captured.pieces) pieces.push(piece);
+    captured.close();
     expect(pieces.filter(isUnchangedRange).reduce((n, range) => n + range.length, 0)).toBe(archive.length);
 
     // And the restored command can write its workspace as the user.

@@ -47,8 +47,15 @@ beforeAll(async () => {
 
 beforeEach(() => {
   rootDir = path.join(tmp, `root-${++nextId}`);
-  // Beside the root, not in it: the tests below see in the root only what instances leave.
-  runtime = new WorkspaceRuntime({ rootDir, stateDir: `${rootDir}.run`, defaultStopGraceMs: 2_000 });
+  // Beside the root, not in it: the tests below see in the root only what instances leave. Without pre-copy, a
+  // captureState's runs are named against the stored base, which the tests below check; workspace-precopy.test.ts
+  // covers the draft told first.
+  runtime = new WorkspaceRuntime({
+    rootDir,
+    stateDir: `${rootDir}.run`,
+    defaultStopGraceMs: 2_000,
+    precopy: false,
+  });
 });
 
 afterEach(async () => {

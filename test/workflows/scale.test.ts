@@ -42,6 +42,34 @@ test(`${SESSIONS} sessions on one worker: every start and control is answered`, 
   expect(results).toEqual(Array.from({ length: SESSIONS }, () => ({ cp: 1, resumed: 2, final: 3 })));
 }, 300_000);
 
+test('sessions evicted from the worker cache answer every control, in the order they were started', async () => {
+  // Four cached workflows, the host monitor and the fleet directory among them: every session below is evicted
+  // between its start and its first control, and replays its history to answer it.
+  const small = await startTestSystem({ firstHost: { maxCachedWorkflows: 4 } });
+  try {
+    const sessions: SessionHandle[] = [];
+    for (let i = 0; i < 8; i++) {
+      const sessionId = `evicted-${i}-${crypto.randomUUID().slice(0, 6)}`;
+      sessions.push(await small.sessions.start({ sessionId, runtime: { kind: 'memory', initialState: sessionId } }));
+    }
+    const results = [];
+    for (const s of sessions) {
+      const cp = await s.checkpoint();
+      await s.pause();
+      const resumed = await s.resume();
+      const stopped = await s.stop();
+      results.push({
+        cp: cp.sequence,
+        resumed: resumed.restoredFrom.sequence,
+        final: stopped.finalCheckpoint?.sequence,
+      });
+    }
+    expect(results).toEqual(Array.from({ length: 8 }, () => ({ cp: 1, resumed: 2, final: 3 })));
+  } finally {
+    await small.close();
+  }
+}, 300_000);
+
 test('a worker at its session limit is passed by: the next sessions are placed on another worker', async () => {
   const small = await startTestSystem({ firstHost: { maxSessions: 2 } });
   try {

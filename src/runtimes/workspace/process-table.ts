@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import { setTimeout as delay } from 'node:timers/promises';
 import { isErrnoError } from '../../errors';
@@ -138,15 +138,23 @@ async function runScans(): Promise<void> {
   }
 }
 
+/**
+ * One pass over /proc, read synchronously: /proc answers from memory in microseconds, while the thread pool an
+ * asynchronous read waits for may be busy with a store's writes and fsyncs, which a capture's freeze (this scan
+ * decides when it starts) must not wait behind. One file open at a time.
+ */
 async function scanProc(wanted: ReadonlySet<number>): Promise<Map<number, ProcessStat[]>> {
   const found = new Map<number, ProcessStat[]>();
-  await forEachProcess(async (pid) => {
-    const stat = await readStat(pid);
-    if (!stat || !wanted.has(stat.pgrp)) return;
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const pid = Number(name);
+    const text = readOrUndefined(() => readFileSync(`/proc/${pid}/stat`, 'utf8'));
+    const stat = text === undefined ? undefined : parseProcessStat(pid, text);
+    if (!stat || !wanted.has(stat.pgrp)) continue;
     const members = found.get(stat.pgrp);
     if (members) members.push(stat);
     else found.set(stat.pgrp, [stat]);
-  });
+  }
   return found;
 }
 

@@ -24,7 +24,7 @@ import {
 } from '../session-runtime';
 import { DEFAULT_FAILED_RETENTION_MS, type RuntimeExitDetails } from '../../domain/records';
 import { TarLayoutReader } from '../tar';
-import { openCapture } from './capture';
+import { openCapture, openPrecopyCapture, type Hold } from './capture';
 import { checkEnvAllow, checkSpecEnv, DEFAULT_WORKSPACE_ENV_ALLOW } from './env';
 import { listInstanceRecords } from './instance-records';
 import { Leftovers, markFailed, type HostRecovery } from './leftovers';
@@ -32,7 +32,7 @@ import { freeze, signalRunning, spawnInstance, terminate, type WorkspaceInstance
 import { killGroup } from './process-table';
 import { extractArchive, indexRestoredTree, type RestoredPath } from './restore';
 import { lockStateDir } from './state-lock';
-import { fileSystemNow, type CommittedIndex } from './tree-index';
+import { fileSystemNow, fileSystemNowSync, type CommittedIndex } from './tree-index';
 import { resolveWorkspaceUser, type UserIdentity, type WorkspaceUser } from './user';
 import {
   assertSafeId,
@@ -80,6 +80,11 @@ export interface WorkspaceRuntimeOptions {
    * {@link DEFAULT_FAILED_RETENTION_MS}); `recoverHost` removes them after that.
    */
   failedRetentionMs?: number;
+  /**
+   * Whether `captureState` copies the tree while the command runs and freezes it only for what changed since (default
+   * true); false freezes it for the whole capture, as `capture` does.
+   */
+  precopy?: boolean;
 }
 
 /** Lines of a failed command's output its failure carries. */
@@ -106,6 +111,7 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
   private readonly user: WorkspaceUser | undefined;
   private readonly startSettleMs: number;
   private readonly failedRetentionMs: number;
+  private readonly precopy: boolean;
   /** The retention of each instance whose command failed, once its directory is marked as kept. */
   private readonly kept = new WeakMap<WorkspaceInstance, Promise<string>>();
   /** The user's ids, looked up once; a failed look-up is tried again by the next start. */
@@ -126,6 +132,7 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
     this.user = options.user;
     this.startSettleMs = options.startSettleMs ?? 0;
     this.failedRetentionMs = options.failedRetentionMs ?? DEFAULT_FAILED_RETENTION_MS;
+    this.precopy = options.precopy ?? true;
     this.leftovers = new Leftovers(this.rootDir, this.stateDir, this.log);
     lockStateDir(this.stateDir, this.rootDir);
   }
@@ -283,7 +290,7 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
 
   async capture(instanceId: string): Promise<Readable> {
     const instance = this.get(instanceId);
-    const thaw = await freeze(instance);
+    const thaw = await this.freezeForCapture(instance);
     // The same bytes as a `captureState` without a base. The stream's 'close' follows 'end', 'error' and
     // `destroy()` alike and closes the source, so the group is resumed whatever the consumer does.
     return sourceStream(openCapture(instance.dir, thaw, undefined, undefined));
@@ -291,24 +298,42 @@ export class WorkspaceRuntime implements SessionRuntime<WorkspaceRuntimeSpec> {
 
   /**
    * `capture`, told as pieces: records byte-identical to a record of the instance's base (the last stored capture,
-   * or the checkpoint it was restored from) are named as {@link UnchangedRange}s of it instead of read. Files are judged by their lstat (size, mtime, ctime, inode,
-   * device), everything else by its header bytes.
+   * or the checkpoint it was restored from) are named as {@link UnchangedRange}s of it instead of read. Files are
+   * judged by their lstat (size, mtime, ctime, inode, device), everything else by its header bytes.
+   *
+   * With pre-copy (the default) the capture is told twice (see openPrecopyCapture): a draft read while the command
+   * runs (`precopy`), then, from the first read of `pieces`, the group frozen and the state named against the draft,
+   * so that the freeze lasts about what changed since the draft, not the whole state. Without, the group is frozen
+   * before this returns.
    */
   async captureState(instanceId: string): Promise<CapturedState> {
     const instance = this.get(instanceId);
     // Taken before any await: a `stored` that lands meanwhile must not mix one checkpoint's id with another's layout.
     const base = instance.committed;
-    const thaw = await freeze(instance);
-    const clockNs = await fileSystemNow(path.dirname(instance.dir));
-    return openCapture(instance.dir, thaw, base, {
-      clockNs,
-      commit: (index) => {
-        // A disposed or stopped instance keeps no index, whatever captures were still in flight.
-        if (this.instances.get(instance.instanceId) === instance && !instance.indexDropped) {
-          instance.committed = index;
-        }
-      },
-    });
+    const clockDir = path.dirname(instance.dir);
+    const commit = (index: CommittedIndex): void => {
+      // A disposed or stopped instance keeps no index, whatever captures were still in flight.
+      if (this.instances.get(instance.instanceId) === instance && !instance.indexDropped) {
+        instance.committed = index;
+      }
+    };
+    const hold = async (): Promise<Hold> => {
+      const thaw = await this.freezeForCapture(instance);
+      return { thaw, clockNs: fileSystemNowSync(clockDir) };
+    };
+    if (this.precopy) {
+      return openPrecopyCapture(instance.dir, { base, clock: () => fileSystemNow(clockDir), freeze: hold, commit });
+    }
+    const { thaw, clockNs } = await hold();
+    return openCapture(instance.dir, thaw, base, { clockNs, commit });
+  }
+
+  /**
+   * Freezes the instance's group for a capture (SIGSTOP, until every member has stopped) and returns the thaw that
+   * resumes it once no capture holds it any more (calling it again does nothing).
+   */
+  protected freezeForCapture(instance: WorkspaceInstance): Promise<() => void> {
+    return freeze(instance);
   }
 
   async stop(instanceId: string, options: { graceMs?: number } = {}): Promise<ExitInfo> {

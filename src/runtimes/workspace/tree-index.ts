@@ -5,6 +5,7 @@
  */
 
 import { randomUUID } from 'node:crypto';
+import * as fs from 'node:fs';
 import type { BigIntStats } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import * as path from 'node:path';
@@ -92,6 +93,22 @@ export async function fileSystemNow(dir: string): Promise<bigint | null> {
     } finally {
       await handle.close();
       await fsp.rm(file, { force: true });
+    }
+  } catch {
+    return null;
+  }
+}
+
+/** `fileSystemNow` with synchronous calls: read while a group is frozen (see capture.ts, readContentSync). */
+export function fileSystemNowSync(dir: string): bigint | null {
+  const file = path.join(dir, `.clock-${randomUUID()}`);
+  try {
+    const fd = fs.openSync(file, 'wx');
+    try {
+      return fs.fstatSync(fd, { bigint: true }).ctimeNs;
+    } finally {
+      fs.closeSync(fd);
+      fs.rmSync(file, { force: true });
     }
   } catch {
     return null;

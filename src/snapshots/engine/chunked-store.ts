@@ -236,16 +236,21 @@ export class ChunkedSnapshotStore implements SnapshotStore, TimelineLog, Snapsho
         known: [...known.keys()],
         ...(this.options.codec !== undefined ? { codec: this.options.codec } : {}),
       });
-      pipeline = new SealPipeline({
-        pool: this.pool,
-        context,
-        packs,
-        known,
-        base,
-        maxChunkSize: this.chunker.options.maxSize,
-        onProgress,
-      });
-      for await (const planned of plannedChunks(data, base, this.chunker, signal)) await pipeline.add(planned);
+      const parts = { pool: this.pool, context, packs, known, maxChunkSize: this.chunker.options.maxSize, onProgress };
+      let state: Readable | StateSource = data;
+      let stateBase = base;
+      if (source?.precopy) {
+        // The draft's chunks go into this write's packs (and `known`), and the state's runs reuse them: what is
+        // sealed after the draft is about what changed since. Draft chunks the state does not keep are dead bytes.
+        pipeline = new SealPipeline({ ...parts, base });
+        const draft = { base: source.base, pieces: source.precopy, close: () => undefined };
+        for await (const planned of plannedChunks(draft, base, this.chunker, signal)) await pipeline.add(planned);
+        await pipeline.finish();
+        stateBase = pipeline.chunks;
+        state = { base: source.base, pieces: source.pieces, close: () => undefined };
+      }
+      pipeline = new SealPipeline({ ...parts, base: stateBase });
+      for await (const planned of plannedChunks(state, stateBase, this.chunker, signal)) await pipeline.add(planned);
       const digest = await pipeline.finish();
       signal?.throwIfAborted();
       await packs.close();

@@ -53,7 +53,11 @@ export async function* planChunks(
   };
 
   const input = pieces[Symbol.asyncIterator]();
-  let lookahead = await input.next();
+  // The piece after `current`, asked for only once `current` is used up or the state's end must be known: a source
+  // may hold its state still until its last piece has been asked for (a workspace thaws its process then), and the
+  // runs before must have been read by then.
+  let following: IteratorResult<Uint8Array | UnchangedRange> | undefined;
+  const peek = async (): Promise<IteratorResult<Uint8Array | UnchangedRange>> => (following ??= await input.next());
   let current: Uint8Array | UnchangedRange | undefined;
   let currentAt = 0; // bytes of `current` consumed (chunked, reused or held)
   let currentStart = 0; // offset of `current` in the new state
@@ -62,12 +66,13 @@ export async function* planChunks(
 
   const advance = async (): Promise<void> => {
     for (;;) {
-      if (lookahead.done) {
+      const next = await peek();
+      if (next.done) {
         current = undefined;
         return;
       }
-      const piece = lookahead.value;
-      lookahead = await input.next();
+      following = undefined;
+      const piece = next.value;
       if (isUnchangedRange(piece)) checkRange(piece, baseSize);
       if (piece.length === 0) continue;
       current = piece;
@@ -77,16 +82,16 @@ export async function* planChunks(
     }
   };
   /** Whether base chunk `k`, met at a boundary inside `range`, can be taken as it is (see above). */
-  const reusable = (k: number, range: UnchangedRange): boolean => {
+  const reusable = async (k: number, range: UnchangedRange): Promise<boolean> => {
     const end = starts[k + 1]!;
     const rangeEnd = range.baseOffset + range.length;
-    return end + 2 <= rangeEnd || (end === baseSize && rangeEnd === baseSize && lookahead.done === true);
+    return end + 2 <= rangeEnd || (end === baseSize && rangeEnd === baseSize && (await peek()).done === true);
   };
   /** The base chunk that can be taken at `pos`, if `pos` lies in the current range on a base boundary; else -1. */
-  const reusableAt = (): number => {
+  const reusableAt = async (): Promise<number> => {
     if (current === undefined || !isUnchangedRange(current) || pos < currentStart) return -1;
     const k = chunkAt(current.baseOffset + (pos - currentStart));
-    return k >= 0 && reusable(k, current) ? k : -1;
+    return k >= 0 && (await reusable(k, current)) ? k : -1;
   };
   /** The bytes from `streamAt` on, as the chunker pulls them: pieces as given, ranges read a step at a time. */
   async function* bytesFrom(): AsyncGenerator<Buffer> {
@@ -112,7 +117,7 @@ export async function* planChunks(
     await advance();
     while (current !== undefined) {
       // On a boundary in step with the base: take its chunks while they lie inside the range.
-      for (let k = reusableAt(); k >= 0 && k < count && reusable(k, current as UnchangedRange); k++) {
+      for (let k = await reusableAt(); k >= 0 && k < count && (await reusable(k, current as UnchangedRange)); k++) {
         yield { reuse: k };
         const size = base.sizes[k]!;
         currentAt += size;
@@ -130,7 +135,7 @@ export async function* planChunks(
         for await (const chunk of chunks) {
           yield { chunk };
           pos += chunk.length;
-          if (reusableAt() >= 0) break;
+          if ((await reusableAt()) >= 0) break;
         }
       } finally {
         await chunks.return(undefined);
