@@ -17,6 +17,7 @@ fi
 hash=$( (cat "$src"; node --version; node -p process.arch) | sha256sum | cut -c1-16)
 out=.tools/native/sealer-$hash.node
 if [ -f "$out" ]; then
+  ln -sfn "$(basename "$out")" .tools/native/sealer.node
   echo "build-native: $out is up to date"
   exit 0
 fi
