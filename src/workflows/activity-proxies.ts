@@ -81,28 +81,17 @@ const here = proxyLocalActivities<SessionActivities>({
 /** States up to this size are captured and restored here: a larger one wants heartbeats and the host's timeouts. */
 export const LOCAL_STATE_MAX_BYTES = 64 * 1024 * 1024;
 
-/** Steps of signalled controls done here in a row at most, before one goes to the host's queue. */
-const SIGNALLED_STEPS_IN_A_ROW = 4;
-
 /**
- * Whether a session's step may run here. Signals come in storms: their steps done here one after another would hold
- * one workflow task open as long as the storm lasts (queries wait on it, and it would outlive its timeout). So every
- * SIGNALLED_STEPS_IN_A_ROW-th step of a signalled control goes to the host's queue, which ends the task. The count
- * depends only on the order of the steps, which replay repeats.
+ * Whether a session's steps may run here. Not for the controls its signals ask for: they come in storms, and steps
+ * done here one after another would hold one workflow task open for as long as the storm lasts (queries wait on it,
+ * and it would outlive its timeout). An update's control has a few steps, and the server admits ten updates at most.
  */
 export class LocalSteps {
   /** Set while a control a signal asked for runs (the queue runs one control at a time). */
   signalled = false;
-  private inARow = 0;
 
   take(): boolean {
-    if (!this.signalled) return true;
-    if (this.inARow >= SIGNALLED_STEPS_IN_A_ROW) {
-      this.inARow = 0;
-      return false;
-    }
-    this.inARow++;
-    return true;
+    return !this.signalled;
   }
 }
 

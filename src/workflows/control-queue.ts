@@ -217,7 +217,7 @@ export class ControlQueue {
       try {
         this.validate(control, schema, raw);
         check();
-        // Its steps are held to a few in a row per workflow task (LocalSteps says why).
+        // Its steps go through the hosts' queues, one workflow task each (LocalSteps says why).
         const steps = this.session.localSteps;
         const signalled = (i: I) => {
           steps.signalled = true;

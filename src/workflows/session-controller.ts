@@ -524,15 +524,11 @@ export class SessionController {
     const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
     try {
       const summary = `stop runtime (${why})`;
-      // A session that ends stops its runtime through the host's queue: its last workflow task also flushes the
-      // timeline and closes the run, and an update answered in it was seen to fail with a local step beside them.
-      await (why === 'stop'
-        ? stopAndDispose(host, runtime, why)
-        : hereOr<unknown>(
-            session.localSteps,
-            (local) => summarized(summary, local.stopHere, { instance: runtime, dispose: true }),
-            () => stopAndDispose(host, runtime, why),
-          ));
+      await hereOr<unknown>(
+        session.localSteps,
+        (local) => summarized(summary, local.stopHere, { instance: runtime, dispose: true }),
+        () => stopAndDispose(host, runtime, why),
+      );
     } catch (err) {
       // A sandbox on a host of its own outlives its worker: left as it is, it would run on while the session is paused
       // or stopped, and a resume would start a second copy. Another worker stops it. (Only remote runtimes come here,
