@@ -1,5 +1,4 @@
-import { Context } from '@temporalio/activity';
-import type { CaptureInput, InstanceInput, RestoreInput, StartRuntimeInput } from './activity-inputs';
+import type { RestoreInput, StartRuntimeInput } from './activity-inputs';
 import { createContext, type ActivityDeps } from './activity-context';
 import { conversationActivities } from './conversation-activities';
 import { hostActivities } from './host-activities';
@@ -19,19 +18,6 @@ export { DEFAULT_MAX_SESSIONS, type ActivityDeps } from './activity-context';
 export function createActivities(deps: ActivityDeps) {
   const ctx = createContext(deps);
   const runtime = runtimeActivities(ctx);
-  const restoreCheckpoint = (input: RestoreInput) => ctx.host.making(() => runtime.restoreCheckpoint(input));
-  /**
-   * Runs `work` when `hostTaskQueue` is this worker's host: what a workflow asks as a local activity, so that a
-   * control on a runtime living beside its workflow task takes no trip through a task queue. Null elsewhere (the
-   * workflow then asks the host's queue), so a runtime is only ever touched on its own host.
-   */
-  const onThisHost = async <R>(hostTaskQueue: string, work: () => Promise<R>): Promise<{ value: R } | null> => {
-    if (hostTaskQueue !== deps.hostTaskQueue) return null;
-    // A local activity has no heartbeats: the SDK's core would answer each progress report with a warning.
-    const context = Context.current() as { heartbeat: Context['heartbeat'] };
-    context.heartbeat = () => undefined;
-    return { value: await work() };
-  };
   return {
     ...storeActivities(ctx),
     ...hostActivities(ctx),
@@ -39,12 +25,7 @@ export function createActivities(deps: ActivityDeps) {
     ...conversationActivities(ctx),
     // A drain must also reach the sessions whose instance is still being made here when it begins.
     startRuntime: (input: StartRuntimeInput) => ctx.host.making(() => runtime.startRuntime(input)),
-    restoreCheckpoint,
-    captureHere: (input: CaptureInput) =>
-      onThisHost(input.instance.hostTaskQueue, () => runtime.captureCheckpoint(input)),
-    stopHere: (input: InstanceInput) => onThisHost(input.instance.hostTaskQueue, () => runtime.stopRuntime(input)),
-    restoreHere: (where: { hostTaskQueue: string; input: RestoreInput }) =>
-      onThisHost(where.hostTaskQueue, () => restoreCheckpoint(where.input)),
+    restoreCheckpoint: (input: RestoreInput) => ctx.host.making(() => runtime.restoreCheckpoint(input)),
   };
 }
 

@@ -12,7 +12,7 @@ import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS } from '../domain/error-codes';
 import { runtimeLabel, type LivenessOptions, type RuntimeKind } from '../domain/schemas';
 import type { PlacementConstraints } from '../domain/placement';
 import { neverStarted } from './failures';
-import { LEAN_PATCH, LOCAL_CONTROLS_PATCH, PLACEMENT_REQUEST_PATCH, WATCH_QUEUE_PATCH } from './patches';
+import { LEAN_PATCH, PLACEMENT_REQUEST_PATCH, WATCH_QUEUE_PATCH } from './patches';
 
 /** An activity proxy (remote or local): the SDK takes a call's own options through `executeWithOptions`. */
 interface WithOptions<A extends unknown[], R> {
@@ -59,62 +59,6 @@ export const local = proxyLocalActivities<SessionActivities>({
   startToCloseTimeout: '10 seconds',
   retry: IO_RETRY,
 });
-
-/**
- * Store work of a control that any worker can do, in the workflow task itself (LOCAL_CONTROLS_PATCH): forks write
- * manifests over shared chunks, whatever the state's size.
- */
-export const localStore = proxyLocalActivities<SessionActivities>({
-  startToCloseTimeout: '1 minute',
-  retry: IO_RETRY,
-});
-
-/**
- * A host's step tried where the workflow task runs (`xxxHere`): one attempt, no retries. Whatever goes wrong, the step
- * is then asked of the host's queue, with its retries, heartbeats and failures as before.
- */
-const here = proxyLocalActivities<SessionActivities>({
-  startToCloseTimeout: '1 minute',
-  retry: { maximumAttempts: 1 },
-});
-
-/** States up to this size are captured and restored here: a larger one wants heartbeats and the host's timeouts. */
-export const LOCAL_STATE_MAX_BYTES = 64 * 1024 * 1024;
-
-/**
- * Whether a session's steps may run here. Not for the controls its signals ask for: they come in storms, and steps
- * done here one after another would hold one workflow task open for as long as the storm lasts (queries wait on it,
- * and it would outlive its timeout). An update's control has a few steps, and the server admits ten updates at most.
- */
-export class LocalSteps {
-  /** Set while a control a signal asked for runs (the queue runs one control at a time). */
-  signalled = false;
-
-  take(): boolean {
-    return !this.signalled;
-  }
-}
-
-/**
- * Runs a host's step where the workflow task runs when the instance lives on this worker (`attempt` answers null
- * elsewhere), else, or when the attempt fails, through `elsewhere` on the host's queue. Every step so tried is
- * idempotent (a capture finds its published manifest, a stop a stopped instance, a restore the instance it made),
- * so a step done here and then asked again there has one effect.
- */
-export async function hereOr<R>(
-  steps: LocalSteps,
-  attempt: (local: typeof here) => Promise<{ value: R } | null>,
-  elsewhere: () => Promise<R>,
-): Promise<R> {
-  if (patched(LOCAL_CONTROLS_PATCH) && steps.take()) {
-    const done = await attempt(here).catch((err: unknown) => {
-      log.info('step not done where the workflow runs; asking the host', { error: String(err) });
-      return null;
-    });
-    if (done) return done.value;
-  }
-  return elsewhere();
-}
 
 /** Verification reads a whole checkpoint on any worker: long, so it heartbeats its progress. */
 export const verifier = proxyActivities<SessionActivities>({
@@ -186,7 +130,7 @@ const PLACEMENT_ATTEMPTS = 3;
 export async function onPlacedHost<T>(
   spec: { liveness?: LivenessOptions; placement?: PlacementConstraints; runtime?: { kind: RuntimeKind } },
   purpose: string,
-  work: (host: HostActivities, hostTaskQueue: string) => Promise<T>,
+  work: (host: HostActivities) => Promise<T>,
 ): Promise<T> {
   const avoid: string[] = [];
   const constraints = constraintsOf(spec);
@@ -200,7 +144,7 @@ export async function onPlacedHost<T>(
         })
       : await summarized(summary, placement.placeSession);
     try {
-      return await work(onHost(hostTaskQueue, spec.liveness), hostTaskQueue);
+      return await work(onHost(hostTaskQueue, spec.liveness));
     } catch (err) {
       avoid.push(hostTaskQueue);
       if (attempt >= PLACEMENT_ATTEMPTS || !neverStarted(err)) throw err;

@@ -217,13 +217,7 @@ export class ControlQueue {
       try {
         this.validate(control, schema, raw);
         check();
-        // Its steps go through the hosts' queues, one workflow task each (LocalSteps says why).
-        const steps = this.session.localSteps;
-        const signalled = (i: I) => {
-          steps.signalled = true;
-          return run(i).finally(() => (steps.signalled = false));
-        };
-        this.accept(control, parseControl(schema, raw), signalled).catch((err: unknown) =>
+        this.accept(control, parseControl(schema, raw), run).catch((err: unknown) =>
           this.session.rejectSignal(signal, err),
         );
       } catch (err) {

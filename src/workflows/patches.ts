@@ -110,11 +110,3 @@ export const PAUSE_THROUGH_LOSS_PATCH = 'pause-through-host-loss';
  * once and fails typed (RuntimeLost, "checkpoint not taken").
  */
 export const MONITOR_DECIDES_PATCH = 'monitor-decides-host-loss';
-
-/**
- * A control's steps run as local activities in the workflow task that runs the control, where that is safe: the
- * capture, stop and restore of a runtime whose host is the worker running the task, the placement question and a
- * fork's manifests. A control then costs one workflow task instead of one per step. A runtime on another host, a large
- * capture, or a local attempt that fails goes to the host's queue as before (each step is idempotent).
- */
-export const LOCAL_CONTROLS_PATCH = 'local-controls';

@@ -4,7 +4,7 @@ import { ERROR_CODES, PERMANENT_SNAPSHOT_ERRORS } from '../domain/error-codes';
 import type { CheckpointRef } from '../domain/schemas';
 import { isFinal } from '../domain/session-state';
 import { checkpointName, restoreSummary } from '../domain/operator-view';
-import { hereOr, LOCAL_STATE_MAX_BYTES, onPlacedHost, summarized, type HostActivities } from './activity-proxies';
+import { onPlacedHost, summarized } from './activity-proxies';
 import { failureMessage, typeOf } from './failures';
 
 import { CONTRACTS_PATCH } from './patches';
@@ -35,8 +35,8 @@ export async function restoreWithFallback(
       const fallbackFrom = skipped.map((s) => s.checkpointId);
       const summary = restoreSummary(candidate, cause, fallbackFrom);
       const instanceId = session.instanceIdsOfAttempts();
-      const runtime = await onPlacedHost(state.spec, `restore ${checkpointName(candidate.checkpointId)}`, (host, at) =>
-        restoreOn(session, host, at, summary, candidate, {
+      const runtime = await onPlacedHost(state.spec, `restore ${checkpointName(candidate.checkpointId)}`, (host) =>
+        summarized(summary, host.restoreCheckpoint, {
           sessionId: session.id,
           ...session.tenancy,
           checkpointId: candidate.checkpointId,
@@ -145,28 +145,5 @@ export function startFromSpec(session: Session): Promise<RuntimeInstanceRef> {
       spec: state.spec.runtime,
       ...session.fencing,
     }),
-  );
-}
-
-/** The restore activity's input, as the workflow names it. */
-type RestoreArgs = Parameters<HostActivities['restoreCheckpoint']>[0];
-
-/**
- * Restores on the placed host: in this workflow task when that host is this worker (LOCAL_CONTROLS_PATCH), else on
- * its queue. The instance id is the same either way, so a restore done here and asked again there is adopted.
- */
-export function restoreOn(
-  session: Session,
-  host: HostActivities,
-  hostTaskQueue: string,
-  summary: string,
-  checkpoint: CheckpointRef,
-  input: RestoreArgs,
-): Promise<RuntimeInstanceRef> {
-  const small = checkpoint.size <= LOCAL_STATE_MAX_BYTES;
-  return hereOr(
-    session.localSteps,
-    (local) => (small ? summarized(summary, local.restoreHere, { hostTaskQueue, input }) : Promise.resolve(null)),
-    () => summarized(summary, host.restoreCheckpoint, input),
   );
 }

@@ -1,4 +1,4 @@
-import { ApplicationFailure, ParentClosePolicy, patched, startChild, uuid4, workflowInfo } from '@temporalio/workflow';
+import { ApplicationFailure, ParentClosePolicy, startChild, uuid4, workflowInfo } from '@temporalio/workflow';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import {
   sessionDetails,
@@ -29,13 +29,12 @@ import {
 import { safeCut } from '../domain/conversation';
 import { forkSessionIds } from '../domain/names';
 import { checkpointName, restoreSummary } from '../domain/operator-view';
-import { local, localStore, onHost, onPlacedHost, shared, summarized } from './activity-proxies';
-import { LOCAL_CONTROLS_PATCH } from './patches';
+import { local, onHost, onPlacedHost, shared, summarized } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
 import { asFailure, failure, failureMessage, typeOf } from './failures';
 import { parse } from './inputs';
 import type { Recovery } from './recovery';
-import { recorded, restoreFailed, restoreOn, restoreWithFallback } from './restore';
+import { recorded, restoreFailed, restoreWithFallback } from './restore';
 import { now, turnStartsIn, type Session } from './session';
 import type { SessionController } from './session-controller';
 
@@ -139,9 +138,7 @@ export class RunControls {
     let refs: CheckpointRef[];
     try {
       const into = ids.length === 1 ? ids[0]! : `${ids.length} sessions`;
-      // Manifests over the source's chunks, whatever its size: store work done in this workflow task.
-      const store = patched(LOCAL_CONTROLS_PATCH) ? localStore : shared;
-      refs = await summarized(`fork ${checkpointName(from.checkpointId)} into ${into}`, store.forkSessions, {
+      refs = await summarized(`fork ${checkpointName(from.checkpointId)} into ${into}`, shared.forkSessions, {
         ...session.tenancy,
         source: { sessionId: session.id, checkpointId: from.checkpointId },
         targets,
@@ -398,8 +395,8 @@ export class RunControls {
     const { state } = session;
     const summary = restoreSummary(target, 'rewind');
     const instanceId = session.instanceIdsOfAttempts();
-    const runtime = await onPlacedHost(state.spec, `restore ${checkpointName(target.checkpointId)}`, (host, at) =>
-      restoreOn(session, host, at, summary, target, {
+    const runtime = await onPlacedHost(state.spec, `restore ${checkpointName(target.checkpointId)}`, (host) =>
+      summarized(summary, host.restoreCheckpoint, {
         sessionId: session.id,
         ...session.tenancy,
         checkpointId: target.checkpointId,

@@ -16,17 +16,7 @@ import {
   RUNTIME_PLACEMENT,
 } from '../domain/schemas';
 import { byteSize, checkpointName, oneLine, timelineEntries } from '../domain/operator-view';
-import {
-  hereOr,
-  local,
-  LOCAL_STATE_MAX_BYTES,
-  onHost,
-  onPlacedHost,
-  shared,
-  stopAndDispose,
-  summarized,
-  verifier,
-} from './activity-proxies';
+import { local, onHost, onPlacedHost, shared, stopAndDispose, summarized, verifier } from './activity-proxies';
 import type { ControlQueue } from './control-queue';
 import { asFailure, exitDetailsOf, failure, failureMessage, typeOf } from './failures';
 import { parseControl } from './inputs';
@@ -409,7 +399,7 @@ export class SessionController {
       (label ? ` ${JSON.stringify(oneLine(label, 60))}` : '') +
       (carried.length ? ` with ${timelineEntries(carried.length)}` : '');
     const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
-    const input = {
+    const captured = await summarized(summary, host.captureCheckpoint, {
       sessionId: session.id,
       ...session.tenancy,
       instance: runtime,
@@ -419,15 +409,7 @@ export class SessionController {
       trigger,
       label,
       ...(carried.length ? { timeline: carried } : {}),
-    };
-    // A small state is captured in this workflow task when its runtime lives on this worker; the checkpoint is still
-    // reported only once the activity has published its manifest.
-    const small = (state.head?.size ?? 0) <= LOCAL_STATE_MAX_BYTES;
-    const captured = await hereOr(
-      session.localSteps,
-      (local) => (small ? summarized(summary, local.captureHere, input) : Promise.resolve(null)),
-      () => summarized(summary, host.captureCheckpoint, input),
-    );
+    });
     session.flushed(carried);
     state.nextSequence = sequence + 1;
     const ref: CheckpointRef = {
@@ -523,12 +505,7 @@ export class SessionController {
     this.recovery.cancelWatch();
     const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
     try {
-      const summary = `stop runtime (${why})`;
-      await hereOr<unknown>(
-        session.localSteps,
-        (local) => summarized(summary, local.stopHere, { instance: runtime, dispose: true }),
-        () => stopAndDispose(host, runtime, why),
-      );
+      await stopAndDispose(host, runtime, why);
     } catch (err) {
       // A sandbox on a host of its own outlives its worker: left as it is, it would run on while the session is paused
       // or stopped, and a resume would start a second copy. Another worker stops it. (Only remote runtimes come here,

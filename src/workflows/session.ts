@@ -32,7 +32,6 @@ import { describeSession, type PendingWork } from '../domain/operator-view';
 import { summarize, type Message } from '../domain/conversation';
 import { RUNTIME_PLACEMENT, StartSessionInput, type CheckpointRef, type VerificationResult } from '../domain/schemas';
 import { isFinal, transition, type Control, type Phase, type SessionEvent } from '../domain/session-state';
-import { LocalSteps } from './activity-proxies';
 import { failure, failureMessage, invalidTransition, typeOf } from './failures';
 import { parse } from './inputs';
 import { LEAN_PATCH, POLICY_CLOCK_PATCH, PROGRESS_ATTRIBUTES_PATCH, retiredPatch } from './patches';
@@ -65,8 +64,6 @@ export class Session {
    * one, not only those it happened to catch. Memory only (a query, never a command): a replay rebuilds it.
    */
   private readonly phases: PhaseChange[];
-  /** The steps this session's controls did in the current workflow task, as local activities. */
-  readonly localSteps = new LocalSteps();
 
   constructor(readonly state: SessionState) {
     this.phases = [{ n: 0, phase: state.phase, at: state.updatedAt }];
