@@ -266,6 +266,11 @@ export const EnvConfig = z.object({
    * it: they cannot read zstd chunks). Reading handles every codec the machine has.
    */
   DS_SNAPSHOT_CODEC: z.enum(['auto', 'zstd', 'brotli'], { message: 'expected auto, zstd or brotli' }).default('auto'),
+  /**
+   * Whether chunk ids and AES-GCM seals go through the native sealer (`auto`: when built and its self-check passes).
+   * Each sealing thread reads it from the environment itself; it is here so that a wrong value stops the worker.
+   */
+  DS_NATIVE_SEALER: z.enum(['auto', 'on', 'off'], { message: 'expected auto, on or off' }).default('auto'),
   /** Master keys as `id:base64,id:base64` (the last is the primary unless DS_MASTER_KEY_PRIMARY names one). */
   DS_MASTER_KEYS: z.string().min(1).optional(),
   /** A directory of `<id>.key` files (mode 0600), instead of DS_MASTER_KEYS. */

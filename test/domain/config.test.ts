@@ -42,6 +42,11 @@ describe('snapshot settings from the environment', () => {
     expect(() => chunkCodecFor('zstd', () => false)).toThrow(/zstd-napi binding is not installed/);
   });
 
+  test('DS_NATIVE_SEALER: auto, on or off; anything else stops the worker at start', () => {
+    for (const mode of ['auto', 'on', 'off']) expect(() => loadConfig({ DS_NATIVE_SEALER: mode })).not.toThrow();
+    expect(() => loadConfig({ DS_NATIVE_SEALER: 'yes' })).toThrow(/DS_NATIVE_SEALER: expected auto, on or off/);
+  });
+
   test('the store a worker builds from its settings reports the codec they name (what the worker prints at start)', async () => {
     const parent = fs.mkdtempSync(path.join(os.tmpdir(), 'ds-config-'));
     const dir = path.join(parent, 'snapshots');
