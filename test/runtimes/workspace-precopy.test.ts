@@ -11,6 +11,7 @@ import { WorkspaceRuntime, type CapturedState } from '../../src/runtimes';
 import type { WorkspaceInstance } from '../../src/runtimes/workspace/process-group';
 import { ChunkedSnapshotStore, isUnchangedRange, sourceBytes, type UnchangedRange } from '../../src/snapshots';
 import { readAll } from '../helpers/checkpoints';
+import { eventually } from '../helpers/temporal';
 
 /** What a tree holds, by path: kind, permission bits, whole-second mtime and content (or link target). */
 type Tree = Map<string, string>;
@@ -115,16 +116,6 @@ afterAll(async () => {
 const SESSION = 'session-1';
 const spec = (command: string[]) => ({ kind: 'workspace' as const, command });
 
-async function waitFor<T>(probe: () => T | undefined | Promise<T | undefined>, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error('timed out waiting');
-    await delay(20);
-  }
-}
-
 /** `state` with `during` run after each piece of its draft the store takes: changes while the draft is read. */
 function changingDuringDraft(state: CapturedState, during: (piece: number) => Promise<void>): CapturedState {
   const draft = state.precopy!;
@@ -198,8 +189,8 @@ describe('pre-copy capture', () => {
     // The draft's first file, which only this test changes: behind the draft as it reads it.
     await fsp.writeFile(path.join(info.location, 'aa-first.bin'), randomBytes(4 * 1024 * 1024));
     for (let i = 0; i < 4; i++) await fsp.writeFile(path.join(info.location, `still/s${i}.bin`), randomBytes(1 << 20));
-    await waitFor(async () =>
-      (await fsp.readFile(path.join(info.location, 'count'), 'utf8').catch(() => '0')) > '3' ? true : undefined,
+    await eventually(
+      async () => Number(await fsp.readFile(path.join(info.location, 'count'), 'utf8').catch(() => '0')) > 3,
     );
 
     for (let sequence = 1; sequence <= 3; sequence++) {
@@ -231,7 +222,7 @@ describe('pre-copy capture', () => {
       // The writer ran on after the thaw: what is there now is not what was captured.
       const countAtFreeze = atFreeze.get('count');
       expect(countAtFreeze).toBeDefined();
-      await waitFor(async () => {
+      await eventually(async () => {
         const count = await fsp.readFile(path.join(info.location, 'count'), 'utf8').catch(() => '');
         return countAtFreeze!.endsWith(` ${Buffer.from(count).toString('base64')}`) ? undefined : true;
       });
@@ -249,14 +240,14 @@ describe('pre-copy capture', () => {
     await fsp.writeFile(path.join(info.location, 'data.bin'), randomBytes(3 * 1024 * 1024));
     const count = async (): Promise<number> =>
       Number((await fsp.readFile(path.join(info.location, 'count'), 'utf8').catch(() => '0')).trim());
-    await waitFor(async () => ((await count()) > 2 ? true : undefined));
+    await eventually(async () => ((await count()) > 2 ? true : undefined));
 
     const state = await runtime.captureState(info.instanceId);
     const draft = state.precopy![Symbol.asyncIterator]();
     await draft.next();
     // The draft is being read: the command still counts.
     const during = await count();
-    await waitFor(async () => ((await count()) > during ? true : undefined));
+    await eventually(async () => ((await count()) > during ? true : undefined));
     for (let piece = await draft.next(); !piece.done; piece = await draft.next()) void piece;
 
     // The first read of the state freezes the group, once; it runs again once what the draft lacks is copied.
@@ -267,7 +258,7 @@ describe('pre-copy capture', () => {
     const frozenAt = Number(Buffer.from(runtime.atFreeze[0]!.get('count')!.split(' ').at(-1)!, 'base64').toString());
     for (let piece = await pieces.next(); !piece.done; piece = await pieces.next()) void piece;
     expect(runtime.thawed).toBe(1);
-    await waitFor(async () => ((await count()) > frozenAt ? true : undefined));
+    await eventually(async () => ((await count()) > frozenAt ? true : undefined));
 
     // Closed before the state is read: never frozen.
     const unread = await runtime.captureState(info.instanceId);
