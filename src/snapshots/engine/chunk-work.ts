@@ -84,12 +84,6 @@ export function sealBatch(
   if (native && context.key)
     return sealBatchNative(native, { ...context, key: context.key }, known, data, sizes, spare);
   const entries: SealedEntry[] = [];
-  const header = {
-    kind: 'chunk' as const,
-    tenant: context.tenant,
-    lineage: context.lineage,
-    formatVersion: context.formatVersion,
-  };
   const options = { transient: true, ...(context.codec !== undefined ? { codec: context.codec } : {}) };
   let out: Buffer | null = null;
   let sealer: ObjectSealer | null = null;
@@ -108,17 +102,7 @@ export function sealBatch(
       continue;
     }
     known.add(id);
-    if (!sealer || !out) {
-      // One header for the batch, patched per chunk (ids are all 64 hex digits, so every object of the batch has the
-      // same envelope around its body). Room for every chunk stored as is (a compressed body is never larger), sized
-      // by the whole batch buffer, so that the outputs of one write are alike and each fits any later batch.
-      sealer = new ObjectSealer(
-        { ...header, objectId: id, codec: 0, ...(context.key ? { dataKeyId: context.key.dataKeyId } : {}) },
-        context.key?.key ?? null,
-      );
-      const room = data.length + sizes.length * sealer.sealedLength(0);
-      out = spare && spare.length >= room ? spare : shared(Math.ceil(room / OUTPUT_STEP) * OUTPUT_STEP);
-    }
+    if (!sealer || !out) ({ sealer, out } = batchOutput(context, id, data.length, sizes.length, spare));
     const { codec, data: body } = compressChunk(chunk, stored ? probeLess : options);
     stored = codec === CODECS.none;
     const written = sealer.sealInto(body, id, codec, out, length);
@@ -127,6 +111,36 @@ export function sealBatch(
   }
   // (With no new chunk the spare goes back unused, for a later batch.)
   return { sealed: (out ?? spare ?? EMPTY).subarray(0, length), entries };
+}
+
+/**
+ * The sealer and output of a batch, made at its first new chunk: one header for the batch, patched per chunk (ids are
+ * all 64 hex digits, so every object of the batch has the same envelope around its body), and room for every chunk
+ * stored as is (a compressed body is never larger), sized by the whole batch buffer, so that the outputs of one write
+ * are alike and each fits any later batch.
+ */
+function batchOutput(
+  context: ChunkContext,
+  firstId: string,
+  dataLength: number,
+  count: number,
+  spare: Buffer | null,
+): { sealer: ObjectSealer; out: Buffer } {
+  const sealer = new ObjectSealer(
+    {
+      kind: 'chunk',
+      tenant: context.tenant,
+      lineage: context.lineage,
+      formatVersion: context.formatVersion,
+      objectId: firstId,
+      codec: 0,
+      ...(context.key ? { dataKeyId: context.key.dataKeyId } : {}),
+    },
+    context.key?.key ?? null,
+  );
+  const room = dataLength + count * sealer.sealedLength(0);
+  const out = spare && spare.length >= room ? spare : shared(Math.ceil(room / OUTPUT_STEP) * OUTPUT_STEP);
+  return { sealer, out };
 }
 
 /** This thread's scratch of the native path, grown to the largest batch seen: no per-batch allocation. */
@@ -172,23 +186,7 @@ function sealBatchNative(
       continue;
     }
     known.add(id);
-    if (!sealer || !out) {
-      // As in sealBatch: one header for the batch, room for every chunk stored as is.
-      sealer = new ObjectSealer(
-        {
-          kind: 'chunk',
-          tenant: context.tenant,
-          lineage: context.lineage,
-          formatVersion: context.formatVersion,
-          objectId: id,
-          codec: 0,
-          dataKeyId: context.key.dataKeyId,
-        },
-        context.key.key,
-      );
-      const room = data.length + count * sealer.sealedLength(0);
-      out = spare && spare.length >= room ? spare : shared(Math.ceil(room / OUTPUT_STEP) * OUTPUT_STEP);
-    }
+    if (!sealer || !out) ({ sealer, out } = batchOutput(context, id, data.length, count, spare));
     const { codec, data: body } = compressChunk(chunk, stored ? probeLess : options);
     stored = codec === CODECS.none;
     const bodyAt = sealer.layoutInto(body.length, id, codec, out, length);
