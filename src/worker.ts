@@ -62,9 +62,9 @@ export interface CreateWorkersOptions {
 const STICKY_TIMEOUT = '2s';
 
 /**
- * Workflows the shared worker keeps in memory. An idle session need not stay cached: each cached one costs about 2 MiB
- * of the workflow thread's memory, an evicted one a replay of its (short) history at its next control. The SDK's
- * default is sized from the heap limit (about 2,300 on a 4 GiB heap), which alone would be 4–5 GiB.
+ * Workflows the shared worker keeps in memory. An idle session need not stay cached: a cached one holds the workflow
+ * thread's memory, an evicted one costs a replay of its (short) history at its next control. The SDK's default is
+ * sized from the heap limit, far above what fits; `bench/scale/run.ts` prints both costs (bench/README.md, Scale).
  */
 export const DEFAULT_MAX_CACHED_WORKFLOWS = 500;
 
