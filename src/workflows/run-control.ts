@@ -67,7 +67,7 @@ export class RunControls {
     session.apply({ type: 'rewindRequested' });
     let safety: CheckpointRef;
     try {
-      safety = await this.controller.capture('rewind-safety', undefined, input.reason);
+      safety = await this.controller.capture('rewind-safety', undefined, input.reason, 'rewind');
     } catch (err) {
       session.apply({ type: 'rewindFailed' });
       session.controlFailed('rewind', err);

@@ -20,7 +20,13 @@ import { local, onHost, onPlacedHost, shared, stopAndDispose, summarized, verifi
 import type { ControlQueue } from './control-queue';
 import { asFailure, exitDetailsOf, failure, failureMessage, typeOf } from './failures';
 import { parseControl } from './inputs';
-import { CONTRACTS_PATCH, LEAN_PATCH, MONITOR_DECIDES_PATCH, PAUSE_THROUGH_LOSS_PATCH } from './patches';
+import {
+  CAPTURE_THEN_STOP_PATCH,
+  CONTRACTS_PATCH,
+  LEAN_PATCH,
+  MONITOR_DECIDES_PATCH,
+  PAUSE_THROUGH_LOSS_PATCH,
+} from './patches';
 
 /** Timeline entries a capture takes to the store at most (the rest go with the next one, or the next flush). */
 const FLUSH_WITH_CAPTURE = 200;
@@ -36,6 +42,8 @@ import { now, startsAsFork, type Session } from './session';
 export class SessionController {
   /** Background verifications in flight: the run neither ends nor continues as new before they finish. */
   private readonly verifying = new Set<Promise<unknown>>();
+  /** The instance the last capture also stopped (CAPTURE_THEN_STOP_PATCH): stopRuntime has nothing left to ask its host. */
+  private stoppedByCapture: string | null = null;
 
   constructor(
     private readonly session: Session,
@@ -149,7 +157,7 @@ export class SessionController {
     const runtime = session.state.runtime;
     let ref: CheckpointRef;
     try {
-      ref = await this.capture('pause', undefined, input.reason);
+      ref = await this.capture('pause', undefined, input.reason, 'pause');
     } catch (err) {
       // An accepted pause is carried out even when the host died under it: on the recovered session.
       if (runtime && patched(PAUSE_THROUGH_LOSS_PATCH) && (await this.recovery.lostBy(runtime, err))) {
@@ -193,6 +201,7 @@ export class SessionController {
         'pause',
         undefined,
         input.reason ?? 'paused after recovery: the runtime was lost mid-pause',
+        'pause',
       );
     } catch (again) {
       session.apply({ type: 'pauseFailed' });
@@ -236,7 +245,7 @@ export class SessionController {
     if (wasRunning) {
       if (input.checkpoint ?? session.runControl.policies.checkpointBeforeStop ?? true) {
         try {
-          finalCheckpoint = await this.capture('stop', undefined, input.reason);
+          finalCheckpoint = await this.capture('stop', undefined, input.reason, 'stop');
         } catch (err) {
           // Stopping without the final state would lose work the caller asked to keep.
           session.apply({ type: 'stopFailed' });
@@ -365,7 +374,7 @@ export class SessionController {
     session.apply({ type: 'checkpointRequested' });
     let checkpoint: CheckpointRef;
     try {
-      checkpoint = await this.capture('drain', undefined, input.reason ?? 'its worker is shutting down');
+      checkpoint = await this.capture('drain', undefined, input.reason ?? 'its worker is shutting down', 'drain');
       session.apply({ type: 'checkpointSucceeded' });
     } catch (err) {
       session.apply({ type: 'checkpointFailed' });
@@ -384,9 +393,10 @@ export class SessionController {
   /**
    * Captures the running runtime into a new checkpoint on the current branch. The capture also takes the timeline
    * entries that wait for the store (its host appends them first): a session that checkpoints often needs no other
-   * step to keep its timeline in the store.
+   * step to keep its timeline in the store. A control that stops the runtime next names why (`stopFor`): the host then
+   * stops it once the checkpoint is published, in the same activity, and stopRuntime only records it.
    */
-  async capture(trigger: CheckpointTrigger, label?: string, reason?: string): Promise<CheckpointRef> {
+  async capture(trigger: CheckpointTrigger, label?: string, reason?: string, stopFor?: string): Promise<CheckpointRef> {
     const { session } = this;
     const { state } = session;
     const rc = state.runControl;
@@ -399,17 +409,24 @@ export class SessionController {
       (label ? ` ${JSON.stringify(oneLine(label, 60))}` : '') +
       (carried.length ? ` with ${timelineEntries(carried.length)}` : '');
     const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
-    const captured = await summarized(summary, host.captureCheckpoint, {
-      sessionId: session.id,
-      ...session.tenancy,
-      instance: runtime,
-      checkpointId,
-      sequence,
-      parentId: state.head?.checkpointId ?? null,
-      trigger,
-      label,
-      ...(carried.length ? { timeline: carried } : {}),
-    });
+    const stop = stopFor !== undefined && patched(CAPTURE_THEN_STOP_PATCH);
+    const { stopped, ...captured } = await summarized(
+      stop ? `${summary}, then stop the runtime (${stopFor})` : summary,
+      host.captureCheckpoint,
+      {
+        sessionId: session.id,
+        ...session.tenancy,
+        instance: runtime,
+        checkpointId,
+        sequence,
+        parentId: state.head?.checkpointId ?? null,
+        trigger,
+        label,
+        ...(carried.length ? { timeline: carried } : {}),
+        ...(stop ? { stop } : {}),
+      },
+    );
+    if (stopped) this.stoppedByCapture = runtime.instanceId;
     session.flushed(carried);
     state.nextSequence = sequence + 1;
     const ref: CheckpointRef = {
@@ -503,6 +520,11 @@ export class SessionController {
     const { state } = session;
     const runtime = session.requireRuntime();
     this.recovery.cancelWatch();
+    if (this.stoppedByCapture === runtime.instanceId) {
+      this.stoppedByCapture = null;
+      state.runtime = null;
+      return;
+    }
     const host = onHost(runtime.hostTaskQueue, state.spec.liveness);
     try {
       await stopAndDispose(host, runtime, why);

@@ -10,6 +10,7 @@ import ts from 'typescript';
 import YAML from 'yaml';
 import { SEARCH_ATTRIBUTES } from '../../src/api/search-attributes';
 import { EnvConfig, loadConfig } from '../../src/config';
+import { SERVER_DYNAMIC_CONFIG } from '../../src/dev-server';
 
 const root = path.resolve(__dirname, '../..');
 const read = (file: string) => fs.readFileSync(path.join(root, file), 'utf8');
@@ -303,6 +304,18 @@ describe('docker-compose.yml', () => {
       const data = mounts(service(name)).find((m) => m.target === workerEnvs[i]!.DS_DATA_DIR);
       expect({ name, volume: data?.source && named.includes(data.source) }).toEqual({ name, volume: true });
     }
+  });
+
+  test('the server reads the dynamic config file the dev server follows, with the same values', () => {
+    const temporal = service('temporal');
+    const file = environment(temporal).DYNAMIC_CONFIG_FILE_PATH;
+    expect(file).toBeDefined();
+    const mount = mounts(temporal).find((m) => m.target === path.posix.join('/etc/temporal', file!));
+    expect(mount?.source).toBe('./deploy/temporal-dynamic-config.yaml');
+    const values = YAML.parse(read(mount!.source!)) as Record<string, { value: unknown }[]>;
+    expect(Object.fromEntries(Object.entries(values).map(([key, [first]]) => [key, first?.value]))).toEqual(
+      SERVER_DYNAMIC_CONFIG,
+    );
   });
 
   test('the gateway runs the compiled gateway with keys from a secret, no store, no bucket and no master key', () => {

@@ -254,6 +254,50 @@ describe('a pause whose checkpoint cannot be written', () => {
   });
 });
 
+describe('a pause stops the runtime in the activity that checkpoints it', () => {
+  const activitiesOf = async (sessionId: string) =>
+    (await historyEvents(sessionId))
+      .map((e) => e.activityTaskScheduledEventAttributes?.activityType?.name)
+      .filter((name): name is string => !!name);
+
+  test('one host activity captures and stops; the instance is gone and resume brings the state back', async () => {
+    const session = await runningSession('pause-one-step');
+    const { runtime } = await runningStatus(session);
+    sys.memory.write(runtime.instanceId, 'before the pause');
+    await session.pause();
+    expect(await sys.memory.describe(runtime.instanceId)).toBeUndefined();
+    const activities = await activitiesOf(session.sessionId);
+    expect(activities.slice(-1)).toEqual(['captureCheckpoint']);
+    expect(activities).not.toContain('stopRuntime');
+    const resumed = await session.resume();
+    expect(sys.memory.read(resumed.runtime.instanceId).toString()).toBe('before the pause');
+  });
+
+  test('a stop that fails there is left to the stop activity: the pause still frees the runtime', async () => {
+    const session = await runningSession('pause-stop-fails');
+    const { runtime } = await runningStatus(session);
+    sys.memory.write(runtime.instanceId, 'kept');
+    const stop = sys.memory.stop.bind(sys.memory);
+    let refused = 0;
+    jest.spyOn(sys.memory, 'stop').mockImplementation(async (instanceId, ...rest) => {
+      if (instanceId === runtime.instanceId && refused++ === 0) throw new Error('the host could not stop it just now');
+      return stop(instanceId, ...rest);
+    });
+    try {
+      const paused = await session.pause();
+      expect(await session.status()).toMatchObject({ phase: 'paused', checkpointCount: 1 });
+      expect(paused.trigger).toBe('pause');
+    } finally {
+      jest.restoreAllMocks();
+    }
+    expect(refused).toBe(2); // refused in the capture's activity, then done by stopRuntime
+    expect(await sys.memory.describe(runtime.instanceId)).toBeUndefined();
+    expect((await activitiesOf(session.sessionId)).slice(-2)).toEqual(['captureCheckpoint', 'stopRuntime']);
+    const resumed = await session.resume();
+    expect(sys.memory.read(resumed.runtime.instanceId).toString()).toBe('kept');
+  });
+});
+
 describe('signals: fire-and-forget twins', () => {
   test('a pause signal pauses; an illegal one is recorded in status', async () => {
     const session = await runningSession('signal');
