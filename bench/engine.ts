@@ -9,7 +9,7 @@
  * (default 256 MiB states, 512 MiB bounded) and leaves out incremental checkpoints, references and 64 KiB chunks.
  */
 import { execFile } from 'node:child_process';
-import { createCipheriv, createHash, createHmac, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import * as fs from 'node:fs/promises';
 import os from 'node:os';
@@ -267,6 +267,48 @@ const JS_SEAL = 'seal (AES-256-GCM, one per chunk)';
 const NATIVE_ID = 'id, native: one call per batch (counted instead when native)';
 const NATIVE_SEAL = 'seal, native: one call per batch (counted instead when native)';
 
+/** Sealed chunks to open, and the average plaintext size of one. */
+interface SealedChunkSample {
+  key: Buffer;
+  chunks: Array<{ nonce: Buffer; aad: Buffer; body: Buffer; tag: Buffer }>;
+  avgKiB: number;
+}
+
+/** Bytes of distinct random state the open baseline cuts, seals and opens over and over. */
+const OPEN_SAMPLE = 64 * MiB;
+/** The AAD of each sealed chunk: about the size of an engine object's header. */
+const OPEN_AAD_BYTES = 128;
+
+/** OPEN_SAMPLE of random state cut by the default chunker and each chunk sealed with AES-256-GCM under one key. */
+async function sealedChunkSample(): Promise<SealedChunkSample> {
+  const key = randomBytes(32);
+  const chunks: SealedChunkSample['chunks'] = [];
+  const state = randomBytes(OPEN_SAMPLE);
+  for await (const chunk of new Chunker(DEFAULT_CHUNKER).chunks(
+    (async function* () {
+      for (let at = 0; at < OPEN_SAMPLE; at += PIECE) yield state.subarray(at, at + PIECE);
+    })(),
+  )) {
+    const nonce = randomBytes(12);
+    const aad = randomBytes(OPEN_AAD_BYTES);
+    const cipher = createCipheriv('aes-256-gcm', key, nonce).setAAD(aad);
+    const body = Buffer.concat([cipher.update(chunk), cipher.final()]);
+    chunks.push({ nonce, aad, body, tag: cipher.getAuthTag() });
+  }
+  return { key, chunks, avgKiB: OPEN_SAMPLE / chunks.length / 1024 };
+}
+
+/** Opens every chunk of the sample (decrypts and authenticates), one after another; returns the plaintext bytes. */
+function openChunks({ key, chunks }: SealedChunkSample): number {
+  let bytes = 0;
+  for (const { nonce, aad, body, tag } of chunks) {
+    const decipher = createDecipheriv('aes-256-gcm', key, nonce, { authTagLength: 16 }).setAAD(aad).setAuthTag(tag);
+    bytes += decipher.update(body).length;
+    decipher.final();
+  }
+  return bytes;
+}
+
 /** Seals with the native sealer or with the JS path from here on (the pool's threads restart with the choice). */
 async function useSealer(mode: 'auto' | 'off'): Promise<void> {
   process.env.DS_NATIVE_SEALER = mode;
@@ -316,13 +358,32 @@ async function main(): Promise<void> {
         cut += chunk.length;
       if (cut !== SIZE) throw new Error(`the chunker cut ${cut} of ${SIZE} bytes`);
     });
+    // What a restore must do to every chunk at least: an AES-256-GCM open (a decipher, the header as AAD, the tag
+    // checked) of each sealed chunk, at the sizes the chunker cuts, one chunk after another on one core.
+    const openSample = await sealedChunkSample();
+    const aeadOpen = await measured(async () => {
+      for (let done = 0; done < SIZE;) done += openChunks(openSample);
+    });
     const writeMBps = mbps(SIZE, write.ms);
     const readMBps = mbps(SIZE, read.ms);
     const aeadMBps = mbps(SIZE, aead.ms);
+    const cores = os.availableParallelism();
+    const openMBps = mbps(SIZE, aeadOpen.ms);
     rows.push({ metric: 'sealer (chunk ids and AES-GCM)', value: nativeSealerStatus(), baseline: '', ratio: '' });
     rows.push({ metric: 'baseline: sequential write + fsync', value: fmt(writeMBps), baseline: '', ratio: '' });
     rows.push({ metric: 'baseline: sequential read (page cache warm)', value: fmt(readMBps), baseline: '', ratio: '' });
-    rows.push({ metric: 'baseline: AES-256-GCM, one core', value: fmt(aeadMBps), baseline: '', ratio: '' });
+    rows.push({
+      metric: 'baseline: AES-256-GCM as one stream, one core',
+      value: fmt(aeadMBps),
+      baseline: '',
+      ratio: '',
+    });
+    rows.push({
+      metric: `baseline: AES-256-GCM open per chunk (${openSample.avgKiB.toFixed(0)} KiB on average), one core`,
+      value: fmt(openMBps),
+      baseline: '',
+      ratio: '',
+    });
     rows.push({ metric: 'baseline: SHA-256, one core', value: fmt(mbps(SIZE, sha.ms)), baseline: '', ratio: '' });
     rows.push({
       metric: 'baseline: FastCDC chunking, one core',
@@ -334,7 +395,6 @@ async function main(): Promise<void> {
     // What a full checkpoint of incompressible state cannot do without, per byte: read it, cut it, id it (HMAC-SHA-256)
     // and encrypt it. Spread perfectly over every core, with nothing else (no copies, writes, threads or GC), that is
     // the fastest any checkpoint could run here.
-    const cores = os.availableParallelism();
     const workMs = read.ms + chunking.ms + sha.ms + aead.ms;
     const ceilingMBps = mbps(SIZE, workMs / cores);
     rows.push({
@@ -343,7 +403,17 @@ async function main(): Promise<void> {
       baseline: `min(write, AEAD) ${fmt(writeTarget)}`,
       ratio: (ceilingMBps / writeTarget).toFixed(2),
     });
-    const readTarget = Math.min(readMBps, aeadMBps);
+    // A restore reads every byte and opens every chunk; the opens can run on every core (the pool's threads and the
+    // calling thread), so AEAD here is the per-chunk open spread perfectly over the cores. Not the one-stream
+    // AES-GCM: one cipher over a GiB costs none of a chunk's own set-up, which a restore pays per chunk.
+    const restoreAeadMBps = openMBps * cores;
+    const readTarget = Math.min(readMBps, restoreAeadMBps);
+    rows.push({
+      metric: `restore baseline: min(read, AES-GCM open per chunk spread over ${cores} cores)`,
+      value: fmt(readTarget),
+      baseline: `read ${fmt(readMBps)}, AEAD ${fmt(restoreAeadMBps)}`,
+      ratio: '',
+    });
     // CPU ms per GiB of what the ceiling counts, for the stage table.
     const gib = (ms: number) => (ms * 1024 * MiB) / SIZE;
     const stageRows = new Map<string, Map<string, string>>();
@@ -444,7 +514,7 @@ async function main(): Promise<void> {
       rows.push({
         metric: `restore, ${kind}`,
         value: `${fmt(restoreMBps)} · ${(restore.ms / 1000).toFixed(2)} s · peak RSS +${restore.peakRssMiB.toFixed(0)} MiB`,
-        baseline: `min(read, AEAD) ${fmt(readTarget)}`,
+        baseline: `min(read, AEAD per chunk × ${cores}) ${fmt(readTarget)}`,
         ratio: (restoreMBps / readTarget).toFixed(2),
       });
 

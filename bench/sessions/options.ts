@@ -7,6 +7,8 @@ export interface Options {
   rounds: number;
   /** Only the freeze rounds (no Temporal rounds, no direct round): the 1 GiB freeze rows in minutes. */
   freezeOnly: boolean;
+  /** No freeze rounds: baselines, the rounds through Temporal and the direct round (the resume rows in minutes). */
+  skipFreeze: boolean;
 }
 
 export function parseOptions(): Options {
@@ -16,6 +18,7 @@ export function parseOptions(): Options {
       'file-mb': { type: 'string', default: '5' },
       rounds: { type: 'string', default: '3' },
       'freeze-only': { type: 'boolean', default: false },
+      'skip-freeze': { type: 'boolean', default: false },
     },
   });
   const num = (name: string, raw: string | undefined, min: number): number => {
@@ -28,5 +31,6 @@ export function parseOptions(): Options {
     fileMiB: num('file-mb', values['file-mb'], 0.001),
     rounds: Math.round(num('rounds', values.rounds, 1)),
     freezeOnly: values['freeze-only'] ?? false,
+    skipFreeze: values['skip-freeze'] ?? false,
   };
 }

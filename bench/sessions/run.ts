@@ -7,6 +7,7 @@
  *   npm run bench:sessions
  *   npx tsx bench/sessions/run.ts --size-mb 100 --file-mb 5 --rounds 3
  *   npx tsx bench/sessions/run.ts --size-mb 1024 --rounds 1 --freeze-only   # the freeze rows alone
+ *   npx tsx bench/sessions/run.ts --rounds 2 --skip-freeze                  # the checkpoint and resume rows alone
  *
  * Nothing here asserts on time: it prints (and writes to .bench/results.md) what it measured.
  */
@@ -64,7 +65,7 @@ async function main(cleanup: Cleanup): Promise<void> {
       checks.push(await sessionRound(system.session, round));
       await directRound(system.direct, round);
     }
-    await freezeRound(system.freeze, round);
+    if (!options.skipFreeze) await freezeRound(system.freeze, round);
     const line = system.recorder.records
       .filter((rec) => rec.round === round)
       .map((rec) => `${rec.op} ${fmtMs(rec.ms)}`)

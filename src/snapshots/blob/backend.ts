@@ -29,6 +29,13 @@ export interface BlobRange {
   length: number;
 }
 
+/** An object open for reads at any offset into the caller's buffers (see BlobBackend.openRanges). */
+export interface BlobRangeReader {
+  /** Reads up to `length` bytes at `offset` into `into` at `at`; resolves with how many there were (fewer at the end). */
+  readInto(into: Buffer, at: number, length: number, offset: number): Promise<number>;
+  close(): Promise<void>;
+}
+
 export interface BlobBackend {
   /** Where the objects are, for messages: `file:///var/lib/ds/snapshots`, `s3://bucket/prefix`. */
   readonly location: string;
@@ -50,6 +57,13 @@ export interface BlobBackend {
 
   /** The object's bytes (or `range`'s) as a stream, for objects too large to hold; null if there is no object. */
   stream(key: string, options?: { range?: BlobRange }): Promise<Readable | null>;
+
+  /**
+   * The object open for reads at any offset, straight into the caller's buffers; null if there is no object. Only a
+   * backend where a read costs no request of its own (a local file) has it: a restore then reads each batch in place,
+   * several at once, where a stream would pass every byte through its own buffers and the event loop.
+   */
+  openRanges?(key: string): Promise<BlobRangeReader | null>;
 
   stat(key: string): Promise<BlobInfo | null>;
 

@@ -22,6 +22,7 @@ import {
   type BlobBody,
   type BlobInfo,
   type BlobRange,
+  type BlobRangeReader,
 } from './backend';
 
 /** How many files `list` stats at once. */
@@ -101,6 +102,23 @@ export class FsBlobBackend implements BlobBackend {
       highWaterMark: STREAM_READ_BYTES,
       ...(range ? { start: range.offset, end: range.offset + range.length - 1 } : {}),
     });
+  }
+
+  async openRanges(key: string): Promise<BlobRangeReader | null> {
+    const handle = await openIfPresent(this.path(key));
+    if (!handle) return null;
+    return {
+      readInto: async (into, at, length, offset) => {
+        let filled = 0;
+        while (filled < length) {
+          const { bytesRead } = await handle.read(into, at + filled, length - filled, offset + filled);
+          if (bytesRead === 0) break;
+          filled += bytesRead;
+        }
+        return filled;
+      },
+      close: () => handle.close(),
+    };
   }
 
   async stat(key: string): Promise<BlobInfo | null> {

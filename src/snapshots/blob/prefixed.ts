@@ -3,7 +3,14 @@
  * given to it are relative to the prefix, and keys it lists are too. Timestamps and commit points are the backend's.
  */
 import type { Readable } from 'node:stream';
-import { checkBlobKey, type BlobBackend, type BlobBody, type BlobInfo, type BlobRange } from './backend';
+import {
+  checkBlobKey,
+  type BlobBackend,
+  type BlobBody,
+  type BlobInfo,
+  type BlobRange,
+  type BlobRangeReader,
+} from './backend';
 
 export class PrefixedBlobBackend implements BlobBackend {
   readonly location: string;
@@ -39,6 +46,12 @@ export class PrefixedBlobBackend implements BlobBackend {
 
   stream(key: string, options?: { range?: BlobRange }): Promise<Readable | null> {
     return this.inner.stream(this.key(key), options);
+  }
+
+  get openRanges(): ((key: string) => Promise<BlobRangeReader | null>) | undefined {
+    const inner = this.inner;
+    if (!inner.openRanges) return undefined;
+    return (key) => inner.openRanges!(this.key(key));
   }
 
   async stat(key: string): Promise<BlobInfo | null> {

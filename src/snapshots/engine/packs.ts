@@ -24,7 +24,7 @@
  * tampered. Offsets count from the start of the file, so readers that predate headers read headed packs unchanged.
  */
 import { randomBytes } from 'node:crypto';
-import type { BlobBackend } from '../blob/backend';
+import type { BlobBackend, BlobRangeReader } from '../blob/backend';
 import type { ChunkKey, OpenEntry } from './chunk-work';
 import { SnapshotNotFoundError, SnapshotTamperedError } from '../errors';
 import { openObject, sealedObjectLength, sealObject, sealPlaintextObject } from './crypto';
@@ -235,12 +235,16 @@ export class PackWriter {
 }
 
 /**
- * Reads a restore's sealed chunks from their packs, in manifest order, through PackWindows; a headed pack is checked
- * the first time it is read.
+ * Reads a restore's sealed chunks from their packs, in manifest order: in place, each batch's runs of adjacent chunks
+ * read straight into its buffer, where the backend opens objects for ranged reads (a local directory); through
+ * PackWindows elsewhere (an object store, where every request costs). A headed pack is checked the first time it is
+ * read.
  */
 export class PackReader {
   private readonly checked = new Map<string, Promise<void>>();
-  private readonly windows: PackWindows;
+  private readonly windows: PackWindows | null;
+  /** Packs open for ranged reads, by id (backends with `openRanges`). */
+  private readonly ranges = new Map<string, Promise<BlobRangeReader>>();
   constructor(
     private readonly backend: BlobBackend,
     private readonly binding: PackBinding,
@@ -250,12 +254,17 @@ export class PackReader {
     /** Read buffers are at least this large, so that one serves the next batch too. */
     private readonly bufferBytes: number,
   ) {
-    this.windows = new PackWindows(
-      backend,
-      (packId) => packKey(binding.lineage, packId),
-      chunks,
-      (packId) => this.missing(packId),
-    );
+    // Batches read in place, several at a time (pack-reads.ts reads ahead): a stream of windows passes every MiB
+    // through a buffer of its own and a turn of the event loop, which a worker's busy loop makes wait (bench/README.md,
+    // "Resume against tar -x").
+    this.windows = backend.openRanges
+      ? null
+      : new PackWindows(
+          backend,
+          (packId) => packKey(binding.lineage, packId),
+          chunks,
+          (packId) => this.missing(packId),
+        );
   }
 
   /**
@@ -277,10 +286,12 @@ export class PackReader {
       at += length;
       checks.add(this.check(packId));
     }
-    const read = this.windows.take(
-      entries.map((e) => e.length),
-      { into: sealed, at: entries.map((e) => e.at) },
-    );
+    const read = this.windows
+      ? this.windows.take(
+          entries.map((e) => e.length),
+          { into: sealed, at: entries.map((e) => e.at) },
+        )
+      : this.readInPlace(batch, sealed, entries);
     const [got] = await Promise.all([read, ...checks]);
     got.forEach((n, i) => (entries[i]!.length = n));
     return { sealed, entries };
@@ -288,7 +299,56 @@ export class PackReader {
 
   async close(): Promise<void> {
     this.checked.clear();
-    await this.windows.close();
+    const ranges = [...this.ranges.values()];
+    this.ranges.clear();
+    await Promise.allSettled([this.windows?.close(), ...ranges.map(async (reader) => (await reader).close())]);
+  }
+
+  /** Each run of `batch`'s chunks adjacent in one pack, read in one call to its place; how many bytes of each came. */
+  private async readInPlace(
+    batch: readonly Location[],
+    into: Buffer,
+    entries: readonly OpenEntry[],
+  ): Promise<number[]> {
+    const got = entries.map((e) => e.length);
+    const reads: Promise<void>[] = [];
+    for (let i = 0; i < batch.length;) {
+      const [, , packId, offset] = batch[i]!;
+      let runLength = 0;
+      let j = i;
+      for (; j < batch.length; j++) {
+        const [, , nextPackId, nextOffset, sealedLength] = batch[j]!;
+        if (nextPackId !== packId || nextOffset !== offset + runLength) break;
+        runLength += sealedLength;
+      }
+      const [first, end] = [i, j];
+      const start = entries[first]!.at;
+      reads.push(
+        this.rangeReader(packId).then(async (reader) => {
+          const n = await reader.readInto(into, start, runLength, offset);
+          // A pack that ends early hands its objects on short, so that opening them reports them truncated.
+          for (let k = first; k < end && n < runLength; k++) {
+            got[k] = Math.max(0, Math.min(got[k]!, start + n - entries[k]!.at));
+          }
+        }),
+      );
+      i = j;
+    }
+    await Promise.all(reads);
+    return got;
+  }
+
+  private rangeReader(packId: string): Promise<BlobRangeReader> {
+    let reader = this.ranges.get(packId);
+    if (!reader) {
+      reader = this.backend.openRanges!(packKey(this.binding.lineage, packId)).then((opened) => {
+        if (!opened) throw this.missing(packId);
+        return opened;
+      });
+      reader.catch(() => undefined); // awaited by readInPlace
+      this.ranges.set(packId, reader);
+    }
+    return reader;
   }
 
   private missing(packId: string): Error {

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { FsBlobBackend } from '../../../src/snapshots/blob/fs-backend';
+import { PrefixedBlobBackend } from '../../../src/snapshots/blob/prefixed';
 
 /** The blob backend on a real directory: what a store on one host relies on. */
 describe('FsBlobBackend', () => {
@@ -48,6 +49,29 @@ describe('FsBlobBackend', () => {
     const chunks: Buffer[] = [];
     for await (const c of (await backend.stream('k', { range: { offset: 5, length: 5 } }))!) chunks.push(c as Buffer);
     expect(Buffer.concat(chunks).toString()).toBe('56789');
+  });
+
+  test("openRanges reads at any offset into the caller's buffer, short at the end, through a prefixed view too", async () => {
+    await backend.put('t/k', Buffer.from('0123456789'));
+    const into = Buffer.alloc(8, '.');
+    const reader = (await backend.openRanges('t/k'))!;
+    try {
+      expect(await reader.readInto(into, 1, 3, 4)).toBe(3);
+      expect(await reader.readInto(into, 5, 3, 8)).toBe(2); // the object ends first
+      expect(into.toString()).toBe('.456.89.');
+    } finally {
+      await reader.close();
+    }
+    const view = new PrefixedBlobBackend(backend, 't');
+    const viewed = (await view.openRanges!('k'))!;
+    try {
+      expect(await viewed.readInto(into, 0, 2, 0)).toBe(2);
+      expect(into.toString()).toBe('0156.89.');
+    } finally {
+      await viewed.close();
+    }
+    expect(await backend.openRanges('missing')).toBeNull();
+    expect(await view.openRanges!('missing')).toBeNull();
   });
 
   test('lists by prefix in key order, across folders, never a temp file', async () => {
