@@ -245,6 +245,11 @@ export class PackReader {
   private readonly windows: PackWindows | null;
   /** Packs open for ranged reads, by id (backends with `openRanges`). */
   private readonly ranges = new Map<string, Promise<BlobRangeReader>>();
+  /**
+   * Chunks still to be read from each pack: a pack's handle closes after its last one, so a restore spread over
+   * thousands of packs (a long line of incremental checkpoints) holds only those it is still reading.
+   */
+  private readonly unread = new Map<string, number>();
   constructor(
     private readonly backend: BlobBackend,
     private readonly binding: PackBinding,
@@ -257,6 +262,8 @@ export class PackReader {
     // Batches read in place, several at a time (pack-reads.ts reads ahead): a stream of windows passes every MiB
     // through a buffer of its own and a turn of the event loop, which a worker's busy loop makes wait (bench/README.md,
     // "Resume against tar -x").
+    if (backend.openRanges)
+      for (const [, , packId] of chunks) this.unread.set(packId, (this.unread.get(packId) ?? 0) + 1);
     this.windows = backend.openRanges
       ? null
       : new PackWindows(
@@ -330,12 +337,25 @@ export class PackReader {
           for (let k = first; k < end && n < runLength; k++) {
             got[k] = Math.max(0, Math.min(got[k]!, start + n - entries[k]!.at));
           }
+          await this.readFrom(packId, end - first, reader);
         }),
       );
       i = j;
     }
     await Promise.all(reads);
     return got;
+  }
+
+  /** `count` more of the pack's chunks are read: after its last, its handle closes. */
+  private async readFrom(packId: string, count: number, reader: BlobRangeReader): Promise<void> {
+    const left = (this.unread.get(packId) ?? 0) - count;
+    if (left > 0) {
+      this.unread.set(packId, left);
+      return;
+    }
+    this.unread.delete(packId);
+    this.ranges.delete(packId);
+    await reader.close();
   }
 
   private rangeReader(packId: string): Promise<BlobRangeReader> {

@@ -115,6 +115,38 @@ test('a state larger than a pack is written to several packs, each synced and re
   expect((await s.list('s1')).map((m) => m.checkpointId)).toEqual(['cp-1']);
 });
 
+test('a restore over many packs keeps open only the packs it still reads', async () => {
+  const s = store();
+  // A line of incremental checkpoints, each writing one changed region to a pack of its own: the last checkpoint's
+  // chunks come from every one of them, in manifest order.
+  const state = seeded(7, 4 * 1024 * 1024);
+  await s.write(cp(1), Readable.from([state]));
+  const checkpoints = 40;
+  for (let i = 2; i <= checkpoints; i++) {
+    seeded(700 + i, 4096).copy(state, Math.floor(((i - 1.5) / checkpoints) * state.length));
+    await s.write(cp(i, `cp-${i - 1}`), Readable.from([state]));
+  }
+  const packsDir = path.join(dir, 's1', 'packs');
+  const openPacks = () =>
+    fs.readdirSync('/proc/self/fd').filter((fd) => {
+      try {
+        return fs.readlinkSync(path.join('/proc/self/fd', fd)).startsWith(packsDir);
+      } catch {
+        return false; // closed while listed
+      }
+    }).length;
+  let most = 0;
+  const digest = createHash('sha256');
+  for await (const piece of (await s.open('s1', `cp-${checkpoints}`)).stream) {
+    most = Math.max(most, openPacks());
+    digest.update(piece as Buffer);
+  }
+  expect(digest.digest('hex')).toBe(sha(state));
+  expect(packFiles().filter((p) => p.endsWith('.pack')).length).toBeGreaterThanOrEqual(checkpoints);
+  expect(most).toBeLessThanOrEqual(8);
+  expect(openPacks()).toBe(0);
+});
+
 test('a chunk table refuses ids that are not 64 hex digits, and round-trips the ones that are', () => {
   const id = (c: string) => c.repeat(64);
   const chunks: Array<[string, number, string, number, number]> = [
