@@ -7,7 +7,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { checkpointSignal, sessionWorkflowId } from '../../src/api';
-import { untilCheckpoints } from './history';
+import { SessionError } from '../../src/client';
 import { timed } from './stats';
 import type { ControlsSystem } from './system';
 
@@ -43,6 +43,8 @@ export interface LongSession {
   pagingMs: number;
   /** The slowest page read: a timeline paged end to end costs the same per page however long it is. */
   slowestPageMs: number;
+  /** The sampler's status() calls: how many, the slowest answer, and those not answered in time (asked again). */
+  status: { calls: number; slowestMs: number; unanswered: number };
 }
 
 const SENDERS = 4;
@@ -61,11 +63,27 @@ export async function measureLongSession(sys: ControlsSystem, checkpoints: numbe
   let counted = 0;
   const started = performance.now();
   let sampling = true;
+  const statusCalls = { calls: 0, slowestMs: 0, unanswered: 0 };
+  // A status that no worker answered in time is counted and asked again, as a caller would (the error is retryable).
+  const askStatus = async () => {
+    for (;;) {
+      const asked = performance.now();
+      statusCalls.calls++;
+      try {
+        return await session.status();
+      } catch (err) {
+        if (!(err instanceof SessionError && err.retryable)) throw err;
+        statusCalls.unanswered++;
+      } finally {
+        statusCalls.slowestMs = Math.max(statusCalls.slowestMs, performance.now() - asked);
+      }
+    }
+  };
   const sampler = (async () => {
     let last = { checkpoints: 0, at: started };
     const every = Math.max(1, Math.floor(checkpoints / SAMPLES));
     while (sampling) {
-      const status = await session.status();
+      const status = await askStatus();
       counted = status.checkpointCount;
       if (status.checkpointCount >= last.checkpoints + every || status.checkpointCount >= checkpoints) {
         const at = performance.now();
@@ -100,11 +118,11 @@ export async function measureLongSession(sys: ControlsSystem, checkpoints: numbe
         }
       }),
     );
-    await untilCheckpoints(session, checkpoints);
+    while ((await askStatus()).checkpointCount < checkpoints) await new Promise((r) => setTimeout(r, 20));
   });
   sampling = false;
   await sampler;
-  const { runs } = await session.status();
+  const { runs } = await askStatus();
   let listedRuns = 0;
   let longestHistory = 0;
   const carriedBytes: { at: number; bytes: number }[] = [];
@@ -163,6 +181,7 @@ export async function measureLongSession(sys: ControlsSystem, checkpoints: numbe
     dense,
     pagingMs: paging.ms,
     slowestPageMs,
+    status: statusCalls,
   };
 }
 
@@ -185,6 +204,7 @@ export function longSessionReport(long: LongSession): string[] {
     `| longest run history (events) | ${int(long.longestHistory)} |`,
     `| state handed to a run (bytes): first, largest, last | ${int(long.carried.first)}, ${int(long.carried.max)}, ${int(long.carried.last)} |`,
     `| worker RSS (MiB): first sample, largest, last | ${first ? `${first.rssMiB.toFixed(0)}, ${Math.max(...s.map((x) => x.rssMiB)).toFixed(0)}, ${last!.rssMiB.toFixed(0)}` : '—'} |`,
+    `| status() while it ran: calls, slowest answer, not answered within the client's wait (asked again) | ${int(long.status.calls)}, ${(long.status.slowestMs / 1000).toFixed(2)} s, ${long.status.unanswered} |`,
     `| timelinePage() through everything (1,000 a page) | ${long.pages} pages, ${int(long.entries)} entries, ${int(
       long.checkpointEntries,
     )} checkpoints, indices ${long.dense ? 'dense' : '**not dense**'}, ${(long.pagingMs / 1000).toFixed(2)} s (slowest page ${long.slowestPageMs.toFixed(0)} ms) |`,
