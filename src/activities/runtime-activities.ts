@@ -5,6 +5,7 @@ import { type RuntimeInstanceRef, sessionKey } from '../api/messages';
 import { ERROR_CODES } from '../domain/error-codes';
 import type { RuntimeExitDetails } from '../domain/records';
 import { checkpointRefOf, type CheckpointRef } from '../domain/schemas';
+import { messageOf } from '../errors';
 import { outcomeOf } from '../metrics';
 import { type ExitInfo, RuntimeExitedError, RuntimeNotFoundError } from '../runtimes';
 import { withFence } from '../runtimes/fence';
@@ -69,7 +70,7 @@ export function runtimeActivities(ctx: ActivityContext) {
     } catch (err) {
       log.warn('runtime not stopped after its checkpoint; the session stops it', {
         instanceId: input.instance.instanceId,
-        error: err instanceof Error ? err.message : String(err),
+        error: messageOf(err),
       });
       return { ...ref, stopped: false };
     }
