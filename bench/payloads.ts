@@ -21,6 +21,7 @@ import { bundleWorkflowCode, DefaultLogger, NativeConnection, Runtime } from '@t
 import { SessionClient, type SessionHandle } from '../src/client';
 import { freePort, startDevServer } from '../src/dev-server';
 import { FAILURE_CONVERTER_PATH, PayloadEncryptionCodec, sessionDataConverter } from '../src/payloads';
+import { SESSION_WORKFLOWS } from '../src/workflow-bundle';
 import { MemoryRuntime } from '../src/runtimes';
 import { Keyring } from '../src/snapshots';
 import { createWorkers } from '../src/worker';
@@ -52,7 +53,7 @@ async function startVariant(
   const dataConverter = codec ? sessionDataConverter(codec) : undefined;
   // As a worker bundles it: with encryption, failures' messages go through the codec.
   const { code } = await bundleWorkflowCode({
-    workflowsPath: require.resolve('../src/workflows'),
+    ...SESSION_WORKFLOWS,
     ...(codec ? { failureConverterPath: FAILURE_CONVERTER_PATH } : {}),
     logger: quietBundler,
   });

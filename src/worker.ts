@@ -19,6 +19,7 @@ import { createRuntimes, runtimesOf } from './runtimes';
 import { dataConverterFromConfig, describePayloadEncryption, type SessionDataConverter } from './payloads';
 import { openSnapshotStore } from './snapshots';
 import { connectionOptions } from './temporal-connection';
+import { SESSION_WORKFLOWS } from './workflow-bundle';
 
 export interface SessionWorkers {
   /** Polls the shared queue (workflows, placement) and this host's own queue (runtime activities). */
@@ -95,7 +96,10 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
   });
   const workflowSource = options.workflowBundle
     ? { workflowBundle: options.workflowBundle }
-    : { workflowsPath: require.resolve('./workflows') };
+    : {
+        workflowsPath: SESSION_WORKFLOWS.workflowsPath,
+        bundlerOptions: { preloadModules: SESSION_WORKFLOWS.preloadModules },
+      };
   // Heartbeats carry snapshot I/O progress: let the server see it every few seconds, not every 80% of the timeout.
   const heartbeats = { maxHeartbeatThrottleInterval: '2s', defaultHeartbeatThrottleInterval: '2s' } as const;
   const dataConverter = options.dataConverter ? { dataConverter: options.dataConverter } : {};

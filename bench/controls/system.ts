@@ -11,6 +11,7 @@ import { SessionClient } from '../../src/client';
 import { freePort, startDevServer } from '../../src/dev-server';
 import { MemoryRuntime } from '../../src/runtimes';
 import { createWorkers } from '../../src/worker';
+import { SESSION_WORKFLOWS } from '../../src/workflow-bundle';
 import { errorText, type Cleanup } from '../sessions/cleanup';
 import { bareActivities } from './bare-workflow';
 import { productionStore } from '../sessions/system';
@@ -36,7 +37,7 @@ export async function startControlsSystem(root: string, suggestAt: number, clean
   });
   cleanup.add('dev server', () => server.stop());
   const [sessionBundle, bareBundle] = await Promise.all([
-    bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietBundler }),
+    bundleWorkflowCode({ ...SESSION_WORKFLOWS, logger: quietBundler }),
     bundleWorkflowCode({ workflowsPath: require.resolve('./bare-workflow'), logger: quietBundler }),
   ]);
   const nativeConnection = await NativeConnection.connect({ address: server.address });

@@ -4,6 +4,7 @@ import type { BareResult } from './bare-scenario';
 import { percentile, type Calls } from './load';
 import type { ScaleOptions } from './scenario';
 import type { SessionResult } from './session-scenario';
+import type { ContextCost } from './workflow-context';
 
 const MiB = 1024 * 1024;
 /** The sessions one worker must hold idle within `rssAtTarget`. */
@@ -75,7 +76,21 @@ const topRequests = (requests: [string, number][], unit = '/s', count = 4) =>
     .map(([op, rate]) => `${op} ${rate.toFixed(1)}${unit}`)
     .join(', ') || 'none';
 
-export function report(options: ScaleOptions, sessions: SessionResult, bare: BareResult, machine: string): string {
+/** One thread's cost per workflow it creates: the session bundle as built, the same without shared modules, bare. */
+export interface ContextCosts {
+  count: number;
+  sessions: ContextCost;
+  unshared: ContextCost;
+  bare: ContextCost;
+}
+
+export function report(
+  options: ScaleOptions,
+  sessions: SessionResult,
+  bare: BareResult,
+  machine: string,
+  contexts: ContextCosts,
+): string {
   const n = options.sessions;
   const c = options.concurrency;
   const total = sessions.startMs + sessions.controlsMs;
@@ -188,9 +203,18 @@ export function report(options: ScaleOptions, sessions: SessionResult, bare: Bar
   );
 
   const controls = ['checkpoint', 'pause', 'resume', 'stop'];
+  const kib = (bytes: number) => `${(bytes / 1024).toFixed(0)} KiB`;
+  const context = (c: ContextCost) => `${kib(c.heapPerWorkflow)}, ${ms(c.createMs)}`;
   const detail = table(
     ['', 'sessions', 'bare (same updates)', 'bare (start + signal + complete)'],
     [
+      [
+        `a workflow's own context: heap held while cached, time to create (${contexts.count} in one thread, no ` +
+          `server; sessions without shared modules: ${context(contexts.unshared)})`,
+        context(contexts.sessions),
+        context(contexts.bare),
+        '—',
+      ],
       [
         'workflows/s through the whole lifecycle',
         (n / (total / 1_000)).toFixed(1),

@@ -19,6 +19,8 @@ import { Client, Connection } from '@temporalio/client';
 import { bundleWorkflowCode } from '@temporalio/worker';
 import { freePort, startDevServer } from '../../src/dev-server';
 import { DEFAULT_MAX_CACHED_WORKFLOWS } from '../../src/worker';
+import { SESSION_WORKFLOWS } from '../../src/workflow-bundle';
+import { measureContexts } from './workflow-context';
 import { startS3Server } from '../../test/helpers/s3-server';
 import { runBare } from './bare-scenario';
 import { report } from './report';
@@ -75,11 +77,14 @@ function parseOptions(): ScaleOptions {
 
 const quietBundler = { trace() {}, debug() {}, info() {}, warn: console.warn, error: console.error, log() {} };
 
-async function bundle(workflowsPath: string, file: string): Promise<string> {
-  const { code } = await bundleWorkflowCode({ workflowsPath, logger: quietBundler });
+async function bundle(options: { workflowsPath: string; preloadModules?: string[] }, file: string): Promise<string> {
+  const { code } = await bundleWorkflowCode({ ...options, logger: quietBundler });
   fs.writeFileSync(file, code);
   return file;
 }
+
+/** Workflows created per bundle in the context measurement. */
+const CONTEXTS_MEASURED = 200;
 
 /** Removed on Ctrl-C too, which skips main's own cleanup. */
 let tempDir: string | undefined;
@@ -105,10 +110,19 @@ async function main(): Promise<void> {
       extraArgs: ['--metrics-port', String(metricsPort)],
     });
     finals.push(() => server.stop());
-    const [sessionBundle, bareBundle] = await Promise.all([
-      bundle(require.resolve('../../src/workflows'), path.join(dir, 'sessions-bundle.js')),
-      bundle(require.resolve('./bare-workflows'), path.join(dir, 'bare-bundle.js')),
+    const [sessionBundle, unsharedBundle, bareBundle] = await Promise.all([
+      bundle(SESSION_WORKFLOWS, path.join(dir, 'sessions-bundle.js')),
+      bundle({ workflowsPath: SESSION_WORKFLOWS.workflowsPath }, path.join(dir, 'sessions-unshared-bundle.js')),
+      bundle({ workflowsPath: require.resolve('./bare-workflows') }, path.join(dir, 'bare-bundle.js')),
     ]);
+    console.log('scale: workflow contexts…');
+    const count = CONTEXTS_MEASURED;
+    const contexts = {
+      count,
+      sessions: await measureContexts(sessionBundle, 'sessionWorkflow', count),
+      unshared: await measureContexts(unsharedBundle, 'sessionWorkflow', count),
+      bare: await measureContexts(bareBundle, 'bareSessionWorkflow', count),
+    };
     const connection = await Connection.connect({ address: server.address });
     finals.push(() => connection.close());
     const ctx: Omit<ScaleContext, 'dir'> = {
@@ -145,7 +159,7 @@ async function main(): Promise<void> {
         .loadavg()
         .map((l) => l.toFixed(2))
         .join(' ')}`;
-    const markdown = report(options, sessions, bare, machine);
+    const markdown = report(options, sessions, bare, machine, contexts);
     console.log(`\n${markdown}`);
     // One file per shape of run, so that the one-worker run and the fleet run of `npm run bench` keep both.
     const shape = options.workers === 1 && options.store === 'local' ? '' : `-${options.workers}w-${options.store}`;

@@ -12,6 +12,7 @@ import { freePort, startDevServer } from '../../src/dev-server';
 import { MemoryRuntime } from '../../src/runtimes';
 import { ChunkedSnapshotStore, Keyring } from '../../src/snapshots';
 import { createWorkers } from '../../src/worker';
+import { SESSION_WORKFLOWS } from '../../src/workflow-bundle';
 import { errorText, type Cleanup } from './cleanup';
 import type { DirectRoundContext } from './direct-round';
 import type { FreezeRoundContext } from './freeze-round';
@@ -46,7 +47,7 @@ export async function startSystem(
   });
   cleanup.add('dev server', () => server.stop());
   const bundle = await bundleWorkflowCode({
-    workflowsPath: require.resolve('../../src/workflows'),
+    ...SESSION_WORKFLOWS,
     logger: { trace() {}, debug() {}, info() {}, warn: console.warn, error: console.error, log() {} },
   });
   const nativeConnection = await NativeConnection.connect({ address: server.address });

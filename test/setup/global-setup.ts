@@ -4,6 +4,7 @@ import path from 'node:path';
 import { bundleWorkflowCode } from '@temporalio/worker';
 import { freePort, startDevServer, type DevServer } from '../../src/dev-server';
 import { FAILURE_CONVERTER_PATH } from '../../src/payloads';
+import { SESSION_WORKFLOWS } from '../../src/workflow-bundle';
 
 declare global {
   var __DEV_SERVER__: DevServer | undefined;
@@ -20,10 +21,9 @@ export default async function globalSetup(): Promise<void> {
   const server = await startDevServer({ port, uiPort: null, logFile: path.join(tmp, 'temporal.log') });
   // Two bundles, as workers build them: with payload encryption on, failures' messages go through the codec.
   const logger = { trace() {}, debug() {}, info() {}, warn: console.warn, error: console.error, log() {} };
-  const workflowsPath = require.resolve('../../src/workflows');
   const [plain, encrypted] = await Promise.all([
-    bundleWorkflowCode({ workflowsPath, logger }),
-    bundleWorkflowCode({ workflowsPath, failureConverterPath: FAILURE_CONVERTER_PATH, logger }),
+    bundleWorkflowCode({ ...SESSION_WORKFLOWS, logger }),
+    bundleWorkflowCode({ ...SESSION_WORKFLOWS, failureConverterPath: FAILURE_CONVERTER_PATH, logger }),
   ]);
   const bundlePath = path.join(tmp, 'workflow-bundle.js');
   fs.writeFileSync(bundlePath, plain.code);
