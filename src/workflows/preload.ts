@@ -1,7 +1,7 @@
 /**
  * The modules every workflow of a worker thread shares. The SDK evaluates the rest of the bundle once per workflow it
- * creates or replays; our zod schemas (about a thousand) were most of that work and of an idle workflow's memory. What
- * is loaded here is evaluated once, before any workflow, so these modules must keep no state of their own.
+ * creates or replays; our zod schemas were most of that work and of an idle workflow's memory. What is loaded here
+ * is evaluated once, before any workflow, so these modules must keep no state of their own.
  */
 import { regexes } from 'zod/v4/core';
 import * as conversation from '../domain/conversation';
@@ -18,7 +18,7 @@ import * as messages from '../api/messages';
  * The SDK deep-freezes what is shared, but two kinds of object must stay writable: zod finishes a schema at its first
  * parse by writing to it, and a regex check resets the pattern's `lastIndex`. So every module this one loads is frozen
  * here first, all but those; the SDK's freeze does not walk into an object that is frozen already. zod's own patterns
- * are exported by its `regexes` module.
+ * are exported by its `regexes` module. test/workflows/shared-modules.test.ts finds any the freeze still reaches.
  */
 for (const moduleExports of [
   conversation,
@@ -34,7 +34,7 @@ for (const moduleExports of [
   freezeShared(moduleExports);
 Object.freeze(regexes);
 
-export function freezeShared(value: unknown, seen = new WeakSet<object>()): void {
+function freezeShared(value: unknown, seen = new WeakSet<object>()): void {
   if (value === null || typeof value !== 'object' || seen.has(value)) return;
   seen.add(value);
   if (value instanceof RegExp || '_zod' in value) return;
