@@ -204,13 +204,14 @@ export function report(
 
   const controls = ['checkpoint', 'pause', 'resume', 'stop'];
   const kib = (bytes: number) => `${(bytes / 1024).toFixed(0)} KiB`;
-  const context = (c: ContextCost) => `${kib(c.heapPerWorkflow)}, ${ms(c.createMs)}`;
+  const context = (c: ContextCost) => `${kib(c.heapPerWorkflow)}, ${ms(c.createMs)}, ${kib(c.heldAfterDispose)} in all`;
   const detail = table(
     ['', 'sessions', 'bare (same updates)', 'bare (start + signal + complete)'],
     [
       [
-        `a workflow's own context: heap held while cached, time to create (${contexts.count} in one thread, no ` +
-          `server; sessions without shared modules: ${context(contexts.unshared)})`,
+        `a workflow's own context: heap held while cached, time to create, heap still held once all were disposed ` +
+          `of (${contexts.count} in one thread, no server; sessions without shared modules: ` +
+          `${context(contexts.unshared)})`,
         context(contexts.sessions),
         context(contexts.bare),
         '—',

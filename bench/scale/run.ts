@@ -116,12 +116,11 @@ async function main(): Promise<void> {
       bundle({ workflowsPath: require.resolve('./bare-workflows') }, path.join(dir, 'bare-bundle.js')),
     ]);
     console.log('scale: workflow contexts…');
-    const count = CONTEXTS_MEASURED;
     const contexts = {
-      count,
-      sessions: await measureContexts(sessionBundle, 'sessionWorkflow', count),
-      unshared: await measureContexts(unsharedBundle, 'sessionWorkflow', count),
-      bare: await measureContexts(bareBundle, 'bareSessionWorkflow', count),
+      count: CONTEXTS_MEASURED,
+      sessions: await measureContexts(sessionBundle, 'sessionWorkflow', CONTEXTS_MEASURED),
+      unshared: await measureContexts(unsharedBundle, 'sessionWorkflow', CONTEXTS_MEASURED),
+      bare: await measureContexts(bareBundle, 'bareSessionWorkflow', CONTEXTS_MEASURED),
     };
     const connection = await Connection.connect({ address: server.address });
     finals.push(() => connection.close());

@@ -74,23 +74,14 @@ async function child(bundleFile: string, workflowType: string, count: number): P
     priority: {},
     unsafe: { isReplaying: false, now: Date.now },
   });
+  const create = (i: number) =>
+    creator.createWorkflow({ info: info(i), randomnessSeed: [1], now: Date.now(), showStackTraceSources: false });
   // One not counted: the thread's first workflow pays the shared modules and the compilation.
-  await (
-    await creator.createWorkflow({ info: info(-1), randomnessSeed: [1], now: Date.now(), showStackTraceSources: false })
-  ).dispose();
+  await (await create(-1)).dispose();
   const before = heap();
   const workflows: { dispose(): Promise<void> }[] = [];
   const started = performance.now();
-  for (let i = 0; i < count; i++) {
-    workflows.push(
-      await creator.createWorkflow({
-        info: info(i),
-        randomnessSeed: [1],
-        now: Date.now(),
-        showStackTraceSources: false,
-      }),
-    );
-  }
+  for (let i = 0; i < count; i++) workflows.push(await create(i));
   const createMs = (performance.now() - started) / count;
   const heapPerWorkflow = (heap() - before) / count;
   for (let workflow = workflows.pop(); workflow; workflow = workflows.pop()) await workflow.dispose();
