@@ -8,6 +8,7 @@
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import { promisify } from 'node:util';
+import { reusableContext } from '../../test/helpers/reusable-context';
 
 export interface ContextCost {
   /** Main-heap growth per live workflow, after full collections. */
@@ -27,21 +28,7 @@ export async function measureContexts(bundleFile: string, workflowType: string, 
   return JSON.parse(stdout.trim().split('\n').pop()!) as ContextCost;
 }
 
-interface Creator {
-  createWorkflow(options: object): Promise<{ dispose(): Promise<void> }>;
-}
-
 async function child(bundleFile: string, workflowType: string, count: number): Promise<ContextCost> {
-  /* eslint-disable @typescript-eslint/no-require-imports -- the SDK's workflow creator is not exported */
-  const { ReusableVMWorkflowCreator } = require('@temporalio/worker/lib/workflow/reusable-vm') as {
-    ReusableVMWorkflowCreator: {
-      create(bundle: unknown, timeoutMs: number, activities: Set<string>, patched: undefined): Promise<Creator>;
-    };
-  };
-  const { parseWorkflowCode } = require('@temporalio/worker/lib/worker') as {
-    parseWorkflowCode(code: string): unknown;
-  };
-  /* eslint-enable @typescript-eslint/no-require-imports */
   const gc = (globalThis as { gc?: () => void }).gc;
   if (!gc) throw new Error('run with --expose-gc');
   const heap = () => {
@@ -49,12 +36,7 @@ async function child(bundleFile: string, workflowType: string, count: number): P
     gc();
     return process.memoryUsage().heapUsed;
   };
-  const creator = await ReusableVMWorkflowCreator.create(
-    parseWorkflowCode(fs.readFileSync(bundleFile, 'utf8')),
-    5_000,
-    new Set<string>(),
-    undefined,
-  );
+  const creator = await reusableContext(fs.readFileSync(bundleFile, 'utf8'));
   const info = (i: number) => ({
     workflowType,
     workflowId: `context-${i}`,

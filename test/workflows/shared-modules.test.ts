@@ -1,24 +1,12 @@
 import fs from 'node:fs';
 import vm from 'node:vm';
+import { reusableContext } from '../helpers/reusable-context';
 
 /**
  * The session bundle as the tests and the worker build it, loaded by the SDK's own reusable context (no workflow yet):
  * what the modules shared by every workflow look like after the SDK's freeze. A frozen regex or zod schema fails the
  * first input that reaches it, in every workflow of the worker; this finds one before a user does.
  */
-/* eslint-disable @typescript-eslint/no-require-imports -- the SDK's workflow creator is not exported */
-const { ReusableVMWorkflowCreator } = require('@temporalio/worker/lib/workflow/reusable-vm') as {
-  ReusableVMWorkflowCreator: {
-    create(
-      bundle: unknown,
-      timeoutMs: number,
-      activities: Set<string>,
-      patched: undefined,
-    ): Promise<{ context: object }>;
-  };
-};
-const { parseWorkflowCode } = require('@temporalio/worker/lib/worker') as { parseWorkflowCode(code: string): unknown };
-/* eslint-enable @typescript-eslint/no-require-imports */
 
 interface Shared {
   shared: string[];
@@ -64,7 +52,7 @@ let inspected: Shared;
 beforeAll(async () => {
   const code = fs.readFileSync(process.env.DS_TEST_WORKFLOW_BUNDLE!, 'utf8');
   const ids = [...code.matchAll(/^\/\*\*\*\/ "(\.\/src\/[^"]+)"/gm)].map((m) => m[1]!);
-  const creator = await ReusableVMWorkflowCreator.create(parseWorkflowCode(code), 5_000, new Set(), undefined);
+  const creator = await reusableContext(code);
   inspected = JSON.parse(
     vm.runInContext(INSPECT.replace('IDS', JSON.stringify(ids)), creator.context) as string,
   ) as Shared;
