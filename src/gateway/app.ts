@@ -19,7 +19,7 @@ import { IdempotencyKey, SessionId, StartSessionInput, TimelinePageInput, type V
 import { messageOf } from '../errors';
 import { CoalescedReads } from './coalesce';
 import { CODEC_BASE_PATH, codecServer, type CodecServerOptions } from './codec-server';
-import { SessionEvent, sessionEvents, type EventStreamOptions } from './events';
+import { PollClock, SessionEvent, sessionEvents, type EventStreamOptions } from './events';
 import { bearerKey, type ApiKeys, type Principal, type Role } from './keys';
 import { ClientClosedError, strictJsonBody, UnsupportedBodyError } from './json-body';
 import { GATEWAY_CODES, problem, problemOf, type Problem } from './problems';
@@ -225,6 +225,8 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
     timelineReads.read(`${handle.workflow.workflowId}#${from}`, () =>
       handle.timelinePage({ from, limit: 100, all: true }),
     );
+  // Reads coalesce only when they come together: every stream polls on this one clock, so they do.
+  const pollClock = new PollClock(options.events?.pollMs);
 
   const send = (c: Context, p: Problem, extra: Record<string, string> = {}) => {
     const headers: Record<string, string> = { 'content-type': 'application/problem+json', ...extra };
@@ -399,6 +401,7 @@ export function createGateway(options: GatewayOptions): OpenAPIHono<Env> {
       status: statusOf,
       timeline: timelineOf,
       authorized,
+      clock: pollClock,
     });
   });
 

@@ -18,10 +18,34 @@ export interface StreamReaders {
   timeline?: TimelineReader;
   /** Checked at every poll: false ends the stream (the key was revoked, or its role or tenant changed). */
   authorized?: () => boolean;
+  /** When the next poll is: the gateway's clock, shared by all its streams (default: a clock of the stream's own). */
+  clock?: PollClock;
+}
+
+const POLL_MS = 250;
+
+/**
+ * The polls of every stream of a gateway, on one clock: streams that wait for the next poll wake together at a
+ * multiple of `ms`, in one turn of the event loop, so the streams of one session read it together (one query a poll,
+ * not one a stream), however far apart they were opened and however late the loop runs.
+ */
+export class PollClock {
+  private next?: { at: number; tick: Promise<void> };
+
+  constructor(readonly ms: number = POLL_MS) {}
+
+  /** Resolves at the next multiple of `ms` on the wall clock. */
+  wait(): Promise<void> {
+    const at = (Math.floor(Date.now() / this.ms) + 1) * this.ms;
+    if (this.next?.at !== at) {
+      this.next = { at, tick: new Promise((resolve) => setTimeout(resolve, at - Date.now())) };
+    }
+    return this.next.tick;
+  }
 }
 
 export interface EventStreamOptions {
-  /** How often the session is read (default 250 ms). */
+  /** How often the session is read (default 250 ms); a `clock` given in the readers sets it instead. */
   pollMs?: number;
   /** A comment line this often keeps proxies from closing an idle stream (default 15 s). */
   keepAliveMs?: number;
@@ -59,6 +83,7 @@ export async function sessionEvents(
     status: readStatus = (h) => h.status(),
     timeline: readTimeline = (h, from) => h.timelinePage({ from, limit: 100, all: true }),
     authorized = () => true,
+    clock = new PollClock(options.pollMs),
   }: StreamReaders = {},
 ) {
   const asked = lastEventId(c, handle.sessionId);
@@ -67,7 +92,7 @@ export async function sessionEvents(
   // A first connection follows from now on; `?after=0` replays the whole timeline.
   const after = asked ?? first.timelineLength;
   return streamSSE(c, (stream) =>
-    follow(stream, handle, first, after, options, { status: readStatus, timeline: readTimeline, authorized }),
+    follow(stream, handle, first, after, options, { status: readStatus, timeline: readTimeline, authorized, clock }),
   );
 }
 
@@ -76,7 +101,7 @@ async function follow(
   handle: SessionHandle,
   first: SessionStatus,
   after: number,
-  { pollMs = 250, keepAliveMs = 15_000 }: EventStreamOptions,
+  { keepAliveMs = 15_000 }: EventStreamOptions,
   readers: Required<StreamReaders>,
 ): Promise<void> {
   let status = first;
@@ -131,7 +156,7 @@ async function follow(
       await stream.write(': keep-alive\n\n');
       lastWrite = Date.now();
     }
-    await stream.sleep(pollMs);
+    await readers.clock.wait();
     // A key revoked, or moved to another role or tenant, while its stream is open: the stream ends with it.
     if (stream.aborted || !readers.authorized()) break;
     status = await readers.status(handle);

@@ -34,11 +34,37 @@ test('readers that come while a fetch is under way share the next one, never the
   expect(reads.size).toBe(0);
 });
 
+test('readers of one turn share one fetch, sent after the last of them asked', async () => {
+  const reads = new CoalescedReads<number>();
+  const { pending, fetch } = fetches();
+  const together = [reads.read('s', fetch), reads.read('s', fetch)];
+  expect(pending).toHaveLength(0); // not sent while this turn may still bring readers
+  await tick();
+  expect(pending).toHaveLength(1);
+  pending[0]!.resolve(1);
+  await expect(Promise.all(together)).resolves.toEqual([1, 1]);
+  // Readers woken by one event (the streams' poll clock) each ask in a continuation of their own, in one turn.
+  let ring: () => void = () => undefined;
+  const clock = new Promise<void>((r) => (ring = r));
+  const woken = [1, 2, 3].map(async () => {
+    await clock;
+    return reads.read('s', fetch);
+  });
+  ring();
+  await tick();
+  expect(pending).toHaveLength(2);
+  pending[1]!.resolve(2);
+  await expect(Promise.all(woken)).resolves.toEqual([2, 2, 2]);
+  await tick();
+  expect(reads.size).toBe(0);
+});
+
 test('keys do not share, a failure reaches the readers of that fetch only, and a throwing fetch rejects', async () => {
   const reads = new CoalescedReads<number>();
   const { pending, fetch } = fetches();
   const a = reads.read('a', fetch);
   const b = reads.read('b', fetch);
+  await tick();
   expect(pending).toHaveLength(2);
   const aLate = reads.read('a', fetch);
   pending[0]!.reject(new Error('gone'));
