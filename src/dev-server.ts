@@ -70,8 +70,11 @@ export async function startDevServer(options: DevServerOptions): Promise<DevServ
 
   const out = options.logFile ? fs.openSync(options.logFile, 'a') : 'ignore';
   // Its own process group: a Ctrl-C aimed at `npm start` must not stop the server before the worker has drained its
-  // sessions through it; the owner stops it afterwards, and it is killed if the owner exits without doing so.
-  const child = spawn(bin, args, { stdio: ['ignore', out, out], detached: true });
+  // sessions through it; the owner stops it afterwards, and it is killed if the owner exits without doing so. An owner
+  // killed outright runs no exit handler: on Linux the kernel then kills the server too (a parent-death signal set by
+  // setpriv, which execs the server in its place), so it never holds its port and database after its owner is gone.
+  const [program, programArgs] = withParentDeathSignal(bin, args);
+  const child = spawn(program, programArgs, { stdio: ['ignore', out, out], detached: true });
   const killOnExit = () => child.kill('SIGKILL');
   process.once('exit', killOnExit);
   child.once('exit', () => process.off('exit', killOnExit));
@@ -100,6 +103,14 @@ export async function startDevServer(options: DevServerOptions): Promise<DevServ
     process: child,
     stop: () => stopProcess(child),
   };
+}
+
+const SETPRIV = '/usr/bin/setpriv';
+
+/** `setpriv --pdeathsig KILL` before the command where util-linux has it (Linux); the command alone elsewhere. */
+function withParentDeathSignal(bin: string, args: string[]): [string, string[]] {
+  if (process.platform !== 'linux' || !fs.existsSync(SETPRIV)) return [bin, args];
+  return [SETPRIV, ['--pdeathsig', 'KILL', '--', bin, ...args]];
 }
 
 /** The last line the server wrote, which says why it stopped (a port in use, a locked database). */
