@@ -16,7 +16,8 @@ declare global {
  * whose 5 s start-up wait flakes on slow machines), and one workflow bundle shared by every test file.
  */
 export default async function globalSetup(): Promise<void> {
-  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'durable-sessions-test-'));
+  removeAbandoned();
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), `${TMP_PREFIX}${process.pid}-`));
   const port = await freePort();
   const server = await startDevServer({ port, uiPort: null, logFile: path.join(tmp, 'temporal.log') });
   // Two bundles, as workers build them: with payload encryption on, failures' messages go through the codec.
@@ -35,4 +36,30 @@ export default async function globalSetup(): Promise<void> {
   process.env.DS_TEST_WORKFLOW_BUNDLE = bundlePath;
   process.env.DS_TEST_WORKFLOW_BUNDLE_ENCRYPTED = encryptedBundlePath;
   process.env.DS_TEST_TMP = tmp;
+}
+
+const TMP_PREFIX = 'durable-sessions-test-';
+
+/**
+ * The directories of earlier runs whose jest process is gone: a run killed before its global teardown (Ctrl-C twice,
+ * kill -9, a CI timeout) leaves its directory behind, and the next run removes it. Its dev server died with it.
+ */
+function removeAbandoned(): void {
+  const pattern = new RegExp(`^${TMP_PREFIX}(\\d+)-`);
+  for (const name of fs.readdirSync(os.tmpdir())) {
+    const pid = Number(pattern.exec(name)?.[1]);
+    if (pid && pid !== process.pid && !running(pid)) {
+      fs.rmSync(path.join(os.tmpdir(), name), { recursive: true, force: true });
+    }
+  }
+}
+
+function running(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    // Another user's process: running, and not ours to judge.
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
