@@ -57,9 +57,9 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
     }
     attached.set(attachment.data.instanceId, attachment.data);
     resting = false;
-    // A session that wants its host's loss noticed sooner than the lease under way would notice it: lease again.
-    const wanted = timeoutsOf(attached);
-    if (leaseTimeouts && tighter(wanted, leaseTimeouts)) lease?.cancel();
+    // A session that wants its host's loss noticed sooner than the lease under way would notice it: lease again. The
+    // lease already has the tightest of the others, so only this one's need be looked at (a host may hold thousands).
+    if (leaseTimeouts && tighter(timeoutsOf([attachment.data]), leaseTimeouts)) lease?.cancel();
   });
   setHandler(hostStartedSignal, (started) => {
     // Logged, not trusted: whoever can signal may send anything.
@@ -76,7 +76,7 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
     await condition(() => attached.size > 0 || workflowInfo().continueAsNewSuggested);
     if (attached.size === 0) break;
     restarted = false;
-    const timeouts = (leaseTimeouts = timeoutsOf(attached));
+    const timeouts = (leaseTimeouts = timeoutsOf(attached.values()));
     const scope = (lease = new CancellationScope());
     try {
       const result = await scope.run(() =>
@@ -151,10 +151,10 @@ interface Timeouts {
 }
 
 /** The tightest of the attached sessions' liveness options. */
-function timeoutsOf(attached: Map<string, HostAttachment>): Timeouts {
+function timeoutsOf(attached: Iterable<HostAttachment>): Timeouts {
   let heartbeatTimeoutMs = DEFAULT_MONITOR_HEARTBEAT_TIMEOUT_MS;
   let hostTimeoutMs = DEFAULT_MONITOR_HOST_TIMEOUT_MS;
-  for (const a of attached.values()) {
+  for (const a of attached) {
     heartbeatTimeoutMs = Math.min(heartbeatTimeoutMs, a.heartbeatTimeoutMs ?? DEFAULT_MONITOR_HEARTBEAT_TIMEOUT_MS);
     hostTimeoutMs = Math.min(hostTimeoutMs, a.hostTimeoutMs ?? DEFAULT_MONITOR_HOST_TIMEOUT_MS);
   }

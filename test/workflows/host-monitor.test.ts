@@ -95,3 +95,40 @@ test('a forged report is refused and one about another instance changes nothing'
   expect(() => process.kill(before.runtime.pid!, 0)).not.toThrow();
   await session.stop();
 });
+
+test('a session that wants its host watched more closely gets a new lease at once; a looser one does not', async () => {
+  const own = await startTestSystem();
+  try {
+    const monitor = own.client.workflow.getHandle(hostWorkflowId(own.firstHost.hostTaskQueue));
+    /** The heartbeat timeouts of the monitor's leases, in the order they were asked for. */
+    const leases = async (): Promise<number[]> => {
+      const timeouts: number[] = [];
+      for (const event of (await monitor.fetchHistory()).events ?? []) {
+        const scheduled = event.activityTaskScheduledEventAttributes;
+        if (scheduled?.activityType?.name !== 'holdHostLease') continue;
+        timeouts.push(Number(scheduled.heartbeatTimeout?.seconds ?? 0));
+      }
+      return timeouts;
+    };
+    const loose = await own.sessions.start({ sessionId: id('loose'), runtime: { kind: 'memory' } });
+    await runningStatus(loose);
+    await eventually(async () => ((await leases()).length === 1 ? true : undefined));
+    const looser = await own.sessions.start({
+      sessionId: id('looser'),
+      runtime: { kind: 'memory' },
+      liveness: { heartbeatTimeoutMs: 60_000, hostTimeoutMs: 60_000 },
+    });
+    await runningStatus(looser);
+    const close = await own.sessions.start({
+      sessionId: id('close'),
+      runtime: { kind: 'memory' },
+      liveness: { heartbeatTimeoutMs: 3_000, hostTimeoutMs: 3_000 },
+    });
+    await runningStatus(close);
+    // The default lease (5 s), then one as tight as the close session wants: none for the looser one.
+    await eventually(async () => ((await leases()).join() === '5,3' ? true : undefined), 15_000);
+    await Promise.all([loose.stop(), looser.stop(), close.stop()]);
+  } finally {
+    await own.close();
+  }
+}, 60_000);
