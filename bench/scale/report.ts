@@ -151,7 +151,7 @@ export function report(
         `bare worker, per idle bare workflow: ${mib(bareRss)}`,
         `${mib(above)} above`,
         `≤ ${TARGETS.mibPerSessionAboveBare} MiB above`,
-        verdict(above <= TARGETS.mibPerSessionAboveBare),
+        verdict(above <= TARGETS.mibPerSessionAboveBare * MiB),
       ],
       [
         `${workers} RSS with ${TARGET_SESSIONS.toLocaleString('en')} idle running sessions` +
