@@ -4,6 +4,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { freePort } from '../../src/dev-server';
+import { alive } from '../helpers/processes';
 import { eventually } from '../helpers/temporal';
 
 /**
@@ -19,16 +20,6 @@ startDevServer({ port: Number(process.env.PORT), uiPort: null, dbFilename: proce
   setInterval(() => undefined, 60_000);
 });
 `;
-
-/** Running: a zombie (killed, not yet reaped by whichever process adopted it) is not. */
-function alive(pid: number): boolean {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
-  } catch {
-    return false;
-  }
-}
 
 function listening(port: number): Promise<boolean> {
   return new Promise((resolve) => {

@@ -7,6 +7,7 @@ import { SessionClient } from '../../src/client';
 import { loadConfig } from '../../src/config';
 import { dataConverterFromConfig } from '../../src/payloads';
 import { freePort } from '../../src/dev-server';
+import { alive } from '../helpers/processes';
 import { eventually, runningStatus } from '../helpers/temporal';
 
 /**
@@ -54,15 +55,6 @@ async function npmStart(): Promise<ChildProcess> {
 function exited(child: ChildProcess): Promise<number | null> {
   if (child.exitCode !== null) return Promise.resolve(child.exitCode);
   return new Promise((resolve) => child.once('exit', (code) => resolve(code)));
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 async function withSessions<T>(fn: (sessions: SessionClient) => Promise<T>): Promise<T> {
