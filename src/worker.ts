@@ -1,8 +1,16 @@
 import { Client, Connection } from '@temporalio/client';
-import { DefaultLogger, NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
+import {
+  bundleWorkflowCode,
+  DefaultLogger,
+  NativeConnection,
+  Runtime,
+  Worker,
+  type WorkerOptions,
+} from '@temporalio/worker';
 import type { ActivityDeps } from './activities';
 import { createActivities, DEFAULT_MAX_SESSIONS, fenceTargetOf, HostFence, HostState } from './activities';
 import { FleetMember } from './activities/placement';
+import { fleetTaskQueue } from './api/fleet';
 import {
   drainUpdate,
   hostStartedSignal,
@@ -22,7 +30,7 @@ import { connectionOptions } from './temporal-connection';
 import { SESSION_WORKFLOWS } from './workflow-bundle';
 
 export interface SessionWorkers {
-  /** Polls the shared queue (workflows, placement) and this host's own queue (runtime activities). */
+  /** Polls the shared queue (sessions, placement), the fleet queue (directory, monitors) and this host's own queues. */
   run(): Promise<void>;
   /**
    * Moves every session this host runs elsewhere before it goes: each is checkpointed (trigger `drain`) and its
@@ -69,10 +77,14 @@ const STICKY_TIMEOUT = '2s';
  */
 export const DEFAULT_MAX_CACHED_WORKFLOWS = 500;
 
+/** Fleet workflows one worker keeps in memory: the directory and a monitor for each host it runs tasks of. */
+const FLEET_CACHED_WORKFLOWS = 100;
+
 /**
- * Two workers in one process: the shared one runs workflows and activities any host can do; the host one
- * runs the activities that touch runtime instances living in this process (the worker-specific task queue
- * pattern), so a session's capture and stop always reach the machine its process runs on.
+ * The workers of one process: the shared one runs sessions and the activities any host can do; the fleet one runs the
+ * fleet directory and the host monitors; the host one runs the activities that touch runtime instances living in this
+ * process (the worker-specific task queue pattern), so a session's capture and stop always reach the machine its
+ * process runs on; the watch one runs this host's liveness.
  */
 export async function createWorkers(options: CreateWorkersOptions): Promise<SessionWorkers> {
   const host = options.deps.host ?? new HostState();
@@ -94,12 +106,10 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     host,
     metrics,
   });
-  const workflowSource = options.workflowBundle
-    ? { workflowBundle: options.workflowBundle }
-    : {
-        workflowsPath: SESSION_WORKFLOWS.workflowsPath,
-        bundlerOptions: { preloadModules: SESSION_WORKFLOWS.preloadModules },
-      };
+  // Bundled once for the two workers that run workflows.
+  const workflowBundle = options.workflowBundle ?? {
+    code: (await bundleWorkflowCode({ ...SESSION_WORKFLOWS, logger: Runtime.instance().logger })).code,
+  };
   // Heartbeats carry snapshot I/O progress: let the server see it every few seconds, not every 80% of the timeout.
   const heartbeats = { maxHeartbeatThrottleInterval: '2s', defaultHeartbeatThrottleInterval: '2s' } as const;
   const dataConverter = options.dataConverter ? { dataConverter: options.dataConverter } : {};
@@ -115,7 +125,18 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     ...dataConverter,
     maxCachedWorkflows: options.maxCachedWorkflows ?? DEFAULT_MAX_CACHED_WORKFLOWS,
     ...heartbeats,
-    ...workflowSource,
+    workflowBundle,
+  });
+  // The fleet directory and the host monitors: few workflows with long histories and a task at every placement or
+  // attachment, so they get a cache of their own, which sessions never evict them from (fleetTaskQueue).
+  const fleetWorker = await Worker.create({
+    connection: options.connection,
+    namespace: options.namespace,
+    taskQueue: fleetTaskQueue(options.taskQueue),
+    stickyQueueScheduleToStartTimeout: STICKY_TIMEOUT,
+    ...dataConverter,
+    maxCachedWorkflows: FLEET_CACHED_WORKFLOWS,
+    workflowBundle,
   });
   const hostWorker = await Worker.create({
     connection: options.connection,
@@ -136,7 +157,7 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     ...dataConverter,
     ...heartbeats,
   });
-  const workers = [shared, hostWorker, watchWorker];
+  const workers = [shared, fleetWorker, hostWorker, watchWorker];
   let shuttingDown = false;
   return {
     async run() {
@@ -174,7 +195,7 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
 async function startHostMonitor(options: CreateWorkersOptions, host: HostState): Promise<void> {
   await options.client.workflow.signalWithStart('hostWorkflow', {
     workflowId: hostWorkflowId(options.hostTaskQueue),
-    taskQueue: options.taskQueue,
+    taskQueue: fleetTaskQueue(options.taskQueue),
     args: [{ hostTaskQueue: options.hostTaskQueue }],
     signal: hostStartedSignal,
     signalArgs: [{ incarnation: host.incarnation }],

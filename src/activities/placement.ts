@@ -1,5 +1,5 @@
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
-import { fleetWorkflowId, hostLoadSignal, placeUpdate } from '../api/fleet';
+import { fleetTaskQueue, fleetWorkflowId, hostLoadSignal, placeUpdate } from '../api/fleet';
 import type { HostLoadReport, PlacementDecision, PlacementRequest } from '../domain/placement';
 import { messageOf } from '../errors';
 import type { HostState } from './host-state';
@@ -108,7 +108,7 @@ export class FleetMember {
   private async send(report: HostLoadReport): Promise<void> {
     await this.options.client.workflow.signalWithStart('fleetWorkflow', {
       workflowId: fleetWorkflowId(this.options.taskQueue),
-      taskQueue: this.options.taskQueue,
+      taskQueue: fleetTaskQueue(this.options.taskQueue),
       args: [{}],
       signal: hostLoadSignal,
       signalArgs: [report],

@@ -9,6 +9,20 @@ export function fleetWorkflowId(taskQueue: string): string {
   return `fleet-${taskQueue}`;
 }
 
+/**
+ * The fleet's own workflows (the directory and every host's monitor) run on a queue beside the sessions' one, polled by
+ * a worker whose cache holds nothing else: a host with more running sessions than it caches would otherwise evict
+ * these busiest workflows again and again, and each eviction replays their long histories before the next placement.
+ */
+export function fleetTaskQueue(taskQueue: string): string {
+  return `${taskQueue}/fleet`;
+}
+
+/** The queue a fleet workflow continues as new on: the fleet queue, which one started on the sessions' queue moves to. */
+export function continuedFleetTaskQueue(current: string): string {
+  return current.endsWith('/fleet') ? current : fleetTaskQueue(current);
+}
+
 /** Sent by each worker host every few seconds, and as soon as its load changes. */
 export const hostLoadSignal = defineSignal<[HostLoadReport]>('hostLoad');
 /** Chooses a host for a session and counts the session against it at once, so concurrent placements spread. */

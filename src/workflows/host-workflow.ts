@@ -1,16 +1,17 @@
 import {
   CancellationScope,
   condition,
-  continueAsNew,
   getExternalWorkflowHandle,
   isCancellation,
   log,
+  makeContinueAsNewFunc,
   proxyActivities,
   setDefaultSignalHandler,
   setHandler,
   workflowInfo,
 } from '@temporalio/workflow';
 import type { ExitCursor, HostLeaseResult, SessionActivities } from '../activities';
+import { continuedFleetTaskQueue } from '../api/fleet';
 import { attachRuntimeSignal, hostStartedSignal, runtimeReportSignal, watchTaskQueue } from '../api/messages';
 import { HostAttachment, HostWorkflowInput, type RuntimeReport } from '../domain/records';
 import { issueSummary, parse } from './inputs';
@@ -101,7 +102,7 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
       leaseTimeouts = undefined;
     }
   }
-  await continueAsNew<typeof hostWorkflow>({
+  await makeContinueAsNewFunc<typeof hostWorkflow>({ taskQueue: continuedFleetTaskQueue(workflowInfo().taskQueue) })({
     hostTaskQueue: input.hostTaskQueue,
     attached: [...attached.values()],
     cursor,

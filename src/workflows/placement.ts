@@ -1,5 +1,18 @@
-import { allHandlersFinished, condition, continueAsNew, log, setHandler, workflowInfo } from '@temporalio/workflow';
-import { fleetQuery, hostLoadSignal, placeUpdate, type FleetWorkflowInput } from '../api/fleet';
+import {
+  allHandlersFinished,
+  condition,
+  log,
+  makeContinueAsNewFunc,
+  setHandler,
+  workflowInfo,
+} from '@temporalio/workflow';
+import {
+  continuedFleetTaskQueue,
+  fleetQuery,
+  hostLoadSignal,
+  placeUpdate,
+  type FleetWorkflowInput,
+} from '../api/fleet';
 import {
   afterPlacement,
   afterReport,
@@ -60,5 +73,7 @@ export async function fleetWorkflow(input: FleetWorkflowInput = {}): Promise<voi
 
   await condition(() => workflowInfo().continueAsNewSuggested);
   await condition(allHandlersFinished);
-  await continueAsNew<typeof fleetWorkflow>({ hosts: [...hosts.values()] });
+  await makeContinueAsNewFunc<typeof fleetWorkflow>({ taskQueue: continuedFleetTaskQueue(workflowInfo().taskQueue) })({
+    hosts: [...hosts.values()],
+  });
 }

@@ -1,7 +1,7 @@
 import crypto from 'node:crypto';
-import { sessionWorkflowId } from '../../src/api';
+import { fleetQuery, fleetTaskQueue, fleetWorkflowId, hostLoadSignal, sessionWorkflowId } from '../../src/api';
 import { freePort, startDevServer, type DevServer } from '../../src/dev-server';
-import { runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
+import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
 /**
  * Long sessions outgrow one workflow run. This server suggests continue-as-new after 150 events instead of 4,096, so
@@ -52,4 +52,44 @@ test('a session keeps its checkpoints, idempotency answers and runtime watch acr
   process.kill(-runtime.pid!, 'SIGKILL');
   await expect(session.result()).rejects.toMatchObject({ code: 'RuntimeFailed' });
   expect((await session.status()).failure?.message).toBe('the runtime process was killed by SIGKILL');
+});
+
+test("a fleet directory started on the sessions' queue moves to the fleet queue when it continues as new", async () => {
+  // As a worker of an earlier version started it: on the sessions' queue, which this system's workers poll too.
+  const legacy = `legacy-${crypto.randomUUID().slice(0, 8)}`;
+  const handle = await sys.client.workflow.start('fleetWorkflow', {
+    workflowId: fleetWorkflowId(legacy),
+    taskQueue: sys.taskQueue,
+    args: [{}],
+  });
+  const report = (running: number) => ({
+    hostTaskQueue: `${legacy}@old-host`,
+    workerId: 'old-host',
+    incarnation: 'one',
+    labels: [],
+    running,
+    capacity: 100,
+    draining: false,
+    begun: 0,
+    everyMs: 5_000,
+  });
+  // Reports until the directory continues as new: each is a signal, with a workflow task when it comes alone, so a
+  // few dozen cross the 150 events of this server's suggestion.
+  const latest = sys.client.workflow.getHandle(fleetWorkflowId(legacy));
+  let sent = 0;
+  while ((await latest.describe()).runId === handle.firstExecutionRunId) {
+    if (sent === 300) throw new Error(`the directory did not continue as new after ${sent} reports`);
+    await handle.signal(hostLoadSignal, report(++sent));
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  await eventually(async () => (await latest.query(fleetQuery)).hosts[0]?.report.running === sent);
+
+  const now = await latest.describe();
+  expect({ status: now.status.name, taskQueue: now.taskQueue }).toEqual({
+    status: 'RUNNING',
+    taskQueue: fleetTaskQueue(sys.taskQueue),
+  });
+  // The new run answers from the fleet's worker, with what the old one knew and what came since.
+  expect((await latest.query(fleetQuery)).hosts.map((h) => h.report)).toEqual([report(sent)]);
+  await latest.terminate('test done');
 });

@@ -6,6 +6,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { fleetTaskQueue } from '../../src/api';
 import { freePort } from '../../src/dev-server';
 import { prometheusExporter } from '../../src/metrics';
 import { installQuietRuntime, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
@@ -132,3 +133,30 @@ test("a session's checkpoints, restore, a store error and a drain are counted on
   ).toBeGreaterThan(0);
   expect(total(after, 'temporal_workflow_completed_total')).toBeGreaterThan(0);
 });
+
+test('the fleet directory and the host monitor stay cached while sessions crowd the worker cache', async () => {
+  // Four cached sessions and four times as many at work at once: the sessions' cache turns over all the time.
+  const small = await startTestSystem({ firstHost: { maxCachedWorkflows: 4 } });
+  try {
+    const ids = Array.from({ length: 16 }, () => newId('crowd'));
+    const sessions = await Promise.all(
+      ids.map((sessionId) => small.sessions.start({ sessionId, runtime: { kind: 'memory', initialState: sessionId } })),
+    );
+    const checkpoints = await Promise.all(sessions.map((s) => s.checkpoint()));
+    expect(checkpoints.map((c) => c.sequence)).toEqual(ids.map(() => 1));
+    await Promise.all(sessions.map((s) => s.stop({ checkpoint: false })));
+
+    const { samples } = await scrape();
+    const shared = { task_queue: small.taskQueue };
+    const fleet = { task_queue: fleetTaskQueue(small.taskQueue) };
+    // Sessions were evicted and replayed; the directory and the monitor, on the fleet's own worker, never were.
+    expect(total(samples, 'temporal_sticky_cache_miss_total', shared)).toBeGreaterThan(0);
+    expect({
+      cached: total(samples, 'temporal_sticky_cache_size', fleet),
+      misses: total(samples, 'temporal_sticky_cache_miss_total', fleet),
+      evictions: total(samples, 'temporal_sticky_cache_total_forced_eviction_total', fleet),
+    }).toEqual({ cached: 2, misses: 0, evictions: 0 });
+  } finally {
+    await small.close();
+  }
+}, 300_000);

@@ -43,8 +43,8 @@ test(`${SESSIONS} sessions on one worker: every start and control is answered`, 
 }, 300_000);
 
 test('sessions evicted from the worker cache answer every control, in the order they were started', async () => {
-  // Four cached workflows, the host monitor and the fleet directory among them: every session below is evicted
-  // between its start and its first control, and replays its history to answer it.
+  // Four cached sessions: every session below is evicted between its start and its first control, and replays its
+  // history to answer it.
   const small = await startTestSystem({ firstHost: { maxCachedWorkflows: 4 } });
   try {
     const sessions: SessionHandle[] = [];
