@@ -110,7 +110,14 @@ function send(message: WorkerMessage): void {
 async function main(): Promise<void> {
   const config = JSON.parse(process.argv[2]!) as WorkerProcessConfig;
   // Failures reach the benchmark as failed calls; the SDK's warnings (a host queue without workflows) are noise here.
-  Runtime.install({ logger: new DefaultLogger('ERROR'), shutdownSignals: [] });
+  // DS_BENCH_CORE_LOG (a filter such as `temporalio_sdk_core=debug,warn`): the SDK core's log on stderr, to see where a
+  // worker that stopped making progress waits.
+  const coreLog = process.env.DS_BENCH_CORE_LOG;
+  Runtime.install({
+    logger: new DefaultLogger('ERROR'),
+    shutdownSignals: [],
+    ...(coreLog ? { telemetryOptions: { logging: { filter: coreLog, console: {} } } } : {}),
+  });
   const connection = await NativeConnection.connect({ address: config.address });
   const worker = await (config.mode === 'sessions' ? startSessions : startBare)(config, connection);
   process.on('exit', () => worker.kill());
