@@ -1,7 +1,12 @@
-import { WorkflowNotFoundError, type Client } from '@temporalio/client';
-import { fleetTaskQueue, fleetWorkflowId, hostLoadSignal, placeUpdate } from '../api/fleet';
-import type { HostLoadReport, PlacementDecision, PlacementRequest } from '../domain/placement';
-import { messageOf } from '../errors';
+import { WorkflowNotFoundError, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
+import { fleetTaskQueue, fleetWorkflowId, hostLoadSignal, placeManyUpdate, placeUpdate } from '../api/fleet';
+import {
+  MAX_PLACEMENT_BATCH,
+  type HostLoadReport,
+  type PlacementDecision,
+  type PlacementRequest,
+} from '../domain/placement';
+import { messageOf, toError } from '../errors';
 import type { HostState } from './host-state';
 
 /** How often a host reports its load when it does not change; a change is reported within CHANGE_POLL_MS. */
@@ -23,6 +28,11 @@ export interface FleetMemberOptions {
   everyMs?: number;
 }
 
+interface PlacementWaiter {
+  request: PlacementRequest;
+  settle(outcome: { ok: true; decision: PlacementDecision | undefined } | { ok: false; error: unknown }): void;
+}
+
 /**
  * This worker host's membership in the fleet directory (`fleetWorkflow`): it reports the host's load there, and asks
  * the directory where a session goes. Workers share nothing but Temporal, so the directory is a workflow: one
@@ -35,6 +45,10 @@ export class FleetMember {
   private lastSent = '';
   private lastSentAt = 0;
   private stopped = false;
+  /** Placements asked for while an update to the directory is under way. */
+  private readonly waiting: PlacementWaiter[] = [];
+  private placing = false;
+  private directoryPlacesOneByOne = false;
 
   constructor(private readonly options: FleetMemberOptions) {
     this.everyMs = options.everyMs ?? DEFAULT_REPORT_EVERY_MS;
@@ -62,17 +76,71 @@ export class FleetMember {
   }
 
   /**
-   * The directory's decision, or undefined when there is no directory to ask (the caller then places here). The
-   * update waits for a worker to run the directory: it gives up at `signal` (this worker shutting down, which
-   * would otherwise wait for it) or after PLACE_TIMEOUT_MS, and the placement is retried.
+   * The directory's decision, or undefined when there is no directory to ask (the caller then places here).
+   *
+   * One update to the directory is in flight from this worker at a time: the placements asked for meanwhile wait, and
+   * go together in the next one (`placeMany`). A workflow answers a few updates in flight quickly and many of them
+   * hardly at all (bench/README.md, Fleet directory). The update waits for a worker to run the directory; it gives up
+   * after PLACE_TIMEOUT_MS and the placements are retried. A caller that gives up sooner (`signal`: this worker
+   * shutting down) is answered at once; a decision made for it later lapses as any reservation does.
    */
-  async place(request: PlacementRequest, signal?: AbortSignal): Promise<PlacementDecision | undefined> {
+  place(request: PlacementRequest, signal?: AbortSignal): Promise<PlacementDecision | undefined> {
+    return new Promise((resolve, reject) => {
+      if (signal?.aborted) return reject(toError(signal.reason));
+      const onAbort = () => {
+        const at = this.waiting.indexOf(waiter);
+        if (at >= 0) this.waiting.splice(at, 1);
+        reject(toError(signal!.reason));
+      };
+      const waiter: PlacementWaiter = {
+        request,
+        settle: (outcome) => {
+          signal?.removeEventListener('abort', onAbort);
+          if (outcome.ok) resolve(outcome.decision);
+          else reject(toError(outcome.error));
+        },
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.waiting.push(waiter);
+      void this.sendPlacements();
+    });
+  }
+
+  private async sendPlacements(): Promise<void> {
+    if (this.placing) return;
+    this.placing = true;
+    try {
+      while (this.waiting.length > 0) {
+        const batch = this.waiting.splice(0, MAX_PLACEMENT_BATCH);
+        try {
+          const decisions = await this.ask(batch.map((w) => w.request));
+          batch.forEach((w, i) => w.settle({ ok: true, decision: decisions?.[i] }));
+        } catch (error) {
+          for (const w of batch) w.settle({ ok: false, error });
+        }
+      }
+    } finally {
+      this.placing = false;
+    }
+  }
+
+  /** One update for the batch; `place` for each when the directory predates `placeMany` (a rolling upgrade). */
+  private async ask(requests: PlacementRequest[]): Promise<(PlacementDecision | undefined)[] | undefined> {
     const { client } = this.options;
     const handle = client.workflow.getHandle(fleetWorkflowId(this.options.taskQueue));
-    const ask = () => handle.executeUpdate(placeUpdate, { args: [request] });
+    const within = <T>(fn: () => Promise<T>) => client.withDeadline(Date.now() + PLACE_TIMEOUT_MS, fn);
     try {
-      return await client.withDeadline(Date.now() + PLACE_TIMEOUT_MS, () =>
-        signal ? client.withAbortSignal(signal, ask) : ask(),
+      if (!this.directoryPlacesOneByOne) {
+        try {
+          return await within(() => handle.executeUpdate(placeManyUpdate, { args: [{ requests }] }));
+        } catch (err) {
+          if (!(err instanceof WorkflowUpdateFailedError && /No registered handler/.test(messageOf(err.cause))))
+            throw err;
+          this.directoryPlacesOneByOne = true;
+        }
+      }
+      return await Promise.all(
+        requests.map((request) => within(() => handle.executeUpdate(placeUpdate, { args: [request] }))),
       );
     } catch (err) {
       if (err instanceof WorkflowNotFoundError) return undefined;

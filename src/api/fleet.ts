@@ -1,5 +1,11 @@
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
-import type { HostLoadReport, KnownHost, PlacementDecision, PlacementRequest } from '../domain/placement';
+import type {
+  HostLoadReport,
+  KnownHost,
+  PlacementBatch,
+  PlacementDecision,
+  PlacementRequest,
+} from '../domain/placement';
 
 /**
  * The fleet directory: one workflow per task queue that every worker host reports its load to, and that places
@@ -27,6 +33,12 @@ export function continuedFleetTaskQueue(current: string): string {
 export const hostLoadSignal = defineSignal<[HostLoadReport]>('hostLoad');
 /** Chooses a host for a session and counts the session against it at once, so concurrent placements spread. */
 export const placeUpdate = defineUpdate<PlacementDecision, [PlacementRequest]>('place');
+/**
+ * Several placements in one update, decided in order, one decision each: a worker keeps one update in flight to the
+ * directory, because a workflow with more than a few updates in flight answers far fewer of them (bench/README.md,
+ * Fleet directory).
+ */
+export const placeManyUpdate = defineUpdate<PlacementDecision[], [PlacementBatch]>('placeMany');
 /** The hosts the directory knows, live or not, with their load. */
 export const fleetQuery = defineQuery<FleetView>('fleet');
 

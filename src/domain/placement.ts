@@ -72,6 +72,13 @@ export const PlacementRequest = strictObject({
 });
 export type PlacementRequest = z.infer<typeof PlacementRequest>;
 
+/** Placements a worker asks for together: the ones that came while its previous batch was under way. */
+export const MAX_PLACEMENT_BATCH = 100;
+export const PlacementBatch = strictObject({
+  requests: z.array(PlacementRequest).min(1).max(MAX_PLACEMENT_BATCH),
+});
+export type PlacementBatch = z.infer<typeof PlacementBatch>;
+
 export type PlacementDecision =
   | { ok: true; hostTaskQueue: string }
   /** `unsatisfiable`: no live host matches the constraints; `busy`: those that do are full or draining. */

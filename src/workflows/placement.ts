@@ -10,6 +10,7 @@ import {
   continuedFleetTaskQueue,
   fleetQuery,
   hostLoadSignal,
+  placeManyUpdate,
   placeUpdate,
   type FleetWorkflowInput,
 } from '../api/fleet';
@@ -20,8 +21,10 @@ import {
   HostLoadReport,
   isLive,
   loadOf,
+  PlacementBatch,
   PlacementRequest,
   type KnownHost,
+  type PlacementDecision,
 } from '../domain/placement';
 import { issueSummary, parse } from './inputs';
 
@@ -47,24 +50,27 @@ export async function fleetWorkflow(input: FleetWorkflowInput = {}): Promise<voi
     for (const [queue, h] of hosts) if (now - h.seenAt > FORGET_AFTER_MS) hosts.delete(queue);
   });
 
-  setHandler(
-    placeUpdate,
-    (request: PlacementRequest) => {
-      const decision = choosePlacement(hosts.values(), request, Date.now());
-      if (decision.ok) {
-        const host = hosts.get(decision.hostTaskQueue)!;
-        hosts.set(decision.hostTaskQueue, afterPlacement(host, Date.now()));
-      }
-      return decision;
+  const place = (request: PlacementRequest): PlacementDecision => {
+    const decision = choosePlacement(hosts.values(), request, Date.now());
+    if (decision.ok) {
+      const host = hosts.get(decision.hostTaskQueue)!;
+      hosts.set(decision.hostTaskQueue, afterPlacement(host, Date.now()));
+    }
+    return decision;
+  };
+  setHandler(placeUpdate, place, {
+    // Synchronous, as validators must be: a refused request leaves no event in history.
+    validator: (request: PlacementRequest) => {
+      parse(PlacementRequest, request ?? {});
     },
-    {
-      // Synchronous, as validators must be: a refused request leaves no event in history.
-      validator: (request: PlacementRequest) => {
-        parse(PlacementRequest, request ?? {});
-      },
-      description: 'Choose the least-loaded live worker host that satisfies a placement, and count the session on it.',
+    description: 'Choose the least-loaded live worker host that satisfies a placement, and count the session on it.',
+  });
+  setHandler(placeManyUpdate, (batch: PlacementBatch) => batch.requests.map(place), {
+    validator: (batch: PlacementBatch) => {
+      parse(PlacementBatch, batch ?? {});
     },
-  );
+    description: 'Place several sessions in order, as `place` does each: one decision per request.',
+  });
 
   setHandler(fleetQuery, () => {
     const now = Date.now();
