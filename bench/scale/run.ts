@@ -7,6 +7,8 @@
  *   npx tsx bench/scale/run.ts --quick
  *   npx tsx bench/scale/run.ts --sessions 500 --concurrency 25
  *   npx tsx bench/scale/run.ts --workers 2 --store s3   # two workers sharing nothing but Temporal and a bucket
+ *   DS_BENCH_CORE_LOG='temporalio_sdk_core::worker::workflow=debug,warn' npx tsx bench/scale/run.ts --quick
+ *                                  # the SDK core's log of the worker under test, on stderr
  *
  * Nothing here asserts: it prints (and writes to .bench/scale.md) what it measured, with PASS/MISS beside each target.
  */
