@@ -14,6 +14,8 @@ export const DEFAULT_REPORT_EVERY_MS = 5_000;
 const CHANGE_POLL_MS = 200;
 /** Below placeSession's start-to-close timeout (10 s): the activity fails by itself and is retried. */
 const PLACE_TIMEOUT_MS = 8_000;
+/** How long a worker asks a directory without `placeMany` one placement at a time before it tries a batch again. */
+const OLD_DIRECTORY_RECHECK_MS = 60_000;
 
 export interface FleetMemberOptions {
   client: Client;
@@ -48,7 +50,8 @@ export class FleetMember {
   /** Placements asked for while an update to the directory is under way. */
   private readonly waiting: PlacementWaiter[] = [];
   private placing = false;
-  private directoryPlacesOneByOne = false;
+  /** Until when the directory is taken for one of an earlier release (no `placeMany`): a rolling upgrade ends. */
+  private oneByOneUntil = 0;
 
   constructor(private readonly options: FleetMemberOptions) {
     this.everyMs = options.everyMs ?? DEFAULT_REPORT_EVERY_MS;
@@ -130,13 +133,13 @@ export class FleetMember {
     const handle = client.workflow.getHandle(fleetWorkflowId(this.options.taskQueue));
     const within = <T>(fn: () => Promise<T>) => client.withDeadline(Date.now() + PLACE_TIMEOUT_MS, fn);
     try {
-      if (!this.directoryPlacesOneByOne) {
+      if (Date.now() >= this.oneByOneUntil) {
         try {
           return await within(() => handle.executeUpdate(placeManyUpdate, { args: [{ requests }] }));
         } catch (err) {
           if (!(err instanceof WorkflowUpdateFailedError && /No registered handler/.test(messageOf(err.cause))))
             throw err;
-          this.directoryPlacesOneByOne = true;
+          this.oneByOneUntil = Date.now() + OLD_DIRECTORY_RECHECK_MS;
         }
       }
       return await Promise.all(
