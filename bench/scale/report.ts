@@ -1,6 +1,7 @@
 /** The scale benchmark's Markdown report: targets as ratios against baselines of the same run, then the detail. */
 import { table } from '../markdown';
 import type { BareResult } from './bare-scenario';
+import type { FleetHealth } from './fleet-health';
 import { percentile, type Calls } from './load';
 import type { ScaleOptions } from './scenario';
 import type { SessionResult } from './session-scenario';
@@ -90,6 +91,7 @@ export function report(
   bare: BareResult,
   machine: string,
   contexts: ContextCosts,
+  fleet: FleetHealth | string,
 ): string {
   const n = options.sessions;
   const c = options.concurrency;
@@ -277,6 +279,18 @@ export function report(
         'server requests/s while idle (frontend, busiest)',
         topRequests(sessions.idle.requests),
         topRequests(bare.idle.requests),
+        '—',
+      ],
+      [
+        'the fleet directory · the host monitors: runs, workflow tasks timed out, failed; leases timed out, the ' +
+          'largest lease asked for',
+        typeof fleet === 'string'
+          ? `not read: ${fleet}`
+          : `directory ${fleet.runs.directory} run(s), ${fleet.taskTimeouts.directory} timed out, ` +
+            `${fleet.taskFailures.directory} failed · monitors ${fleet.runs.monitors} run(s), ` +
+            `${fleet.taskTimeouts.monitors} timed out, ${fleet.taskFailures.monitors} failed; ` +
+            `${fleet.leaseTimeouts} leases timed out, largest ${kib(fleet.largestLeaseBytes)}`,
+        '—',
         '—',
       ],
       [

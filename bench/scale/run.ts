@@ -25,6 +25,7 @@ import { SESSION_WORKFLOWS } from '../../src/workflow-bundle';
 import { measureContexts } from './workflow-context';
 import { startS3Server } from '../../test/helpers/s3-server';
 import { runBare } from './bare-scenario';
+import { fleetHealth } from './fleet-health';
 import { report } from './report';
 import type { ScaleContext, ScaleOptions } from './scenario';
 import { runSessions } from './session-scenario';
@@ -152,6 +153,7 @@ async function main(): Promise<void> {
     const bare = await runBare({ ...ctx, dir }, bareBundle);
     console.log('scale: sessions…');
     const sessions = await runSessions({ ...ctx, dir }, sessionBundle);
+    const fleet = await fleetHealth(ctx.client).catch((err: unknown) => String(err));
 
     const cpu = os.cpus();
     const machine =
@@ -160,7 +162,7 @@ async function main(): Promise<void> {
         .loadavg()
         .map((l) => l.toFixed(2))
         .join(' ')}`;
-    const markdown = report(options, sessions, bare, machine, contexts);
+    const markdown = report(options, sessions, bare, machine, contexts, fleet);
     console.log(`\n${markdown}`);
     // One file per shape of run, so that the one-worker run and the fleet run of `npm run bench` keep both.
     const shape = options.workers === 1 && options.store === 'local' ? '' : `-${options.workers}w-${options.store}`;
