@@ -282,14 +282,16 @@ export function report(
         '—',
       ],
       [
-        'the fleet directory · the host monitors: runs, workflow tasks timed out, failed; leases timed out, the ' +
-          'largest lease asked for',
+        'the fleet directory · the host monitors: runs, workflow tasks timed out (of them not picked up from the ' +
+          'sticky queue), failed; leases timed out, the largest lease asked for',
         typeof fleet === 'string'
           ? `not read: ${fleet}`
-          : `directory ${fleet.runs.directory} run(s), ${fleet.taskTimeouts.directory} timed out, ` +
-            `${fleet.taskFailures.directory} failed · monitors ${fleet.runs.monitors} run(s), ` +
-            `${fleet.taskTimeouts.monitors} timed out, ${fleet.taskFailures.monitors} failed; ` +
-            `${fleet.leaseTimeouts} leases timed out, largest ${kib(fleet.largestLeaseBytes)}`,
+          : `directory ${fleet.runs.directory} run(s), ${fleet.taskTimeouts.directory} timed out ` +
+            `(${fleet.stickyTimeouts.directory} sticky), ${fleet.taskFailures.directory} failed · monitors ` +
+            `${fleet.runs.monitors} run(s), ${fleet.taskTimeouts.monitors} timed out ` +
+            `(${fleet.stickyTimeouts.monitors} sticky), ${fleet.taskFailures.monitors} failed; ` +
+            `${fleet.leaseTimeouts} leases timed out${kinds(fleet.leaseTimeoutKinds)}, ` +
+            `largest ${kib(fleet.largestLeaseBytes)}`,
         '—',
         '—',
       ],
@@ -338,4 +340,10 @@ export function report(
     `Machine: ${machine}`,
     '',
   ].join('\n');
+}
+
+/** ` (HEARTBEAT 2, …)`, or nothing when there were none. */
+function kinds(counts: Record<string, number>): string {
+  const parts = Object.entries(counts).map(([kind, n]) => `${kind} ${n}`);
+  return parts.length ? ` (${parts.join(', ')})` : '';
 }

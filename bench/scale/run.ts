@@ -153,7 +153,7 @@ async function main(): Promise<void> {
     const bare = await runBare({ ...ctx, dir }, bareBundle);
     console.log('scale: sessions…');
     const sessions = await runSessions({ ...ctx, dir }, sessionBundle);
-    const fleet = await fleetHealth(ctx.client).catch((err: unknown) => String(err));
+    const fleet = await fleetHealth(ctx.client, sessions.finishedAt).catch((err: unknown) => String(err));
 
     const cpu = os.cpus();
     const machine =

@@ -22,6 +22,8 @@ export interface WorkspaceResult {
 
 export interface SessionResult extends ScenarioResult {
   workspace: WorkspaceResult;
+  /** When the last session stopped, before the worker did: what the fleet went through after it is not the run's. */
+  finishedAt: Date;
 }
 
 /** Slow enough that 200 of them fork little on a shared machine; any sleeping loop would do. */
@@ -48,7 +50,7 @@ export async function runSessions(ctx: ScaleContext, bundlePath: string): Promis
     };
     const measured = await measureLifecycle(ctx, fleet, files, { prefix: 'memory', start, run: lifecycle, probe });
     const workspace = await runWorkspaces(ctx, client, fleet, files);
-    return { ...measured, workspace };
+    return { ...measured, workspace, finishedAt: new Date() };
   });
 }
 
