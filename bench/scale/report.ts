@@ -185,7 +185,9 @@ export function report(
         '—',
       ],
       [
-        `CPU of worker + server, ${n} sessions idle for ${sessions.idle.seconds.toFixed(0)} s (% of one core)`,
+        `CPU of worker + server, ${n} sessions idle for ${sessions.idle.seconds.toFixed(0)} s, after ` +
+          `${sessions.idle.settleSeconds.toFixed(0)} s to settle (bare ${bare.idle.settleSeconds.toFixed(0)} s) ` +
+          '(% of one core)',
         `${pct(sessions.idle.workerCpu)} + ${pct(sessions.idle.serverCpu)} = ${pct(idle)}`,
         `bare, ${n} idle: ${pct(bare.idle.workerCpu)} + ${pct(bare.idle.serverCpu)} = ${pct(bareIdle)}`,
         ratio(idle, bareIdle),

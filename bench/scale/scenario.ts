@@ -45,6 +45,8 @@ export interface ScaleContext {
 
 export interface IdleWindow {
   seconds: number;
+  /** How long the window waited for the start's stragglers (replays of evicted workflows) to end. */
+  settleSeconds: number;
   /** Share of one core, over the window. */
   workerCpu: number;
   serverCpu: number;
@@ -112,9 +114,33 @@ export interface ScenarioResult {
 /** Workflows of each kind a probe times: few, one at a time, so the row is the cost of one control, not of a queue. */
 export const PROBES = 10;
 
+/** Operations that mean a workflow is still working: its tasks answered and its history fetched for a replay. */
+const WORKING = ['RespondWorkflowTaskCompleted', 'RespondWorkflowTaskFailed', 'GetWorkflowExecutionHistory'];
+/** The working rate (per second, over one slice) below which the workflows count as idle. */
+const SETTLED_RATE = 1;
+const SETTLE_SLICE_MS = 5_000;
+const SETTLE_LIMIT_MS = 180_000;
+
+/**
+ * Waits until the server answers almost no workflow tasks: right after a large start, evicted workflows still replay
+ * for a minute or more, and a window opened then measures the start's tail, not idle workflows.
+ */
+async function settle(metricsUrl: string): Promise<number> {
+  const t0 = performance.now();
+  let before = await frontendRequests(metricsUrl);
+  while (performance.now() - t0 < SETTLE_LIMIT_MS) {
+    await delay(SETTLE_SLICE_MS);
+    const after = await frontendRequests(metricsUrl);
+    const rates = new Map(requestRates(before, after, SETTLE_SLICE_MS / 1_000));
+    before = after;
+    if (WORKING.reduce((sum, op) => sum + (rates.get(op) ?? 0), 0) < SETTLED_RATE) break;
+  }
+  return (performance.now() - t0) / 1_000;
+}
+
 /** Lets the start's stragglers settle, then measures the workers' and the server's CPU over the idle window. */
 export async function measureIdle(ctx: ScaleContext, workerPids: number[]): Promise<IdleWindow> {
-  await delay(3_000);
+  const settleSeconds = await settle(ctx.metricsUrl);
   const before = await frontendRequests(ctx.metricsUrl);
   const window = cpuWindow({
     server: ctx.serverPid,
@@ -126,7 +152,7 @@ export async function measureIdle(ctx: ScaleContext, workerPids: number[]): Prom
   const seconds = (performance.now() - t0) / 1_000;
   const after = await frontendRequests(ctx.metricsUrl);
   const workerCpu = Object.values(workers).reduce((a, b) => a + b, 0);
-  return { seconds, workerCpu, serverCpu: server!, requests: requestRates(before, after, seconds) };
+  return { seconds, settleSeconds, workerCpu, serverCpu: server!, requests: requestRates(before, after, seconds) };
 }
 
 /**
