@@ -71,6 +71,8 @@ function perSessionSecondHalf(r: { memory: BareResult['memory'] }, n: number): n
   return (r.memory.loaded.rss - r.memory.half.rss) / (n - Math.floor(n / 2));
 }
 
+const loopDelays = ({ memory: m }: { memory: BareResult['memory'] }) =>
+  [m.empty, m.half, m.loaded, m.after].map((s) => ms(s.loopDelayMaxMs)).join(' · ');
 const topRequests = (requests: [string, number][], unit = '/s', count = 4) =>
   requests
     .slice(0, count)
@@ -259,6 +261,12 @@ export function report(
       ...(options.workers > 1
         ? [['RSS of each worker: nothing running · N idle · all stopped', eachWorker(sessions), eachWorker(bare), '—']]
         : []),
+      [
+        "worker's longest event-loop delay: warm-up · first half of the starts · second half · idle and controls",
+        loopDelays(sessions),
+        loopDelays(bare),
+        '—',
+      ],
       [
         'worker RSS per session, second half of the starts only',
         mib(perSessionSecondHalf(sessions, n)),

@@ -84,6 +84,7 @@ export class WorkerFleet {
     return {
       rss: perWorker.reduce((n, s) => n + s.rss, 0),
       heapUsed: perWorker.reduce((n, s) => n + s.heapUsed, 0),
+      loopDelayMaxMs: Math.max(...perWorker.map((s) => s.loopDelayMaxMs)),
       perWorker,
     };
   }

@@ -8,6 +8,8 @@ export interface MemorySample {
   /** VmRSS from /proc, after a full GC in the worker. */
   rss: number;
   heapUsed: number;
+  /** The main thread's longest event-loop delay since the previous sample. */
+  loopDelayMaxMs: number;
 }
 
 export interface WorkerHandle {
@@ -43,8 +45,8 @@ export async function startWorkerProcess(config: WorkerProcessConfig, profileDir
     async sample() {
       const reply = nextMessage(child, 'sample', 60_000);
       child.send({ type: 'sample' } satisfies WorkerRequest);
-      const { heapUsed } = (await reply) as Extract<WorkerMessage, { type: 'sample' }>;
-      return { rss: residentBytes(child.pid!), heapUsed };
+      const { heapUsed, loopDelayMaxMs } = (await reply) as Extract<WorkerMessage, { type: 'sample' }>;
+      return { rss: residentBytes(child.pid!), heapUsed, loopDelayMaxMs };
     },
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return;

@@ -6,6 +6,7 @@
  * workflows and a no-op activity. Several of either may poll one task queue, each with a host queue of its own.
  */
 import * as path from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import { MemoryRuntime, WorkspaceRuntime } from '../../src/runtimes';
@@ -35,7 +36,7 @@ export interface WorkerProcessConfig {
 /** Parent → child. */
 export type WorkerRequest = { type: 'sample' } | { type: 'stop' };
 /** Child → parent. */
-export type WorkerMessage = { type: 'ready' } | { type: 'sample'; heapUsed: number };
+export type WorkerMessage = { type: 'ready' } | { type: 'sample'; heapUsed: number; loopDelayMaxMs: number };
 
 interface Running {
   run(): Promise<void>;
@@ -126,11 +127,17 @@ async function main(): Promise<void> {
   process.once('SIGINT', () => process.exit(130));
   process.once('disconnect', () => process.exit(1));
   const running = worker.run();
+  // The longest the main thread kept a callback waiting since the last sample: a lease heartbeat waits as long.
+  const loop = monitorEventLoopDelay({ resolution: 20 });
+  loop.enable();
   process.on('message', (request: WorkerRequest) => {
     if (request.type === 'sample') {
-      // A full collection first, so that what is counted is what stays alive, not garbage awaiting a GC.
+      // The delay up to this sample; then a full collection, so that what is counted is what stays alive.
+      const loopDelayMaxMs = loop.max / 1e6;
       global.gc?.();
-      send({ type: 'sample', heapUsed: process.memoryUsage().heapUsed });
+      send({ type: 'sample', heapUsed: process.memoryUsage().heapUsed, loopDelayMaxMs });
+      // Once the delay this GC caused is recorded: the benchmark's own collection is not the worker's.
+      setTimeout(() => loop.reset(), 1);
     } else {
       worker.shutdown();
       void running
