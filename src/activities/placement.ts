@@ -90,18 +90,22 @@ export class FleetMember {
   place(request: PlacementRequest, signal?: AbortSignal): Promise<PlacementDecision | undefined> {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) return reject(toError(signal.reason));
+      // A caller that gave up may already be in a batch under way: its answer, when it comes, is for no one.
+      let settled = false;
+      const finish = (done: () => void) => {
+        if (settled) return;
+        settled = true;
+        signal?.removeEventListener('abort', onAbort);
+        done();
+      };
       const onAbort = () => {
         const at = this.waiting.indexOf(waiter);
         if (at >= 0) this.waiting.splice(at, 1);
-        reject(toError(signal!.reason));
+        finish(() => reject(toError(signal!.reason)));
       };
       const waiter: PlacementWaiter = {
         request,
-        settle: (outcome) => {
-          signal?.removeEventListener('abort', onAbort);
-          if (outcome.ok) resolve(outcome.decision);
-          else reject(toError(outcome.error));
-        },
+        settle: (outcome) => finish(() => (outcome.ok ? resolve(outcome.decision) : reject(toError(outcome.error)))),
       };
       signal?.addEventListener('abort', onAbort, { once: true });
       this.waiting.push(waiter);

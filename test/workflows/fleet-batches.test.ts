@@ -51,6 +51,30 @@ test('placements asked for at once go to the directory together, each decided an
   }
 });
 
+test('a caller that gives up is answered at once, and the others as before', async () => {
+  const member = new FleetMember({
+    client: sys.client,
+    taskQueue: sys.taskQueue,
+    hostTaskQueue: `${sys.taskQueue}@quitter`,
+    capacity: 1_000,
+    host: new HostState(),
+  });
+  await member.start();
+  try {
+    // The first placement goes alone; of those waiting behind it, every third gives up before its batch goes.
+    const controllers = Array.from({ length: 12 }, () => new AbortController());
+    const outcomes = Promise.allSettled(controllers.map((c) => member.place({}, c.signal)));
+    controllers.forEach((c, i) => i % 3 === 0 && c.abort(new Error(`caller ${i} gave up`)));
+    const settled = await outcomes;
+    settled.forEach((outcome, i) => {
+      if (i % 3 === 0) expect(outcome).toEqual({ status: 'rejected', reason: new Error(`caller ${i} gave up`) });
+      else expect(outcome).toMatchObject({ status: 'fulfilled', value: { ok: true } });
+    });
+  } finally {
+    await member.stop();
+  }
+});
+
 test('a directory of a release before placeMany is asked one placement at a time', async () => {
   // The old directory runs on its own fleet queue, with its own worker and bundle.
   const taskQueue = `old-directory-${crypto.randomUUID().slice(0, 8)}`;
