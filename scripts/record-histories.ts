@@ -37,6 +37,7 @@ const SCENARIOS = [
   'restart-from-spec',
   'pause-through-host-loss',
   'checkpoint-through-host-loss',
+  'monitor-continues',
 ] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
@@ -274,6 +275,7 @@ async function main(): Promise<void> {
     if (wanted('restart-from-spec') || wanted('pause-through-host-loss') || wanted('checkpoint-through-host-loss')) {
       await recordHostLoss(server.address, client, path.join(dir, 'crash'), out, label, wanted);
     }
+    if (wanted('monitor-continues')) await recordMonitorContinues(path.join(dir, 'long'), out, label);
   } finally {
     workers.shutdown();
     await running;
@@ -369,6 +371,56 @@ async function recordHostLoss(
   }
 }
 
+/**
+ * A host's monitor that continues as new while its lease is held: on a server that suggests it after 150 events,
+ * sessions start on one host until the monitor's first run ends. Its first run is the history.
+ */
+async function recordMonitorContinues(dataDir: string, out: string, label: string): Promise<void> {
+  const server = await startDevServer({
+    port: await freePort(),
+    uiPort: null,
+    extraArgs: ['--dynamic-config-value', 'limit.historyCount.suggestContinueAsNew=150'],
+  });
+  const native = await NativeConnection.connect({ address: server.address });
+  const connection = await Connection.connect({ address: server.address });
+  const client = new Client({ connection });
+  const taskQueue = 'record-long';
+  const hostTaskQueue = `${taskQueue}@host`;
+  const workers = await createWorkers({
+    connection: native,
+    client,
+    namespace: 'default',
+    taskQueue,
+    hostTaskQueue,
+    deps: {
+      store: new FsSnapshotStore(path.join(dataDir, 'snapshots')),
+      runtimes: { memory: new MemoryRuntime() },
+      hostTaskQueue,
+      watchHeartbeatMs: 500,
+    },
+  });
+  const running = workers.run();
+  try {
+    const sessions = new SessionClient({ client, taskQueue });
+    const monitor = client.workflow.getHandle(hostWorkflowId(hostTaskQueue));
+    let firstRunId = '';
+    // The workers start the monitor as they begin to run.
+    await waitFor(async () => (firstRunId = (await monitor.describe().catch(() => undefined))?.runId ?? '') !== '');
+    for (let i = 0; (await monitor.describe()).runId === firstRunId; i++) {
+      if (i === 200) throw new Error('the host monitor did not continue as new after 200 sessions');
+      const s = await sessions.start({ sessionId: `replay-long-${i}`, runtime: { kind: 'memory' } });
+      await waitFor(async () => (await s.status()).phase === 'running');
+    }
+    write(server.address, out, `${label}-monitor-continues.json`, hostWorkflowId(hostTaskQueue), firstRunId);
+  } finally {
+    workers.shutdown();
+    await running;
+    await native.close();
+    await connection.close();
+    await server.stop();
+  }
+}
+
 /** A worker as `npm run worker` starts it, in its own process, once it polls. */
 async function startWorker(address: string, taskQueue: string, dataDir: string): Promise<ChildProcess> {
   const env: NodeJS.ProcessEnv = {
@@ -403,7 +455,7 @@ function killed(child: ChildProcess): Promise<void> {
 }
 
 /** The history as `temporal workflow show -o json` prints it: the same JSON the Web UI downloads. */
-function write(address: string, dir: string, file: string, workflowId: string): void {
+function write(address: string, dir: string, file: string, workflowId: string, runId?: string): void {
   const json = execFileSync(DEFAULT_TEMPORAL_BIN, [
     'workflow',
     'show',
@@ -411,6 +463,7 @@ function write(address: string, dir: string, file: string, workflowId: string): 
     address,
     '--workflow-id',
     workflowId,
+    ...(runId ? ['--run-id', runId] : []),
     '--output',
     'json',
   ]);

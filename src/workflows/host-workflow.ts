@@ -5,6 +5,7 @@ import {
   isCancellation,
   log,
   makeContinueAsNewFunc,
+  patched,
   proxyActivities,
   setDefaultSignalHandler,
   setHandler,
@@ -16,6 +17,7 @@ import { attachRuntimeSignal, hostStartedSignal, runtimeReportSignal, watchTaskQ
 import { HostAttachment, HostWorkflowInput, type RuntimeReport } from '../domain/records';
 import { issueSummary, parse } from './inputs';
 import { failureMessage } from './failures';
+import { MONITOR_CONTINUES_PATCH } from './patches';
 
 /**
  * Without a session's own setting, a host is lost once its lease went 5 s without a heartbeat and the host then did
@@ -58,6 +60,13 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
     }
     attached.set(attachment.data.instanceId, attachment.data);
     resting = false;
+    // An attachment comes with every session started here, and a lease is held for a round of minutes: a run that
+    // waited for the lease to return would grow by thousands of events past the server's suggestion. The lease is
+    // cancelled, and the next run asks for one that lists what this one knew.
+    if (lease && workflowInfo().continueAsNewSuggested && patched(MONITOR_CONTINUES_PATCH)) {
+      lease.cancel();
+      return;
+    }
     // A session that wants its host's loss noticed sooner than the lease under way would notice it: lease again. The
     // lease already has the tightest of the others, so only this one's need be looked at (a host may hold thousands).
     if (leaseTimeouts && tighter(timeoutsOf([attachment.data]), leaseTimeouts)) lease?.cancel();

@@ -117,3 +117,10 @@ export const MONITOR_DECIDES_PATCH = 'monitor-decides-host-loss';
  * the stopRuntime activity as before. One activity and one workflow task fewer per pause.
  */
 export const CAPTURE_THEN_STOP_PATCH = 'capture-then-stop';
+
+/**
+ * The host's monitor (not the session workflow) continues as new while a lease is held, once the server suggests it:
+ * it cancels the lease at the next attachment and the next run asks for one. Before, a run held its lease for the
+ * whole round (10 minutes), growing by an attachment per session started on the host, whatever the suggestion said.
+ */
+export const MONITOR_CONTINUES_PATCH = 'monitor-continues-during-lease';

@@ -1,7 +1,16 @@
 import crypto from 'node:crypto';
-import { fleetQuery, fleetTaskQueue, fleetWorkflowId, hostLoadSignal, sessionWorkflowId } from '../../src/api';
+import {
+  fleetQuery,
+  fleetTaskQueue,
+  fleetWorkflowId,
+  hostLoadSignal,
+  hostWorkflowId,
+  sessionWorkflowId,
+} from '../../src/api';
+import type { SessionHandle } from '../../src/client';
 import { freePort, startDevServer, type DevServer } from '../../src/dev-server';
 import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
+import type { HostLoadReport } from '../../src/domain/placement';
 
 /**
  * Long sessions outgrow one workflow run. This server suggests continue-as-new after 150 events instead of 4,096, so
@@ -62,7 +71,7 @@ test("a fleet directory started on the sessions' queue moves to the fleet queue 
     taskQueue: sys.taskQueue,
     args: [{}],
   });
-  const report = (running: number) => ({
+  const report = (running: number): HostLoadReport => ({
     hostTaskQueue: `${legacy}@old-host`,
     workerId: 'old-host',
     incarnation: 'one',
@@ -93,3 +102,49 @@ test("a fleet directory started on the sessions' queue moves to the fleet queue 
   expect((await latest.query(fleetQuery)).hosts.map((h) => h.report)).toEqual([report(sent)]);
   await latest.terminate('test done');
 });
+
+interface Lease {
+  instances: string[];
+}
+
+test("a host's monitor continues as new while it holds a lease, and its next lease lists every instance", async () => {
+  const own = await startTestSystem({ address: server.address });
+  try {
+    const monitor = own.client.workflow.getHandle(hostWorkflowId(own.firstHost.hostTaskQueue));
+    const firstRunId = await eventually(async () => (await monitor.describe().catch(() => undefined))?.runId);
+    // Each session started attaches its instance to the monitor (a signal, a workflow task) while one lease, whose
+    // round lasts 10 minutes, is held.
+    const started: SessionHandle[] = [];
+    while ((await monitor.describe()).runId === firstRunId) {
+      if (started.length === 100) throw new Error('the monitor did not continue as new after 100 sessions');
+      const sessionId = `attached-${crypto.randomUUID().slice(0, 8)}`;
+      const session = await own.sessions.start({ sessionId, runtime: { kind: 'memory' } });
+      await runningStatus(session);
+      started.push(session);
+    }
+    // The first run ended near the server's suggestion (150 events), not when its lease's round would have.
+    const first = (await own.client.workflow.getHandle(monitor.workflowId, firstRunId).fetchHistory()).events ?? [];
+    expect(first.length).toBeLessThan(200);
+    const json = (p?: { data?: Uint8Array | null } | null): unknown =>
+      JSON.parse(Buffer.from(p!.data!).toString('utf8'));
+    const attached = first.flatMap((e) => {
+      const signal = e.workflowExecutionSignaledEventAttributes;
+      if (signal?.signalName !== 'attachRuntime') return [];
+      return [(json(signal.input?.payloads?.[0]) as { instanceId: string }).instanceId];
+    });
+    expect(attached.length).toBeGreaterThan(20);
+    // The next run's first lease lists every instance the first run knew.
+    const nextRunId = first.at(-1)?.workflowExecutionContinuedAsNewEventAttributes?.newExecutionRunId;
+    const next = own.client.workflow.getHandle(monitor.workflowId, nextRunId!);
+    const lease = await eventually(async () => {
+      const scheduled = ((await next.fetchHistory()).events ?? []).find(
+        (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'holdHostLease',
+      );
+      return scheduled && (json(scheduled.activityTaskScheduledEventAttributes!.input?.payloads?.[0]) as Lease);
+    });
+    expect(lease.instances.toSorted()).toEqual(attached.toSorted());
+    await Promise.all(started.map((s) => s.stop()));
+  } finally {
+    await own.close();
+  }
+}, 120_000);
