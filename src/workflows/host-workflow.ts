@@ -148,11 +148,27 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
   }
 }
 
+/**
+ * The server refuses a workflow task that would leave more signals to other workflows pending than this (its
+ * `limit.numPendingSignals.error`, 2,000 by default), and refuses it again at every retry: a monitor that told all
+ * its sessions at once would never tell them.
+ */
+export const PENDING_SIGNALS_LIMIT = 2_000;
+/** Reports sent together, when there are more than the limit: half of it, each batch acknowledged before the next. */
+export const TELL_BATCH = PENDING_SIGNALS_LIMIT / 2;
+
 /** Signals each session its report; a session that has ended since needs none. */
 async function tell(reports: [HostAttachment, RuntimeReport][]): Promise<void> {
-  await Promise.allSettled(
-    reports.map(([a, report]) => getExternalWorkflowHandle(a.sessionWorkflowId).signal(runtimeReportSignal, report)),
-  );
+  const signal = ([a, report]: [HostAttachment, RuntimeReport]) =>
+    getExternalWorkflowHandle(a.sessionWorkflowId).signal(runtimeReportSignal, report);
+  // Up to the limit, all at once, as every release did (and every recorded history has); above it, in batches.
+  if (reports.length <= PENDING_SIGNALS_LIMIT) {
+    await Promise.allSettled(reports.map(signal));
+    return;
+  }
+  for (let i = 0; i < reports.length; i += TELL_BATCH) {
+    await Promise.allSettled(reports.slice(i, i + TELL_BATCH).map(signal));
+  }
 }
 
 interface Timeouts {

@@ -1,5 +1,7 @@
 import crypto from 'node:crypto';
-import { hostWorkflowId, runtimeReportSignal, sessionWorkflowId } from '../../src/api';
+import { temporal } from '@temporalio/proto';
+import { fleetTaskQueue, hostWorkflowId, runtimeReportSignal, sessionWorkflowId } from '../../src/api';
+import { PENDING_SIGNALS_LIMIT } from '../../src/workflows/host-workflow';
 import type { SessionHandle } from '../../src/client';
 import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
@@ -132,3 +134,39 @@ test('a session that wants its host watched more closely gets a new lease at onc
     await own.close();
   }
 }, 60_000);
+
+test('a lost host with more sessions than the server lets one workflow signal at once has each of them told', async () => {
+  // A host that never ran: its lease is not picked up, nor is the question whether it is alive, so the monitor declares
+  // it lost and tells every attached session (none of which exists: each signal fails, and counts as pending until it
+  // does). All at once, the server would refuse the workflow task at every attempt.
+  const hostTaskQueue = `${sys.taskQueue}@${id('gone')}`;
+  const count = PENDING_SIGNALS_LIMIT + 500;
+  const attached = Array.from({ length: count }, (_, i) => ({
+    instanceId: `instance-${i}`,
+    sessionWorkflowId: `session-never-started-${i}`,
+  }));
+  const monitor = await sys.client.workflow.start('hostWorkflow', {
+    workflowId: hostWorkflowId(hostTaskQueue),
+    taskQueue: fleetTaskQueue(sys.taskQueue),
+    args: [{ hostTaskQueue, attached }],
+  });
+  try {
+    const { EventType } = temporal.api.enums.v1;
+    const told = await eventually(async () => {
+      const events = (await monitor.fetchHistory()).events ?? [];
+      const failed = events.find((e) => e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED);
+      if (failed)
+        throw new Error(`a workflow task failed: ${failed.workflowTaskFailedEventAttributes?.failure?.message}`);
+      const initiated = events.filter(
+        (e) => e.eventType === EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
+      );
+      return initiated.length === count ? initiated : undefined;
+    }, 120_000);
+    const targets = told.map(
+      (e) => e.signalExternalWorkflowExecutionInitiatedEventAttributes?.workflowExecution?.workflowId,
+    );
+    expect(new Set(targets)).toEqual(new Set(attached.map((a) => a.sessionWorkflowId)));
+  } finally {
+    await monitor.terminate('test done');
+  }
+}, 180_000);
