@@ -19,7 +19,14 @@ export function residentBytes(pid: number): number {
 
 /** User + system CPU time of `pid` (all its threads) in milliseconds, from /proc/<pid>/stat fields 14 and 15. */
 export function cpuMs(pid: number): number {
-  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  let stat: string;
+  try {
+    stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch (err) {
+    // A worker that died under load is the finding: say so, not that a file is missing.
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new Error(`process ${pid} is gone: it has exited`);
+    throw err;
+  }
   // The command name may hold spaces and parentheses: fields are counted from the last ')'.
   const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return ((Number(rest[11]) + Number(rest[12])) * 1000) / clockTicksPerSecond;
