@@ -7,10 +7,13 @@ import {
   hostWorkflowId,
   sessionWorkflowId,
 } from '../../src/api';
+import type { Payload } from '@temporalio/common';
 import type { SessionHandle } from '../../src/client';
 import { freePort, startDevServer, type DevServer } from '../../src/dev-server';
 import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
+import type { HostLeaseInput } from '../../src/activities/activity-inputs';
 import type { HostLoadReport } from '../../src/domain/placement';
+import type { HostAttachment } from '../../src/domain/records';
 
 /**
  * Long sessions outgrow one workflow run. This server suggests continue-as-new after 150 events instead of 4,096, so
@@ -103,10 +106,6 @@ test("a fleet directory started on the sessions' queue moves to the fleet queue 
   await latest.terminate('test done');
 });
 
-interface Lease {
-  instances: string[];
-}
-
 test("a host's monitor continues as new while it holds a lease, and its next lease lists every instance", async () => {
   const own = await startTestSystem({ address: server.address });
   try {
@@ -125,12 +124,14 @@ test("a host's monitor continues as new while it holds a lease, and its next lea
     // The first run ended near the server's suggestion (150 events), not when its lease's round would have.
     const first = (await own.client.workflow.getHandle(monitor.workflowId, firstRunId).fetchHistory()).events ?? [];
     expect(first.length).toBeLessThan(200);
-    const json = (p?: { data?: Uint8Array | null } | null): unknown =>
-      JSON.parse(Buffer.from(p!.data!).toString('utf8'));
+    // The system's client decodes as the workers encoded (no codec here).
+    const { payloadConverter } = own.client.options.loadedDataConverter;
+    const firstArg = <T>(payloads?: { payloads?: Payload[] | null } | null): T =>
+      payloadConverter.fromPayload<T>(payloads!.payloads![0]!);
     const attached = first.flatMap((e) => {
       const signal = e.workflowExecutionSignaledEventAttributes;
       if (signal?.signalName !== 'attachRuntime') return [];
-      return [(json(signal.input?.payloads?.[0]) as { instanceId: string }).instanceId];
+      return [firstArg<HostAttachment>(signal.input).instanceId];
     });
     expect(attached.length).toBeGreaterThan(20);
     // The next run's first lease lists every instance the first run knew.
@@ -140,7 +141,7 @@ test("a host's monitor continues as new while it holds a lease, and its next lea
       const scheduled = ((await next.fetchHistory()).events ?? []).find(
         (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'holdHostLease',
       );
-      return scheduled && (json(scheduled.activityTaskScheduledEventAttributes!.input?.payloads?.[0]) as Lease);
+      return scheduled && firstArg<HostLeaseInput>(scheduled.activityTaskScheduledEventAttributes!.input);
     });
     expect(lease.instances.toSorted()).toEqual(attached.toSorted());
     await Promise.all(started.map((s) => s.stop()));
