@@ -25,16 +25,21 @@ async function acceptedUpdates(workflowId: string): Promise<Record<string, numbe
   return counts;
 }
 
-test('placements asked for at once go to the directory together, each decided and counted', async () => {
-  // A second member of the fleet, as a worker host that places but runs nothing: its own placements land on the
-  // system's host (the only live one that reports room) or on itself.
-  const member = new FleetMember({
+/** A member of the system's fleet that places but runs nothing, on a host queue of its own. */
+function placer(host: string): FleetMember {
+  return new FleetMember({
     client: sys.client,
     taskQueue: sys.taskQueue,
-    hostTaskQueue: `${sys.taskQueue}@placer`,
+    hostTaskQueue: `${sys.taskQueue}@${host}`,
     capacity: 1_000,
     host: new HostState(),
   });
+}
+
+test('placements asked for at once go to the directory together, each decided and counted', async () => {
+  // A second member of the fleet, as a worker host that places but runs nothing: its own placements land on the
+  // system's host (the only live one that reports room) or on itself.
+  const member = placer('placer');
   await member.start();
   try {
     const before = await acceptedUpdates(fleetWorkflowId(sys.taskQueue));
@@ -52,13 +57,7 @@ test('placements asked for at once go to the directory together, each decided an
 });
 
 test('a caller that gives up is answered at once, and the others as before', async () => {
-  const member = new FleetMember({
-    client: sys.client,
-    taskQueue: sys.taskQueue,
-    hostTaskQueue: `${sys.taskQueue}@quitter`,
-    capacity: 1_000,
-    host: new HostState(),
-  });
+  const member = placer('quitter');
   await member.start();
   try {
     // The first placement goes alone; of those waiting behind it, every third gives up before its batch goes.
