@@ -56,8 +56,7 @@ export async function fleetHealth(client: Client, until: Date): Promise<FleetHea
         health.largestLeaseBytes = Math.max(health.largestLeaseBytes, bytes);
       }
       const timedOut = e.activityTaskTimedOutEventAttributes;
-      const during = e.eventTime?.seconds != null && Number(e.eventTime.seconds) * 1_000 <= until.getTime();
-      if (timedOut && during && leases.has(Number(timedOut.scheduledEventId))) {
+      if (timedOut && leases.has(Number(timedOut.scheduledEventId)) && Number(e.eventTime?.seconds) * 1_000 <= +until) {
         health.leaseTimeouts++;
         const timeoutKind = timeoutName(timedOut.failure?.timeoutFailureInfo?.timeoutType);
         health.leaseTimeoutKinds[timeoutKind] = (health.leaseTimeoutKinds[timeoutKind] ?? 0) + 1;
