@@ -85,6 +85,7 @@ export class WorkerFleet {
       rss: perWorker.reduce((n, s) => n + s.rss, 0),
       heapUsed: perWorker.reduce((n, s) => n + s.heapUsed, 0),
       loopDelayMaxMs: Math.max(...perWorker.map((s) => s.loopDelayMaxMs)),
+      workflowCallMaxMs: Math.max(...perWorker.map((s) => s.workflowCallMaxMs)),
       perWorker,
     };
   }

@@ -10,6 +10,11 @@ export interface MemorySample {
   heapUsed: number;
   /** The main thread's longest event-loop delay since the previous sample. */
   loopDelayMaxMs: number;
+  /**
+   * The longest call into a workflow since the previous sample, in any workflow thread (0 for none over 50 ms): the
+   * SDK cuts one at 5 s by default.
+   */
+  workflowCallMaxMs: number;
 }
 
 export interface WorkerHandle {
@@ -21,13 +26,14 @@ export interface WorkerHandle {
 }
 
 const SCRIPT = path.join(__dirname, 'worker-process.ts');
+const PROBE = path.join(__dirname, 'workflow-call-probe.cjs');
 
 /** `profileDir`: the worker writes a V8 CPU profile of each of its threads there when it exits (`--cpu-prof`). */
 export async function startWorkerProcess(config: WorkerProcessConfig, profileDir?: string): Promise<WorkerHandle> {
   const profile = profileDir ? ['--cpu-prof', '--cpu-prof-dir', profileDir] : [];
   const child = spawn(
     process.execPath,
-    [...profile, '--import', 'tsx', '--expose-gc', SCRIPT, JSON.stringify(config)],
+    [...profile, '--require', PROBE, '--import', 'tsx', '--expose-gc', SCRIPT, JSON.stringify(config)],
     {
       cwd: path.resolve(__dirname, '..', '..'),
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
@@ -45,8 +51,11 @@ export async function startWorkerProcess(config: WorkerProcessConfig, profileDir
     async sample() {
       const reply = nextMessage(child, 'sample', 60_000);
       child.send({ type: 'sample' } satisfies WorkerRequest);
-      const { heapUsed, loopDelayMaxMs } = (await reply) as Extract<WorkerMessage, { type: 'sample' }>;
-      return { rss: residentBytes(child.pid!), heapUsed, loopDelayMaxMs };
+      const { heapUsed, loopDelayMaxMs, workflowCallMaxMs } = (await reply) as Extract<
+        WorkerMessage,
+        { type: 'sample' }
+      >;
+      return { rss: residentBytes(child.pid!), heapUsed, loopDelayMaxMs, workflowCallMaxMs };
     },
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return;

@@ -7,6 +7,7 @@
  */
 import * as path from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { BroadcastChannel } from 'node:worker_threads';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import { MemoryRuntime, WorkspaceRuntime } from '../../src/runtimes';
@@ -36,7 +37,8 @@ export interface WorkerProcessConfig {
 /** Parent → child. */
 export type WorkerRequest = { type: 'sample' } | { type: 'stop' };
 /** Child → parent. */
-export type WorkerMessage = { type: 'ready' } | { type: 'sample'; heapUsed: number; loopDelayMaxMs: number };
+export type WorkerMessage =
+  { type: 'ready' } | { type: 'sample'; heapUsed: number; loopDelayMaxMs: number; workflowCallMaxMs: number };
 
 interface Running {
   run(): Promise<void>;
@@ -130,12 +132,15 @@ async function main(): Promise<void> {
   // The longest the main thread kept a callback waiting since the last sample: a lease heartbeat waits as long.
   const loop = monitorEventLoopDelay({ resolution: 20 });
   loop.enable();
+  const calls = watchWorkflowCalls();
   process.on('message', (request: WorkerRequest) => {
     if (request.type === 'sample') {
       // The delay up to this sample; then a full collection, so that what is counted is what stays alive.
       const loopDelayMaxMs = loop.max / 1e6;
+      const workflowCallMaxMs = calls.maxMs();
+      calls.reset();
       global.gc?.();
-      send({ type: 'sample', heapUsed: process.memoryUsage().heapUsed, loopDelayMaxMs });
+      send({ type: 'sample', heapUsed: process.memoryUsage().heapUsed, loopDelayMaxMs, workflowCallMaxMs });
       // Once the delay this GC caused is recorded: the benchmark's own collection is not the worker's.
       setTimeout(() => loop.reset(), 1);
     } else {
@@ -155,3 +160,25 @@ main().catch((err: unknown) => {
   console.error(`worker process failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
   process.exit(1);
 });
+
+/** Calls into a workflow at least this long are logged one by one, with what they ran. */
+const LOGGED_CALL_MS = 1_000;
+
+/**
+ * The longest call into a workflow's V8 context since the last reset, as the workflow threads report them
+ * (bench/scale/workflow-call-probe.cjs, preloaded into each).
+ */
+function watchWorkflowCalls(): { maxMs(): number; reset(): void } {
+  let max = 0;
+  const channel = new BroadcastChannel('ds-bench-workflow-calls');
+  channel.unref();
+  channel.onmessage = (event) => {
+    const call = (event as { data: { ms: number; workflowType: string; jobs: string } }).data;
+    max = Math.max(max, call.ms);
+    if (call.ms >= LOGGED_CALL_MS) {
+      const at = new Date().toISOString();
+      console.error(`${at} a workflow call took ${Math.round(call.ms)} ms: ${call.workflowType} [${call.jobs}]`);
+    }
+  };
+  return { maxMs: () => max, reset: () => (max = 0) };
+}
