@@ -77,6 +77,16 @@ const STICKY_TIMEOUT = '2s';
  */
 export const DEFAULT_MAX_CACHED_WORKFLOWS = 500;
 
+/**
+ * How long one call into a workflow may run before the SDK cuts it (its default: 5 s). The SDK measures wall time, so a
+ * host saturated by thousands of sessions reaches 5 s with ordinary code, and a cut that falls while the call's
+ * microtasks run ends the whole process (Node: "async hook stack has become corrupted"). The bound is for a workflow
+ * that never returns, not for load.
+ */
+export const WORKFLOW_CALL_TIMEOUT = '1 minute';
+// WorkerOptions does not list the option, but the SDK reads it: test/workflows/workflow-call.test.ts fails if it stops.
+const workflowCallTimeout = { isolateExecutionTimeout: WORKFLOW_CALL_TIMEOUT };
+
 /** Fleet workflows one worker keeps in memory: the directory and a monitor for each host it runs tasks of. */
 const FLEET_CACHED_WORKFLOWS = 100;
 
@@ -124,6 +134,7 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     stickyQueueScheduleToStartTimeout: STICKY_TIMEOUT,
     ...dataConverter,
     maxCachedWorkflows: options.maxCachedWorkflows ?? DEFAULT_MAX_CACHED_WORKFLOWS,
+    ...workflowCallTimeout,
     ...heartbeats,
     workflowBundle,
   });
@@ -136,6 +147,7 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
     stickyQueueScheduleToStartTimeout: STICKY_TIMEOUT,
     ...dataConverter,
     maxCachedWorkflows: FLEET_CACHED_WORKFLOWS,
+    ...workflowCallTimeout,
     workflowBundle,
   });
   const hostWorker = await Worker.create({
