@@ -29,6 +29,7 @@ import { fleetHealth } from './fleet-health';
 import { report } from './report';
 import type { ScaleContext, ScaleOptions } from './scenario';
 import { runSessions } from './session-scenario';
+import { stopAllWorkerProcesses } from './worker-handle';
 
 const PROJECT_DIR = path.resolve(__dirname, '..', '..');
 const RESULTS_DIR = path.join(PROJECT_DIR, '.bench');
@@ -177,17 +178,29 @@ async function main(): Promise<void> {
   }
 }
 
-// The dev server is killed on exit (startDevServer), the worker processes exit with their IPC channel.
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+/** Set on Ctrl-C or SIGTERM: main, failing as its workers go, leaves the exit to the signal's handler. */
+let interrupted = false;
+// The worker processes are stopped first: until they exit they write into the directory (workspaces, the store). The
+// dev server is killed on exit (startDevServer).
+for (const [signal, code] of [
+  ['SIGINT', 130],
+  ['SIGTERM', 143],
+] as const) {
   process.once(signal, () => {
-    if (tempDir) fs.rmSync(tempDir, { recursive: true, force: true });
-    process.exit(130);
+    interrupted = true;
+    void stopAllWorkerProcesses()
+      .catch((err: unknown) => console.error(`stopping the workers failed: ${String(err)}`))
+      .finally(() => {
+        if (tempDir) fs.rmSync(tempDir, { recursive: true, force: true });
+        process.exit(code);
+      });
   });
 }
 main().then(
   // The client's native connection can keep the loop alive after it was closed.
-  () => process.exit(0),
+  () => interrupted || process.exit(0),
   (err: unknown) => {
+    if (interrupted) return;
     console.error(`scale benchmark failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
     process.exit(1);
   },

@@ -40,6 +40,9 @@ export async function startWorkerProcess(config: WorkerProcessConfig, profileDir
     },
   );
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const entry = { child, exited };
+  running.add(entry);
+  void exited.then(() => running.delete(entry));
   try {
     await nextMessage(child, 'ready', 120_000);
   } catch (err) {
@@ -64,6 +67,17 @@ export async function startWorkerProcess(config: WorkerProcessConfig, profileDir
       if (!gone) await kill(child, exited);
     },
   };
+}
+
+/** Worker processes started and not yet exited. */
+const running = new Set<{ child: ChildProcess; exited: Promise<void> }>();
+
+/**
+ * Stops every worker process still running, as `stop()` would not get to on Ctrl-C: their session processes end with
+ * them, and nothing writes into the benchmark's directory once this resolves.
+ */
+export async function stopAllWorkerProcesses(): Promise<void> {
+  await Promise.all([...running].map(({ child, exited }) => kill(child, exited)));
 }
 
 /** SIGTERM lets the worker kill its session processes on the way out; SIGKILL if even that hangs. */
