@@ -74,6 +74,8 @@ function perSessionSecondHalf(r: { memory: BareResult['memory'] }, n: number): n
 const perPhase = ({ memory: m }: { memory: BareResult['memory'] }, key: 'loopDelayMaxMs' | 'workflowCallMaxMs') =>
   // The workflow threads post only calls of 50 ms or more.
   [m.empty, m.half, m.loaded, m.after].map((s) => (s[key] ? ms(s[key]) : '< 50 ms')).join(' · ');
+const serverLag = ({ serverLag: l }: { serverLag: BareResult['serverLag'] }) =>
+  [l.quantileMs, l.maxMs].map((v) => (Number.isFinite(v) ? ms(v) : 'over the last bound')).join(' · ');
 const topRequests = (requests: [string, number][], unit = '/s', count = 4) =>
   requests
     .slice(0, count)
@@ -285,6 +287,12 @@ export function report(
         'server requests per workflow, start to stop (frontend, busiest)',
         topRequests(sessions.requestsPerWorkflow, '', 6),
         topRequests(bare.requestsPerWorkflow, '', 6),
+        '—',
+      ],
+      [
+        "server's history task lag, starts to last control: p99 · highest (bucket bounds)",
+        serverLag(sessions),
+        serverLag(bare),
         '—',
       ],
       [

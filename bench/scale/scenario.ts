@@ -4,7 +4,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import type { Client } from '@temporalio/client';
 import { Calls, inPool } from './load';
 import { cpuWindow, OpenFilesSampler } from './procfs';
-import { frontendRequests, requestRates, type RequestCounts } from './server-metrics';
+import { frontendRequests, historyTaskLag, lagBetween, requestRates, type RequestCounts } from './server-metrics';
 import { startWorkerProcess, type MemorySample, type WorkerHandle } from './worker-handle';
 import type { WorkerProcessConfig } from './worker-process';
 import type { S3BlobBackendOptions } from '../../src/snapshots';
@@ -103,6 +103,11 @@ export interface ScenarioResult {
   memory: { empty: FleetSample; half: FleetSample; loaded: FleetSample; after: FleetSample };
   /** Frontend requests per workflow through its start and controls (not the idle window), busiest first. */
   requestsPerWorkflow: [string, number][];
+  /**
+   * How far behind the server's history service ran, start of the starts to the last control: the p99 and the
+   * highest bucket bound of its tasks' time from due to done. A lease's or a question's timeout fires only that late.
+   */
+  serverLag: { quantileMs: number; maxMs: number };
   idle: IdleWindow;
   /** Open files of the (busiest) worker: with nothing running, and the peak while the N ran. */
   openFiles: { empty: number; peak: number };
@@ -289,6 +294,7 @@ export async function measureLifecycle<H>(
   const calls = new Calls();
   const handles: H[] = [];
   const requests = new RequestCounter(ctx);
+  const lagBefore = await historyTaskLag(ctx.metricsUrl);
   const started = await requests.around(() =>
     startInHalves(
       ctx,
@@ -300,6 +306,7 @@ export async function measureLifecycle<H>(
   const idle = await measureIdle(ctx, worker.pids);
   const probes = await probeCache(kind, handles);
   const controlsMs = await requests.around(() => inPool(handles, ctx.options.concurrency, (h) => kind.run(calls, h)));
+  const serverLag = lagBetween(lagBefore, await historyTaskLag(ctx.metricsUrl), 0.99);
   const after = await worker.sample();
   const peak = files.peak('run')!;
   files.enter('after-run');
@@ -309,6 +316,7 @@ export async function measureLifecycle<H>(
     calls,
     memory: { empty, half: started.half, loaded: started.loaded, after },
     requestsPerWorkflow: requests.perWorkflow(ctx.options.sessions),
+    serverLag,
     idle,
     openFiles: { empty: emptyFiles, peak },
     probes,

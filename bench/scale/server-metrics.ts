@@ -21,3 +21,39 @@ export function requestRates(before: RequestCounts, after: RequestCounts, second
     .filter(([, rate]) => rate > 0)
     .sort((a, b) => b[1] - a[1]);
 }
+
+/**
+ * The history service's task queue latency (`task_latency_queue`: from when a task was due — created, or a timer's
+ * fire time — to when the service had done it, retries included), as cumulative counts by bucket bound in seconds,
+ * over every task type.
+ */
+export type TaskLag = Map<number, number>;
+
+export async function historyTaskLag(metricsUrl: string): Promise<TaskLag> {
+  const text = await (await fetch(metricsUrl)).text();
+  const lag: TaskLag = new Map();
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('task_latency_queue_bucket{') || !line.includes('service_name="history"')) continue;
+    const le = /le="([^"]+)"/.exec(line)?.[1];
+    const value = Number(line.slice(line.lastIndexOf(' ') + 1));
+    if (!le || !Number.isFinite(value)) continue;
+    const bound = le === '+Inf' ? Infinity : Number(le);
+    lag.set(bound, (lag.get(bound) ?? 0) + value);
+  }
+  return lag;
+}
+
+/**
+ * Of the tasks taken up between two readings: the bound of the bucket that holds the q-quantile, and of the highest
+ * bucket any reached (in ms; Infinity past the last bound; 0 when none were).
+ */
+export function lagBetween(before: TaskLag, after: TaskLag, q: number): { quantileMs: number; maxMs: number } {
+  const bounds = [...after.keys()].sort((a, b) => a - b);
+  const counts = bounds.map((b) => (after.get(b) ?? 0) - (before.get(b) ?? 0));
+  const total = counts.at(-1) ?? 0;
+  if (total <= 0) return { quantileMs: 0, maxMs: 0 };
+  const at = (i: number) => bounds[i]! * 1_000;
+  const quantile = counts.findIndex((c) => c >= q * total);
+  const max = counts.findIndex((c) => c >= total);
+  return { quantileMs: at(quantile), maxMs: at(max) };
+}
