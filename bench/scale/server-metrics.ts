@@ -3,15 +3,7 @@
 export type RequestCounts = Map<string, number>;
 
 export async function frontendRequests(metricsUrl: string): Promise<RequestCounts> {
-  const text = await (await fetch(metricsUrl)).text();
-  const counts: RequestCounts = new Map();
-  for (const line of text.split('\n')) {
-    if (!line.startsWith('service_requests{') || !line.includes('service_name="frontend"')) continue;
-    const operation = /operation="([^"]+)"/.exec(line)?.[1];
-    const value = Number(line.slice(line.lastIndexOf(' ') + 1));
-    if (operation && Number.isFinite(value)) counts.set(operation, (counts.get(operation) ?? 0) + value);
-  }
-  return counts;
+  return summed(metricsUrl, 'service_requests', 'frontend', 'operation', (operation) => operation);
 }
 
 /** Requests per second of each operation between two readings, busiest first. */
@@ -30,21 +22,13 @@ export function requestRates(before: RequestCounts, after: RequestCounts, second
 export type TaskLag = Map<number, number>;
 
 export async function historyTaskLag(metricsUrl: string): Promise<TaskLag> {
-  const text = await (await fetch(metricsUrl)).text();
-  const lag: TaskLag = new Map();
-  for (const line of text.split('\n')) {
-    if (!line.startsWith('task_latency_queue_bucket{') || !line.includes('service_name="history"')) continue;
-    const le = /le="([^"]+)"/.exec(line)?.[1];
-    const value = Number(line.slice(line.lastIndexOf(' ') + 1));
-    if (!le || !Number.isFinite(value)) continue;
-    const bound = le === '+Inf' ? Infinity : Number(le);
-    lag.set(bound, (lag.get(bound) ?? 0) + value);
-  }
-  return lag;
+  return summed(metricsUrl, 'task_latency_queue_bucket', 'history', 'le', (le) =>
+    le === '+Inf' ? Infinity : Number(le),
+  );
 }
 
 /**
- * Of the tasks taken up between two readings: the bound of the bucket that holds the q-quantile, and of the highest
+ * Of the tasks done between two readings: the bound of the bucket that holds the q-quantile, and of the highest
  * bucket any reached (in ms; Infinity past the last bound; 0 when none were).
  */
 export function lagBetween(before: TaskLag, after: TaskLag, q: number): { quantileMs: number; maxMs: number } {
@@ -56,4 +40,26 @@ export function lagBetween(before: TaskLag, after: TaskLag, q: number): { quanti
   const quantile = counts.findIndex((c) => c >= q * total);
   const max = counts.findIndex((c) => c >= total);
   return { quantileMs: at(quantile), maxMs: at(max) };
+}
+
+/** One metric of one service from the Prometheus endpoint, its samples summed by the value of one label. */
+async function summed<K>(
+  metricsUrl: string,
+  metric: string,
+  service: string,
+  label: string,
+  key: (value: string) => K,
+): Promise<Map<K, number>> {
+  const text = await (await fetch(metricsUrl)).text();
+  const sums = new Map<K, number>();
+  const labelValue = new RegExp(`${label}="([^"]+)"`);
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(`${metric}{`) || !line.includes(`service_name="${service}"`)) continue;
+    const by = labelValue.exec(line)?.[1];
+    const value = Number(line.slice(line.lastIndexOf(' ') + 1));
+    if (by === undefined || !Number.isFinite(value)) continue;
+    const k = key(by);
+    sums.set(k, (sums.get(k) ?? 0) + value);
+  }
+  return sums;
 }
