@@ -5,6 +5,7 @@ import path from 'node:path';
 import { SessionClient } from '../../src/client';
 import { freePort } from '../../src/dev-server';
 import { generateKey, hashKey } from '../../src/gateway';
+import { killChild } from '../helpers/processes';
 import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
 /**
@@ -38,11 +39,7 @@ beforeAll(async () => {
   expect(checkpoints).toContain(stopped.finalCheckpoint!.checkpointId);
 });
 afterAll(async () => {
-  if (gateway && gateway.exitCode === null && gateway.signalCode === null) {
-    const exited = new Promise((resolve) => gateway!.once('exit', resolve));
-    gateway.kill('SIGKILL');
-    await exited;
-  }
+  await killChild(gateway);
   await sys?.close();
 });
 

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { bundleWorkflowCode } from '@temporalio/worker';
 import { SESSION_WORKFLOWS } from '../../src/workflow-bundle';
+import { killChild } from '../helpers/processes';
 import { eventually, installQuietRuntime } from '../helpers/temporal';
 
 /**
@@ -32,11 +33,7 @@ beforeAll(async () => {
   client = new Client({ connection });
 }, 60_000);
 afterAll(async () => {
-  if (worker && worker.exitCode === null && worker.signalCode === null) {
-    const exited = new Promise((resolve) => worker!.once('exit', resolve));
-    worker.kill('SIGKILL');
-    await exited;
-  }
+  await killChild(worker);
   await connection?.close();
   if (dir) fs.rmSync(dir, { recursive: true, force: true });
 });
