@@ -72,8 +72,10 @@ function perSessionSecondHalf(r: { memory: BareResult['memory'] }, n: number): n
 }
 
 const perPhase = ({ memory: m }: { memory: BareResult['memory'] }, key: 'loopDelayMaxMs' | 'workflowCallMaxMs') =>
-  // The workflow threads post only calls of 50 ms or more.
-  [m.empty, m.half, m.loaded, m.after].map((s) => (s[key] ? ms(s[key]) : '< 50 ms')).join(' · ');
+  [m.empty, m.half, m.loaded, m.after].map((s) => phaseMs(key, s[key])).join(' · ');
+// The workflow threads post only calls of 50 ms or more: 0 is none of them, not a call of no time.
+const phaseMs = (key: 'loopDelayMaxMs' | 'workflowCallMaxMs', v: number) =>
+  key === 'workflowCallMaxMs' && v === 0 ? '< 50 ms' : ms(v);
 const serverLag = ({ serverLag: l }: { serverLag: BareResult['serverLag'] }) =>
   [l.quantileMs, l.maxMs].map((v) => (Number.isFinite(v) ? ms(v) : 'over the last bound')).join(' · ');
 const topRequests = (requests: [string, number][], unit = '/s', count = 4) =>
