@@ -17,7 +17,7 @@ import { attachRuntimeSignal, hostStartedSignal, runtimeReportSignal, watchTaskQ
 import { HostAttachment, HostWorkflowInput, type RuntimeReport } from '../domain/records';
 import { issueSummary, parse } from './inputs';
 import { failureMessage } from './failures';
-import { MONITOR_CONTINUES_PATCH } from './patches';
+import { MONITOR_BOUND_PATCH, MONITOR_CONTINUES_PATCH } from './patches';
 
 /**
  * Without a session's own setting, a host is lost once its lease went 5 s without a heartbeat and the host then did
@@ -28,6 +28,14 @@ export const DEFAULT_MONITOR_HEARTBEAT_TIMEOUT_MS = 5_000;
 export const DEFAULT_MONITOR_HOST_TIMEOUT_MS = 5_000;
 
 /**
+ * A run continues as new at this many events even before the server suggests it (4,096). A task that misses its
+ * sticky worker replays the whole run, and each attachment costs the SDK about half a millisecond of replay on a quiet
+ * machine (bench/monitor/run.ts): a run past the suggestion, as one grows when attachments pile up behind a slow task,
+ * could not replay within the 10 s task timeout on a loaded host, and then never completes a task again.
+ */
+export const MONITOR_RUN_EVENTS = 2_000;
+
+/**
  * One per worker host: the host's liveness and its instances' ends, for all of its sessions at once. It holds one
  * lease activity on the host (one heartbeat for the host, not one per session, and no activity slot per session),
  * passes on the exits the lease reports, and, when the lease stops beating and the host does not answer either, tells
@@ -36,6 +44,9 @@ export const DEFAULT_MONITOR_HOST_TIMEOUT_MS = 5_000;
  */
 export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
   const input = parse(HostWorkflowInput, raw);
+  const bounded = patched(MONITOR_BOUND_PATCH);
+  const tooLong = () =>
+    workflowInfo().continueAsNewSuggested || (bounded && workflowInfo().historyLength >= MONITOR_RUN_EVENTS);
   const attached = new Map<string, HostAttachment>((input.attached ?? []).map((a) => [a.instanceId, a]));
   let cursor: ExitCursor | undefined = input.cursor;
   let lease: CancellationScope | undefined;
@@ -46,7 +57,7 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
   const rest = async (ms: number) => {
     resting = true;
     try {
-      await condition(() => !resting || restarted || workflowInfo().continueAsNewSuggested, ms);
+      await condition(() => !resting || restarted || tooLong(), ms);
     } finally {
       resting = false;
     }
@@ -63,7 +74,7 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
     // An attachment comes with every session started here, and a lease is held for a round of minutes: a run that
     // waited for the lease to return would grow by thousands of events past the server's suggestion. The lease is
     // cancelled, and the next run asks for one that lists what this one knew.
-    if (lease && workflowInfo().continueAsNewSuggested && patched(MONITOR_CONTINUES_PATCH)) {
+    if (lease && tooLong() && patched(MONITOR_CONTINUES_PATCH)) {
       lease.cancel();
       return;
     }
@@ -82,8 +93,8 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
   });
   setDefaultSignalHandler((name) => log.warn('unknown signal to a host monitor', { name }));
 
-  while (!workflowInfo().continueAsNewSuggested) {
-    await condition(() => attached.size > 0 || workflowInfo().continueAsNewSuggested);
+  while (!tooLong()) {
+    await condition(() => attached.size > 0 || tooLong());
     if (attached.size === 0) break;
     restarted = false;
     const timeouts = (leaseTimeouts = timeoutsOf(attached.values()));

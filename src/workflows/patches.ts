@@ -124,3 +124,9 @@ export const CAPTURE_THEN_STOP_PATCH = 'capture-then-stop';
  * whole round (10 minutes), growing by an attachment per session started on the host, whatever the suggestion said.
  */
 export const MONITOR_CONTINUES_PATCH = 'monitor-continues-during-lease';
+
+/**
+ * The host's monitor continues as new at a length of its own (`MONITOR_RUN_EVENTS`), not only at the server's
+ * suggestion: a run replays within the workflow task timeout even on a loaded host.
+ */
+export const MONITOR_BOUND_PATCH = 'monitor-run-bound';

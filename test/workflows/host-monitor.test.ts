@@ -1,7 +1,18 @@
 import crypto from 'node:crypto';
+import { Context } from '@temporalio/activity';
 import { temporal } from '@temporalio/proto';
-import { fleetTaskQueue, hostWorkflowId, runtimeReportSignal, sessionWorkflowId } from '../../src/api';
-import { PENDING_SIGNALS_LIMIT } from '../../src/workflows/host-workflow';
+import { NativeConnection, Worker } from '@temporalio/worker';
+import {
+  attachRuntimeSignal,
+  fleetTaskQueue,
+  hostWorkflowId,
+  runtimeReportSignal,
+  sessionWorkflowId,
+  watchTaskQueue,
+} from '../../src/api';
+import type { HostLeaseInput } from '../../src/activities/activity-inputs';
+import type { HostAttachment, HostWorkflowInput } from '../../src/domain/records';
+import { MONITOR_RUN_EVENTS, PENDING_SIGNALS_LIMIT } from '../../src/workflows/host-workflow';
 import type { SessionHandle } from '../../src/client';
 import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
@@ -173,5 +184,79 @@ test('a lost host with more sessions than the server lets one workflow signal at
     expect(new Set(targets)).toEqual(new Set(attached.map((a) => a.sessionWorkflowId)));
   } finally {
     await monitor.terminate('test done');
+  }
+}, 180_000);
+
+test("a host's monitor continues as new at its own length, before the server suggests it", async () => {
+  // A host whose instances all keep running: its lease beats until it is cancelled, and it answers when asked.
+  const hostTaskQueue = `${sys.taskQueue}@${id('steady')}`;
+  const leases: HostLeaseInput[] = [];
+  const connection = await NativeConnection.connect({ address: process.env.DS_TEST_TEMPORAL_ADDRESS! });
+  const host = await Worker.create({
+    connection,
+    taskQueue: watchTaskQueue(hostTaskQueue),
+    activities: {
+      async holdHostLease(input: HostLeaseInput) {
+        leases.push(input);
+        const ctx = Context.current();
+        for (;;) {
+          ctx.heartbeat();
+          await ctx.sleep(500);
+        }
+      },
+      async describeHost() {
+        return { incarnation: 'steady', sessions: 0 };
+      },
+    },
+  });
+  const hosting = host.run();
+  const monitor = await sys.client.workflow.start('hostWorkflow', {
+    workflowId: hostWorkflowId(hostTaskQueue),
+    taskQueue: fleetTaskQueue(sys.taskQueue),
+    args: [{ hostTaskQueue }],
+  });
+  try {
+    const count = MONITOR_RUN_EVENTS + 1_000;
+    const sent: string[] = [];
+    await Promise.all(
+      Array.from({ length: 4 }, async () => {
+        while (sent.length < count) {
+          const instanceId = `instance-${sent.length}`;
+          sent.push(instanceId);
+          await monitor.signal(attachRuntimeSignal, { instanceId, sessionWorkflowId: `session-of-${instanceId}` });
+        }
+      }),
+    );
+    const firstRun = sys.client.workflow.getHandle(monitor.workflowId, monitor.firstExecutionRunId);
+    const first = await eventually(async () => {
+      const events = (await firstRun.fetchHistory()).events!;
+      return events.at(-1)?.workflowExecutionContinuedAsNewEventAttributes ? events : undefined;
+    }, 30_000);
+    const next = first.at(-1)!.workflowExecutionContinuedAsNewEventAttributes!.newExecutionRunId!;
+    // Past the bound only by the attachments that came in while it continued (the server refuses to close a run while
+    // signals keep coming); this server would suggest it at 4,096.
+    expect(first.length).toBeGreaterThanOrEqual(MONITOR_RUN_EVENTS);
+    expect(first.length).toBeLessThan(4_096);
+    // Nothing was dropped on the way: the next run starts with every instance the first one was sent, and asks for a
+    // lease listing them.
+    const { payloadConverter } = sys.client.options.loadedDataConverter;
+    const signalled = first.flatMap((e) => {
+      const signal = e.workflowExecutionSignaledEventAttributes;
+      if (signal?.signalName !== 'attachRuntime') return [];
+      return [payloadConverter.fromPayload<HostAttachment>(signal.input!.payloads![0]!).instanceId];
+    });
+    expect(signalled.length).toBeGreaterThan(MONITOR_RUN_EVENTS / 4);
+    const started = (await sys.client.workflow.getHandle(monitor.workflowId, next).fetchHistory()).events![0]!;
+    const carried = payloadConverter.fromPayload<HostWorkflowInput>(
+      started.workflowExecutionStartedEventAttributes!.input!.payloads![0]!,
+    );
+    expect(carried.attached!.map((a) => a.instanceId).toSorted()).toEqual(signalled.toSorted());
+    const lease = await eventually(async () => leases.find((l) => l.instances.length === signalled.length));
+    expect(lease.instances.toSorted()).toEqual(signalled.toSorted());
+  } finally {
+    await monitor.terminate('test done').catch(() => undefined);
+    host.shutdown();
+    await hosting;
+    await connection.close();
   }
 }, 180_000);
