@@ -1,19 +1,16 @@
 import crypto from 'node:crypto';
-import { Context } from '@temporalio/activity';
 import { temporal } from '@temporalio/proto';
-import { NativeConnection, Worker } from '@temporalio/worker';
 import {
   attachRuntimeSignal,
   fleetTaskQueue,
   hostWorkflowId,
   runtimeReportSignal,
   sessionWorkflowId,
-  watchTaskQueue,
 } from '../../src/api';
-import type { HostLeaseInput } from '../../src/activities/activity-inputs';
 import type { HostAttachment, HostWorkflowInput } from '../../src/domain/records';
 import { MONITOR_RUN_EVENTS, PENDING_SIGNALS_LIMIT } from '../../src/workflows/host-workflow';
 import type { SessionHandle } from '../../src/client';
+import { startSteadyHost } from '../helpers/steady-host';
 import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
 /**
@@ -188,28 +185,9 @@ test('a lost host with more sessions than the server lets one workflow signal at
 }, 180_000);
 
 test("a host's monitor continues as new at its own length, before the server suggests it", async () => {
-  // A host whose instances all keep running: its lease beats until it is cancelled, and it answers when asked.
   const hostTaskQueue = `${sys.taskQueue}@${id('steady')}`;
-  const leases: HostLeaseInput[] = [];
-  const connection = await NativeConnection.connect({ address: process.env.DS_TEST_TEMPORAL_ADDRESS! });
-  const host = await Worker.create({
-    connection,
-    taskQueue: watchTaskQueue(hostTaskQueue),
-    activities: {
-      async holdHostLease(input: HostLeaseInput) {
-        leases.push(input);
-        const ctx = Context.current();
-        for (;;) {
-          ctx.heartbeat();
-          await ctx.sleep(500);
-        }
-      },
-      async describeHost() {
-        return { incarnation: 'steady', sessions: 0 };
-      },
-    },
-  });
-  const hosting = host.run();
+  const host = await startSteadyHost(process.env.DS_TEST_TEMPORAL_ADDRESS!, hostTaskQueue);
+  const leases = host.leases;
   const monitor = await sys.client.workflow.start('hostWorkflow', {
     workflowId: hostWorkflowId(hostTaskQueue),
     taskQueue: fleetTaskQueue(sys.taskQueue),
@@ -255,8 +233,6 @@ test("a host's monitor continues as new at its own length, before the server sug
     expect(lease.instances.toSorted()).toEqual(signalled.toSorted());
   } finally {
     await monitor.terminate('test done').catch(() => undefined);
-    host.shutdown();
-    await hosting;
-    await connection.close();
+    await host.close();
   }
 }, 180_000);
