@@ -17,12 +17,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
-import { fleetWorkflowId, hostWorkflowId, sessionWorkflowId } from '../src/api';
+import { fleetTaskQueue, fleetWorkflowId, hostWorkflowId, sessionWorkflowId } from '../src/api';
 import { SessionClient } from '../src/client';
 import { DEFAULT_TEMPORAL_BIN, freePort, startDevServer } from '../src/dev-server';
 import { ConversationRuntime, MemoryRuntime, WorkspaceRuntime } from '../src/runtimes';
 import { FsSnapshotStore } from '../src/snapshots';
 import { createWorkers } from '../src/worker';
+import { LATE_QUESTION_SLACK_MS } from '../src/workflows/host-workflow';
+import { startSteadyHost } from '../test/helpers/steady-host';
 
 const SCENARIOS = [
   'memory-lifecycle',
@@ -38,6 +40,7 @@ const SCENARIOS = [
   'pause-through-host-loss',
   'checkpoint-through-host-loss',
   'monitor-continues',
+  'late-question',
 ] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
@@ -276,6 +279,7 @@ async function main(): Promise<void> {
       await recordHostLoss(server.address, client, path.join(dir, 'crash'), out, label, wanted);
     }
     if (wanted('monitor-continues')) await recordMonitorContinues(path.join(dir, 'long'), out, label);
+    if (wanted('late-question')) await recordLateQuestion(path.join(dir, 'late'), out, label);
   } finally {
     workers.shutdown();
     await running;
@@ -386,19 +390,7 @@ async function recordMonitorContinues(dataDir: string, out: string, label: strin
   const client = new Client({ connection });
   const taskQueue = 'record-long';
   const hostTaskQueue = `${taskQueue}@host`;
-  const workers = await createWorkers({
-    connection: native,
-    client,
-    namespace: 'default',
-    taskQueue,
-    hostTaskQueue,
-    deps: {
-      store: new FsSnapshotStore(path.join(dataDir, 'snapshots')),
-      runtimes: { memory: new MemoryRuntime() },
-      hostTaskQueue,
-      watchHeartbeatMs: 500,
-    },
-  });
+  const workers = await memoryWorkers(native, client, taskQueue, dataDir);
   const running = workers.run();
   try {
     const sessions = new SessionClient({ client, taskQueue });
@@ -419,6 +411,73 @@ async function recordMonitorContinues(dataDir: string, out: string, label: strin
     await connection.close();
     await server.stop();
   }
+}
+
+/**
+ * A host's monitor whose question is recorded as not picked up long after it was due (its server stopped with SIGSTOP
+ * meanwhile, as test/workflows/outage.test.ts does), asked again and answered.
+ */
+async function recordLateQuestion(dataDir: string, out: string, label: string): Promise<void> {
+  const server = await startDevServer({ port: await freePort(), uiPort: null });
+  const native = await NativeConnection.connect({ address: server.address });
+  const connection = await Connection.connect({ address: server.address });
+  const client = new Client({ connection });
+  const taskQueue = 'record-late';
+  const workers = await memoryWorkers(native, client, taskQueue, dataDir);
+  const running = workers.run();
+  const hostTaskQueue = `${taskQueue}@steady`;
+  const host = await startSteadyHost(server.address, hostTaskQueue);
+  try {
+    const hostTimeoutMs = 3_000;
+    const monitor = await client.workflow.start('hostWorkflow', {
+      workflowId: hostWorkflowId(hostTaskQueue),
+      taskQueue: fleetTaskQueue(taskQueue),
+      args: [
+        { hostTaskQueue, attached: [{ instanceId: 'late-1', sessionWorkflowId: 'session-late-1', hostTimeoutMs }] },
+      ],
+    });
+    const scheduled = async (name: string) =>
+      ((await monitor.fetchHistory()).events ?? []).filter(
+        (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === name,
+      ).length;
+    await waitFor(async () => host.leases.length === 1);
+    await host.stop();
+    await waitFor(async () => (await scheduled('describeHost')) === 1);
+    server.process.kill('SIGSTOP');
+    await new Promise((r) => setTimeout(r, hostTimeoutMs + LATE_QUESTION_SLACK_MS + 5_000));
+    server.process.kill('SIGCONT');
+    await waitFor(async () => (await scheduled('describeHost')) === 2, 60_000);
+    await host.start();
+    await waitFor(async () => host.leases.length === 2, 60_000);
+    write(server.address, out, `${label}-late-question.json`, monitor.workflowId);
+    await monitor.terminate('recorded');
+  } finally {
+    server.process.kill('SIGCONT');
+    await host.close();
+    workers.shutdown();
+    await running;
+    await native.close();
+    await connection.close();
+    await server.stop();
+  }
+}
+
+/** The workers of one host with a memory runtime, for the scenarios that run on a server of their own. */
+function memoryWorkers(connection: NativeConnection, client: Client, taskQueue: string, dataDir: string) {
+  const hostTaskQueue = `${taskQueue}@host`;
+  return createWorkers({
+    connection,
+    client,
+    namespace: 'default',
+    taskQueue,
+    hostTaskQueue,
+    deps: {
+      store: new FsSnapshotStore(path.join(dataDir, 'snapshots')),
+      runtimes: { memory: new MemoryRuntime() },
+      hostTaskQueue,
+      watchHeartbeatMs: 500,
+    },
+  });
 }
 
 /** A worker as `npm run worker` starts it, in its own process, once it polls. */

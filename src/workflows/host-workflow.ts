@@ -16,8 +16,8 @@ import { continuedFleetTaskQueue } from '../api/fleet';
 import { attachRuntimeSignal, hostStartedSignal, runtimeReportSignal, watchTaskQueue } from '../api/messages';
 import { HostAttachment, HostWorkflowInput, type RuntimeReport } from '../domain/records';
 import { issueSummary, parse } from './inputs';
-import { failureMessage } from './failures';
-import { MONITOR_BOUND_PATCH, MONITOR_CONTINUES_PATCH } from './patches';
+import { failureMessage, neverStarted } from './failures';
+import { LATE_QUESTION_PATCH, MONITOR_BOUND_PATCH, MONITOR_CONTINUES_PATCH } from './patches';
 
 /**
  * Without a session's own setting, a host is lost once its lease went 5 s without a heartbeat and the host then did
@@ -214,6 +214,14 @@ function leaseOn(hostTaskQueue: string, t: Timeouts) {
   });
 }
 
+/**
+ * A question recorded as not picked up more than this after its own timeout was due tells of a server running behind
+ * (its timers and its task dispatch late alike), not of a host gone: it is asked again.
+ */
+export const LATE_QUESTION_SLACK_MS = 10_000;
+/** Questions asked in all while each comes back late: a server behind for good still lets a dead host be declared. */
+export const MAX_LATE_QUESTIONS = 3;
+
 /** Whether the host picks up a question that does no work within hostTimeoutMs. */
 async function answers(hostTaskQueue: string, t: Timeouts): Promise<boolean> {
   const ask = proxyActivities<SessionActivities>({
@@ -222,10 +230,21 @@ async function answers(hostTaskQueue: string, t: Timeouts): Promise<boolean> {
     startToCloseTimeout: '10 seconds',
     retry: { maximumAttempts: 1 },
   });
-  try {
-    await ask.describeHost();
-    return true;
-  } catch {
-    return false;
+  for (let asked = 1; ; asked++) {
+    const askedAt = Date.now();
+    try {
+      await ask.describeHost();
+      return true;
+    } catch (err) {
+      // On a dev server minutes behind, a live host's question was recorded unanswered 3.5 minutes after it was due.
+      const lateBy = Date.now() - askedAt - t.hostTimeoutMs;
+      const late = neverStarted(err) && lateBy > LATE_QUESTION_SLACK_MS;
+      if (!late || asked >= MAX_LATE_QUESTIONS || !patched(LATE_QUESTION_PATCH)) return false;
+      log.warn('the question to a host timed out late: the server is behind, asking again', {
+        hostTaskQueue,
+        lateByMs: lateBy,
+        asked,
+      });
+    }
   }
 }

@@ -130,3 +130,9 @@ export const MONITOR_CONTINUES_PATCH = 'monitor-continues-during-lease';
  * suggestion: a run replays within the workflow task timeout even on a loaded host.
  */
 export const MONITOR_BOUND_PATCH = 'monitor-run-bound';
+
+/**
+ * The host's monitor asks a host again (up to `MAX_LATE_QUESTIONS` in all) when its question was recorded as not picked
+ * up long after it was due: the server ran behind, and a live host is not declared lost for it.
+ */
+export const LATE_QUESTION_PATCH = 'late-question-asked-again';

@@ -2,8 +2,10 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { hostWorkflowId } from '../../src/api';
+import { fleetTaskQueue, hostWorkflowId } from '../../src/api';
 import { freePort, startDevServer, type DevServer } from '../../src/dev-server';
+import { LATE_QUESTION_SLACK_MS } from '../../src/workflows/host-workflow';
+import { startSteadyHost } from '../helpers/steady-host';
 import { eventually, runningStatus, startTestSystem, type TestSystem } from '../helpers/temporal';
 
 /**
@@ -38,7 +40,8 @@ afterAll(async () => {
   fs.rmSync(dir, { recursive: true, force: true });
 });
 
-async function activitiesCompleted(workflowId: string, name: string): Promise<number> {
+/** How many activities of this name the workflow scheduled, and how many of those completed and timed out. */
+async function activities(workflowId: string, name: string) {
   const history = await sys!.client.workflow.getHandle(workflowId).fetchHistory();
   const events = history.events ?? [];
   const scheduled = new Set(
@@ -46,11 +49,13 @@ async function activitiesCompleted(workflowId: string, name: string): Promise<nu
       .filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === name)
       .map((e) => String(e.eventId)),
   );
-  return events.filter(
-    (e) =>
-      e.activityTaskCompletedEventAttributes &&
-      scheduled.has(String(e.activityTaskCompletedEventAttributes.scheduledEventId)),
-  ).length;
+  const of = (id: unknown) => scheduled.has(String(id));
+  return {
+    scheduled: scheduled.size,
+    completed: events.filter((e) => of(e.activityTaskCompletedEventAttributes?.scheduledEventId)).length,
+    timedOut: events.filter((e) => of(e.activityTaskTimedOutEventAttributes?.scheduledEventId)).length,
+    told: events.filter((e) => e.signalExternalWorkflowExecutionInitiatedEventAttributes).length,
+  };
 }
 
 test(`a ${OUTAGE_MS / 1000} s server outage with a live worker: no session is lost or rolled back`, async () => {
@@ -76,7 +81,7 @@ test(`a ${OUTAGE_MS / 1000} s server outage with a live worker: no session is lo
 
   // The host's lease timed out meanwhile; its monitor asks the host, which answers: nobody is told of a loss.
   const monitor = hostWorkflowId(s.firstHost.hostTaskQueue);
-  await eventually(async () => (await activitiesCompleted(monitor, 'describeHost')) > 0, 90_000);
+  await eventually(async () => (await activities(monitor, 'describeHost')).completed > 0, 90_000);
   await eventually(async () => {
     const d = await s.client.workflow.getHandle(monitor).describe();
     return d.raw.pendingActivities?.some((a) => a.activityType?.name === 'holdHostLease') || undefined;
@@ -91,3 +96,36 @@ test(`a ${OUTAGE_MS / 1000} s server outage with a live worker: no session is lo
   expect(() => process.kill(before[1].runtime.pid!, 0)).not.toThrow();
   await Promise.all([memory.stop({ checkpoint: false }), workspace.stop({ checkpoint: false })]);
 });
+
+test('a question to a host that a server running behind records as unanswered late is asked again', async () => {
+  const s = sys!;
+  const hostTaskQueue = `${s.taskQueue}@late-${crypto.randomUUID().slice(0, 6)}`;
+  const host = await startSteadyHost(server!.address, hostTaskQueue);
+  const hostTimeoutMs = 10_000;
+  const monitor = await s.client.workflow.start('hostWorkflow', {
+    workflowId: hostWorkflowId(hostTaskQueue),
+    taskQueue: fleetTaskQueue(s.taskQueue),
+    args: [{ hostTaskQueue, attached: [{ instanceId: 'late-1', sessionWorkflowId: 'session-late-1', hostTimeoutMs }] }],
+  });
+  try {
+    await eventually(async () => host.leases.length === 1 || undefined);
+    // The host's worker stops: its lease ends, and its monitor asks the host with nobody polling.
+    await host.stop();
+    await eventually(async () => (await activities(monitor.workflowId, 'describeHost')).scheduled === 1 || undefined);
+    // The server stops before the question's timeout is due, and resumes after that and the slack: it records the
+    // question as not picked up, late, as a dev server minutes behind did with a live host.
+    server!.process.kill('SIGSTOP');
+    await new Promise((r) => setTimeout(r, hostTimeoutMs + LATE_QUESTION_SLACK_MS + 5_000));
+    server!.process.kill('SIGCONT');
+    await eventually(async () => (await activities(monitor.workflowId, 'describeHost')).timedOut === 1 || undefined);
+    await host.start();
+    // Asked again, the host answers and is leased again: no session was told it was lost.
+    await eventually(async () => host.leases.length === 2 || undefined, 60_000);
+    const asked = await activities(monitor.workflowId, 'describeHost');
+    expect(asked).toMatchObject({ scheduled: 2, completed: 1, timedOut: 1, told: 0 });
+  } finally {
+    server!.process.kill('SIGCONT');
+    await monitor.terminate('test done').catch(() => undefined);
+    await host.close();
+  }
+}, 180_000);
