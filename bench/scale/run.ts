@@ -181,12 +181,14 @@ async function main(): Promise<void> {
 /** Set on Ctrl-C or SIGTERM: main, failing as its workers go, leaves the exit to the signal's handler. */
 let interrupted = false;
 // The worker processes are stopped first: until they exit they write into the directory (workspaces, the store). The
-// dev server is killed on exit (startDevServer).
+// dev server is killed on exit (startDevServer). A Ctrl-C reaches this process twice (from the terminal, and relayed
+// by tsx): a second signal must not take the default exit before the directory is gone.
 for (const [signal, code] of [
   ['SIGINT', 130],
   ['SIGTERM', 143],
 ] as const) {
-  process.once(signal, () => {
+  process.on(signal, () => {
+    if (interrupted) return;
     interrupted = true;
     void stopAllWorkerProcesses()
       .catch((err: unknown) => console.error(`stopping the workers failed: ${String(err)}`))
