@@ -187,7 +187,6 @@ test('a lost host with more sessions than the server lets one workflow signal at
 test("a host's monitor continues as new at its own length, before the server suggests it", async () => {
   const hostTaskQueue = `${sys.taskQueue}@${id('steady')}`;
   const host = await startSteadyHost(process.env.DS_TEST_TEMPORAL_ADDRESS!, hostTaskQueue);
-  const leases = host.leases;
   const monitor = await sys.client.workflow.start('hostWorkflow', {
     workflowId: hostWorkflowId(hostTaskQueue),
     taskQueue: fleetTaskQueue(sys.taskQueue),
@@ -195,12 +194,11 @@ test("a host's monitor continues as new at its own length, before the server sug
   });
   try {
     const count = MONITOR_RUN_EVENTS + 1_000;
-    const sent: string[] = [];
+    let sent = 0;
     await Promise.all(
       Array.from({ length: 4 }, async () => {
-        while (sent.length < count) {
-          const instanceId = `instance-${sent.length}`;
-          sent.push(instanceId);
+        while (sent < count) {
+          const instanceId = `instance-${sent++}`;
           await monitor.signal(attachRuntimeSignal, { instanceId, sessionWorkflowId: `session-of-${instanceId}` });
         }
       }),
@@ -229,7 +227,7 @@ test("a host's monitor continues as new at its own length, before the server sug
       started.workflowExecutionStartedEventAttributes!.input!.payloads![0]!,
     );
     expect(carried.attached!.map((a) => a.instanceId).toSorted()).toEqual(signalled.toSorted());
-    const lease = await eventually(async () => leases.find((l) => l.instances.length === signalled.length));
+    const lease = await eventually(async () => host.leases.find((l) => l.instances.length === signalled.length));
     expect(lease.instances.toSorted()).toEqual(signalled.toSorted());
   } finally {
     await monitor.terminate('test done').catch(() => undefined);
