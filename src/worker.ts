@@ -111,6 +111,7 @@ export async function createWorkers(options: CreateWorkersOptions): Promise<Sess
   });
   const activities = createActivities({
     placement: fleet,
+    client: options.client,
     ...options.deps,
     workerLabels: options.fleet?.labels ?? options.deps.workerLabels,
     host,

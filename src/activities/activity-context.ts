@@ -3,6 +3,7 @@
  * kind, and the helpers that turn what the store and runtimes throw into what Temporal retries or fails.
  */
 import { ApplicationFailure, type Context } from '@temporalio/activity';
+import type { Client } from '@temporalio/client';
 import type { RuntimeInstanceRef, TimelineEntry } from '../api/messages';
 import { DEFAULT_TENANT, isDefaultTenant } from '../domain/names';
 import { ERROR_CODES, isErrorCode } from '../domain/error-codes';
@@ -39,6 +40,8 @@ export interface ActivityDeps {
   maxSessions?: number;
   /** Where sessions go: the fleet directory this host reports to. Without it, whichever worker asks takes them. */
   placement?: Pick<FleetMember, 'place'>;
+  /** The worker's client: a host's monitor tells its sessions through it (`tellSessions`). */
+  client?: Pick<Client, 'workflow'>;
   /** This host's worker labels, which a placement may require. */
   workerLabels?: string[];
   /** How often a long-running watch reports liveness. */

@@ -1,6 +1,7 @@
 /** What the workflows send the activities and get back: the activities' wire shapes, apart from their code. */
 import type { RuntimeInstanceRef, TimelineEntry } from '../api/messages';
 import type { Message } from '../domain/conversation';
+import type { RuntimeReport } from '../domain/records';
 import type { CheckpointRef, CheckpointTrigger, RuntimeSpec } from '../domain/schemas';
 import type { ExitInfo } from '../runtimes';
 import type { ExitCursor } from './host-state';
@@ -76,6 +77,18 @@ export interface HostLeaseResult {
   missing: string[];
   /** The host asks its monitor to wait this long before the next lease (its `leaseRestMs`). */
   restMs?: number;
+}
+
+/** What a host's monitor tells its sessions: one report each, signalled to the session's workflow. */
+export interface TellSessionsInput {
+  reports: { sessionWorkflowId: string; report: RuntimeReport }[];
+}
+
+export interface TellSessionsResult {
+  /** Sessions signalled. */
+  told: number;
+  /** Sessions whose workflow has ended (or never existed): nothing to tell. */
+  gone: number;
 }
 
 export interface VerifyCheckpointInput extends Tenancy {

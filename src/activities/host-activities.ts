@@ -1,10 +1,12 @@
 /** The activities of the worker host itself: placement, the host's liveness lease, and what it says of itself. */
 import { setTimeout as delay } from 'node:timers/promises';
 import { ApplicationFailure, Context, log } from '@temporalio/activity';
+import { WorkflowNotFoundError } from '@temporalio/client';
 import { ApplicationFailureCategory } from '@temporalio/common';
 import { ERROR_CODES } from '../domain/error-codes';
 import { type PlacementRequest, satisfies } from '../domain/placement';
-import type { HostLeaseInput, HostLeaseResult } from './activity-inputs';
+import { runtimeReportSignal } from '../api/messages';
+import type { HostLeaseInput, HostLeaseResult, TellSessionsInput, TellSessionsResult } from './activity-inputs';
 import { HostRefusedError } from './host-state';
 import {
   type ActivityContext,
@@ -14,6 +16,9 @@ import {
   heartbeatEvery,
   toFailure,
 } from './activity-context';
+
+/** Signals one tellSessions sends at a time. */
+const TELL_CONCURRENCY = 20;
 
 export function hostActivities(ctx: ActivityContext) {
   const { deps, host } = ctx;
@@ -121,6 +126,44 @@ export function hostActivities(ctx: ActivityContext) {
           if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason;
         }
       }
+    },
+
+    /**
+     * Signals each session its report, from the worker's client rather than from the monitor workflow: the monitor's
+     * history then holds one activity per batch, not two events and a pending signal per session. A retry resumes
+     * after the reports the last heartbeat counted; one told twice ignores the second (a report about an instance
+     * that is no longer its current one changes nothing).
+     */
+    async tellSessions({ reports }: TellSessionsInput): Promise<TellSessionsResult> {
+      const ctx = Context.current();
+      const client = deps.client;
+      // Retried, and so taken by another worker: every worker createWorkers makes has one.
+      if (!client) throw new Error(`worker host ${deps.hostTaskQueue} has no client to tell sessions with`);
+      const resumed = ctx.info.heartbeatDetails as Partial<TellSessionsResult> | undefined;
+      let told = resumed?.told ?? 0;
+      let gone = resumed?.gone ?? 0;
+      for (let i = told + gone; i < reports.length; i += TELL_CONCURRENCY) {
+        if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason;
+        const sent = await Promise.all(
+          reports.slice(i, i + TELL_CONCURRENCY).map(({ sessionWorkflowId, report }) =>
+            client.workflow
+              .getHandle(sessionWorkflowId)
+              .signal(runtimeReportSignal, report)
+              .then(
+                () => true,
+                (err: unknown) => {
+                  if (err instanceof WorkflowNotFoundError) return false;
+                  throw err;
+                },
+              ),
+          ),
+        );
+        const signalled = sent.filter(Boolean).length;
+        told += signalled;
+        gone += sent.length - signalled;
+        ctx.heartbeat({ told, gone });
+      }
+      return { told, gone };
     },
 
     /** Answered at once by a live host: its incarnation (a new one means a worker restarted here). */

@@ -29,6 +29,11 @@ export function continuedFleetTaskQueue(current: string): string {
   return current.endsWith('/fleet') ? current : fleetTaskQueue(current);
 }
 
+/** The sessions' queue of a fleet workflow on `current`: where the activities any worker can do run. */
+export function sessionsTaskQueueOf(current: string): string {
+  return current.endsWith('/fleet') ? current.slice(0, -'/fleet'.length) : current;
+}
+
 /** Sent by each worker host every few seconds, and as soon as its load changes. */
 export const hostLoadSignal = defineSignal<[HostLoadReport]>('hostLoad');
 /** Chooses a host for a session and counts the session against it at once, so concurrent placements spread. */

@@ -11,13 +11,13 @@ import {
   setHandler,
   workflowInfo,
 } from '@temporalio/workflow';
-import type { ExitCursor, HostLeaseResult, SessionActivities } from '../activities';
-import { continuedFleetTaskQueue } from '../api/fleet';
+import type { ExitCursor, HostLeaseResult, SessionActivities, TellSessionsInput } from '../activities';
+import { continuedFleetTaskQueue, sessionsTaskQueueOf } from '../api/fleet';
 import { attachRuntimeSignal, hostStartedSignal, runtimeReportSignal, watchTaskQueue } from '../api/messages';
 import { HostAttachment, HostWorkflowInput, type RuntimeReport } from '../domain/records';
 import { issueSummary, parse } from './inputs';
 import { failureMessage, neverStarted } from './failures';
-import { LATE_QUESTION_PATCH, MONITOR_BOUND_PATCH, MONITOR_CONTINUES_PATCH } from './patches';
+import { LATE_QUESTION_PATCH, MONITOR_BOUND_PATCH, MONITOR_CONTINUES_PATCH, TELL_BY_ACTIVITY_PATCH } from './patches';
 
 /**
  * Without a session's own setting, a host is lost once its lease went 5 s without a heartbeat and the host then did
@@ -165,11 +165,33 @@ export async function hostWorkflow(raw: HostWorkflowInput): Promise<void> {
  * its sessions at once would never tell them.
  */
 export const PENDING_SIGNALS_LIMIT = 2_000;
-/** Reports sent together, when there are more than the limit: half of it, each batch acknowledged before the next. */
+/** Reports sent together: half the limit, each batch acknowledged before the next (unpatched); one activity's worth. */
 export const TELL_BATCH = PENDING_SIGNALS_LIMIT / 2;
 
-/** Signals each session its report; a session that has ended since needs none. */
+/**
+ * Each session gets its report; a session that has ended since needs none. The reports go in batches to `tellSessions`
+ * on the sessions' queue, which any worker runs, all batches at once: each batch costs the monitor three events, the
+ * signals none, and a worker that dies while telling leaves its batch to another. Retried until told: a report lost
+ * is a session that never learns its host is gone.
+ */
 async function tell(reports: [HostAttachment, RuntimeReport][]): Promise<void> {
+  // Nothing to tell asks for no patch: most rounds end with nothing, and their histories stay as they were.
+  if (reports.length > 0 && patched(TELL_BY_ACTIVITY_PATCH)) {
+    const teller = proxyActivities<SessionActivities>({
+      taskQueue: sessionsTaskQueueOf(workflowInfo().taskQueue),
+      startToCloseTimeout: '10 minutes',
+      heartbeatTimeout: '30 seconds',
+      retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s' },
+    });
+    const batches: TellSessionsInput['reports'][] = [];
+    for (let i = 0; i < reports.length; i += TELL_BATCH) {
+      batches.push(
+        reports.slice(i, i + TELL_BATCH).map(([a, report]) => ({ sessionWorkflowId: a.sessionWorkflowId, report })),
+      );
+    }
+    await Promise.all(batches.map((batch) => teller.tellSessions({ reports: batch })));
+    return;
+  }
   const signal = ([a, report]: [HostAttachment, RuntimeReport]) =>
     getExternalWorkflowHandle(a.sessionWorkflowId).signal(runtimeReportSignal, report);
   // Up to the limit, all at once, as every release did (and every recorded history has); above it, in batches.

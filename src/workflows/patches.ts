@@ -136,3 +136,10 @@ export const MONITOR_BOUND_PATCH = 'monitor-run-bound';
  * up long after it was due: the server ran behind, and a live host is not declared lost for it.
  */
 export const LATE_QUESTION_PATCH = 'late-question-asked-again';
+
+/**
+ * The host's monitor tells its sessions through an activity (`tellSessions`, a batch of reports each, signalled from the
+ * worker's client), not with a signal of its own per session: telling 10,000 sessions put 10,000 pending signals in
+ * its state, and it jammed in the server.
+ */
+export const TELL_BY_ACTIVITY_PATCH = 'tell-sessions-by-activity';
