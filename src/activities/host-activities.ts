@@ -166,6 +166,11 @@ export function hostActivities(ctx: ActivityContext) {
       return { told, gone };
     },
 
+    /** Answered at once by whichever worker picks it up: whether the fleet takes any work at all (the monitor's control). */
+    async askAnyWorker(): Promise<{ hostTaskQueue: string }> {
+      return { hostTaskQueue: deps.hostTaskQueue };
+    },
+
     /** Answered at once by a live host: its incarnation (a new one means a worker restarted here). */
     async describeHost(): Promise<{ incarnation: string; sessions: number }> {
       return { incarnation: host.incarnation, sessions: host.sessionCount };

@@ -1,4 +1,5 @@
 import {
+  type ActivityOptions,
   CancellationScope,
   condition,
   getExternalWorkflowHandle,
@@ -17,7 +18,13 @@ import { attachRuntimeSignal, hostStartedSignal, runtimeReportSignal, watchTaskQ
 import { HostAttachment, HostWorkflowInput, type RuntimeReport } from '../domain/records';
 import { issueSummary, parse } from './inputs';
 import { failureMessage, neverStarted } from './failures';
-import { LATE_QUESTION_PATCH, MONITOR_BOUND_PATCH, MONITOR_CONTINUES_PATCH, TELL_BY_ACTIVITY_PATCH } from './patches';
+import {
+  LATE_QUESTION_PATCH,
+  MONITOR_BOUND_PATCH,
+  MONITOR_CONTINUES_PATCH,
+  QUESTION_CONTROL_PATCH,
+  TELL_BY_ACTIVITY_PATCH,
+} from './patches';
 
 /**
  * Without a session's own setting, a host is lost once its lease went 5 s without a heartbeat and the host then did
@@ -243,28 +250,50 @@ function leaseOn(hostTaskQueue: string, t: Timeouts) {
 export const LATE_QUESTION_SLACK_MS = 10_000;
 /** Questions asked in all while each comes back late: a server behind for good still lets a dead host be declared. */
 export const MAX_LATE_QUESTIONS = 3;
+/**
+ * Questions asked in all while no worker picks up a question any of them may answer either: the fleet could not
+ * recover the host's sessions meanwhile anyway, but a fleet that never answers still lets a dead host be declared.
+ */
+export const MAX_BEHIND_QUESTIONS = 12;
 
 /** Whether the host picks up a question that does no work within hostTimeoutMs. */
 async function answers(hostTaskQueue: string, t: Timeouts): Promise<boolean> {
-  const ask = proxyActivities<SessionActivities>({
-    taskQueue: watchTaskQueue(hostTaskQueue),
+  const question: ActivityOptions = {
     scheduleToStartTimeout: t.hostTimeoutMs,
     startToCloseTimeout: '10 seconds',
     retry: { maximumAttempts: 1 },
+  };
+  const ask = proxyActivities<SessionActivities>({ ...question, taskQueue: watchTaskQueue(hostTaskQueue) });
+  const anyWorker = proxyActivities<SessionActivities>({
+    ...question,
+    taskQueue: sessionsTaskQueueOf(workflowInfo().taskQueue),
   });
   for (let asked = 1; ; asked++) {
     const askedAt = Date.now();
+    // The same question at the same time on the sessions' queue, which every worker polls: when nobody picks that up
+    // either, the server or the whole fleet is behind (in a 10,000-session start, a live host's question went
+    // unpicked on a server that recorded its timeout on time), not this host gone.
+    const control = patched(QUESTION_CONTROL_PATCH)
+      ? anyWorker.askAnyWorker().then(
+          () => true,
+          (err: unknown) => !neverStarted(err),
+        )
+      : undefined;
     try {
       await ask.describeHost();
       return true;
     } catch (err) {
       // On a dev server minutes behind, a live host's question was recorded unanswered 3.5 minutes after it was due.
+      const unanswered = neverStarted(err);
       const lateBy = Date.now() - askedAt - t.hostTimeoutMs;
-      const late = neverStarted(err) && lateBy > LATE_QUESTION_SLACK_MS;
-      if (!late || asked >= MAX_LATE_QUESTIONS || !patched(LATE_QUESTION_PATCH)) return false;
-      log.warn('the question to a host timed out late: the server is behind, asking again', {
+      const late = unanswered && lateBy > LATE_QUESTION_SLACK_MS;
+      const behind = unanswered && control !== undefined && !(await control);
+      const limit = behind ? MAX_BEHIND_QUESTIONS : MAX_LATE_QUESTIONS;
+      if (!(late || behind) || asked >= limit || !patched(LATE_QUESTION_PATCH)) return false;
+      log.warn('the question to a host was not picked up while the server was behind: asking again', {
         hostTaskQueue,
         lateByMs: lateBy,
+        nobodyPickedUpTheControl: behind,
         asked,
       });
     }

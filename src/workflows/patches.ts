@@ -143,3 +143,10 @@ export const LATE_QUESTION_PATCH = 'late-question-asked-again';
  * its state, and it jammed in the server.
  */
 export const TELL_BY_ACTIVITY_PATCH = 'tell-sessions-by-activity';
+
+/**
+ * The host's monitor asks a control question beside each question to a host, on the sessions' queue that every worker
+ * polls; when neither is picked up, the server or the fleet is behind, and the host is asked again (up to
+ * `MAX_BEHIND_QUESTIONS` in all) instead of being declared lost.
+ */
+export const QUESTION_CONTROL_PATCH = 'question-with-control';

@@ -2,6 +2,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { NativeConnection, Worker } from '@temporalio/worker';
 import { fleetTaskQueue, hostWorkflowId } from '../../src/api';
 import { freePort, startDevServer, type DevServer } from '../../src/dev-server';
 import { LATE_QUESTION_SLACK_MS } from '../../src/workflows/host-workflow';
@@ -54,8 +55,17 @@ async function activities(workflowId: string, name: string) {
     scheduled: scheduled.size,
     completed: events.filter((e) => of(e.activityTaskCompletedEventAttributes?.scheduledEventId)).length,
     timedOut: events.filter((e) => of(e.activityTaskTimedOutEventAttributes?.scheduledEventId)).length,
-    told: events.filter((e) => e.signalExternalWorkflowExecutionInitiatedEventAttributes).length,
   };
+}
+
+/** How many sessions' reports the monitor sent: its own signals (before tellSessions), or batches of them. */
+async function told(workflowId: string): Promise<number> {
+  const history = await sys!.client.workflow.getHandle(workflowId).fetchHistory();
+  return (history.events ?? []).filter(
+    (e) =>
+      e.signalExternalWorkflowExecutionInitiatedEventAttributes ||
+      e.activityTaskScheduledEventAttributes?.activityType?.name === 'tellSessions',
+  ).length;
 }
 
 test(`a ${OUTAGE_MS / 1000} s server outage with a live worker: no session is lost or rolled back`, async () => {
@@ -122,10 +132,63 @@ test('a question to a host that a server running behind records as unanswered la
     // Asked again, the host answers and is leased again: no session was told it was lost.
     await eventually(async () => host.leases.length === 2 || undefined, 60_000);
     const asked = await activities(monitor.workflowId, 'describeHost');
-    expect(asked).toMatchObject({ scheduled: 2, completed: 1, timedOut: 1, told: 0 });
+    expect(asked).toMatchObject({ scheduled: 2, completed: 1, timedOut: 1 });
+    expect(await told(monitor.workflowId)).toBe(0);
   } finally {
     server!.process.kill('SIGCONT');
     await monitor.terminate('test done').catch(() => undefined);
     await host.close();
+  }
+}, 180_000);
+
+test('a host is not declared lost while no worker picks up a question anyone could answer', async () => {
+  // A fleet of its own whose sessions' queue nobody polls: the monitor's control question is never picked up, as on a
+  // server too far behind to hand any worker a task. Its host stops, and comes back after two unanswered questions.
+  const s = sys!;
+  const fleet = `${s.taskQueue}-behind-${crypto.randomUUID().slice(0, 6)}`;
+  const hostTaskQueue = `${fleet}@host`;
+  const connection = await NativeConnection.connect({ address: server!.address });
+  const monitorWorker = await Worker.create({
+    connection,
+    taskQueue: fleetTaskQueue(fleet),
+    workflowBundle: { codePath: process.env.DS_TEST_WORKFLOW_BUNDLE! },
+  });
+  const monitorRunning = monitorWorker.run();
+  const host = await startSteadyHost(server!.address, hostTaskQueue);
+  const monitor = await s.client.workflow.start('hostWorkflow', {
+    workflowId: hostWorkflowId(hostTaskQueue),
+    taskQueue: fleetTaskQueue(fleet),
+    args: [
+      {
+        hostTaskQueue,
+        attached: [
+          {
+            instanceId: 'behind-1',
+            sessionWorkflowId: 'session-behind-1',
+            heartbeatTimeoutMs: 3_000,
+            hostTimeoutMs: 3_000,
+          },
+        ],
+      },
+    ],
+  });
+  try {
+    await eventually(async () => host.leases.length === 1 || undefined);
+    await host.stop();
+    await eventually(
+      async () => (await activities(monitor.workflowId, 'describeHost')).timedOut >= 2 || undefined,
+      60_000,
+    );
+    expect((await activities(monitor.workflowId, 'askAnyWorker')).timedOut).toBeGreaterThanOrEqual(2);
+    await host.start();
+    await eventually(async () => host.leases.length === 2 || undefined, 60_000);
+    expect((await activities(monitor.workflowId, 'describeHost')).completed).toBe(1);
+    expect(await told(monitor.workflowId)).toBe(0);
+  } finally {
+    await monitor.terminate('test done').catch(() => undefined);
+    await host.close();
+    monitorWorker.shutdown();
+    await monitorRunning;
+    await connection.close();
   }
 }, 180_000);
