@@ -53,7 +53,8 @@ function summarise(file: string): void {
     console.log(`${c.padEnd(22)} ${s(us).padStart(9)}  ${((us / total) * 100).toFixed(1)} %`);
   }
   console.log('\nmost self time:');
-  for (const [where, us] of [...self].sort((a, b) => b[1] - a[1]).slice(1, 16)) {
+  const working = [...self].filter(([where]) => !where.startsWith('(idle) '));
+  for (const [where, us] of working.sort((a, b) => b[1] - a[1]).slice(0, 15)) {
     console.log(`${s(us).padStart(9)}  ${where}`);
   }
   const longest = busy.map(([a, b]) => [b - a, a - p.startTime] as const).sort((a, b) => b[0] - a[0]);
