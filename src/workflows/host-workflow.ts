@@ -271,8 +271,8 @@ async function answers(hostTaskQueue: string, t: Timeouts): Promise<boolean> {
   for (let asked = 1; ; asked++) {
     const askedAt = Date.now();
     // The same question at the same time on the sessions' queue, which every worker polls: when nobody picks that up
-    // either, the server or the whole fleet is behind (in a 10,000-session start, a live host's question went
-    // unpicked on a server that recorded its timeout on time), not this host gone.
+    // either, the server or the whole fleet is behind (its dispatch can fall behind while its timers keep time:
+    // docs/design.md §10), not this host gone.
     const control = patched(QUESTION_CONTROL_PATCH)
       ? anyWorker.askAnyWorker().then(
           () => true,

@@ -139,8 +139,8 @@ export const LATE_QUESTION_PATCH = 'late-question-asked-again';
 
 /**
  * The host's monitor tells its sessions through an activity (`tellSessions`, a batch of reports each, signalled from the
- * worker's client), not with a signal of its own per session: telling 10,000 sessions put 10,000 pending signals in
- * its state, and it jammed in the server.
+ * worker's client), not with a signal of its own per session: each of those was pending in the monitor's state until
+ * acknowledged, and a monitor telling thousands of sessions jammed in the server (docs/design.md §10).
  */
 export const TELL_BY_ACTIVITY_PATCH = 'tell-sessions-by-activity';
 
