@@ -21,6 +21,13 @@ export interface FleetHealth {
   leaseTimeoutKinds: Record<string, number>;
   /** The largest input a lease was scheduled with: it lists every instance the monitor watches. */
   largestLeaseBytes: number;
+  /**
+   * The monitors' questions to their hosts after a failed lease (`describeHost`), the ones not picked up in time, and
+   * the control questions beside them (`askAnyWorker`) not picked up either: a host asked again for a server behind.
+   */
+  questions: { asked: number; unpicked: number; controlsUnpicked: number };
+  /** What the monitors told sessions (`tellSessions`): batches, sessions signalled, and sessions already ended. */
+  told: { batches: number; told: number; gone: number };
 }
 
 const { EventType, TimeoutType } = temporal.api.enums.v1;
@@ -35,13 +42,17 @@ export async function fleetHealth(client: Client, until: Date): Promise<FleetHea
     leaseTimeouts: 0,
     leaseTimeoutKinds: {},
     largestLeaseBytes: 0,
+    questions: { asked: 0, unpicked: 0, controlsUnpicked: 0 },
+    told: { batches: 0, told: 0, gone: 0 },
   };
+  const { payloadConverter } = client.options.loadedDataConverter;
+  const during = (e: temporal.api.history.v1.IHistoryEvent) => Number(e.eventTime?.seconds) * 1_000 <= +until;
   const query = "WorkflowType = 'fleetWorkflow' OR WorkflowType = 'hostWorkflow'";
   for await (const run of client.workflow.list({ query })) {
     const kind = run.type === 'fleetWorkflow' ? 'directory' : 'monitors';
     health.runs[kind]++;
     const events = (await client.workflow.getHandle(run.workflowId, run.runId).fetchHistory()).events ?? [];
-    const leases = new Set<number>();
+    const scheduledAs = new Map<number, string>();
     for (const e of events) {
       const taskTimeout = e.workflowTaskTimedOutEventAttributes;
       if (taskTimeout) {
@@ -50,17 +61,30 @@ export async function fleetHealth(client: Client, until: Date): Promise<FleetHea
       }
       if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED) health.taskFailures[kind]++;
       const scheduled = e.activityTaskScheduledEventAttributes;
-      if (scheduled?.activityType?.name === 'holdHostLease') {
-        leases.add(Number(e.eventId));
-        const bytes = (scheduled.input?.payloads ?? []).reduce((sum, p) => sum + (p.data?.length ?? 0), 0);
+      const name = scheduled?.activityType?.name;
+      if (name) scheduledAs.set(Number(e.eventId), name);
+      if (name === 'holdHostLease') {
+        const bytes = (scheduled!.input?.payloads ?? []).reduce((sum, p) => sum + (p.data?.length ?? 0), 0);
         health.largestLeaseBytes = Math.max(health.largestLeaseBytes, bytes);
       }
+      if (name === 'describeHost' && during(e)) health.questions.asked++;
+      if (name === 'tellSessions' && during(e)) health.told.batches++;
+      const completed = e.activityTaskCompletedEventAttributes;
+      if (completed && scheduledAs.get(Number(completed.scheduledEventId)) === 'tellSessions' && during(e)) {
+        const result = payloadConverter.fromPayload<{ told: number; gone: number }>(completed.result!.payloads![0]!);
+        health.told.told += result.told;
+        health.told.gone += result.gone;
+      }
       const timedOut = e.activityTaskTimedOutEventAttributes;
-      if (timedOut && leases.has(Number(timedOut.scheduledEventId)) && Number(e.eventTime?.seconds) * 1_000 <= +until) {
+      if (!timedOut || !during(e)) continue;
+      const of = scheduledAs.get(Number(timedOut.scheduledEventId));
+      if (of === 'holdHostLease') {
         health.leaseTimeouts++;
         const timeoutKind = timeoutName(timedOut.failure?.timeoutFailureInfo?.timeoutType);
         health.leaseTimeoutKinds[timeoutKind] = (health.leaseTimeoutKinds[timeoutKind] ?? 0) + 1;
       }
+      if (of === 'describeHost') health.questions.unpicked++;
+      if (of === 'askAnyWorker') health.questions.controlsUnpicked++;
     }
   }
   return health;

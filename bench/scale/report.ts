@@ -311,7 +311,8 @@ export function report(
       ],
       [
         'the fleet directory · the host monitors: runs, workflow tasks timed out (of them not picked up from the ' +
-          'sticky queue), failed; leases timed out, the largest lease asked for',
+          'sticky queue), failed; leases timed out, the largest lease asked for; questions to the hosts, ' +
+          'not picked up (and their controls); sessions told',
         typeof fleet === 'string'
           ? `not read: ${fleet}`
           : `directory ${fleet.runs.directory} run(s), ${fleet.taskTimeouts.directory} timed out ` +
@@ -319,7 +320,9 @@ export function report(
             `${fleet.runs.monitors} run(s), ${fleet.taskTimeouts.monitors} timed out ` +
             `(${fleet.stickyTimeouts.monitors} sticky), ${fleet.taskFailures.monitors} failed; ` +
             `${fleet.leaseTimeouts} leases timed out${kinds(fleet.leaseTimeoutKinds)}, ` +
-            `largest ${kib(fleet.largestLeaseBytes)}`,
+            `largest ${kib(fleet.largestLeaseBytes)}; ${fleet.questions.asked} questions, ` +
+            `${fleet.questions.unpicked} not picked up (${fleet.questions.controlsUnpicked} controls not either); ` +
+            `${fleet.told.told} sessions told in ${fleet.told.batches} batches, ${fleet.told.gone} already ended`,
         '—',
         '—',
       ],
