@@ -15,23 +15,25 @@ export function fleetWorkflowId(taskQueue: string): string {
   return `fleet-${taskQueue}`;
 }
 
+const FLEET_SUFFIX = '/fleet';
+
 /**
  * The fleet's own workflows (the directory and every host's monitor) run on a queue beside the sessions' one, polled by
  * a worker whose cache holds nothing else: a host with more running sessions than it caches would otherwise evict
  * these busiest workflows again and again, and each eviction replays their long histories before the next placement.
  */
 export function fleetTaskQueue(taskQueue: string): string {
-  return `${taskQueue}/fleet`;
-}
-
-/** The queue a fleet workflow continues as new on: the fleet queue, which one started on the sessions' queue moves to. */
-export function continuedFleetTaskQueue(current: string): string {
-  return current.endsWith('/fleet') ? current : fleetTaskQueue(current);
+  return `${taskQueue}${FLEET_SUFFIX}`;
 }
 
 /** The sessions' queue of a fleet workflow on `current`: where the activities any worker can do run. */
 export function sessionsTaskQueueOf(current: string): string {
-  return current.endsWith('/fleet') ? current.slice(0, -'/fleet'.length) : current;
+  return current.endsWith(FLEET_SUFFIX) ? current.slice(0, -FLEET_SUFFIX.length) : current;
+}
+
+/** The queue a fleet workflow continues as new on: the fleet queue, which one started on the sessions' queue moves to. */
+export function continuedFleetTaskQueue(current: string): string {
+  return fleetTaskQueue(sessionsTaskQueueOf(current));
 }
 
 /** Sent by each worker host every few seconds, and as soon as its load changes. */
