@@ -110,20 +110,16 @@ export interface PublishOptions {
  * (or, without `replace`, links) it into place, then fsyncs the directory (and the parents of directories it made): a
  * crash leaves the old file or the new one, never part of one. Returns false when `replace` is false and the target
  * exists. Whatever fails, the temp file goes: a full disk must not be left fuller.
+ *
+ * Each call below is a thread-pool round trip, and a small checkpoint publishes several files: the directory is made
+ * only when the temp file cannot be, and the temp file is unlinked only when it is still there.
  */
 export async function publish(path: string, body: PublishBody, options: PublishOptions = {}): Promise<boolean> {
   const dir = dirname(path);
-  const created = await ensureDir(dir);
-  // A directory made here is made durable in its parent first: else a crash could take a published file with it.
-  if (created !== undefined) {
-    for (let made = dir; ; made = dirname(made)) {
-      await fsyncDir(dirname(made));
-      if (made === created || dirname(made) === made) break;
-    }
-  }
   const tmp = join(dir, `.${randomBytes(8).toString('hex')}.tmp`);
+  const handle = await createIn(dir, tmp);
+  let placed = false;
   try {
-    const handle = await fs.open(tmp, 'wx');
     try {
       if (Buffer.isBuffer(body)) {
         await handle.writeFile(body);
@@ -148,10 +144,38 @@ export async function publish(path: string, body: PublishBody, options: PublishO
       }
     } else {
       await fs.rename(tmp, path);
+      placed = true;
     }
   } finally {
-    await fs.rm(tmp, { force: true });
+    if (!placed) await unlinkIfPresent(tmp);
   }
   await fsyncDir(dir);
   return true;
+}
+
+/** Creates `file` (which must not exist) in `dir`, making `dir` first if it is missing. */
+async function createIn(dir: string, file: string): Promise<fs.FileHandle> {
+  try {
+    return await fs.open(file, 'wx');
+  } catch (err) {
+    if (!isErrnoError(err, 'ENOENT')) throw err;
+  }
+  const created = await ensureDir(dir);
+  // A directory made here is made durable in its parent first: else a crash could take a published file with it.
+  if (created !== undefined) {
+    for (let made = dir; ; made = dirname(made)) {
+      await fsyncDir(dirname(made));
+      if (made === created || dirname(made) === made) break;
+    }
+  }
+  return fs.open(file, 'wx');
+}
+
+/** Removes a file; one that is not there is not an error (one call, where `fs.rm` stats it twice first). */
+export async function unlinkIfPresent(path: string): Promise<void> {
+  try {
+    await fs.unlink(path);
+  } catch (err) {
+    if (!isErrnoError(err, 'ENOENT')) throw err;
+  }
 }

@@ -13,7 +13,7 @@ import { join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pathToFileURL } from 'node:url';
 import { isErrnoError } from '../../errors';
-import { publish } from '../../fs-io';
+import { publish, unlinkIfPresent } from '../../fs-io';
 import { keepTouched, TOUCH_INTERVAL_MS } from '../abandoned';
 import {
   checkBlobKey,
@@ -27,6 +27,9 @@ import {
 
 /** How many files `list` stats at once. */
 const LIST_STATS_AT_ONCE = 64;
+
+/** What `read` of a whole object reads before it asks the object's size. */
+const FIRST_READ_BYTES = 16 * 1024;
 
 /** The size of each read a stream makes. */
 const STREAM_READ_BYTES = 1024 * 1024;
@@ -69,14 +72,23 @@ export class FsBlobBackend implements BlobBackend {
     const handle = await openIfPresent(this.path(key));
     if (!handle) return null;
     try {
+      const { range, maxBytes } = options;
+      let first: Buffer | null = null;
+      if (!range) {
+        // Most objects read whole are small (a key, a manifest, a pin): one read tells their size without a stat.
+        first = Buffer.allocUnsafe(Math.min(FIRST_READ_BYTES, (maxBytes ?? Infinity) + 1));
+        const { bytesRead } = await handle.read(first, 0, first.length, 0);
+        // A copy of its size: callers keep some of these (a held key), and the first read's buffer is larger.
+        if (bytesRead < first.length) return Buffer.from(first.subarray(0, bytesRead));
+      }
       const { size } = await handle.stat();
-      const offset = options.range?.offset ?? 0;
-      const length = Math.max(0, Math.min(options.range?.length ?? size, size - offset));
-      if (options.maxBytes !== undefined && length > options.maxBytes) {
-        throw new Error(`object ${key} is ${length} bytes, more than the ${options.maxBytes} it can be`);
+      const offset = range?.offset ?? 0;
+      const length = Math.max(0, Math.min(range?.length ?? size, size - offset));
+      if (maxBytes !== undefined && length > maxBytes) {
+        throw new Error(`object ${key} is ${length} bytes, more than the ${maxBytes} it can be`);
       }
       const bytes = Buffer.allocUnsafe(length);
-      let at = 0;
+      let at = first ? first.copy(bytes, 0, 0, Math.min(first.length, length)) : 0;
       while (at < length) {
         const { bytesRead } = await handle.read(bytes, at, length - at, offset + at);
         if (bytesRead === 0) break;
@@ -176,7 +188,7 @@ export class FsBlobBackend implements BlobBackend {
   }
 
   async delete(key: string): Promise<void> {
-    await fs.rm(this.path(key), { force: true });
+    await unlinkIfPresent(this.path(key));
   }
 
   /** The file system stamps mtimes with this host's clock. */

@@ -108,6 +108,14 @@ export function describeBlobBackendContract(
       await expect(backend.read('r/ten', { range: { offset: 0, length: 5 }, maxBytes: 4 })).rejects.toThrow();
       await backend.put('r/empty', Buffer.alloc(0));
       expect(await backend.read('r/empty')).toEqual(Buffer.alloc(0));
+      // Sizes about a first read's (a backend may read small objects in one call before asking their size).
+      for (const size of [16 * 1024 - 1, 16 * 1024, 16 * 1024 + 1, 100_003]) {
+        const body = randomBytes(size);
+        await backend.put(`r/sized-${size}`, body);
+        expect(sha256((await backend.read(`r/sized-${size}`))!)).toBe(sha256(body));
+        expect(sha256((await backend.read(`r/sized-${size}`, { maxBytes: size }))!)).toBe(sha256(body));
+        await expect(backend.read(`r/sized-${size}`, { maxBytes: size - 1 })).rejects.toThrow(/more than/);
+      }
     });
 
     test('stream: whole and ranged, null for a missing key', async () => {
