@@ -66,7 +66,27 @@ export type Loaded =
 export type LoadedTable =
   { kind: 'v1' } | { kind: 'chunked'; header: ChunkedHeader; table: ChunkTable; fileDigest: string };
 
+/** How many sessions' newest manifests are kept for their next checkpoint's parent, and their chunks together. */
+const NEWEST_KEPT = 1_024;
+const NEWEST_CHUNKS_KEPT = 65_536;
+
+interface Newest {
+  checkpointId: string;
+  manifest: ChunkedManifest;
+  /** The manifest's file as published. */
+  sealed: Buffer;
+  fileDigest: string;
+}
+
 export class Manifests {
+  /**
+   * The manifest this store published last, per session, as the next checkpoint's parent: loading it back costs the
+   * lineage, the data key and an opening at every checkpoint. It is used only while the file still holds the bytes
+   * published (deleted or replaced since, the parent is loaded as before).
+   */
+  private readonly newest = new Map<string, Newest>();
+  private newestChunks = 0;
+
   constructor(
     private readonly layout: StoreLayout,
     private readonly keys: LineageKeys,
@@ -116,6 +136,28 @@ export class Manifests {
       sealed,
     );
     if (!published) throw existsAlready(manifest.sessionId, manifest.checkpointId);
+    if ('chunks' in list) this.keepNewest({ ...manifest, chunks: list.chunks }, sealed);
+  }
+
+  private keepNewest(manifest: ChunkedManifest, sealed: Buffer): void {
+    this.forget(manifest.sessionId);
+    if (manifest.chunks.length > NEWEST_CHUNKS_KEPT) return;
+    const kept = { checkpointId: manifest.checkpointId, manifest, sealed, fileDigest: fileDigest(sealed) };
+    this.newest.set(manifest.sessionId, kept);
+    this.newestChunks += manifest.chunks.length;
+    // Oldest first: a Map iterates in insertion order, and a session's entry is re-inserted at each publish.
+    for (const [sessionId, kept] of this.newest) {
+      if (this.newestChunks <= NEWEST_CHUNKS_KEPT && this.newest.size <= NEWEST_KEPT) break;
+      this.newest.delete(sessionId);
+      this.newestChunks -= kept.manifest.chunks.length;
+    }
+  }
+
+  private forget(sessionId: string): void {
+    const kept = this.newest.get(sessionId);
+    if (!kept) return;
+    this.newest.delete(sessionId);
+    this.newestChunks -= kept.manifest.chunks.length;
   }
 
   async load(sessionId: string, checkpointId: string): Promise<Loaded> {
@@ -254,6 +296,14 @@ export class Manifests {
     sessionId: string,
     parentId: string,
   ): Promise<{ manifest: ChunkedManifest | null; manifestDigest: string | null }> {
+    const kept = this.newest.get(sessionId);
+    if (kept?.checkpointId === parentId) {
+      // The same bytes as published: what loading them would give, without the lineage, the key and the opening.
+      const stored = await this.layout.backend.read(this.layout.manifestKey(sessionId, parentId), {
+        maxBytes: MAX_MANIFEST_BYTES,
+      });
+      if (stored?.equals(kept.sealed)) return { manifest: kept.manifest, manifestDigest: kept.fileDigest };
+    }
     try {
       const loaded = await this.load(sessionId, parentId);
       if (loaded.kind === 'chunked') return { manifest: loaded.manifest, manifestDigest: loaded.fileDigest };
