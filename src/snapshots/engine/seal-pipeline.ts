@@ -21,6 +21,13 @@ import { BATCH_BYTES, type PackWriter } from './packs';
 const REUSED_BATCH_BYTES = 64 * 1024 * 1024;
 
 /**
+ * The first batch of a write starts this small: most checkpoints of a small session are a few KiB, and a batch
+ * buffer of full size is a fresh shared allocation of over a MiB per write. A write that outgrows it goes on in
+ * full-size batches.
+ */
+const FIRST_BATCH_BYTES = 64 * 1024;
+
+/**
  * The batch being filled: new chunks copied into `buffer` (cut at `sizes`), and base chunks taken as they are, all
  * in order (`order`: a new chunk's index in `sizes`, or a reused entry). Reused chunks do not cut batches, so a state
  * with many small changes still seals about BATCH_BYTES at a time.
@@ -64,6 +71,7 @@ export class SealPipeline {
   private readonly spareOutputs: Buffer[] = [];
   private readonly capacity: number;
   private batch: Batch = emptyBatch();
+  private firstInput = true;
 
   constructor(private readonly parts: SealPipelineParts) {
     this.capacity = BATCH_BYTES + parts.maxChunkSize;
@@ -77,16 +85,33 @@ export class SealPipeline {
       batch.order.push({ id, size: chunkSize, known: true });
       batch.covered += chunkSize;
     } else {
-      batch.buffer ??= this.spareInputs.pop() ?? shared(this.capacity);
+      if (batch.buffer && batch.buffer.length - batch.used < planned.chunk.length) {
+        // Only a small first batch fills up before BATCH_BYTES: it goes as it is.
+        await this.next();
+        return this.add(planned);
+      }
+      batch.buffer ??= this.spareInputs.pop() ?? this.newInput(planned.chunk.length);
       batch.used += planned.chunk.copy(batch.buffer, batch.used);
       batch.order.push(batch.sizes.length);
       batch.sizes.push(planned.chunk.length);
     }
     // Reused chunks cost no sealing: a batch of them closes only every REUSED_BATCH_BYTES, for progress.
-    if (batch.used >= BATCH_BYTES || batch.covered >= REUSED_BATCH_BYTES) {
-      this.dispatch();
-      while (this.inflight.length >= this.parts.pool.window) await this.consume(await this.inflight.shift()!);
+    if (batch.used >= BATCH_BYTES || batch.covered >= REUSED_BATCH_BYTES) await this.next();
+  }
+
+  /** Sends the batch off; waits while the pool's window of batches is full. */
+  private async next(): Promise<void> {
+    this.dispatch();
+    while (this.inflight.length >= this.parts.pool.window) await this.consume(await this.inflight.shift()!);
+  }
+
+  /** A batch buffer: the write's first is small (FIRST_BATCH_BYTES), every later one full size. */
+  private newInput(chunkSize: number): Buffer {
+    if (this.firstInput) {
+      this.firstInput = false;
+      return shared(Math.min(this.capacity, Math.max(FIRST_BATCH_BYTES, chunkSize)));
     }
+    return shared(this.capacity);
   }
 
   /** Seals what is left and waits for every batch; returns the digest of the chunk-id list (format 2 and 3). */
@@ -111,7 +136,10 @@ export class SealPipeline {
         ? Promise.resolve<SealBatchResult & { data: Buffer | null }>({ sealed: EMPTY, entries: [], data: null })
         : pool.seal(context, buffer!, sizes, this.spareOutputs.pop() ?? null);
     const merged = sealed.then((result) => {
-      if (result.data && this.spareInputs.length < pool.window) this.spareInputs.push(result.data);
+      // A small first buffer is not kept: a spare must hold a full batch.
+      if (result.data && result.data.length >= this.capacity && this.spareInputs.length < pool.window) {
+        this.spareInputs.push(result.data);
+      }
       return {
         sealed: result.sealed,
         entries: order.map((item) => (typeof item === 'number' ? result.entries[item]! : item)),
