@@ -221,10 +221,12 @@ export function heartbeatEvery(ctx: Context): number {
 
 /**
  * Progress arrives per chunk (thousands per GiB); a heartbeat is encoded and handed to the SDK's core each time, so
- * report at most every 500 ms. The SDK throttles what it sends to the server on top of this.
+ * report at most every 500 ms. The SDK throttles what it sends to the server on top of this, but sends the first at
+ * once: the first report waits FIRST_REPORT_MS, so that a small state's capture or restore (a few milliseconds) costs
+ * the server no heartbeat.
  */
 export function throttled(report: (bytesDone: number) => void, intervalMs = 500): (bytesDone: number) => void {
-  let last = 0;
+  let last = Date.now() - intervalMs + FIRST_REPORT_MS;
   return (bytesDone) => {
     const now = Date.now();
     if (now - last < intervalMs) return;
@@ -232,6 +234,8 @@ export function throttled(report: (bytesDone: number) => void, intervalMs = 500)
     report(bytesDone);
   };
 }
+
+const FIRST_REPORT_MS = 100;
 
 /**
  * A typed error says what a retry can do: a retryable one stays retryable under its own code, one with a wire code
