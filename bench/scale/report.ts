@@ -3,7 +3,7 @@ import { table } from '../markdown';
 import type { BareResult } from './bare-scenario';
 import type { FleetHealth } from './fleet-health';
 import { percentile, type Calls } from './load';
-import type { ScaleOptions } from './scenario';
+import { SETTLE_LIMIT_MS, type ScaleOptions } from './scenario';
 import type { SessionResult } from './session-scenario';
 import type { ContextCost } from './workflow-context';
 
@@ -30,6 +30,9 @@ export const TARGETS: Targets = {
 
 const seconds = (ms: number) => `${(ms / 1_000).toFixed(1)} s`;
 const pct = (share: number) => `${(share * 100).toFixed(1)} %`;
+/** How long the server took to settle before an idle window, or that it never did. */
+const settled = (seconds: number) =>
+  seconds * 1_000 >= SETTLE_LIMIT_MS ? `${seconds.toFixed(0)} s, not settled` : `${seconds.toFixed(0)} s to settle`;
 const mib = (bytes: number) => `${(bytes / MiB).toFixed(3)} MiB`;
 const ms = (v: number) => (Number.isNaN(v) ? '—' : v < 10 ? `${v.toFixed(1)} ms` : `${v.toFixed(0)} ms`);
 const ratio = (a: number, b: number) => (b > 0 ? `${(a / b).toFixed(2)}×` : '—');
@@ -193,8 +196,7 @@ export function report(
       ],
       [
         `CPU of worker + server, ${n} sessions idle for ${sessions.idle.seconds.toFixed(0)} s, after ` +
-          `${sessions.idle.settleSeconds.toFixed(0)} s to settle (bare ${bare.idle.settleSeconds.toFixed(0)} s) ` +
-          '(% of one core)',
+          `${settled(sessions.idle.settleSeconds)} (bare ${settled(bare.idle.settleSeconds)}) (% of one core)`,
         `${pct(sessions.idle.workerCpu)} + ${pct(sessions.idle.serverCpu)} = ${pct(idle)}`,
         `bare, ${n} idle: ${pct(bare.idle.workerCpu)} + ${pct(bare.idle.serverCpu)} = ${pct(bareIdle)}`,
         ratio(idle, bareIdle),

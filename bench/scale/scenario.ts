@@ -4,7 +4,14 @@ import { setTimeout as delay } from 'node:timers/promises';
 import type { Client } from '@temporalio/client';
 import { Calls, inPool } from './load';
 import { cpuWindow, OpenFilesSampler } from './procfs';
-import { frontendRequests, historyTaskLag, lagBetween, requestRates, type RequestCounts } from './server-metrics';
+import {
+  frontendRequests,
+  historyTasksDone,
+  historyTaskLag,
+  lagBetween,
+  requestRates,
+  type RequestCounts,
+} from './server-metrics';
 import { startWorkerProcess, type MemorySample, type WorkerHandle } from './worker-handle';
 import type { WorkerProcessConfig } from './worker-process';
 import type { S3BlobBackendOptions } from '../../src/snapshots';
@@ -125,22 +132,35 @@ export const PROBES = 10;
 const WORKING = ['RespondWorkflowTaskCompleted', 'RespondWorkflowTaskFailed', 'GetWorkflowExecutionHistory'];
 /** The working rate (per second, over one slice) below which the workflows count as idle. */
 const SETTLED_RATE = 1;
+/**
+ * The history service's task rate (transfer, timer and visibility tasks done, per second) below which the server
+ * counts as idle: a large start leaves it minutes of queued tasks after the last workflow task is answered.
+ */
+const SETTLED_TASK_RATE = 5;
 const SETTLE_SLICE_MS = 5_000;
-const SETTLE_LIMIT_MS = 180_000;
+/** A start of 10,000 leaves the history service about ten minutes of queued tasks on this kind of machine. */
+export const SETTLE_LIMIT_MS = 900_000;
 
 /**
- * Waits until the server answers almost no workflow tasks: right after a large start, evicted workflows still replay
- * for a minute or more, and a window opened then measures the start's tail, not idle workflows.
+ * Waits until the server answers almost no workflow tasks and its history service has worked off its queues: right
+ * after a large start, evicted workflows still replay for a minute or more and the start's tasks are still being
+ * done, and a window opened then measures the start's tail, not idle workflows.
  */
 async function settle(metricsUrl: string): Promise<number> {
   const t0 = performance.now();
-  let before = await frontendRequests(metricsUrl);
+  const reading = async () => ({
+    requests: await frontendRequests(metricsUrl),
+    tasks: await historyTasksDone(metricsUrl),
+  });
+  let before = await reading();
   while (performance.now() - t0 < SETTLE_LIMIT_MS) {
     await delay(SETTLE_SLICE_MS);
-    const after = await frontendRequests(metricsUrl);
-    const rates = new Map(requestRates(before, after, SETTLE_SLICE_MS / 1_000));
+    const after = await reading();
+    const rates = new Map(requestRates(before.requests, after.requests, SETTLE_SLICE_MS / 1_000));
+    const taskRate = (after.tasks - before.tasks) / (SETTLE_SLICE_MS / 1_000);
     before = after;
-    if (WORKING.reduce((sum, op) => sum + (rates.get(op) ?? 0), 0) < SETTLED_RATE) break;
+    const working = WORKING.reduce((sum, op) => sum + (rates.get(op) ?? 0), 0);
+    if (working < SETTLED_RATE && taskRate < SETTLED_TASK_RATE) break;
   }
   return (performance.now() - t0) / 1_000;
 }
@@ -148,6 +168,8 @@ async function settle(metricsUrl: string): Promise<number> {
 /** Lets the start's stragglers settle, then measures the workers' and the server's CPU over the idle window. */
 export async function measureIdle(ctx: ScaleContext, workerPids: number[]): Promise<IdleWindow> {
   const settleSeconds = await settle(ctx.metricsUrl);
+  // Said as it opens: a profiler attached from outside (bench/README.md) can cover the window alone.
+  console.log(`scale: settled in ${settleSeconds.toFixed(0)} s; idle window of ${ctx.options.idleSeconds} s…`);
   const before = await frontendRequests(ctx.metricsUrl);
   const window = cpuWindow({
     server: ctx.serverPid,

@@ -27,6 +27,11 @@ export async function historyTaskLag(metricsUrl: string): Promise<TaskLag> {
   );
 }
 
+/** How many tasks the history service has done (every queue, every task type). */
+export async function historyTasksDone(metricsUrl: string): Promise<number> {
+  return (await historyTaskLag(metricsUrl)).get(Infinity) ?? 0;
+}
+
 /**
  * Of the tasks done between two readings: the bound of the bucket that holds the q-quantile, and of the highest
  * bucket any reached (in ms; Infinity past the last bound; 0 when none were).
