@@ -96,7 +96,13 @@ class PackUpload {
 
   /** Appends `objects`; settles once the backend has taken them. */
   append(objects: Buffer[]): Promise<void> {
-    if (this.ended) throw new Error(`pack ${this.id} is closed`);
+    if (this.ended) {
+      // Rejected, not thrown: after a failed upload the writer reports the upload's own error (PackWriter.write),
+      // such as a full disk's, not this one.
+      const closed = Promise.reject(new Error(`pack ${this.id} is closed`));
+      closed.catch(() => undefined);
+      return closed;
+    }
     for (const object of objects) this.size += object.length;
     const written = new Promise<void>((resolve, reject) => {
       this.queue.push({ objects, written: resolve, failed: reject });
