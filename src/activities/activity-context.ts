@@ -219,6 +219,8 @@ export function heartbeatEvery(ctx: Context): number {
   return Math.max(100, Math.min(MAX_HEARTBEAT_MS, Math.floor(timeoutMs / 3)));
 }
 
+const FIRST_REPORT_MS = 100;
+
 /**
  * Progress arrives per chunk (thousands per GiB); a heartbeat is encoded and handed to the SDK's core each time, so
  * report at most every 500 ms. The SDK throttles what it sends to the server on top of this, but sends the first at
@@ -234,8 +236,6 @@ export function throttled(report: (bytesDone: number) => void, intervalMs = 500)
     report(bytesDone);
   };
 }
-
-const FIRST_REPORT_MS = 100;
 
 /**
  * A typed error says what a retry can do: a retryable one stays retryable under its own code, one with a wire code

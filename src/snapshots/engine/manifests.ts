@@ -75,7 +75,6 @@ interface Newest {
   manifest: ChunkedManifest;
   /** The manifest's file as published. */
   sealed: Buffer;
-  fileDigest: string;
 }
 
 export class Manifests {
@@ -142,8 +141,7 @@ export class Manifests {
   private keepNewest(manifest: ChunkedManifest, sealed: Buffer): void {
     this.forget(manifest.sessionId);
     if (manifest.chunks.length > NEWEST_CHUNKS_KEPT) return;
-    const kept = { checkpointId: manifest.checkpointId, manifest, sealed, fileDigest: fileDigest(sealed) };
-    this.newest.set(manifest.sessionId, kept);
+    this.newest.set(manifest.sessionId, { checkpointId: manifest.checkpointId, manifest, sealed });
     this.newestChunks += manifest.chunks.length;
     // Oldest first: a Map iterates in insertion order, and a session's entry is re-inserted at each publish.
     for (const [sessionId, kept] of this.newest) {
@@ -302,7 +300,7 @@ export class Manifests {
       const stored = await this.layout.backend.read(this.layout.manifestKey(sessionId, parentId), {
         maxBytes: MAX_MANIFEST_BYTES,
       });
-      if (stored?.equals(kept.sealed)) return { manifest: kept.manifest, manifestDigest: kept.fileDigest };
+      if (stored?.equals(kept.sealed)) return { manifest: kept.manifest, manifestDigest: fileDigest(stored) };
     }
     try {
       const loaded = await this.load(sessionId, parentId);
